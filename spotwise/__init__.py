@@ -1,0 +1,3 @@
+"""spotwise: ML training and hyper-parameter tuning on spot capacity at the lowest honest cost."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,73 @@
+"""The ``spotwise`` command. Each command parses, calls one core function, renders.
+
+Heavy libraries are imported inside the commands so ``spotwise --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import typer
+
+from spotwise.cli import jobs
+from spotwise.errors import SpotwiseError
+
+app = typer.Typer(
+    name="spotwise",
+    help="Run ML training and hyper-parameter tuning on spot capacity at the lowest honest cost.\n\n"
+    "Start with: spotwise tune examples/digits/job.yaml",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode="rich",
+)
+jobs.register(app)
+# TODO(lead): import these unconditionally once their modules land
+try:
+    from spotwise.cli import predictor
+
+    app.add_typer(predictor.app, name="predictor")
+except ImportError:
+    pass
+try:
+    from spotwise.cli import curve
+
+    app.add_typer(curve.app, name="curve")
+except ImportError:
+    pass
+try:
+    from spotwise.cli import simulate
+
+    app.add_typer(simulate.app, name="simulate")
+except ImportError:
+    pass
+try:
+    from spotwise.cli import cloud
+
+    cloud.register(app)
+except ImportError:
+    pass
+
+
+def main() -> None:
+    """Entry point: one line per error (full traceback with SPOTWISE_DEBUG=1)."""
+    try:
+        app()
+    except SpotwiseError as e:
+        if os.environ.get("SPOTWISE_DEBUG") == "1":
+            raise
+        from rich.console import Console
+        from rich.markup import escape
+
+        err = Console(stderr=True, highlight=False, soft_wrap=True)
+        err.print(f"[bold red]error:[/] {escape(e.message)}")
+        if e.hint:
+            err.print(f"[dim]hint:[/] {escape(e.hint)}")
+        sys.exit(e.exit_code)
+    except KeyboardInterrupt:
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()

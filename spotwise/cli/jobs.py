@@ -1,0 +1,94 @@
+"""`tune`, `status`, `trials`, `cancel`: submit a job and read it back."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from spotwise.cli.options import DbOpt, JsonOpt
+
+SpecArg = Annotated[
+    Path,
+    typer.Argument(
+        help="Job spec (YAML): command, search_space, metric, steps, trials, parallel, providers, "
+        "checkpoint, budget. See README 'Job spec reference'.",
+        show_default=False,
+    ),
+]
+JobArg = Annotated[
+    str | None, typer.Argument(help="Job id (or a unique prefix).", show_default=False)
+]
+
+
+def tune(
+    spec: SpecArg,
+    policy: Annotated[
+        str | None,
+        typer.Option(
+            help="Policy to run (overrides the spec): spot-greedy, on-demand, asha, spottune, spotwise."
+        ),
+    ] = None,
+    db: DbOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Run a tuning job to the end: live table of trials, then a summary ($ vs on-demand)."""
+    from spotwise import jobs
+    from spotwise.cli.render import LiveJob, print_summary
+
+    if json_out:
+        print(json.dumps(jobs.tune(spec, db=db, policy=policy)))
+        return
+    with LiveJob() as live:
+        summary = jobs.tune(spec, db=db, policy=policy, on_update=live.update)
+    print_summary(summary)
+
+
+def status(job: JobArg = None, db: DbOpt = None, json_out: JsonOpt = False) -> None:
+    """Show one job (cost, best trial, instances), or the recent jobs when no id is given."""
+    from spotwise import jobs
+    from spotwise.cli.render import print_jobs, print_status
+
+    out = jobs.status(job, db=db)
+    if json_out:
+        print(json.dumps(out))
+    elif job is None:
+        print_jobs(out["jobs"])
+    else:
+        print_status(out)
+
+
+def trials(job: JobArg = None, db: DbOpt = None, json_out: JsonOpt = False) -> None:
+    """List the trials of a job (default: the latest job) with params, step, metric, cost."""
+    from spotwise import jobs
+    from spotwise.cli.render import print_trials
+
+    out = jobs.trials(job, db=db)
+    if json_out:
+        print(json.dumps(out))
+    else:
+        print_trials(out)
+
+
+def cancel(
+    job: Annotated[str, typer.Argument(help="Job id (or a unique prefix).", show_default=False)],
+    db: DbOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Stop a running job: every trial checkpoints, every instance is released."""
+    from spotwise import jobs
+
+    out: dict[str, Any] = jobs.cancel(job, db=db)
+    if json_out:
+        print(json.dumps(out))
+    else:
+        typer.echo(f"{out['job_id']}: {out['state']} — {out['message']}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(tune)
+    app.command()(status)
+    app.command()(trials)
+    app.command()(cancel)

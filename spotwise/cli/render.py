@@ -1,0 +1,177 @@
+"""Rendering with rich: the live trial table, summaries and listings. Colours live here only."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from rich.console import Console, Group
+from rich.live import Live
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+console = Console()
+
+STATE_STYLE = {
+    "pending": "dim",
+    "running": "cyan",
+    "waiting": "yellow",
+    "completed": "green",
+    "stopped_early": "magenta",
+    "failed": "red",
+    "cancelled": "red",
+    "succeeded": "green",
+}
+
+
+def _fmt(v: Any, digits: int = 4) -> str:
+    if v is None:
+        return "—"
+    if isinstance(v, float):
+        return f"{v:.{digits}g}"
+    return str(v)
+
+
+def _params(p: dict[str, Any]) -> str:
+    return " ".join(f"{k}={_fmt(v, 3)}" for k, v in p.items())
+
+
+def _state(s: str) -> str:
+    return f"[{STATE_STYLE.get(s, 'white')}]{s}[/]"
+
+
+class LiveJob:
+    """A live table of trials plus a progress bar, fed by the orchestrator's snapshots."""
+
+    def __init__(self) -> None:
+        self.progress = Progress(
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            TextColumn("{task.completed}/{task.total} steps"),
+            TimeElapsedColumn(),
+        )
+        self.task = self.progress.add_task("tuning", total=1)
+        self.table = Table()
+        self.live = Live(Group(self.table, self.progress), console=console, refresh_per_second=4)
+
+    def __enter__(self) -> LiveJob:
+        self.live.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.live.__exit__(None, None, None)
+
+    def update(self, snap: dict[str, Any]) -> None:
+        when = datetime.fromtimestamp(snap["market_time"], UTC).strftime("%Y-%m-%d %H:%M")
+        t = Table(
+            title=f"job {snap['job_id']} · policy {snap['policy']} · market {when} UTC · "
+            f"${snap['cost_usd']:.3f} · revocations {snap['revocations']}",
+            expand=False,
+        )
+        for col in ("trial", "params", "step", "metric", "instance", "state", "$"):
+            t.add_column(col, justify="right" if col in ("step", "metric", "$") else "left")
+        for r in snap["trials"]:
+            t.add_row(
+                str(r["number"]),
+                _params(r["params"]),
+                f"{r['step']}/{r['steps']}",
+                _fmt(r["metric"]),
+                r["instance"],
+                _state(r["state"]),
+                f"{r['cost_usd']:.3f}",
+            )
+        self.progress.update(self.task, total=snap["total"], completed=snap["progress"])
+        self.live.update(Group(t, self.progress))
+
+
+def print_summary(s: dict[str, Any]) -> None:
+    best = s.get("best")
+    console.print(
+        f"\n[bold]job {s['job_id']}[/] {_state(s['state'])} in {s['wall_seconds']:.1f} s "
+        f"(policy {s['policy']})"
+    )
+    if best:
+        console.print(
+            f"best: trial {best['number']} {_params(best['params'])} → {_fmt(best['metric'])}"
+        )
+    saving = (1 - s["cost_usd"] / s["on_demand_cost_usd"]) * 100 if s["on_demand_cost_usd"] else 0.0
+    console.print(
+        f"trials {s['trials']} · completed {s['completed']} · early-stopped {s['early_stopped']} · "
+        f"revocations {s['revocations']} · migrations {s['migrations']}"
+    )
+    console.print(
+        f"cost ${s['cost_usd']:.4f} vs ${s['on_demand_cost_usd']:.4f} on demand "
+        f"({saving:.0f}% saved)\nnext: spotwise trials {s['job_id']}"
+    )
+
+
+def print_jobs(rows: list[dict[str, Any]]) -> None:
+    if not rows:
+        console.print("no jobs yet; run `spotwise tune SPEC`")
+        return
+    t = Table(title="jobs")
+    for col in ("job", "name", "state", "policy", "best", "$", "on-demand $", "created"):
+        t.add_column(col)
+    for j in rows:
+        created = datetime.fromtimestamp(j["created_at"], UTC).strftime("%Y-%m-%d %H:%M")
+        t.add_row(
+            j["job_id"],
+            j["name"],
+            _state(j["state"]),
+            j["policy"],
+            _fmt(j["best_metric"]),
+            f"{j['cost_usd']:.4f}",
+            f"{j['on_demand_cost_usd']:.4f}",
+            created,
+        )
+    console.print(t)
+
+
+def print_status(j: dict[str, Any]) -> None:
+    console.print(
+        f"[bold]job {j['job_id']}[/] ({j['name']}) {_state(j['state'])} · policy {j['policy']}"
+    )
+    best = j.get("best")
+    if best:
+        console.print(f"best: {best['trial']} {_params(best['params'])} → {_fmt(best['metric'])}")
+    console.print(
+        f"trials {j['trials']} · completed {j['completed']} · revocations {j['revocations']} · "
+        f"migrations {j['migrations']} · early-stopped {j['early_stopped']}"
+    )
+    console.print(f"cost ${j['cost_usd']:.4f} vs ${j['on_demand_cost_usd']:.4f} on demand")
+    if j.get("error"):
+        console.print(f"[red]error:[/] {j['error']}")
+    if j["instances"]:
+        t = Table(title="instances")
+        for col in ("launch", "trial", "zone", "market", "state", "ended by", "$"):
+            t.add_column(col)
+        for i in j["instances"]:
+            t.add_row(
+                i["launch_id"],
+                i["trial"],
+                i["zone"],
+                i["market"],
+                i["state"],
+                i["end_reason"] or "",
+                f"{i['cost_usd']:.4f}",
+            )
+        console.print(t)
+
+
+def print_trials(out: dict[str, Any]) -> None:
+    t = Table(title=f"trials of {out['job_id']}")
+    for col in ("#", "trial", "params", "step", "metric", "final", "state", "revoked", "$"):
+        t.add_column(col)
+    for r in out["trials"]:
+        t.add_row(
+            str(r["number"]),
+            r["trial"],
+            _params(r["params"]),
+            str(r["step"]),
+            _fmt(r["metric"]),
+            _fmt(r["final_metric"]),
+            _state(r["state"]),
+            str(r["revocations"]),
+            f"{r['cost_usd']:.4f}",
+        )
+    console.print(t)

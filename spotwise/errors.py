@@ -1,0 +1,86 @@
+"""One exception root for spotwise; the CLI catches it once and prints one line.
+
+    SpotwiseError                 root: everything spotwise raises on purpose
+    ├── SpecError                 a job spec (or any user input) is invalid; names the field
+    ├── ConfigError               configuration / environment is unusable (bad --db URL, ...)
+    ├── NotFoundError             a job, trial, region or instance type does not exist
+    ├── StoreError                the database failed (wrapped SQLAlchemy error)
+    ├── ProviderError             a cloud or local provider call failed
+    │   ├── ProviderUnavailable   its SDK is not installed or it has no credentials
+    │   └── CapacityError         the offer cannot be launched now (no spot capacity)
+    ├── CheckpointError           a checkpoint is missing, partial or fails its checksum
+    ├── PredictorError            a predictor cannot be trained / loaded / evaluated
+    └── BudgetError               an action would exceed the job's budget or deadline
+
+Every error carries an optional ``hint``: the next command to run or the fix to make.
+"""
+
+from __future__ import annotations
+
+
+class SpotwiseError(Exception):
+    """Root of every error spotwise raises on purpose."""
+
+    exit_code: int = 1
+
+    def __init__(self, message: str, *, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class SpecError(SpotwiseError):
+    """Invalid user input: a job spec field, a CLI value."""
+
+    exit_code = 2
+
+
+class ConfigError(SpotwiseError):
+    """The environment or configuration cannot be used."""
+
+    exit_code = 2
+
+
+class NotFoundError(SpotwiseError):
+    """A named thing (job, trial, region, instance type) does not exist."""
+
+    exit_code = 3
+
+
+class StoreError(SpotwiseError):
+    """The database failed."""
+
+
+class ProviderError(SpotwiseError):
+    """A provider call failed."""
+
+
+class ProviderUnavailable(ProviderError):
+    """A provider cannot be used here: SDK missing or no credentials."""
+
+
+class CapacityError(ProviderError):
+    """The offer has no capacity right now."""
+
+
+class CheckpointError(SpotwiseError):
+    """A checkpoint is missing, partial or corrupt."""
+
+
+class PredictorError(SpotwiseError):
+    """A predictor cannot be trained, loaded or evaluated."""
+
+
+class BudgetError(SpotwiseError):
+    """An action would exceed the job's budget or deadline."""
+
+
+def did_you_mean(value: str, choices: list[str] | tuple[str, ...]) -> str:
+    """Return ' (did you mean X?)' for the closest choice, or '' when nothing is close."""
+    import difflib
+
+    close = difflib.get_close_matches(value, list(choices), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""

@@ -1,0 +1,206 @@
+"""Core functions behind the job commands (`tune`, `status`, `trials`, `cancel`).
+
+The CLI parses, calls exactly one of these, and renders what it returns (plain dicts, ready
+for ``--json``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from spotwise.errors import NotFoundError
+
+
+def tune(
+    spec_path: Path,
+    *,
+    db: str | None = None,
+    policy: str | None = None,
+    on_update: Callable[[dict[str, Any]], None] | None = None,
+    run_root: Path | None = None,
+) -> dict[str, Any]:
+    """Validate the spec (nothing is written if it is bad), then run the job to the end."""
+    from spotwise.planner.orchestrator import RunOptions, run_job
+    from spotwise.planner.policy import get_policy
+    from spotwise.spec import load_spec
+    from spotwise.store import Store
+
+    spec = load_spec(spec_path)
+    get_policy(policy or spec.policy)  # unknown policy: error before anything is written
+    store = Store.open(db)
+    try:
+        return run_job(
+            spec,
+            spec_path.resolve(),
+            store,
+            RunOptions(policy=policy, on_update=on_update, run_root=run_root),
+        )
+    finally:
+        store.close()
+
+
+def _job_dict(job: Any) -> dict[str, Any]:
+    def v(x: Any) -> Any:
+        return x.value if hasattr(x, "value") else x
+
+    return {
+        "job_id": job.id,
+        "name": job.name,
+        "state": v(job.state),
+        "policy": job.policy,
+        "direction": job.direction,
+        "created_at": job.created_at,
+        "started_at": job.started_at,
+        "ended_at": job.ended_at,
+        "best_trial": job.best_trial_id,
+        "best_metric": job.best_metric,
+        "cost_usd": job.cost_usd,
+        "on_demand_cost_usd": job.on_demand_cost_usd,
+        "revocations": job.revocations,
+        "migrations": job.migrations,
+        "early_stopped": job.early_stopped,
+        "error": job.error,
+    }
+
+
+def _trial_dict(t: Any) -> dict[str, Any]:
+    return {
+        "trial": t.id,
+        "number": t.number,
+        "state": t.state.value if hasattr(t.state, "value") else t.state,
+        "params": json.loads(t.params_json),
+        "step": t.step,
+        "metric": t.metric,
+        "best_metric": t.best_metric,
+        "final_metric": t.final_metric,
+        "predicted_final": t.predicted_final,
+        "checkpoint_step": t.checkpoint_step,
+        "cost_usd": t.cost_usd,
+        "revocations": t.revocations,
+        "migrations": t.migrations,
+    }
+
+
+def status(job_id: str | None, *, db: str | None = None, limit: int = 20) -> dict[str, Any]:
+    """One job (with its trials counted), or the most recent jobs when no id is given."""
+    from spotwise.store import Store
+
+    store = Store.open_existing(db)
+    try:
+        if job_id is None:
+            return {"jobs": [_job_dict(j) for j in store.list_jobs(limit)]}
+        job = store.get_job(job_id)
+        trials = store.list_trials(job.id)
+        out = _job_dict(job)
+        out["trials"] = len(trials)
+        out["completed"] = sum(1 for t in trials if _trial_dict(t)["state"] == "completed")
+        best = next((t for t in trials if t.id == job.best_trial_id), None)
+        out["best"] = (
+            None
+            if best is None
+            else {
+                "trial": best.id,
+                "params": json.loads(best.params_json),
+                "metric": best.final_metric,
+            }
+        )
+        out["instances"] = [
+            {
+                "launch_id": i.id,
+                "trial": i.trial_id,
+                "zone": i.zone,
+                "market": i.market,
+                "instance_type": i.instance_type,
+                "state": i.state,
+                "end_reason": i.end_reason,
+                "cost_usd": i.cost_usd,
+            }
+            for i in store.list_instances(job.id)
+        ]
+        return out
+    finally:
+        store.close()
+
+
+def trials(job_id: str | None, *, db: str | None = None) -> dict[str, Any]:
+    from spotwise.store import Store
+
+    store = Store.open_existing(db)
+    try:
+        job = store.get_job(job_id) if job_id else store.latest_job()
+        if job is None:
+            raise NotFoundError("no job in the database yet; run `spotwise tune SPEC` first")
+        return {"job_id": job.id, "trials": [_trial_dict(t) for t in store.list_trials(job.id)]}
+    finally:
+        store.close()
+
+
+def cancel(job_id: str, *, db: str | None = None, wait_s: float = 60.0) -> dict[str, Any]:
+    """Ask a running job's orchestrator to stop (trials checkpoint first); mark a job whose
+    orchestrator is gone as cancelled and list the instances it had recorded as active."""
+    from spotwise.store import Store
+
+    store = Store.open_existing(db)
+    try:
+        job = store.get_job(job_id)
+        state = job.state.value if hasattr(job.state, "value") else job.state
+        if state in ("succeeded", "failed", "cancelled"):
+            return {
+                "job_id": job.id,
+                "state": state,
+                "cancelled": False,
+                "message": f"job already {state}",
+            }
+        if job.pid and _alive(job.pid):
+            os.kill(job.pid, signal.SIGTERM)
+            deadline = time.monotonic() + wait_s
+            while time.monotonic() < deadline:
+                job = store.get_job(job.id)
+                if job.state.value in ("succeeded", "failed", "cancelled"):
+                    break
+                time.sleep(0.2)
+            return {
+                "job_id": job.id,
+                "state": job.state.value,
+                "cancelled": True,
+                "message": "the orchestrator checkpointed and stopped every trial",
+            }
+        store.update_job(
+            job.id,
+            state="cancelled",
+            ended_at=time.time(),
+            error="cancelled after its orchestrator had exited",
+        )
+        for t in store.list_trials(job.id):
+            if not t.state.is_terminal():
+                store.update_trial(t.id, state="cancelled", ended_at=time.time())
+        leftovers = [i.id for i in store.list_instances(job.id, active_only=True)]
+        return {
+            "job_id": job.id,
+            "state": "cancelled",
+            "cancelled": True,
+            "unreconciled_instances": leftovers,
+            "message": "orchestrator was not running; job marked cancelled",
+        }
+    finally:
+        store.close()
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` is still a spotwise orchestrator (guards against a reused pid)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return False
+    cmdline = Path(f"/proc/{pid}/cmdline")
+    if cmdline.exists():
+        return b"spotwise" in cmdline.read_bytes()
+    return True

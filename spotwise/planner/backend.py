@@ -1,0 +1,155 @@
+"""Open the market a job trades on: the catalog, the provisioner, the clock and the bill.
+
+For ``local`` this is the replay market on a :class:`MarketClock` with the local provisioner;
+for a cloud it is the adapter's catalog and provisioner on wall-clock time.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from spotwise.errors import SpecError
+from spotwise.providers.base import Catalog, Market, Offer, Provisioner
+from spotwise.providers.billing import BillingRule, rule_for
+from spotwise.spec import JobSpec, ProviderSpec, ReplaySpec
+
+
+@dataclass
+class Backend:
+    provider: str
+    catalog: Catalog
+    provisioner: Provisioner
+    rule: BillingRule
+    now: Callable[[], float]
+    list_offers: Callable[[float], list[Offer]]
+    segments: Callable[[Offer, float, float], list[tuple[float, float]]]
+    close: Callable[[], None]
+    speedup: float = 1.0  # market seconds per wall second
+    risk: Callable[[list[Offer], float], dict[str, float]] | None = None
+    info: dict[str, object] = field(default_factory=dict)
+
+
+def _filter(offers: list[Offer], p: ProviderSpec) -> list[Offer]:
+    return [
+        o
+        for o in offers
+        if (not p.regions or o.region in p.regions)
+        and (not p.zones or o.zone in p.zones)
+        and (not p.instance_types or o.instance_type in p.instance_types)
+        and o.market.value in p.markets
+    ]
+
+
+def open_backend(spec: JobSpec, base_dir: Path, run_dir: Path) -> Backend:
+    if len(spec.providers) != 1:
+        raise SpecError(
+            "spec field 'providers': one provider per job is supported in this version; "
+            "run one job per provider"
+        )
+    p = spec.providers[0]
+    if p.name == "local":
+        return _local(p, p.replay or ReplaySpec(), base_dir, run_dir)
+    return _cloud(p)
+
+
+def _local(p: ProviderSpec, r: ReplaySpec, base_dir: Path, run_dir: Path) -> Backend:
+    from spotwise.providers.local import LocalProvisioner
+    from spotwise.providers.replay import MarketClock, ReplayMarket, load_market_traces
+
+    traces = load_market_traces(r.trace, base_dir)
+    market = ReplayMarket(traces, provider=r.billing)
+    start = market.start_time + r.start * 3600.0
+    if start >= market.end_time:
+        hours = (market.end_time - market.start_time) / 3600
+        raise SpecError(
+            f"spec field 'providers.0.replay.start': {r.start} h is past the trace end ({hours:.0f} h)"
+        )
+    for zone in p.zones:
+        market.zone_index(zone)  # unknown zone: NotFoundError with "did you mean"
+    if p.regions:
+        for region in p.regions:
+            market.offers(region=region)
+    clock = MarketClock(start, r.speedup)
+    rule = rule_for(r.billing)
+    prov = LocalProvisioner(
+        market,
+        clock,
+        notice_lead_s=rule.notice_lead_s,
+        notice_floor_wall_s=r.notice_floor_s,
+        logs_dir=run_dir / "logs",
+    )
+    offers = _filter(market.offers(at=start), p)
+    if not offers:
+        raise SpecError(
+            "spec field 'providers.0': no offer of the replayed market matches its regions/zones/"
+            f"instance_types/markets; the trace has {market.instance_type} in {', '.join(market.traces.zones)}"
+        )
+    return Backend(
+        provider="local",
+        catalog=market,
+        provisioner=prov,
+        rule=rule,
+        now=clock.now,
+        list_offers=lambda t: _filter(market.offers(at=t), p),
+        segments=market.segments,
+        close=prov.shutdown,
+        speedup=r.speedup,
+        info={
+            "trace": str(traces.source),
+            "start": start,
+            "speedup": r.speedup,
+            "tick_s": traces.gap_seconds,
+        },
+    )
+
+
+def _cloud(p: ProviderSpec) -> Backend:
+    from spotwise.providers.registry import ProviderConfig, cloud_module
+
+    mod = cloud_module(p.name)
+    config = ProviderConfig(
+        name=p.name,
+        regions=tuple(p.regions),
+        zones=tuple(p.zones),
+        instance_types=tuple(p.instance_types),
+        markets=tuple(p.markets),
+        options=dict(p.options),
+    )
+    catalog: Catalog = mod.open_catalog(config)
+    prov: Provisioner = mod.open_provisioner(config)
+    cache: dict[str, tuple[float, list[Offer]]] = {}
+
+    def list_offers(t: float) -> list[Offer]:
+        hit = cache.get("offers")
+        if hit is None or t - hit[0] > 300:  # refresh prices every 5 minutes
+            regions = p.regions or [None]
+            offers = [
+                o
+                for r in regions
+                for o in catalog.offers(region=r, instance_types=p.instance_types or None)
+            ]
+            cache["offers"] = (t, _filter(offers, p))
+        return cache["offers"][1]
+
+    def segments(offer: Offer, t0: float, t1: float) -> list[tuple[float, float]]:
+        # price at launch for the whole life: spot prices move slowly; the bill is the truth
+        price = (
+            offer.on_demand_price_per_hour
+            if offer.market is Market.ON_DEMAND
+            else offer.price_per_hour
+        )
+        return [(max(t1 - t0, 0.0), price)]
+
+    return Backend(
+        provider=p.name,
+        catalog=catalog,
+        provisioner=prov,
+        rule=rule_for(p.name),
+        now=time.time,
+        list_offers=list_offers,
+        segments=segments,
+        close=lambda: None,
+    )

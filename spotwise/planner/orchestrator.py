@@ -1,0 +1,659 @@
+"""The real loop: run a job's trials on a market, under a pure policy, recording everything.
+
+Each pass: read the market clock, collect interruption notices, trial progress and instance
+ends from the provisioner; turn them into events; ask the policy; execute its actions. Every
+launch is recorded in the store *before* the provider is called (so a crash can be reconciled
+by tags); every instance life is billed by the provider's rule when it ends.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from spotwise.errors import CapacityError, ProviderError, SpotwiseError
+from spotwise.planner.backend import Backend, open_backend
+from spotwise.planner.policy import (
+    Action,
+    Checkpoint,
+    Event,
+    InstanceLost,
+    Launch,
+    NoticeReceived,
+    Phase,
+    Policy,
+    Progress,
+    SetCheckpointEvery,
+    StopEarly,
+    Tick,
+    TrialAdded,
+    TrialExited,
+    get_policy,
+)
+from spotwise.planner.runstate import Life, TrialRun, build_view
+from spotwise.planner.search import Search
+from spotwise.providers.base import TAG_JOB, InstanceState, LaunchRequest, Offer, our_tags
+from spotwise.spec import JobSpec
+
+STOP_TIMEOUT_WALL_S = 30.0  # a trial asked to stop that has not exited by then is terminated
+MAX_FAILURES = 2  # attempts of a trial that may crash before it is marked failed
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    policy: str | None = None
+    poll_s: float = 0.05
+    run_root: Path | None = None  # where events/logs/stop files go (default: user data dir)
+    on_update: Callable[[dict[str, Any]], None] | None = None
+    update_every_s: float = 0.25
+
+
+def default_run_root() -> Path:
+    import os
+
+    import platformdirs
+
+    root = os.environ.get("SPOTWISE_HOME")
+    return Path(root) / "runs" if root else Path(platformdirs.user_data_dir("spotwise")) / "runs"
+
+
+class Orchestrator:
+    def __init__(self, spec: JobSpec, spec_path: Path | None, store: Any, opts: RunOptions) -> None:
+        self.spec, self.store, self.opts = spec, store, opts
+        self.policy: Policy = get_policy(opts.policy or spec.policy)
+        self.base_dir = spec.base_dir(spec_path).resolve()
+        self.spec_path = spec_path
+        self.trials: list[TrialRun] = []
+        self.lives: dict[str, tuple[TrialRun, Life]] = {}  # instance id → life not yet billed
+        self.blocked: dict[str, float] = {}  # offer key → market time until which it is avoided
+        self.cancelled = False
+        self.cancel_requested = False
+        self.spent_usd = 0.0
+        self.on_demand_usd = 0.0
+        self.revocations = self.migrations = self.early_stopped = 0
+
+    # ---- public -------------------------------------------------------------------------
+    def run(self) -> dict[str, Any]:
+        spec = self.spec
+        job = self.store.create_job(
+            name=spec.name,
+            spec_json=spec.model_dump_json(),
+            spec_path=str(self.spec_path or ""),
+            policy=self.policy.name,
+            direction=spec.metric.direction,
+        )
+        self.job_id: str = job.id
+        self.run_dir = (self.opts.run_root or default_run_root()) / self.job_id
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.ckpt_root = self._checkpoint_root()
+        wall0 = time.monotonic()
+        old = self._install_signals()
+        backend: Backend | None = None
+        state, error = "failed", None
+        try:
+            backend = open_backend(spec, self.base_dir, self.run_dir)
+            self.backend = backend
+            self.search = Search(spec.search_space, spec.search, spec.metric.direction)
+            self.started_at = backend.now()
+            self.deadline = (
+                self.started_at + spec.budget.deadline_hours * 3600
+                if spec.budget.deadline_hours
+                else None
+            )
+            self.store.update_job(self.job_id, state="running", started_at=time.time(), pid=_pid())
+            self._loop()
+            state = "cancelled" if self.cancelled else "succeeded"
+        except SpotwiseError as e:
+            error = str(e)
+            raise
+        except BaseException as e:  # crash: record it, leave no orphan, re-raise
+            error = f"{type(e).__name__}: {e}"
+            raise
+        finally:
+            if backend is not None:
+                self._drain(backend)
+            self._restore_signals(old)
+            self._finish_job(state, error)
+        return self.summary(time.monotonic() - wall0)
+
+    # ---- the loop -----------------------------------------------------------------------
+    def _loop(self) -> None:
+        b, spec = self.backend, self.spec
+        last_update = 0.0
+        while True:
+            if self.cancel_requested and not self.cancelled:
+                self.cancel()
+            now = b.now()
+            events: list[Event] = [*self._admit(), *self._collect(now)]
+            events.append(Tick(now))
+            offers = self._usable_offers(now)
+            risk = b.risk(offers, now) if b.risk is not None else {}
+            for ev in events:
+                view = build_view(
+                    now,
+                    offers,
+                    risk,
+                    self.trials,
+                    direction=spec.metric.direction,
+                    parallel=spec.parallel,
+                    trials_total=spec.trials,
+                    spent_usd=self.spent_usd + self._running_cost(now),
+                    max_cost_usd=spec.budget.max_cost_usd,
+                    started_at=self.started_at,
+                    deadline=self.deadline,
+                    notice_lead_s=b.rule.notice_lead_s,
+                    free_if_revoked_within_s=b.rule.free_if_revoked_within_s,
+                )
+                for action in self.policy.decide(view, ev):
+                    self._execute(action, offers, now)
+            if self.opts.on_update and time.monotonic() - last_update >= self.opts.update_every_s:
+                last_update = time.monotonic()
+                self.opts.on_update(self.snapshot(now))
+            if self._finished():
+                return
+            time.sleep(self.opts.poll_s)
+
+    def _usable_offers(self, now: float) -> list[Offer]:
+        """The market's offers, with those that just sent a notice or refused a launch marked
+        unavailable: a zone whose capacity is being reclaimed is not capacity."""
+        self.blocked = {k: until for k, until in self.blocked.items() if until > now}
+        return [
+            replace(o, available=False) if o.key in self.blocked else o
+            for o in self.backend.list_offers(now)
+        ]
+
+    def _finished(self) -> bool:
+        if self.lives:
+            return False
+        if self.cancelled:
+            return True
+        done = all(t.phase.is_terminal() for t in self.trials)
+        return done and (len(self.trials) >= self.spec.trials or self._budget_spent())
+
+    def _budget_spent(self) -> bool:
+        cap = self.spec.budget.max_cost_usd
+        return cap is not None and self.spent_usd >= cap
+
+    def _admit(self) -> list[Event]:
+        """Create trials from the search while there is room for them."""
+        if self.cancelled or self._budget_spent():
+            return []
+        active = sum(1 for t in self.trials if not t.phase.is_terminal())
+        out: list[Event] = []
+        while active < self.spec.parallel and len(self.trials) < self.spec.trials:
+            params = self.search.ask()
+            row = self.store.add_trial(self.job_id, len(self.trials), params)
+            t = TrialRun(
+                row.id, len(self.trials), params, self.spec.steps, self.spec.checkpoint.every
+            )
+            t.checkpoint_uri = str(self.ckpt_root / t.trial_id)
+            self.trials.append(t)
+            active += 1
+            out.append(TrialAdded(t.trial_id))
+        return out
+
+    def _collect(self, now: float) -> list[Event]:
+        prov = self.backend.provisioner
+        events: list[Event] = []
+        for n in prov.notices():
+            if n.instance_id not in self.lives:
+                continue
+            t, life = self.lives[n.instance_id]
+            life.notice_deadline = n.deadline
+            self.blocked[life.offer.key] = n.deadline + self._tick_s()
+            self._event("notice", now, t, deadline=n.deadline)
+            if not life.exited:
+                events.append(NoticeReceived(t.trial_id, n.instance_id, n.deadline))
+        for t, life in list(self.lives.values()):
+            if not life.exited:
+                events += self._read_progress(t, life, now)
+        states = {i.instance_id: i for i in prov.describe({TAG_JOB: self.job_id})}
+        for iid, (t, life) in list(self.lives.items()):
+            inst = states.get(iid)
+            if inst is None:
+                continue
+            if not life.exited and (inst.exit_code is not None or inst.state.is_terminal()):
+                events += self._read_progress(t, life, now)
+                events.append(self._on_exit(t, inst.exit_code, inst.state, now))
+            if life.exited:
+                if inst.state.is_terminal():
+                    self._bill(
+                        t, life, inst.state, inst.ended_at if inst.ended_at is not None else now
+                    )
+                elif life.notice_deadline is None:
+                    prov.terminate([iid])  # left on its own and no notice: release it now
+                    self._bill(t, life, InstanceState.TERMINATED, now)
+            elif t.stopping and life.stop_wall is not None:
+                if time.monotonic() - life.stop_wall > STOP_TIMEOUT_WALL_S:
+                    prov.terminate([iid])
+        return events
+
+    def _tick_s(self) -> float:
+        return float(self.backend.info.get("tick_s", 0.0))
+
+    def _read_progress(self, t: TrialRun, life: Life, now: float) -> list[Event]:
+        events: list[Event] = []
+        for rec in self.backend.provisioner.progress(life.instance_id):
+            kind, step = rec.get("type"), rec.get("step")
+            if not isinstance(step, int):
+                continue
+            if kind == "report":
+                metric = rec.get("metric")
+                value = float(metric) if isinstance(metric, int | float) else None
+                if life.first_report_at is None:
+                    life.first_report_at, life.first_report_step = now, step
+                    t.restart_overhead_s = now - life.launched_at
+                elif step > life.first_report_step:
+                    t.seconds_per_step = (now - life.first_report_at) / (
+                        step - life.first_report_step
+                    )
+                life.max_step = max(life.max_step, step)
+                t.step = max(t.step, step)
+                if value is not None:
+                    t.curve[step] = value
+                self.store.add_observation(
+                    t.trial_id,
+                    step,
+                    value if value is not None else float("nan"),
+                    time.time(),
+                    market_time=now,
+                    instance_id=life.launch_id,
+                )
+                events.append(Progress(t.trial_id, step, value))
+            elif kind == "checkpoint":
+                t.checkpoint_step = max(t.checkpoint_step, step)
+                self.store.update_trial(
+                    t.trial_id, checkpoint_step=t.checkpoint_step, checkpoint_uri=t.checkpoint_uri
+                )
+        if events:
+            self.store.update_trial(
+                t.trial_id, step=t.step, metric=t.last_metric, best_metric=self._best_of(t)
+            )
+        return events
+
+    def _on_exit(self, t: TrialRun, code: int | None, state: InstanceState, now: float) -> Event:
+        life = t.life
+        assert life is not None
+        life.exited = True
+        t.life = None
+        # every step reported: the trial is complete even if its instance was taken afterwards
+        finished = t.step >= t.steps_total
+        if finished:
+            self._close_trial(t, "completed", now)
+        elif t.stopping == "early":
+            self._close_trial(t, "stopped_early", now)
+        elif t.stopping == "cancel":
+            self._close_trial(t, "cancelled", now)
+        elif (
+            code not in (0, None)
+            and life.notice_deadline is None
+            and state is not InstanceState.REVOKED
+        ):
+            t.failures += 1
+            self._event("error", now, t, exit_code=code, log=str(self.run_dir / "logs"))
+            if t.failures >= MAX_FAILURES:
+                self._close_trial(t, "failed", now)
+            else:
+                self._to_waiting(t)
+        else:  # revoked, noticed, or migrated: resume from the checkpoint elsewhere
+            self._to_waiting(t)
+        if life.notice_deadline is not None or state is InstanceState.REVOKED:
+            t.revocations += 1
+            self.revocations += 1
+            self._event(
+                "revoked", now, t, zone=life.offer.zone, step=t.step, checkpoint=t.checkpoint_step
+            )
+            return InstanceLost(t.trial_id, life.instance_id)
+        return TrialExited(t.trial_id, life.instance_id, finished)
+
+    def _to_waiting(self, t: TrialRun) -> None:
+        t.phase, t.state, t.stopping = Phase.WAITING, "waiting", None
+        t.step = t.checkpoint_step  # work after the checkpoint is lost
+        self.store.update_trial(t.trial_id, state="waiting", step=t.step)
+
+    def _close_trial(self, t: TrialRun, state: str, now: float) -> None:
+        t.phase, t.state = Phase.DONE, state
+        final = t.final_metric if state == "completed" else None
+        if state == "completed" and final is not None:
+            self.search.tell(t.params, final)
+        elif state == "stopped_early":
+            self.early_stopped += 1
+            guess = t.predicted_final if t.predicted_final is not None else t.last_metric
+            if guess is not None:
+                self.search.tell(t.params, guess)
+            else:
+                self.search.forget(t.params)
+        else:
+            self.search.forget(t.params)
+        self.store.update_trial(
+            t.trial_id,
+            state=state,
+            final_metric=final,
+            predicted_final=t.predicted_final,
+            ended_at=time.time(),
+            step=t.step,
+        )
+        self._event(state, now, t, step=t.step, metric=t.last_metric)
+
+    # ---- actions ------------------------------------------------------------------------
+    def _execute(self, action: Action, offers: list[Any], now: float) -> None:
+        t = next((x for x in self.trials if x.trial_id == action.trial_id), None)
+        if t is None or t.phase is Phase.DONE:
+            return
+        if isinstance(action, Launch):
+            if self.cancelled or t.phase not in (Phase.QUEUED, Phase.WAITING):
+                return
+            offer = next((o for o in offers if o.key == action.offer_key), None)
+            if offer is not None:
+                self._launch(t, offer, now)
+        elif isinstance(action, Checkpoint | StopEarly):
+            if isinstance(action, StopEarly):
+                t.predicted_final = action.predicted_final
+                self._event(
+                    "stop_early", now, t, reason=action.reason, predicted=action.predicted_final
+                )
+            reason = "early" if isinstance(action, StopEarly) else "migrate"
+            if t.phase is Phase.RUNNING and t.life is not None:
+                self._request_stop(t, reason)
+            elif isinstance(action, StopEarly):
+                self._close_trial(t, "stopped_early", now)
+        elif isinstance(action, SetCheckpointEvery):
+            t.checkpoint_every = max(1, action.every)  # takes effect at the next launch
+
+    def _request_stop(self, t: TrialRun, reason: str) -> None:
+        assert t.life is not None
+        if t.stopping is not None and reason == "migrate":
+            return
+        t.stopping = reason
+        t.life.stop_wall = time.monotonic()
+        stop = self._trial_dir(t) / f"stop-{t.attempt}"
+        stop.touch()
+
+    def _launch(self, t: TrialRun, offer: Any, now: float) -> None:
+        launch_id = uuid.uuid4().hex[:16]
+        tags = our_tags(self.job_id, t.trial_id, launch_id)
+        self.store.record_launch(
+            id=launch_id,
+            job_id=self.job_id,
+            trial_id=t.trial_id,
+            provider=offer.provider,
+            region=offer.region,
+            zone=offer.zone,
+            instance_type=offer.instance_type,
+            market=offer.market.value,
+            offer_key=offer.key,
+            price_per_hour=offer.price_per_hour,
+            tags_json=json.dumps(tags),
+            requested_at=time.time(),
+        )
+        attempt = t.attempt + 1
+        tdir = self._trial_dir(t)
+        env = {
+            **self.spec.env,
+            "SPOTWISE_JOB_ID": self.job_id,
+            "SPOTWISE_TRIAL_ID": t.trial_id,
+            "SPOTWISE_ATTEMPT": str(attempt),
+            "SPOTWISE_PARAMS": json.dumps(t.params),
+            "SPOTWISE_STEPS": str(t.steps_total),
+            "SPOTWISE_CHECKPOINT_URI": str(t.checkpoint_uri),
+            "SPOTWISE_CHECKPOINT_EVERY": str(t.checkpoint_every),
+            "SPOTWISE_EVENTS_FILE": str(tdir / f"events-{attempt}.jsonl"),
+            "SPOTWISE_STOP_FILE": str(tdir / f"stop-{attempt}"),
+        }
+        argv = tuple(
+            sys.executable if a == "python" and i == 0 else a
+            for i, a in enumerate(self.spec.command)
+        )
+        req = LaunchRequest(offer, argv, env, tags, launch_id, str(self.base_dir))
+        try:
+            inst = self.backend.provisioner.launch(req)
+        except (CapacityError, ProviderError) as e:
+            self.store.update_instance(
+                launch_id, state="failed", end_reason="failed", ended_at=time.time()
+            )
+            self.blocked[offer.key] = now + max(self._tick_s(), 1.0)
+            self._event("launch_failed", now, t, offer=offer.key, error=str(e))
+            if not isinstance(e, CapacityError):
+                t.failures += 1
+                if t.failures >= MAX_FAILURES:
+                    self._close_trial(t, "failed", now)
+            return
+        self.store.update_instance(
+            launch_id,
+            provider_instance_id=inst.instance_id,
+            state="running",
+            launched_at=time.time(),
+        )
+        if attempt > 0:
+            t.migrations += 1
+            self.migrations += 1
+        t.attempt = attempt
+        t.life = Life(
+            launch_id, inst.instance_id, offer, inst.launched_at or now, t.checkpoint_step, attempt
+        )
+        self.lives[inst.instance_id] = (t, t.life)
+        t.phase, t.state, t.stopping = Phase.RUNNING, "running", None
+        self.store.update_trial(
+            t.trial_id,
+            state="running",
+            started_at=time.time(),
+            migrations=t.migrations,
+            revocations=t.revocations,
+        )
+        self._event(
+            "launch",
+            now,
+            t,
+            offer=offer.key,
+            price=offer.price_per_hour,
+            attempt=attempt,
+            resume_step=t.checkpoint_step,
+        )
+
+    # ---- money --------------------------------------------------------------------------
+    def _bill(self, t: TrialRun, life: Life, state: InstanceState, ended_at: float) -> None:
+        self.lives.pop(life.instance_id, None)
+        segs = self.backend.segments(life.offer, life.launched_at, ended_at)
+        revoked = state is InstanceState.REVOKED
+        cost = self.backend.rule.charge(segs, revoked_by_provider=revoked)
+        seconds = sum(s for s, _ in segs)
+        ran = max(life.max_step - life.start_step, 0)
+        useful = max(
+            min(life.max_step, t.step if not revoked else t.checkpoint_step) - life.start_step, 0
+        )
+        useful_s = seconds * (useful / ran) if ran else 0.0
+        od = useful_s * life.offer.on_demand_price_per_hour / 3600.0
+        t.cost_usd += cost
+        t.on_demand_cost_usd += od
+        self.spent_usd += cost
+        self.on_demand_usd += od
+        reason = "revoked" if revoked else ("completed" if t.state == "completed" else "stopped")
+        self.store.update_instance(
+            life.launch_id,
+            state=state.value,
+            ended_at=time.time(),
+            end_reason=reason,
+            cost_usd=cost,
+            on_demand_cost_usd=od,
+            market_seconds=seconds,
+        )
+        self.store.update_trial(t.trial_id, cost_usd=t.cost_usd, revocations=t.revocations)
+
+    def _running_cost(self, now: float) -> float:
+        total = 0.0
+        for _, life in self.lives.values():
+            segs = self.backend.segments(life.offer, life.launched_at, now)
+            total += sum(s * p for s, p in segs) / 3600.0
+        return total
+
+    # ---- ending -------------------------------------------------------------------------
+    def _drain(self, backend: Backend) -> None:
+        """Leave no instance behind: stop what runs, bill it, and close the backend."""
+        now = backend.now()
+        for iid, (t, life) in list(self.lives.items()):
+            try:
+                backend.provisioner.terminate([iid])
+            except ProviderError as e:
+                self._event("error", now, t, error=f"terminate failed: {e}")
+                continue
+            self._bill(t, life, InstanceState.TERMINATED, backend.now())
+        for t in self.trials:
+            if not t.phase.is_terminal():
+                self._close_trial(t, "cancelled", now)
+        backend.close()
+
+    def _finish_job(self, state: str, error: str | None) -> None:
+        best = self._best_trial()
+        self.store.update_job(
+            self.job_id,
+            state=state,
+            ended_at=time.time(),
+            error=error,
+            best_trial_id=best.trial_id if best else None,
+            best_metric=best.final_metric if best else None,
+            cost_usd=self.spent_usd,
+            on_demand_cost_usd=self.on_demand_usd,
+            revocations=self.revocations,
+            migrations=self.migrations,
+            early_stopped=self.early_stopped,
+        )
+
+    def _best_trial(self) -> TrialRun | None:
+        done = [t for t in self.trials if t.state == "completed" and t.final_metric is not None]
+        if not done:
+            return None
+        sign = 1.0 if self.spec.metric.direction == "maximize" else -1.0
+        return max(done, key=lambda t: (sign * (t.final_metric or 0.0), -t.number))
+
+    def _best_of(self, t: TrialRun) -> float | None:
+        if not t.curve:
+            return None
+        vals = list(t.curve.values())
+        return max(vals) if self.spec.metric.direction == "maximize" else min(vals)
+
+    def summary(self, wall_seconds: float) -> dict[str, Any]:
+        best = self._best_trial()
+        job = self.store.get_job(self.job_id)
+        return {
+            "job_id": self.job_id,
+            "state": job.state.value if hasattr(job.state, "value") else str(job.state),
+            "policy": self.policy.name,
+            "best": None
+            if best is None
+            else {
+                "trial": best.trial_id,
+                "number": best.number,
+                "params": best.params,
+                "metric": best.final_metric,
+            },
+            "trials": len(self.trials),
+            "completed": sum(1 for t in self.trials if t.state == "completed"),
+            "revocations": self.revocations,
+            "migrations": self.migrations,
+            "early_stopped": self.early_stopped,
+            "cost_usd": round(self.spent_usd, 6),
+            "on_demand_cost_usd": round(self.on_demand_usd, 6),
+            "wall_seconds": round(wall_seconds, 3),
+        }
+
+    def snapshot(self, now: float) -> dict[str, Any]:
+        rows = []
+        for t in self.trials:
+            life = t.life
+            rows.append(
+                {
+                    "number": t.number,
+                    "trial": t.trial_id,
+                    "params": t.params,
+                    "step": t.step,
+                    "steps": t.steps_total,
+                    "metric": t.last_metric,
+                    "state": t.state,
+                    "instance": f"{life.offer.zone}/{life.offer.market.value}" if life else "",
+                    "cost_usd": t.cost_usd,
+                    "revocations": t.revocations,
+                }
+            )
+        done_steps = sum(
+            min(t.step, t.steps_total) if t.state != "completed" else t.steps_total
+            for t in self.trials
+        )
+        return {
+            "job_id": self.job_id,
+            "policy": self.policy.name,
+            "trials": rows,
+            "market_time": now,
+            "cost_usd": self.spent_usd + self._running_cost(now),
+            "revocations": self.revocations,
+            "migrations": self.migrations,
+            "progress": done_steps,
+            "total": self.spec.trials * self.spec.steps,
+        }
+
+    # ---- helpers ------------------------------------------------------------------------
+    def _checkpoint_root(self) -> Path:
+        loc = Path(self.spec.checkpoint.location).expanduser()
+        if "://" in self.spec.checkpoint.location:
+            return Path(self.spec.checkpoint.location.rstrip("/")) / self.job_id
+        return (loc if loc.is_absolute() else self.base_dir / loc) / self.job_id
+
+    def _trial_dir(self, t: TrialRun) -> Path:
+        d = self.run_dir / t.trial_id
+        d.mkdir(parents=True, exist_ok=True)
+        return d
+
+    def _event(self, kind: str, now: float, t: TrialRun | None = None, **detail: Any) -> None:
+        self.store.add_event(
+            self.job_id,
+            kind,
+            now,
+            trial_id=t.trial_id if t else None,
+            instance_id=t.life.launch_id if t and t.life else None,
+            **detail,
+        )
+
+    def _install_signals(self) -> dict[int, Any]:
+        def handler(signum: int, frame: FrameType | None) -> None:
+            self.cancel_requested = True  # acted on by the loop, never inside the handler
+
+        old: dict[int, Any] = {}
+        try:
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                old[sig] = signal.signal(sig, handler)
+        except ValueError:  # not the main thread
+            pass
+        return old
+
+    @staticmethod
+    def _restore_signals(old: dict[int, Any]) -> None:
+        for sig, h in old.items():
+            signal.signal(sig, h)
+
+    def cancel(self) -> None:
+        """Stop every trial at its next step (checkpointed) and end the job as cancelled."""
+        self.cancelled = True
+        for t in self.trials:
+            if t.phase is Phase.RUNNING and t.life is not None:
+                self._request_stop(t, "cancel")
+            elif not t.phase.is_terminal():
+                t.phase, t.state = Phase.DONE, "cancelled"
+                self.store.update_trial(t.trial_id, state="cancelled", ended_at=time.time())
+
+
+def _pid() -> int:
+    import os
+
+    return os.getpid()
+
+
+def run_job(spec: JobSpec, spec_path: Path | None, store: Any, opts: RunOptions) -> dict[str, Any]:
+    """Run one tuning job to the end and return its summary (the core call behind `tune`)."""
+    return Orchestrator(spec, spec_path, store, opts).run()

@@ -1,0 +1,156 @@
+"""Deadline policies of "Can't Be Late" (Wu et al., NSDI 2024), implemented from the paper.
+
+A job's state is idle, on spot or on on-demand. With ``C(t)`` the remaining computation,
+``R(t)`` the time left to the deadline and ``d`` the changeover delay (``restart_overhead_s``):
+
+* ``greedy`` (§3.4): stay on spot until it is preempted (Exploitation Rule); wait while no spot
+  is available; when idle and ``R(t) < C(t) + 2d``, move to on-demand and stay there to the end
+  (Safety Net Rule).
+* ``uniform-progress`` (§5.2): with expected progress ``ep(t) = t · C(0) / R(0)`` and current
+  progress ``cp(t)``: (1) idle and ``cp < ep`` → on-demand; (2) take spot whenever it is
+  available, even behind, and stay on it until preempted; (3) hysteresis: on on-demand, stay
+  until ``cp(t) ≥ ep(t + 2d)``; plus the Safety Net Rule.
+
+Both are stateless: "stay on on-demand until the end" follows from the Safety Net condition,
+which only gets tighter once it holds. For a tuning job with several trials the quantities are
+per slot: the remaining work of every unfinished trial (and of the trials not yet created, at
+full length) divided by ``parallel``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from spotwise.planner.policies._common import (
+    checkpoint_on_notice,
+    free_slots,
+    guards,
+    needy,
+    price_per_step,
+)
+from spotwise.planner.policy import (
+    Action,
+    Checkpoint,
+    Event,
+    Launch,
+    OfferView,
+    Phase,
+    PlannerView,
+    register_policy,
+)
+
+
+@dataclass(frozen=True)
+class JobClock:
+    """Progress of a job against its deadline, in market seconds per slot."""
+
+    remaining: float  # C(t)
+    left: float  # R(t)
+    done: float  # cp(t)
+    total: float  # C(0) = done + remaining
+    window: float  # R(0): deadline − start
+    elapsed: float  # t − start
+    d: float  # changeover delay
+
+    def expected(self, at_elapsed: float) -> float:
+        """ep(t) = t · C(0) / R(0)."""
+        return at_elapsed * self.total / self.window if self.window > 0 else self.total
+
+    @property
+    def behind(self) -> bool:
+        return self.done < self.expected(self.elapsed)
+
+    @property
+    def safety_net(self) -> bool:
+        return self.left < self.remaining + 2.0 * self.d
+
+
+def job_clock(view: PlannerView, expected_fraction: float = 1.0) -> JobClock | None:
+    """The job's C, R, cp for a deadline; None without one."""
+    if view.deadline is None:
+        return None
+    sps_known = [t.seconds_per_step for t in view.trials]
+    sps = sum(sps_known) / len(sps_known) if sps_known else 60.0
+    remaining = done = 0.0
+    steps_total = view.trials[0].steps_total if view.trials else 1
+    for t in view.trials:
+        done += t.step * t.seconds_per_step
+        if not t.phase.is_terminal():
+            remaining += t.remaining_steps * t.seconds_per_step
+    unseen = max(view.trials_total - len(view.trials), 0)
+    remaining += unseen * steps_total * sps * expected_fraction
+    p = max(view.parallel, 1)
+    remaining, done = remaining / p, done / p
+    return JobClock(
+        remaining=remaining,
+        left=view.deadline - view.now,
+        done=done,
+        total=done + remaining,
+        window=view.deadline - view.started_at,
+        elapsed=view.now - view.started_at,
+        d=view.restart_overhead_s,
+    )
+
+
+def cheapest(view: PlannerView, spot: bool) -> OfferView | None:
+    pool = [o for o in view.offers if o.available and o.is_spot == spot]
+    return min(pool, key=lambda o: (o.price, o.key)) if pool else None
+
+
+def launch_all(view: PlannerView, offer: OfferView | None) -> list[Action]:
+    if offer is None:
+        return []
+    return [Launch(t.trial_id, offer.key) for t in needy(view)[: max(free_slots(view), 0)]]
+
+
+@register_policy("greedy")
+class Greedy:
+    """Can't Be Late's greedy: spot when available, idle otherwise, on-demand at the last moment."""
+
+    name = "greedy"
+
+    def decide(self, view: PlannerView, event: Event) -> list[Action]:
+        stop = guards(view)
+        if stop:
+            return stop
+        clock = job_clock(view)
+        actions = checkpoint_on_notice(view, event)
+        if clock is not None and clock.safety_net:
+            return [*actions, *launch_all(view, cheapest(view, spot=False))]
+        return [*actions, *launch_all(view, cheapest(view, spot=True))]
+
+
+@register_policy("uniform-progress")
+class UniformProgress:
+    """Can't Be Late's Uniform Progress with hysteresis and the Safety Net Rule."""
+
+    name = "uniform-progress"
+
+    def decide(self, view: PlannerView, event: Event) -> list[Action]:
+        stop = guards(view)
+        if stop:
+            return stop
+        clock = job_clock(view)
+        actions = checkpoint_on_notice(view, event)
+        spot, od = cheapest(view, spot=True), cheapest(view, spot=False)
+        if clock is None:  # no deadline: plain spot placement by price
+            from spotwise.planner.policies._common import place
+
+            return [*actions, *place(view, price_per_step, markets=lambda o: o.is_spot)]
+        if spot is not None and not clock.safety_net:
+            # hysteresis: leave on-demand only once ahead of ep(t + 2d)
+            if clock.done >= clock.expected(clock.elapsed + 2.0 * clock.d):
+                actions += [
+                    Checkpoint(t.trial_id, "uniform-progress: back to spot")
+                    for t in view.trials
+                    if t.phase is Phase.RUNNING and not t.stopping and _on_demand(view, t.offer_key)
+                ]
+            return [*actions, *launch_all(view, spot)]
+        if clock.safety_net or clock.behind:
+            return [*actions, *launch_all(view, od)]
+        return actions
+
+
+def _on_demand(view: PlannerView, key: str | None) -> bool:
+    o = view.offer(key) if key else None
+    return o is not None and not o.is_spot

@@ -1,0 +1,243 @@
+"""The policy interface: a pure function of (frozen view, event) → actions.
+
+A policy never touches the store, the clock, a provider or the terminal (like Optuna's
+``BasePruner.prune``). The orchestrator (real jobs) and the simulator (virtual clock, replayed
+traces, recorded curves) build the same :class:`PlannerView`, feed the same events and execute
+the returned actions, so a policy measured in simulation is the one that runs for real.
+
+All times are on the *market clock* (epoch seconds of the market being traded; for the replay
+market that is trace time, for real clouds it is wall time).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Protocol, TypeAlias
+
+from spotwise.errors import SpecError, did_you_mean
+from spotwise.providers.base import Market, Offer
+
+
+class Phase(str, enum.Enum):
+    """Where a trial is, as the planner sees it."""
+
+    QUEUED = "queued"  # created, never launched
+    RUNNING = "running"  # has an instance
+    WAITING = "waiting"  # lost or left its instance; needs a relaunch from its checkpoint
+    DONE = "done"  # finished, stopped early, failed or cancelled
+
+    def is_terminal(self) -> bool:
+        return self is Phase.DONE
+
+
+@dataclass(frozen=True)
+class OfferView:
+    offer: Offer
+    p_revoke: float = 0.0  # probability of revocation within ``horizon_s`` from now
+    horizon_s: float = 3600.0
+
+    @property
+    def key(self) -> str:
+        return self.offer.key
+
+    @property
+    def available(self) -> bool:
+        return self.offer.available
+
+    @property
+    def price(self) -> float:
+        return self.offer.price_per_hour
+
+    @property
+    def is_spot(self) -> bool:
+        return self.offer.market is Market.SPOT
+
+
+@dataclass(frozen=True)
+class TrialView:
+    trial_id: str
+    number: int
+    phase: Phase
+    step: int = 0
+    steps_total: int = 1
+    curve: tuple[tuple[int, float], ...] = ()  # (step, metric), newest report per step
+    checkpoint_step: int = 0
+    checkpoint_every: int = 5
+    instance_id: str | None = None
+    offer_key: str | None = None
+    launched_at: float | None = None  # market time the current instance started
+    notice_deadline: float | None = None  # market time the current instance will be taken
+    seconds_per_step: float = 60.0  # market seconds per step on the current/expected offer
+    cost_usd: float = 0.0
+    revocations: int = 0
+    stopping: bool = False  # asked to checkpoint and leave its instance
+    params: Mapping[str, object] = field(default_factory=dict)
+
+    @property
+    def remaining_steps(self) -> int:
+        return max(self.steps_total - self.step, 0)
+
+    @property
+    def last_metric(self) -> float | None:
+        return self.curve[-1][1] if self.curve else None
+
+
+@dataclass(frozen=True)
+class PlannerView:
+    now: float
+    offers: tuple[OfferView, ...]
+    trials: tuple[TrialView, ...]
+    direction: str = "maximize"
+    parallel: int = 1
+    trials_total: int = 1
+    spent_usd: float = 0.0
+    max_cost_usd: float | None = None
+    started_at: float = 0.0
+    deadline: float | None = None  # market time by which every trial must be done
+    restart_overhead_s: float = 60.0  # market seconds from launch to the first new step
+    notice_lead_s: float = 120.0
+    free_if_revoked_within_s: float = 0.0  # billing rule of the market
+    # optional, added for the cost-aware policies (defaults keep older callers valid):
+    tick_s: float = 60.0  # longest market time between two decide() calls (guards use it)
+    checkpoint_s: float = 30.0  # market seconds one checkpoint write takes
+
+    def trial(self, trial_id: str) -> TrialView:
+        for t in self.trials:
+            if t.trial_id == trial_id:
+                return t
+        raise KeyError(trial_id)
+
+    def offer(self, key: str) -> OfferView | None:
+        for o in self.offers:
+            if o.key == key:
+                return o
+        return None
+
+    def better(self, a: float, b: float) -> bool:
+        """Whether metric ``a`` is strictly better than ``b`` in the job's direction."""
+        return a > b if self.direction == "maximize" else a < b
+
+
+# ---- events -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Tick:
+    now: float
+
+
+@dataclass(frozen=True)
+class TrialAdded:
+    trial_id: str
+
+
+@dataclass(frozen=True)
+class Progress:
+    trial_id: str
+    step: int
+    metric: float | None
+
+
+@dataclass(frozen=True)
+class NoticeReceived:
+    trial_id: str
+    instance_id: str
+    deadline: float
+
+
+@dataclass(frozen=True)
+class InstanceLost:
+    """The provider took the instance (revocation); the trial is WAITING now."""
+
+    trial_id: str
+    instance_id: str
+
+
+@dataclass(frozen=True)
+class TrialExited:
+    """The trial process left its instance: finished all steps, or stopped as asked."""
+
+    trial_id: str
+    instance_id: str
+    finished: bool
+
+
+Event: TypeAlias = Tick | TrialAdded | Progress | NoticeReceived | InstanceLost | TrialExited
+
+
+# ---- actions ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Launch:
+    trial_id: str
+    offer_key: str
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """Ask the trial to checkpoint now and leave its instance (it becomes WAITING)."""
+
+    trial_id: str
+    reason: str = "notice"
+
+
+@dataclass(frozen=True)
+class StopEarly:
+    trial_id: str
+    reason: str
+    predicted_final: float | None = None
+
+
+@dataclass(frozen=True)
+class SetCheckpointEvery:
+    trial_id: str
+    every: int
+
+
+Action: TypeAlias = Launch | Checkpoint | StopEarly | SetCheckpointEvery
+
+
+class Policy(Protocol):
+    name: str
+
+    def decide(self, view: PlannerView, event: Event) -> list[Action]: ...
+
+
+# ---- registry ---------------------------------------------------------------------------
+
+PolicyFactory = Callable[..., Policy]
+_POLICIES: dict[str, PolicyFactory] = {}
+
+
+def register_policy(name: str) -> Callable[[PolicyFactory], PolicyFactory]:
+    def deco(factory: PolicyFactory) -> PolicyFactory:
+        _POLICIES[name] = factory
+        return factory
+
+    return deco
+
+
+def policy_names() -> list[str]:
+    _load_builtin()
+    return sorted(_POLICIES)
+
+
+def get_policy(name: str, **options: object) -> Policy:
+    """A policy by name; an unknown name lists the valid ones."""
+    _load_builtin()
+    try:
+        factory = _POLICIES[name]
+    except KeyError:
+        raise SpecError(
+            f"policy: unknown policy {name!r}{did_you_mean(name, list(_POLICIES))}; "
+            f"valid: {', '.join(sorted(_POLICIES))}"
+        ) from None
+    return factory(**options)
+
+
+def _load_builtin() -> None:
+    # importing the package registers every built-in policy; no importlib-by-string dispatch
+    import spotwise.planner.policies  # noqa: F401

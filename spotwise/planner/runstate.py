@@ -1,0 +1,121 @@
+"""The orchestrator's mutable bookkeeping of trials and instance lives, and the frozen views
+it hands to the policy. No I/O here."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from spotwise.planner.policy import OfferView, Phase, PlannerView, TrialView
+from spotwise.providers.base import Offer
+
+
+@dataclass
+class Life:
+    """One instance life of a trial: from launch to the instance's end."""
+
+    launch_id: str
+    instance_id: str
+    offer: Offer
+    launched_at: float
+    start_step: int  # the checkpoint step it resumed from
+    attempt: int
+    notice_deadline: float | None = None
+    exited: bool = False  # the trial process left this instance
+    max_step: int = 0
+    first_report_at: float | None = None
+    first_report_step: int = 0
+    stop_wall: float | None = None  # wall time a stop was requested (for the exit timeout)
+
+
+@dataclass
+class TrialRun:
+    trial_id: str
+    number: int
+    params: dict[str, Any]
+    steps_total: int
+    checkpoint_every: int
+    phase: Phase = Phase.QUEUED
+    state: str = "pending"  # store TrialState value
+    step: int = 0
+    curve: dict[int, float] = field(default_factory=dict)
+    checkpoint_step: int = 0
+    checkpoint_uri: str | None = None
+    attempt: int = -1
+    life: Life | None = None
+    cost_usd: float = 0.0
+    on_demand_cost_usd: float = 0.0
+    revocations: int = 0
+    migrations: int = 0
+    failures: int = 0
+    stopping: str | None = None  # reason the trial was asked to leave its instance
+    predicted_final: float | None = None
+    seconds_per_step: float | None = None  # market seconds per step, observed
+    restart_overhead_s: float | None = None
+
+    @property
+    def final_metric(self) -> float | None:
+        return self.curve.get(self.steps_total)
+
+    @property
+    def last_metric(self) -> float | None:
+        return self.curve[max(self.curve)] if self.curve else None
+
+
+def trial_view(t: TrialRun, default_sps: float) -> TrialView:
+    life = t.life
+    return TrialView(
+        trial_id=t.trial_id,
+        number=t.number,
+        phase=t.phase,
+        step=t.step,
+        steps_total=t.steps_total,
+        curve=tuple(sorted(t.curve.items())),
+        checkpoint_step=t.checkpoint_step,
+        checkpoint_every=t.checkpoint_every,
+        instance_id=life.instance_id if life else None,
+        offer_key=life.offer.key if life else None,
+        launched_at=life.launched_at if life else None,
+        notice_deadline=life.notice_deadline if life else None,
+        seconds_per_step=t.seconds_per_step or default_sps,
+        cost_usd=t.cost_usd,
+        revocations=t.revocations,
+        stopping=t.stopping is not None,
+        params=dict(t.params),
+    )
+
+
+def build_view(
+    now: float,
+    offers: list[Offer],
+    risk: dict[str, float],
+    trials: list[TrialRun],
+    *,
+    direction: str,
+    parallel: int,
+    trials_total: int,
+    spent_usd: float,
+    max_cost_usd: float | None,
+    started_at: float,
+    deadline: float | None,
+    notice_lead_s: float,
+    free_if_revoked_within_s: float,
+) -> PlannerView:
+    observed = [t.seconds_per_step for t in trials if t.seconds_per_step]
+    default_sps = sum(observed) / len(observed) if observed else 60.0
+    overheads = [t.restart_overhead_s for t in trials if t.restart_overhead_s is not None]
+    return PlannerView(
+        now=now,
+        offers=tuple(OfferView(o, risk.get(o.key, 0.0)) for o in offers),
+        trials=tuple(trial_view(t, default_sps) for t in trials),
+        direction=direction,
+        parallel=parallel,
+        trials_total=trials_total,
+        spent_usd=spent_usd,
+        max_cost_usd=max_cost_usd,
+        started_at=started_at,
+        deadline=deadline,
+        restart_overhead_s=sum(overheads) / len(overheads) if overheads else 60.0,
+        notice_lead_s=notice_lead_s,
+        free_if_revoked_within_s=free_if_revoked_within_s,
+    )

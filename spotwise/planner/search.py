@@ -1,0 +1,83 @@
+"""Hyper-parameter search with scikit-optimize's ask/tell, shared by every policy.
+
+Only scikit-optimize's GP, RF and ET estimators are used: with numpy 2.4 and scikit-learn 1.9 its
+GBRT and "dummy" paths are broken (see pyproject). ``random`` samples the space directly.
+While trials run in parallel, new points come from ``ask(n_points=…, strategy="cl_min")``
+(constant liar), so pending trials are not proposed twice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from spotwise.spec import CategoricalParam, IntParam, RealParam, SearchSpec
+
+_ESTIMATORS = {"gp": "GP", "rf": "RF", "et": "ET"}
+
+
+def _plain(v: Any) -> Any:
+    """numpy scalars → Python scalars (JSON and SQLite friendly)."""
+    return v.item() if hasattr(v, "item") else v
+
+
+class Search:
+    def __init__(
+        self,
+        space: Mapping[str, RealParam | IntParam | CategoricalParam],
+        spec: SearchSpec,
+        direction: str = "maximize",
+    ) -> None:
+        from skopt import Optimizer
+        from skopt.space import Categorical, Integer, Real
+
+        self.names = list(space)
+        dims: list[Any] = []
+        for name, p in space.items():
+            if isinstance(p, RealParam):
+                dims.append(
+                    Real(p.low, p.high, prior="log-uniform" if p.log else "uniform", name=name)
+                )
+            elif isinstance(p, IntParam):
+                dims.append(
+                    Integer(p.low, p.high, prior="log-uniform" if p.log else "uniform", name=name)
+                )
+            else:
+                dims.append(Categorical(list(p.choices), name=name))
+        self.sign = -1.0 if direction == "maximize" else 1.0  # skopt minimises
+        self.random = spec.optimizer == "random"
+        self._opt = Optimizer(
+            dims,
+            base_estimator=_ESTIMATORS.get(spec.optimizer, "GP"),
+            n_initial_points=spec.initial_points,
+            random_state=spec.seed,
+            acq_func="EI",
+        )
+        self._pending: list[list[Any]] = []
+        self.told = 0
+
+    def ask(self) -> dict[str, Any]:
+        if self.random:
+            point = self._opt.space.rvs(n_samples=1, random_state=self._opt.rng)[0]
+        else:
+            n = len(self._pending) + 1
+            points = self._opt.ask(n_points=n, strategy="cl_min") if n > 1 else [self._opt.ask()]
+            point = next((p for p in points if p not in self._pending), points[-1])
+        point = [_plain(v) for v in point]
+        self._pending.append(point)
+        return dict(zip(self.names, point, strict=True))
+
+    def tell(self, params: Mapping[str, Any], value: float) -> None:
+        """Report a trial's final (or predicted final) metric."""
+        point = [_plain(params[n]) for n in self.names]
+        if point in self._pending:
+            self._pending.remove(point)
+        if value != value:  # NaN: the trial produced nothing usable; tell a bad value
+            return
+        self._opt.tell(point, self.sign * float(value))
+        self.told += 1
+
+    def forget(self, params: Mapping[str, Any]) -> None:
+        point = [_plain(params[n]) for n in self.names]
+        if point in self._pending:
+            self._pending.remove(point)

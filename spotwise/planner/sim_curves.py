@@ -1,0 +1,156 @@
+"""Recorded learning curves as the simulator replays them.
+
+A :class:`RecordedCurve` is one trial configuration's whole training: the metric after each
+step and how long each step took. The simulator draws the *same sequence* of curves for every
+policy (seeded), so policies differ only in what they do with them.
+
+Loading is the predictors' job (``spotwise.predictors`` reads the LCBench folder and the long
+CSV of ``curve eval``); :func:`load_curve_pool` adapts what it returns. Step times:
+
+* LCBench records cumulative seconds per epoch (``time``): a step lasts the difference.
+* The long CSV may carry ``seconds`` (cumulative, like LCBench); without it every step lasts
+  the throughput prior's seconds per step (:data:`DEFAULT_STEP_SECONDS` unless given).
+
+Recorded seconds are then multiplied by ``time_scale`` (see docs/simulation.md: LCBench's tiny
+MLPs train in about a minute on a CPU; the scale turns them into GPU trials of hours, keeping
+their relative lengths) and divided by the instance's speed (the throughput prior; every offer
+of one replayed trace is the same instance type, so the factor is 1 there).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from spotwise.errors import SpecError
+
+DEFAULT_STEP_SECONDS = 60.0  # per-step prior when a curve carries no time at all
+
+
+@dataclass(frozen=True)
+class RecordedCurve:
+    curve_id: str
+    values: tuple[float, ...]  # metric after step 1..n
+    step_seconds: tuple[float, ...]  # duration of step 1..n (recorded units, before scaling)
+
+    def __post_init__(self) -> None:
+        if not self.values:
+            raise ValueError(f"curve {self.curve_id}: no steps")
+        if len(self.values) != len(self.step_seconds):
+            raise ValueError(
+                f"curve {self.curve_id}: {len(self.values)} values but {len(self.step_seconds)} step times"
+            )
+
+    @property
+    def steps(self) -> int:
+        return len(self.values)
+
+    @property
+    def final(self) -> float:
+        return self.values[-1]
+
+    @property
+    def seconds(self) -> float:
+        return float(sum(self.step_seconds))
+
+
+@dataclass(frozen=True)
+class CurvePool:
+    curves: tuple[RecordedCurve, ...]
+    metric: str
+    direction: str  # "maximize" | "minimize"
+    source: str = ""
+    time_note: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.curves:
+            raise SpecError(f"--curves: {self.source or 'the pool'} holds no curve")
+
+    def __len__(self) -> int:
+        return len(self.curves)
+
+    def common_length(self) -> int:
+        """Curves in one tuning job share a step budget: the most common length."""
+        from collections import Counter
+
+        return Counter(c.steps for c in self.curves).most_common(1)[0][0]
+
+    def uniform(self) -> CurvePool:
+        """The curves with the common length (a job has one step budget)."""
+        n = self.common_length()
+        return CurvePool(
+            tuple(c for c in self.curves if c.steps == n), self.metric, self.direction,
+            self.source, self.time_note,
+        )  # fmt: skip
+
+
+def curve_from_cumulative(
+    curve_id: str,
+    steps: Sequence[int],
+    values: Sequence[float],
+    seconds: Sequence[float] | None,
+    default_step_s: float = DEFAULT_STEP_SECONDS,
+) -> RecordedCurve:
+    """Build a curve from (step, value[, cumulative seconds]) rows; step 0 (before training) is
+    used only as the time origin."""
+    rows = sorted(zip(steps, values, seconds if seconds is not None else [None] * len(steps), strict=True))
+    t_prev = 0.0
+    vals: list[float] = []
+    durs: list[float] = []
+    last_step = 0
+    for s, v, t in rows:
+        if s <= 0:
+            t_prev = float(t) if t is not None else 0.0
+            continue
+        if s == last_step:  # duplicate step (LCBench repeats its last epoch): keep the first
+            continue
+        width = s - last_step
+        if t is None:
+            dur = default_step_s * width
+        else:
+            dur = max(float(t) - t_prev, 1e-6)
+            t_prev = float(t)
+        vals.append(float(v))
+        durs.append(dur)
+        last_step = s
+    return RecordedCurve(str(curve_id), tuple(vals), tuple(durs))
+
+
+def load_curve_pool(path: str | Path, *, metric: str | None = None, limit: int | None = None) -> CurvePool:
+    """The curves under ``path`` (LCBench folder or long CSV), through the predictors' loader."""
+    p = Path(path).expanduser()
+    if not p.exists():
+        raise SpecError(
+            f"--curves: {p} does not exist; pass the LCBench folder or a long CSV "
+            "(curve_id, step, value[, lr][, seconds]) from `spotwise curve eval`"
+        )
+    return _from_predictors(p, metric, limit)
+
+
+def _from_predictors(p: Path, metric: str | None, limit: int | None) -> CurvePool:
+    from spotwise.predictors import curves as loader
+
+    kwargs: dict[str, Any] = {}
+    if metric is not None:
+        kwargs["metric"] = metric
+    data = loader.load_curves(p, **kwargs)
+    return _adapt(data, p, limit)
+
+
+def _adapt(data: Any, p: Path, limit: int | None) -> CurvePool:
+    """Turn the predictors' curve set into a :class:`CurvePool` (duck-typed on its fields)."""
+    items = list(getattr(data, "curves", data))
+    out: list[RecordedCurve] = []
+    for c in items[: limit or None]:
+        steps = [int(s) for s in c.steps]
+        values = [float(v) for v in c.values]
+        secs = getattr(c, "seconds", None)
+        seconds = [float(s) for s in secs] if secs is not None and len(secs) else None
+        out.append(curve_from_cumulative(str(c.curve_id), steps, values, seconds))
+    metric = str(getattr(data, "metric", "value"))
+    direction = str(getattr(data, "direction", "maximize"))
+    note = "recorded per-step seconds" if out and any(getattr(c, "seconds", None) is not None for c in items) \
+        else f"no recorded time: {DEFAULT_STEP_SECONDS:g} s per step (prior)"
+    return CurvePool(tuple(out), metric, direction, str(p), note)

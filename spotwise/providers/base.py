@@ -1,0 +1,176 @@
+"""The narrow interfaces every provider implements, and the value types they exchange.
+
+Two protocols, a handful of verbs each (SkyPilot's small provision API ages better than a
+do-everything ``Cloud`` class):
+
+* :class:`Catalog` — what can be bought and for how much: offers, current prices, history.
+  Must work offline where the provider allows it (shipped catalogs, replayed traces).
+* :class:`Provisioner` — launch, describe, terminate instances, read interruption notices and
+  the progress a trial reports from its instance.
+
+Every launch carries tags that mark the instance as ours (:data:`TAG_MANAGED` and friends);
+``describe`` and ``terminate`` only ever see instances carrying them.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+TAG_MANAGED = "spotwise:managed"
+TAG_JOB = "spotwise:job"
+TAG_TRIAL = "spotwise:trial"
+TAG_LAUNCH = "spotwise:launch"
+
+
+class Market(str, enum.Enum):
+    SPOT = "spot"
+    ON_DEMAND = "on-demand"
+
+
+class InstanceState(str, enum.Enum):
+    PENDING = "pending"
+    RUNNING = "running"
+    STOPPING = "stopping"
+    TERMINATED = "terminated"  # by us
+    REVOKED = "revoked"  # by the provider (spot interruption / preemption / eviction)
+    FAILED = "failed"  # could not start
+
+    def is_terminal(self) -> bool:
+        return self in (InstanceState.TERMINATED, InstanceState.REVOKED, InstanceState.FAILED)
+
+
+@dataclass(frozen=True)
+class Offer:
+    """One purchasable option: an instance type in a zone on a market, at a price now."""
+
+    provider: str
+    region: str
+    zone: str
+    instance_type: str
+    market: Market
+    price_per_hour: float
+    on_demand_price_per_hour: float
+    vcpus: int = 0
+    memory_gb: float = 0.0
+    gpus: int = 0
+    gpu_name: str = ""
+    available: bool = True
+
+    @property
+    def key(self) -> str:
+        """Stable identity of the offer (without its price)."""
+        return f"{self.provider}:{self.zone}:{self.instance_type}:{self.market.value}"
+
+
+@dataclass(frozen=True)
+class PricePoint:
+    provider: str
+    zone: str
+    instance_type: str
+    market: Market
+    price_per_hour: float
+    timestamp: float  # epoch seconds
+
+
+@dataclass(frozen=True)
+class InstanceType:
+    """Catalog entry: hardware of an instance type, and its on-demand price where known."""
+
+    provider: str
+    region: str
+    name: str
+    vcpus: int
+    memory_gb: float
+    gpus: int = 0
+    gpu_name: str = ""
+    architecture: str = "x86_64"
+    on_demand_price_per_hour: float | None = None
+
+
+@dataclass(frozen=True)
+class LaunchRequest:
+    """Everything needed to start one trial attempt on one offer."""
+
+    offer: Offer
+    argv: tuple[str, ...]
+    env: Mapping[str, str]
+    tags: Mapping[str, str]
+    client_token: str  # idempotency key; also the launch id recorded before the call
+    workdir: str = ""
+
+
+@dataclass
+class Instance:
+    instance_id: str
+    offer: Offer
+    state: InstanceState
+    tags: dict[str, str] = field(default_factory=dict)
+    launched_at: float = 0.0  # epoch seconds (market clock for replay)
+    ended_at: float | None = None
+    exit_code: int | None = None
+
+
+class NoticeKind(str, enum.Enum):
+    INTERRUPTION = "interruption"  # AWS spot/instance-action, GCP preempted, Azure Preempt
+    REBALANCE = "rebalance"  # AWS rebalance recommendation: elevated risk, no deadline
+
+
+@dataclass(frozen=True)
+class Notice:
+    instance_id: str
+    kind: NoticeKind
+    received_at: float
+    deadline: float  # when the instance will be taken (same clock as received_at)
+
+
+@runtime_checkable
+class Catalog(Protocol):
+    """What can be bought, and for how much."""
+
+    name: str
+
+    def regions(self) -> list[str]: ...
+
+    def instance_types(self, region: str | None = None) -> list[InstanceType]: ...
+
+    def offers(
+        self,
+        region: str | None = None,
+        instance_types: Sequence[str] | None = None,
+        market: Market | None = None,
+    ) -> list[Offer]: ...
+
+    def price_history(
+        self, region: str, instance_type: str, start: float, end: float
+    ) -> list[PricePoint]: ...
+
+
+@runtime_checkable
+class Provisioner(Protocol):
+    """Launch, watch and terminate instances that carry our tags."""
+
+    name: str
+
+    def launch(self, request: LaunchRequest) -> Instance: ...
+
+    def describe(self, tags: Mapping[str, str] | None = None) -> list[Instance]: ...
+
+    def terminate(self, instance_ids: Sequence[str]) -> None: ...
+
+    def notices(self) -> list[Notice]: ...
+
+    def progress(self, instance_id: str) -> list[dict[str, object]]:
+        """New events the trial reported since the last call (``spotwise.sdk`` records)."""
+        ...
+
+
+def our_tags(job_id: str, trial_id: str, launch_id: str) -> dict[str, str]:
+    """The tags that mark an instance as launched by spotwise for this job/trial/launch."""
+    return {TAG_MANAGED: "true", TAG_JOB: job_id, TAG_TRIAL: trial_id, TAG_LAUNCH: launch_id}
+
+
+def is_ours(tags: Mapping[str, str]) -> bool:
+    return tags.get(TAG_MANAGED) == "true" and bool(tags.get(TAG_JOB))

@@ -1,0 +1,239 @@
+"""The local provider: each instance is a child process on this machine, priced and revoked by
+the replay market.
+
+An instance stands for one instance of a chosen offer. A spot instance launched in zone z is
+revoked when the replayed trace says spot is no longer obtainable in z: the trial first gets a
+notice (SIGTERM, ``notice_lead_s`` of market time before the revocation — 120 s for AWS), then
+the process group is killed. Because a fast market clock can shrink 120 s of market time to a
+fraction of a wall second, the notice lasts at least ``notice_floor_wall_s`` wall seconds
+(default 1 s) so a trial has time to write its checkpoint; the instance is still billed only up
+to the market revocation time.
+
+Trial commands run as argv lists in a new session (never through a shell).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+from spotwise.errors import CapacityError, ProviderError
+from spotwise.providers.base import (
+    Instance,
+    InstanceState,
+    LaunchRequest,
+    Market,
+    Notice,
+    NoticeKind,
+    is_ours,
+)
+from spotwise.providers.replay import MarketClock, ReplayMarket
+
+
+@dataclass
+class _Proc:
+    instance: Instance
+    popen: subprocess.Popen[bytes] | None
+    log: IO[bytes] | None
+    events_file: Path | None
+    revoke_at: float | None  # market time the provider takes it (spot only)
+    notice_at: float | None
+    noticed_wall: float | None = None
+    kill_wall: float | None = None
+    events_pos: int = 0
+    pending: list[Notice] = field(default_factory=list)
+
+
+class LocalProvisioner:
+    """A Provisioner whose instances are local processes on the replay market's clock."""
+
+    name = "local"
+
+    def __init__(
+        self,
+        market: ReplayMarket,
+        clock: MarketClock,
+        *,
+        notice_lead_s: float = 120.0,
+        notice_floor_wall_s: float = 1.0,
+        logs_dir: Path | None = None,
+        kill_grace_s: float = 5.0,
+    ) -> None:
+        self.market = market
+        self.clock = clock
+        self.notice_lead_s = notice_lead_s
+        self.notice_floor_wall_s = notice_floor_wall_s
+        self.logs_dir = logs_dir
+        self.kill_grace_s = kill_grace_s
+        self._procs: dict[str, _Proc] = {}
+        self._by_token: dict[str, str] = {}
+        self._notices: list[Notice] = []
+
+    # ---- Provisioner -------------------------------------------------------------------
+    def launch(self, request: LaunchRequest) -> Instance:
+        if not is_ours(request.tags):
+            raise ProviderError("local: refusing to launch an instance without spotwise tags")
+        if request.client_token in self._by_token:  # idempotent, like EC2's ClientToken
+            return self._procs[self._by_token[request.client_token]].instance
+        offer, now = request.offer, self.clock.now()
+        spot = offer.market is Market.SPOT
+        if spot and not self.market.available(offer.zone, now):
+            raise CapacityError(
+                f"local: no spot capacity for {offer.instance_type} in {offer.zone} now"
+            )
+        instance_id = f"local-{request.client_token}"
+        log = None
+        if self.logs_dir is not None:
+            self.logs_dir.mkdir(parents=True, exist_ok=True)
+            log = open(self.logs_dir / f"{instance_id}.log", "ab")  # noqa: SIM115 (closed on exit)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("SPOTWISE_")}
+        env.update(request.env)
+        try:
+            popen = subprocess.Popen(
+                list(request.argv),
+                cwd=request.workdir or None,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=log if log is not None else subprocess.DEVNULL,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        except OSError as e:
+            if log is not None:
+                log.close()
+            raise ProviderError(f"local: cannot start {request.argv[0]!r}: {e.strerror}") from None
+        revoke_at = self.market.next_revocation(offer.zone, now) if spot else None
+        notice_at = None if revoke_at is None else max(now, revoke_at - self.notice_lead_s)
+        inst = Instance(
+            instance_id, offer, InstanceState.RUNNING, dict(request.tags), launched_at=now
+        )
+        events = request.env.get("SPOTWISE_EVENTS_FILE")
+        self._procs[instance_id] = _Proc(
+            inst, popen, log, Path(events) if events else None, revoke_at, notice_at
+        )
+        self._by_token[request.client_token] = instance_id
+        return inst
+
+    def describe(self, tags: Mapping[str, str] | None = None) -> list[Instance]:
+        self.poll()
+        want = dict(tags or {})
+        return [
+            p.instance
+            for p in self._procs.values()
+            if all(p.instance.tags.get(k) == v for k, v in want.items())
+        ]
+
+    def terminate(self, instance_ids: Sequence[str]) -> None:
+        unknown = [i for i in instance_ids if i not in self._procs]
+        if unknown:
+            raise ProviderError(
+                f"local: refusing to terminate {unknown}: not launched by spotwise here"
+            )
+        for iid in instance_ids:
+            p = self._procs[iid]
+            if p.instance.state.is_terminal():
+                continue
+            self._stop_process(p, graceful=True)
+            p.instance.state = InstanceState.TERMINATED
+            p.instance.ended_at = self.clock.now()
+
+    def notices(self) -> list[Notice]:
+        self.poll()
+        out, self._notices = self._notices, []
+        return out
+
+    def progress(self, instance_id: str) -> list[dict[str, object]]:
+        p = self._procs.get(instance_id)
+        if p is None or p.events_file is None or not p.events_file.exists():
+            return []
+        with open(p.events_file, "rb") as fh:
+            fh.seek(p.events_pos)
+            data = fh.read()
+        end = data.rfind(b"\n")
+        if end < 0:
+            return []
+        p.events_pos += end + 1
+        out: list[dict[str, object]] = []
+        for line in data[: end + 1].splitlines():
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(rec, dict):
+                out.append(rec)
+        return out
+
+    # ---- the emulated market ------------------------------------------------------------
+    def poll(self) -> None:
+        """Deliver due notices and revocations, and notice processes that exited."""
+        now, wall = self.clock.now(), time.monotonic()
+        for p in self._procs.values():
+            inst = p.instance
+            if inst.state.is_terminal():
+                continue
+            if p.notice_at is not None and p.noticed_wall is None and now >= p.notice_at:
+                assert p.revoke_at is not None
+                p.noticed_wall = wall
+                lead_wall = self.clock.wall_seconds(p.revoke_at - now)
+                p.kill_wall = wall + max(lead_wall, self.notice_floor_wall_s)
+                self._notices.append(
+                    Notice(inst.instance_id, NoticeKind.INTERRUPTION, now, p.revoke_at)
+                )
+                self._signal(p, signal.SIGTERM)
+            code = p.popen.poll() if p.popen is not None else 0
+            if code is not None and inst.exit_code is None:
+                inst.exit_code = code
+                self._close_log(p)
+            if p.kill_wall is not None and wall >= p.kill_wall:
+                self._stop_process(p, graceful=False)
+                inst.state = InstanceState.REVOKED
+                inst.ended_at = p.revoke_at
+
+    def revoke_now(self, instance_id: str) -> None:
+        """Bring an instance's revocation forward to now + notice lead (tests, fault injection)."""
+        p = self._procs[instance_id]
+        now = self.clock.now()
+        p.revoke_at = now + self.notice_lead_s
+        p.notice_at = now
+
+    def shutdown(self) -> None:
+        """Kill every process still running (the orchestrator is leaving)."""
+        for p in self._procs.values():
+            if not p.instance.state.is_terminal():
+                self._stop_process(p, graceful=True)
+                p.instance.state = InstanceState.TERMINATED
+                p.instance.ended_at = self.clock.now()
+
+    def _signal(self, p: _Proc, sig: signal.Signals) -> None:
+        if p.popen is None or p.popen.poll() is not None:
+            return
+        try:
+            os.killpg(p.popen.pid, sig)
+        except ProcessLookupError:
+            pass
+
+    def _stop_process(self, p: _Proc, graceful: bool) -> None:
+        if p.popen is not None and p.popen.poll() is None:
+            if graceful:
+                self._signal(p, signal.SIGTERM)
+                try:
+                    p.popen.wait(self.kill_grace_s)
+                except subprocess.TimeoutExpired:
+                    pass
+            self._signal(p, signal.SIGKILL)
+            p.popen.wait()
+        if p.popen is not None and p.instance.exit_code is None:
+            p.instance.exit_code = p.popen.returncode
+        self._close_log(p)
+
+    @staticmethod
+    def _close_log(p: _Proc) -> None:
+        if p.log is not None and not p.log.closed:
+            p.log.close()

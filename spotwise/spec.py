@@ -1,0 +1,224 @@
+"""The job spec: YAML validated with pydantic; every error names the field and the fix.
+
+A minimal spec::
+
+    name: digits-mlp
+    command: [python, train.py]        # argv list, run in the spec's folder; never a shell string
+    metric: {name: val_accuracy, direction: maximize}
+    steps: 30
+    trials: 8
+    parallel: 2
+    search_space:
+      lr: {type: real, low: 0.001, high: 0.3, log: true}
+      hidden: {type: int, low: 16, high: 128}
+      activation: {type: categorical, choices: [relu, tanh]}
+    providers:                           # required: spotwise never picks a cloud for you
+      - name: local
+        replay: {speedup: 600}
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from spotwise.errors import SpecError
+
+PROVIDERS = ("local", "aws", "gcp", "azure")
+BUILTIN_TRACE = "builtin:skynomad-v100-2023"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class RealParam(_Strict):
+    type: Literal["real"]
+    low: float
+    high: float
+    log: bool = False
+
+    @model_validator(mode="after")
+    def _check(self) -> RealParam:
+        if not self.low < self.high:
+            raise ValueError(f"low must be < high, got low={self.low}, high={self.high}")
+        if self.log and self.low <= 0:
+            raise ValueError(f"log scale needs low > 0, got low={self.low}")
+        return self
+
+
+class IntParam(_Strict):
+    type: Literal["int"]
+    low: int
+    high: int
+    log: bool = False
+
+    @model_validator(mode="after")
+    def _check(self) -> IntParam:
+        if not self.low < self.high:
+            raise ValueError(f"low must be < high, got low={self.low}, high={self.high}")
+        if self.log and self.low <= 0:
+            raise ValueError(f"log scale needs low > 0, got low={self.low}")
+        return self
+
+
+class CategoricalParam(_Strict):
+    type: Literal["categorical"]
+    choices: list[str | int | float | bool] = Field(min_length=1)
+
+    @field_validator("choices")
+    @classmethod
+    def _unique(cls, v: list[Any]) -> list[Any]:
+        if len({repr(x) for x in v}) != len(v):
+            raise ValueError("choices must be unique")
+        return v
+
+
+Param = Annotated[RealParam | IntParam | CategoricalParam, Field(discriminator="type")]
+
+
+class Metric(_Strict):
+    name: str = Field(min_length=1)
+    direction: Literal["maximize", "minimize"] = "maximize"
+
+
+class ReplaySpec(_Strict):
+    """Drive the local provider from a real spot trace."""
+
+    trace: str = BUILTIN_TRACE  # builtin:<name>, or a path (SkyNomad CSV / Can't Be Late folder)
+    start: float = Field(default=0.0, ge=0.0)  # hours into the trace where the job starts
+    speedup: float = Field(default=600.0, gt=0.0)  # market seconds per wall second
+    notice_floor_s: float = Field(default=1.0, ge=0.0)  # shortest notice in wall seconds
+    billing: Literal["aws", "gcp", "azure"] = "aws"  # which provider's billing rule to replay
+    seed: int = 0
+
+
+class ProviderSpec(_Strict):
+    name: Literal["local", "aws", "gcp", "azure"]
+    regions: list[str] = Field(default_factory=list)  # empty: every region the catalog knows
+    zones: list[str] = Field(default_factory=list)
+    instance_types: list[str] = Field(default_factory=list)
+    markets: list[Literal["spot", "on-demand"]] = Field(
+        default_factory=lambda: ["spot", "on-demand"]
+    )
+    replay: ReplaySpec | None = None  # local only
+    options: dict[str, str] = Field(default_factory=dict)  # provider-specific (image, subnet, ...)
+
+    @model_validator(mode="after")
+    def _check(self) -> ProviderSpec:
+        if self.name != "local" and self.replay is not None:
+            raise ValueError("replay is only valid for the local provider")
+        if not self.markets:
+            raise ValueError("markets must name at least one of spot, on-demand")
+        return self
+
+
+class CheckpointSpec(_Strict):
+    location: str = "checkpoints"  # folder (relative to the spec) or s3://, gs://, az:// URI
+    every: int = Field(default=5, ge=1)  # steps between checkpoints (policies may adapt it)
+
+
+class SearchSpec(_Strict):
+    optimizer: Literal["gp", "rf", "et", "random"] = "gp"
+    initial_points: int = Field(default=4, ge=1)
+    seed: int = 0
+
+
+class BudgetSpec(_Strict):
+    max_cost_usd: float | None = Field(default=None, gt=0)
+    deadline_hours: float | None = Field(default=None, gt=0)
+
+
+class JobSpec(_Strict):
+    name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    command: list[str] = Field(min_length=1)
+    metric: Metric
+    steps: int = Field(ge=1)
+    trials: int = Field(default=8, ge=1, le=10_000)
+    parallel: int = Field(default=1, ge=1, le=256)
+    search_space: dict[str, Param] = Field(min_length=1)
+    providers: list[ProviderSpec] = Field(min_length=1)
+    policy: str = "spot-greedy"
+    checkpoint: CheckpointSpec = Field(default_factory=CheckpointSpec)
+    search: SearchSpec = Field(default_factory=SearchSpec)
+    budget: BudgetSpec = Field(default_factory=BudgetSpec)
+    env: dict[str, str] = Field(default_factory=dict)
+    workdir: str = ""  # where the command runs; default: the spec's folder
+
+    @field_validator("command")
+    @classmethod
+    def _argv(cls, v: list[str]) -> list[str]:
+        if not v[0].strip():
+            raise ValueError("the first element must be a program, e.g. [python, train.py]")
+        return v
+
+    @field_validator("search_space")
+    @classmethod
+    def _names(cls, v: dict[str, Any]) -> dict[str, Any]:
+        for k in v:
+            if not k.isidentifier():
+                raise ValueError(f"parameter name {k!r} must be an identifier")
+        return v
+
+    @model_validator(mode="after")
+    def _check(self) -> JobSpec:
+        names = [p.name for p in self.providers]
+        if len(set(names)) != len(names):
+            raise ValueError(f"providers: each provider may appear once, got {names}")
+        return self
+
+    def base_dir(self, spec_path: Path | None) -> Path:
+        if self.workdir:
+            wd = Path(self.workdir)
+            return wd if wd.is_absolute() or spec_path is None else spec_path.parent / wd
+        return spec_path.parent if spec_path is not None else Path.cwd()
+
+
+_FIXES = {
+    "extra_forbidden": "remove it (see `spotwise tune --help` for the spec reference)",
+    "missing": "add it",
+    "too_short": "give at least one entry",
+}
+
+
+def _format(err: ValidationError) -> str:
+    e = err.errors()[0]
+    loc = ".".join(str(x) for x in e["loc"] if not (isinstance(x, str) and x in _PARAM_TAGS))
+    msg = e["msg"].removeprefix("Value error, ")
+    fix = _FIXES.get(e["type"], "")
+    if e["type"] == "extra_forbidden":
+        msg = "unknown field"
+    more = f" (+{len(err.errors()) - 1} more)" if len(err.errors()) > 1 else ""
+    return f"spec field '{loc or '<root>'}': {msg}" + (f"; {fix}" if fix else "") + more
+
+
+_PARAM_TAGS = {"real", "int", "categorical"}
+
+
+def parse_spec(data: Any, source: str = "spec") -> JobSpec:
+    if not isinstance(data, dict):
+        raise SpecError(f"{source}: the spec must be a YAML mapping, got {type(data).__name__}")
+    try:
+        return JobSpec.model_validate(data)
+    except ValidationError as err:
+        raise SpecError(f"{source}: {_format(err)}") from None
+
+
+def load_spec(path: str | Path) -> JobSpec:
+    """Read and validate a YAML job spec; raise :class:`SpecError` with one line on any problem."""
+    import yaml
+
+    p = Path(path)
+    if not p.is_file():
+        raise SpecError(
+            f"spec file {p} not found; pass the path to a job YAML, e.g. examples/digits/job.yaml"
+        )
+    try:
+        data = yaml.safe_load(p.read_text())
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark is not None else ""
+        raise SpecError(f"{p}:{where} is not valid YAML: {getattr(e, 'problem', e)}") from None
+    return parse_spec(data, str(p))

@@ -1,0 +1,235 @@
+"""Engine, session scope, URL resolution and the migrations runner.
+
+SQLite (WAL mode) by default; any SQLAlchemy URL (e.g. PostgreSQL) through ``--db`` or
+``SPOTWISE_DB``. The schema is created and upgraded by alembic only (``migrate``), never by
+``metadata.create_all``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy import event
+from sqlalchemy.engine import URL, Connection, Engine, make_url
+from sqlalchemy.exc import ArgumentError, SQLAlchemyError
+from sqlalchemy.pool import StaticPool
+from sqlmodel import Session
+
+from spotwise.errors import ConfigError, StoreError
+
+ENV_VAR = "SPOTWISE_DB"
+MIGRATIONS_DIR = Path(__file__).parent / "migrations"
+EXAMPLE_URLS = "sqlite:////path/to/spotwise.db or postgresql+psycopg://user@host:5432/spotwise"
+SQLITE_BUSY_TIMEOUT_S = 30
+_DRIVER_HINTS = {
+    "postgresql": "pip install 'spotwise[postgres]'",
+}
+# A lock id for serialising migrations on PostgreSQL ("spotwise" as a number).
+_PG_MIGRATION_LOCK = 0x73706F7477697365
+
+
+def default_url(explicit: str | None = None) -> str:
+    """The database URL: ``explicit``, else ``$SPOTWISE_DB``, else a SQLite file under the
+    user data folder (created here)."""
+    if explicit:
+        return explicit
+    from_env = os.environ.get(ENV_VAR, "").strip()
+    if from_env:
+        return from_env
+    from platformdirs import user_data_dir
+
+    folder = Path(user_data_dir("spotwise"))
+    folder.mkdir(parents=True, exist_ok=True)
+    return f"sqlite:///{folder / 'spotwise.db'}"
+
+
+def redact(url: str) -> str:
+    """``url`` without its password, fit to print (also for strings that do not parse)."""
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:
+        return re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", url)
+
+
+def _config_error(url: str, reason: str, hint: str | None = None) -> ConfigError:
+    if hint is None and "://" not in url and url.endswith((".db", ".sqlite", ".sqlite3")):
+        hint = f"for a SQLite file use --db sqlite:///{Path(url).expanduser().resolve()}"
+    return ConfigError(
+        f"unusable database URL {redact(url)!r} ({reason}); set --db/SPOTWISE_DB to a "
+        f"SQLAlchemy URL such as {EXAMPLE_URLS}",
+        hint=hint,
+    )
+
+
+def parse_url(url: str) -> URL:
+    try:
+        return make_url(url)
+    except (ArgumentError, ValueError) as exc:
+        raise _config_error(url, "cannot parse it") from exc
+
+
+def sqlite_path(url: str | URL) -> Path | None:
+    """The file of a SQLite URL; None for other databases and in-memory SQLite."""
+    parsed = url if isinstance(url, URL) else parse_url(url)
+    if parsed.get_backend_name() != "sqlite":
+        return None
+    database = parsed.database or ""
+    if database in ("", ":memory:") or database.startswith("file:"):
+        return None
+    return Path(database).expanduser()
+
+
+def _on_sqlite_connect(dbapi_connection: Any, _record: Any) -> None:
+    cursor = dbapi_connection.cursor()
+    try:
+        # busy_timeout first: switching a fresh file to WAL needs a lock another process may hold.
+        cursor.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_S * 1000}")
+        cursor.execute("PRAGMA journal_mode = WAL")
+        cursor.execute("PRAGMA foreign_keys = ON")
+    finally:
+        cursor.close()
+
+
+def make_engine(url: str) -> Engine:
+    """An engine for ``url``; ConfigError for an unparseable URL, unknown dialect or missing
+    driver. Nothing is connected yet."""
+    parsed = parse_url(url)
+    kwargs: dict[str, Any] = {}
+    is_sqlite = parsed.get_backend_name() == "sqlite"
+    if is_sqlite:
+        kwargs["connect_args"] = {"timeout": SQLITE_BUSY_TIMEOUT_S, "check_same_thread": False}
+        if sqlite_path(parsed) is None:  # in-memory: one shared connection, or tables vanish
+            kwargs["poolclass"] = StaticPool
+    else:
+        kwargs["pool_pre_ping"] = True
+    try:
+        engine = sa.create_engine(parsed, **kwargs)
+    except ImportError as exc:
+        name = getattr(exc, "name", None) or str(exc)
+        raise _config_error(
+            url,
+            f"its driver {name!r} is not installed",
+            hint=_DRIVER_HINTS.get(parsed.get_backend_name()),
+        ) from exc
+    except (ArgumentError, ValueError, TypeError) as exc:
+        reason = (
+            f"unknown database dialect/driver {parsed.drivername!r}"
+            if isinstance(exc, ArgumentError)
+            else str(exc)
+        )
+        raise _config_error(url, reason) from exc
+    if is_sqlite:
+        event.listen(engine, "connect", _on_sqlite_connect)
+    return engine
+
+
+def store_error(exc: BaseException, engine: Engine | None = None, action: str = "") -> StoreError:
+    """One line for a database failure: the driver's message, no SQL, no parameters, no
+    password."""
+    orig = getattr(exc, "orig", None)
+    message = str(orig if orig is not None else exc).strip().splitlines()
+    reason = message[0] if message else type(exc).__name__
+    where = f" ({engine.url.render_as_string(hide_password=True)})" if engine else ""
+    doing = f" while {action}" if action else ""
+    hint = None
+    if "locked" in reason or "busy" in reason:
+        hint = "another spotwise process is writing to the database; retry in a moment"
+    return StoreError(f"database error{doing}: {reason}{where}", hint=hint)
+
+
+@contextmanager
+def session_scope(engine: Engine, action: str = "") -> Iterator[Session]:
+    """A session that commits on success and rolls back on error; database errors are
+    re-raised as StoreError. Objects stay readable after the scope closes."""
+    session = Session(engine, expire_on_commit=False)
+    try:
+        yield session
+        session.commit()
+    except SQLAlchemyError as exc:
+        session.rollback()
+        raise store_error(exc, engine, action) from exc
+    except BaseException:
+        session.rollback()
+        raise
+    finally:
+        session.close()
+
+
+# --- migrations -------------------------------------------------------------------------------
+
+
+def alembic_config(connection: Connection | None = None) -> Any:
+    """An alembic Config pointing at the packaged migrations (no ini file needed)."""
+    from alembic.config import Config
+
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS_DIR).replace("%", "%%"))
+    cfg.set_main_option("path_separator", "os")
+    if connection is not None:
+        cfg.attributes["connection"] = connection
+    return cfg
+
+
+def head_revision() -> str | None:
+    from alembic.script import ScriptDirectory
+
+    head: str | None = ScriptDirectory.from_config(alembic_config()).get_current_head()
+    return head
+
+
+def current_revision(connection: Connection) -> str | None:
+    from alembic.runtime.migration import MigrationContext
+
+    rev: str | None = MigrationContext.configure(connection).get_current_revision()
+    return rev
+
+
+def _upgrade_locked(engine: Engine) -> None:
+    """``alembic upgrade head`` inside one transaction that holds a lock, so two processes
+    opening a fresh database at once do not both create the tables."""
+    from alembic import command
+
+    with engine.connect() as conn:
+        if engine.dialect.name == "sqlite":
+            # pysqlite starts no transaction before DDL: take the write lock ourselves.
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
+        elif engine.dialect.name == "postgresql":
+            conn.execute(sa.text("SELECT pg_advisory_xact_lock(:k)"), {"k": _PG_MIGRATION_LOCK})
+        command.upgrade(alembic_config(conn), "head")
+        conn.commit()
+
+
+def migrate(engine: Engine, attempts: int = 5) -> None:
+    """Bring the schema to the newest revision; a no-op (and no write lock) when it is there."""
+    from alembic.util.exc import CommandError
+
+    head = head_revision()
+    for attempt in range(attempts):
+        current: str | None = None
+        try:
+            with engine.connect() as conn:
+                current = current_revision(conn)
+            if current == head:
+                return
+            _upgrade_locked(engine)
+            return
+        except CommandError as exc:
+            raise StoreError(
+                f"database schema revision {current!r} is unknown to this spotwise "
+                f"(newest is {head!r}) at {engine.url.render_as_string(hide_password=True)}",
+                hint="upgrade spotwise, or point --db/SPOTWISE_DB at another database",
+            ) from exc
+        except SQLAlchemyError as exc:
+            # Another process created the tables between our check and our lock (a database
+            # without a lock of its own): look again, it is probably at head now.
+            if "already exists" in str(exc).lower() and attempt + 1 < attempts:
+                time.sleep(0.2 * (attempt + 1))
+                continue
+            raise store_error(exc, engine, "migrating the schema") from exc

@@ -1,0 +1,214 @@
+"""Load real spot traces into one aligned shape: zones × ticks of availability and price.
+
+Two formats are read:
+
+* the SkyNomad CSV (``.csv`` or ``.csv.gz``, or a folder holding one):
+  ``timestamp, availability_zone, instance_type, spot_available, spot_price_usd_per_hour,
+  on_demand_price_usd_per_hour``;
+* a folder of Can't Be Late JSON files ``<zone>_<key>.json`` holding
+  ``{"metadata": {"gap_seconds": N}, "data": [counts...]}`` (no timestamps, no prices: ticks
+  start at :data:`CBL_EPOCH` and prices are NaN unless the caller supplies them).
+
+Everything downstream (replay market, revocation predictor, simulator) uses :class:`TraceSet`.
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import json
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from spotwise.errors import SpecError
+
+if TYPE_CHECKING:
+    import numpy as np
+
+CBL_EPOCH = 1676498896.0  # 2023-02-15 22:08:16 UTC, first tick of the matching SkyNomad trace
+
+
+@dataclass
+class TraceSet:
+    """Aligned availability/price traces of one instance type over several zones."""
+
+    zones: list[str]
+    times: np.ndarray  # (T,) epoch seconds, increasing
+    available: np.ndarray  # (Z, T) bool: spot obtainable in zone z at tick t
+    price: np.ndarray  # (Z, T) float USD/h; NaN where unknown
+    instance_type: str = ""
+    on_demand_price: float = float("nan")
+    gap_seconds: float = 0.0
+    source: str = ""
+    counts: np.ndarray | None = field(default=None)  # (Z, T) raw instance counts (CBL files)
+
+    def __post_init__(self) -> None:
+        z, t = self.available.shape
+        if z != len(self.zones) or t != len(self.times) or self.price.shape != (z, t):
+            raise ValueError(
+                f"trace arrays disagree: {len(self.zones)} zones, {len(self.times)} ticks, "
+                f"available {self.available.shape}, price {self.price.shape}"
+            )
+
+    @property
+    def n_ticks(self) -> int:
+        return len(self.times)
+
+    @property
+    def duration_s(self) -> float:
+        return float(self.times[-1] - self.times[0]) + self.gap_seconds
+
+    def tick_at(self, t: float) -> int:
+        """Index of the tick in force at epoch time ``t`` (clamped to the trace)."""
+        import numpy as np
+
+        i = int(np.searchsorted(self.times, t, side="right")) - 1
+        return min(max(i, 0), self.n_ticks - 1)
+
+    def slice(self, start: int, stop: int) -> TraceSet:
+        return TraceSet(
+            zones=list(self.zones),
+            times=self.times[start:stop],
+            available=self.available[:, start:stop],
+            price=self.price[:, start:stop],
+            instance_type=self.instance_type,
+            on_demand_price=self.on_demand_price,
+            gap_seconds=self.gap_seconds,
+            source=self.source,
+            counts=None if self.counts is None else self.counts[:, start:stop],
+        )
+
+
+def load_traces(path: str | Path) -> TraceSet:
+    """Load a SkyNomad CSV (file or folder) or a folder of Can't Be Late JSON files."""
+    p = Path(path)
+    if not p.exists():
+        raise SpecError(
+            f"--traces: {p} does not exist; pass a SkyNomad CSV or a folder of JSON traces"
+        )
+    if p.is_dir():
+        csvs = sorted([*p.glob("*.csv.gz"), *p.glob("*.csv")])
+        csvs = [c for c in csvs if "summary" not in c.name]
+        if csvs:
+            return load_skynomad_csv(csvs[0])
+        jsons = sorted(p.rglob("*.json"))
+        if jsons:
+            return load_cbl_folder(p)
+        raise SpecError(f"--traces: {p} holds no .csv(.gz) or .json trace files")
+    if p.suffix == ".json":
+        return load_cbl_files([p])
+    return load_skynomad_csv(p)
+
+
+def _parse_ts(s: str) -> float:
+    dt = datetime.fromisoformat(s.strip())
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=UTC)
+    return dt.timestamp()
+
+
+def load_skynomad_csv(path: Path) -> TraceSet:
+    import numpy as np
+
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt", newline="") as fh:  # type: ignore[operator]
+        reader = csv.DictReader(fh)
+        need = {"timestamp", "availability_zone", "spot_available"}
+        if not reader.fieldnames or not need <= set(reader.fieldnames):
+            raise SpecError(
+                f"--traces: {path} lacks columns {sorted(need - set(reader.fieldnames or []))}; "
+                "expected the SkyNomad CSV (timestamp, availability_zone, spot_available, ...)"
+            )
+        rows = list(reader)
+    if not rows:
+        raise SpecError(f"--traces: {path} has no rows")
+    zones = sorted({r["availability_zone"] for r in rows})
+    stamps = sorted({r["timestamp"] for r in rows})
+    t_index = {s: i for i, s in enumerate(stamps)}
+    z_index = {z: i for i, z in enumerate(zones)}
+    avail = np.zeros((len(zones), len(stamps)), dtype=bool)
+    price = np.full((len(zones), len(stamps)), np.nan)
+    has_price = "spot_price_usd_per_hour" in rows[0]
+    od = float("nan")
+    for r in rows:
+        zi, ti = z_index[r["availability_zone"]], t_index[r["timestamp"]]
+        avail[zi, ti] = r["spot_available"].strip() not in ("0", "", "0.0")
+        if has_price and r["spot_price_usd_per_hour"]:
+            price[zi, ti] = float(r["spot_price_usd_per_hour"])
+        if od != od and r.get("on_demand_price_usd_per_hour"):
+            od = float(r["on_demand_price_usd_per_hour"])
+    times = np.array([_parse_ts(s) for s in stamps])
+    gap = float(np.median(np.diff(times))) if len(times) > 1 else 0.0
+    return TraceSet(
+        zones=zones,
+        times=times,
+        available=avail,
+        price=_ffill(price),
+        instance_type=rows[0].get("instance_type", ""),
+        on_demand_price=od,
+        gap_seconds=gap,
+        source=str(path),
+    )
+
+
+def load_cbl_folder(folder: Path, pattern: str = "*.json") -> TraceSet:
+    files = sorted(folder.rglob(pattern))
+    if not files:
+        raise SpecError(f"--traces: no JSON files under {folder}")
+    # one set of traces must share a gap and length: take the group of the first file's shape
+    return load_cbl_files(files)
+
+
+def load_cbl_files(files: list[Path]) -> TraceSet:
+    import numpy as np
+
+    series: list[tuple[str, list[float], float]] = []
+    for f in files:
+        try:
+            doc = json.loads(f.read_text())
+            gap = float(doc["metadata"]["gap_seconds"])
+            data = [float(x) for x in doc["data"]]
+        except (KeyError, TypeError, ValueError, json.JSONDecodeError) as e:
+            raise SpecError(
+                f"--traces: {f} is not a Can't Be Late trace "
+                f'({{"metadata": {{"gap_seconds": N}}, "data": [...]}}): {e}'
+            ) from None
+        series.append((f.stem, data, gap))
+    gap0, n0 = series[0][2], len(series[0][1])
+    same = [s for s in series if s[2] == gap0 and len(s[1]) == n0]
+    counts = np.array([s[1] for s in same])
+    return TraceSet(
+        zones=[s[0] for s in same],
+        times=CBL_EPOCH + gap0 * np.arange(n0),
+        available=counts > 0,
+        price=np.full(counts.shape, np.nan),
+        instance_type=_cbl_key(same[0][0]),
+        gap_seconds=gap0,
+        source=str(files[0].parent),
+        counts=counts,
+    )
+
+
+def _cbl_key(stem: str) -> str:
+    parts = stem.split("_", 1)
+    return parts[1] if len(parts) == 2 else stem
+
+
+def _ffill(a: np.ndarray) -> np.ndarray:
+    """Forward-fill NaN along the tick axis, then back-fill the leading NaN."""
+    import numpy as np
+
+    out = a.copy()
+    for z in range(out.shape[0]):
+        row = out[z]
+        mask = np.isnan(row)
+        if mask.all():
+            continue
+        idx = np.where(~mask, np.arange(len(row)), 0)
+        np.maximum.accumulate(idx, out=idx)
+        row[:] = row[idx]
+        first = int(np.argmax(~mask))
+        row[:first] = row[first]
+    return out
