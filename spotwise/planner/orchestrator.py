@@ -38,6 +38,7 @@ from spotwise.planner.policy import (
     TrialExited,
     get_policy,
 )
+from spotwise.planner.report import best_of, best_trial, life_cost, snapshot, summary
 from spotwise.planner.runstate import Life, TrialRun, build_view
 from spotwise.planner.search import Search
 from spotwise.providers.base import TAG_JOB, InstanceState, LaunchRequest, Offer, our_tags
@@ -275,7 +276,10 @@ class Orchestrator:
                 )
         if events:
             self.store.update_trial(
-                t.trial_id, step=t.step, metric=t.last_metric, best_metric=self._best_of(t)
+                t.trial_id,
+                step=t.step,
+                metric=t.last_metric,
+                best_metric=best_of(t, self.spec.metric.direction),
             )
         return events
 
@@ -463,14 +467,8 @@ class Orchestrator:
         self.lives.pop(life.instance_id, None)
         segs = self.backend.segments(life.offer, life.launched_at, ended_at)
         revoked = state is InstanceState.REVOKED
-        cost = self.backend.rule.charge(segs, revoked_by_provider=revoked)
-        seconds = sum(s for s, _ in segs)
-        ran = max(life.max_step - life.start_step, 0)
-        useful = max(
-            min(life.max_step, t.step if not revoked else t.checkpoint_step) - life.start_step, 0
-        )
-        useful_s = seconds * (useful / ran) if ran else 0.0
-        od = useful_s * life.offer.on_demand_price_per_hour / 3600.0
+        kept = t.checkpoint_step if revoked else t.step
+        cost, od, seconds = life_cost(life, segs, self.backend.rule, revoked, kept)
         t.cost_usd += cost
         t.on_demand_cost_usd += od
         self.spent_usd += cost
@@ -498,6 +496,18 @@ class Orchestrator:
     def _drain(self, backend: Backend) -> None:
         """Leave no instance behind: stop what runs, bill it, and close the backend."""
         now = backend.now()
+        waited = time.monotonic()
+        while any(life.notice_deadline for _, life in self.lives.values()):
+            if time.monotonic() - waited > STOP_TIMEOUT_WALL_S:
+                break  # the provider is slow to take them: terminate below
+            states = {
+                i.instance_id: i for i in backend.provisioner.describe({TAG_JOB: self.job_id})
+            }
+            for iid, (t, life) in list(self.lives.items()):
+                inst = states.get(iid)
+                if inst is not None and inst.state.is_terminal():
+                    self._bill(t, life, inst.state, inst.ended_at or backend.now())
+            time.sleep(self.opts.poll_s)
         for iid, (t, life) in list(self.lives.items()):
             try:
                 backend.provisioner.terminate([iid])
@@ -510,8 +520,38 @@ class Orchestrator:
                 self._close_trial(t, "cancelled", now)
         backend.close()
 
+    def _totals(self) -> dict[str, float]:
+        return {
+            "cost_usd": self.spent_usd,
+            "on_demand_cost_usd": self.on_demand_usd,
+            "revocations": self.revocations,
+            "migrations": self.migrations,
+            "early_stopped": self.early_stopped,
+        }
+
+    def summary(self, wall_seconds: float) -> dict[str, Any]:
+        job = self.store.get_job(self.job_id)
+        state = job.state.value if hasattr(job.state, "value") else str(job.state)
+        direction = self.spec.metric.direction
+        return summary(
+            self.job_id,
+            state,
+            self.policy.name,
+            self.trials,
+            direction,
+            self._totals(),
+            wall_seconds,
+        )
+
+    def snapshot(self, now: float) -> dict[str, Any]:
+        cost = self.spent_usd + self._running_cost(now)
+        total = self.spec.trials * self.spec.steps
+        return snapshot(
+            self.job_id, self.policy.name, self.trials, now, cost, self._totals(), total
+        )
+
     def _finish_job(self, state: str, error: str | None) -> None:
-        best = self._best_trial()
+        best = best_trial(self.trials, self.spec.metric.direction)
         self.store.update_job(
             self.job_id,
             state=state,
@@ -525,78 +565,6 @@ class Orchestrator:
             migrations=self.migrations,
             early_stopped=self.early_stopped,
         )
-
-    def _best_trial(self) -> TrialRun | None:
-        done = [t for t in self.trials if t.state == "completed" and t.final_metric is not None]
-        if not done:
-            return None
-        sign = 1.0 if self.spec.metric.direction == "maximize" else -1.0
-        return max(done, key=lambda t: (sign * (t.final_metric or 0.0), -t.number))
-
-    def _best_of(self, t: TrialRun) -> float | None:
-        if not t.curve:
-            return None
-        vals = list(t.curve.values())
-        return max(vals) if self.spec.metric.direction == "maximize" else min(vals)
-
-    def summary(self, wall_seconds: float) -> dict[str, Any]:
-        best = self._best_trial()
-        job = self.store.get_job(self.job_id)
-        return {
-            "job_id": self.job_id,
-            "state": job.state.value if hasattr(job.state, "value") else str(job.state),
-            "policy": self.policy.name,
-            "best": None
-            if best is None
-            else {
-                "trial": best.trial_id,
-                "number": best.number,
-                "params": best.params,
-                "metric": best.final_metric,
-            },
-            "trials": len(self.trials),
-            "completed": sum(1 for t in self.trials if t.state == "completed"),
-            "revocations": self.revocations,
-            "migrations": self.migrations,
-            "early_stopped": self.early_stopped,
-            "cost_usd": round(self.spent_usd, 6),
-            "on_demand_cost_usd": round(self.on_demand_usd, 6),
-            "wall_seconds": round(wall_seconds, 3),
-        }
-
-    def snapshot(self, now: float) -> dict[str, Any]:
-        rows = []
-        for t in self.trials:
-            life = t.life
-            rows.append(
-                {
-                    "number": t.number,
-                    "trial": t.trial_id,
-                    "params": t.params,
-                    "step": t.step,
-                    "steps": t.steps_total,
-                    "metric": t.last_metric,
-                    "state": t.state,
-                    "instance": f"{life.offer.zone}/{life.offer.market.value}" if life else "",
-                    "cost_usd": t.cost_usd,
-                    "revocations": t.revocations,
-                }
-            )
-        done_steps = sum(
-            min(t.step, t.steps_total) if t.state != "completed" else t.steps_total
-            for t in self.trials
-        )
-        return {
-            "job_id": self.job_id,
-            "policy": self.policy.name,
-            "trials": rows,
-            "market_time": now,
-            "cost_usd": self.spent_usd + self._running_cost(now),
-            "revocations": self.revocations,
-            "migrations": self.migrations,
-            "progress": done_steps,
-            "total": self.spec.trials * self.spec.steps,
-        }
 
     # ---- helpers ------------------------------------------------------------------------
     def _checkpoint_root(self) -> Path:

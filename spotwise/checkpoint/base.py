@@ -1,0 +1,305 @@
+"""The checkpoint storage interface, and the manifest logic every backend shares.
+
+One store instance is one trial's checkpoint folder (or bucket prefix). Its layout::
+
+    ckpt-00000005.pt      the checkpoint bytes (whatever the SDK serialised)
+    ckpt-00000005.json    its manifest: {"step", "file", "sha256", "size", "created_at", ...meta}
+    ckpt-00000010.pt
+    ckpt-00000010.json
+    LATEST                the name of the newest manifest ("ckpt-00000010.json")
+
+Writes go in that order — data, then manifest, then ``LATEST`` — each one atomic, so a crash
+leaves at worst a data file without a manifest, which readers ignore. A checkpoint *exists*
+once its manifest does; ``LATEST`` is the commit marker for people and tools that look at the
+folder, while readers list the manifests (a manifest newer than ``LATEST`` means the writer
+died just before updating the pointer: the checkpoint is complete and is used).
+
+Reads verify the size and SHA-256 named by the manifest. When the newest checkpoint fails,
+:meth:`ManifestCheckpointStore.get_latest` falls back to the newest one that verifies and says
+so in the returned manifest (``fallback_from``, ``fallback_reason``) rather than through
+``warnings``; when none verifies it raises :class:`~spotwise.errors.CheckpointError`.
+
+Backends implement the five blob primitives of :class:`ManifestCheckpointStore` (each write
+atomic per key) and inherit the rest; ``local.py`` is the reference implementation.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import time
+from abc import ABC, abstractmethod
+from typing import Any, Protocol, runtime_checkable
+
+from spotwise.errors import CheckpointError
+
+Manifest = dict[str, Any]
+Manifests = list[Manifest]
+_StepKeys = list[tuple[int, str]]  # (step, manifest key); aliased: the class defines list()
+
+LATEST = "LATEST"
+DEFAULT_KEEP = 2
+RESERVED_KEYS = ("file", "sha256", "size", "created_at")
+_MANIFEST_RE = re.compile(r"^ckpt-(\d{8,})\.json$")
+_DATA_RE = re.compile(r"^ckpt-(\d{8,})\.pt$")
+
+
+def checkpoint_name(step: int) -> str:
+    """The data file name of the checkpoint taken after ``step``: ``ckpt-00000005.pt``."""
+    return f"ckpt-{_check_step(step):08d}.pt"
+
+
+def manifest_name(step: int) -> str:
+    """The manifest name of the checkpoint taken after ``step``: ``ckpt-00000005.json``."""
+    return f"ckpt-{_check_step(step):08d}.json"
+
+
+def _check_step(step: object) -> int:
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+        raise ValueError(f"step must be an int >= 0, got {step!r}")
+    return step
+
+
+@runtime_checkable
+class CheckpointStore(Protocol):
+    """One trial's checkpoints. Every backend (local folder, S3, GCS, Azure Blob) is one."""
+
+    @property
+    def uri(self) -> str:
+        """Where this store keeps its checkpoints (folder path or URI)."""
+        ...
+
+    def put(self, name: str, data: bytes, meta: Manifest) -> str:
+        """Store one checkpoint atomically; ``meta["step"]`` is required. Return its URI."""
+        ...
+
+    def get_latest(self) -> tuple[bytes, Manifest] | None:
+        """The newest checkpoint that verifies, with its manifest; None when there is none."""
+        ...
+
+    def latest_manifest(self) -> Manifest | None:
+        """The newest manifest, without reading (or verifying) its data."""
+        ...
+
+    def list(self) -> Manifests:
+        """Every readable manifest, oldest first."""
+        ...
+
+    def delete_older_than(self, keep: int) -> None:
+        """Keep the newest ``keep`` checkpoints (and always one that verifies); drop the rest."""
+        ...
+
+
+class ManifestCheckpointStore(ABC):
+    """The shared manifest, verification, fallback and retention logic over five primitives."""
+
+    def __init__(self, keep: int = DEFAULT_KEEP) -> None:
+        if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:
+            raise ValueError(f"keep must be an int >= 1, got {keep=}")
+        self.keep = keep
+        self._verified: set[tuple[str, str]] = set()  # (file, sha256) known good in this process
+
+    # -- the primitives a backend implements ------------------------------------------------
+    @property
+    @abstractmethod
+    def uri(self) -> str:
+        """Where this store lives."""
+
+    @abstractmethod
+    def _write(self, key: str, data: bytes) -> None:
+        """Write one object atomically: readers see the old bytes or the new, never a part."""
+
+    @abstractmethod
+    def _read(self, key: str) -> bytes | None:
+        """The object's bytes, or None when it does not exist."""
+
+    @abstractmethod
+    def _keys(self) -> list[str]:
+        """Names of every object in the store (no prefix, no temporary files)."""
+
+    @abstractmethod
+    def _remove(self, key: str) -> None:
+        """Delete one object; a missing one is not an error."""
+
+    @abstractmethod
+    def _location(self, key: str) -> str:
+        """The URI of one object, for messages and for :meth:`put`'s return value."""
+
+    # -- the CheckpointStore protocol -------------------------------------------------------
+    def put(self, name: str, data: bytes, meta: Manifest) -> str:
+        if not name or "/" in name or "\\" in name or name.startswith(".") or name == LATEST:
+            raise ValueError(f"checkpoint name must be a plain file name, got {name!r}")
+        if name.endswith(".json"):
+            raise ValueError(f"checkpoint name must not end in .json (manifests do), got {name!r}")
+        if not isinstance(data, bytes | bytearray | memoryview):
+            raise TypeError(f"checkpoint data must be bytes, got {type(data).__name__}")
+        step = _check_step(meta.get("step"))
+        clash = sorted(k for k in RESERVED_KEYS if k in meta)
+        if clash:
+            raise ValueError(f"meta must not set {clash}: the store writes them")
+        data = bytes(data)
+        digest = hashlib.sha256(data).hexdigest()
+        manifest: Manifest = {
+            **meta,
+            "step": step,
+            "file": name,
+            "sha256": digest,
+            "size": len(data),
+            "created_at": time.time(),
+        }
+        try:
+            text = json.dumps(manifest, sort_keys=True, allow_nan=False)
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"checkpoint meta must be JSON-serialisable: {e}") from None
+        mkey = manifest_name(step)
+        self._write(name, data)  # 1. the data
+        self._write(mkey, (text + "\n").encode())  # 2. the manifest: the checkpoint now exists
+        self._write(LATEST, (mkey + "\n").encode())  # 3. the pointer
+        self._verified.add((name, digest))
+        self.delete_older_than(self.keep)
+        return self._location(name)
+
+    def get_latest(self) -> tuple[bytes, Manifest] | None:
+        first_error: CheckpointError | None = None
+        first_name = ""
+        candidates = self._manifest_keys()
+        for step, mkey in reversed(candidates):
+            try:
+                manifest = self._load_manifest(mkey, step)
+                data = self.read(manifest)
+            except CheckpointError as e:
+                if first_error is None:
+                    first_error, first_name = e, self._data_key(mkey, step)
+                continue
+            if first_error is not None:
+                manifest["fallback_from"] = first_name
+                manifest["fallback_reason"] = first_error.message
+            return data, manifest
+        if first_error is not None:
+            raise CheckpointError(
+                f"{first_error.message}; no older checkpoint in {self.uri} verifies either",
+                hint=f"remove {self.uri} to restart the trial from scratch",
+            )
+        return None
+
+    def latest_manifest(self) -> Manifest | None:
+        for step, mkey in reversed(self._manifest_keys()):
+            try:
+                return self._load_manifest(mkey, step)
+            except CheckpointError:
+                continue
+        return None
+
+    def list(self) -> Manifests:
+        out: Manifests = []
+        for step, mkey in self._manifest_keys():
+            try:
+                out.append(self._load_manifest(mkey, step))
+            except CheckpointError:
+                continue
+        return out
+
+    def delete_older_than(self, keep: int) -> None:
+        if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:
+            raise ValueError(f"keep must be an int >= 1, got {keep=}")
+        entries = self._manifest_keys()[::-1]  # newest first
+        kept: set[str] = set()
+        has_verified = False  # never delete the only checkpoint that verifies
+        for i, (step, mkey) in enumerate(entries):
+            if i < keep:
+                kept.add(mkey)
+                has_verified = has_verified or self._verifies(mkey, step)
+            elif has_verified:
+                break
+            elif self._verifies(mkey, step):
+                kept.add(mkey)
+                has_verified = True
+        files_kept: set[str] = set()
+        for step, mkey in entries:
+            if mkey in kept:
+                files_kept.add(self._data_key(mkey, step))
+        oldest_kept = min((s for s, m in entries if m in kept), default=None)
+        for step, mkey in entries:
+            if mkey in kept:
+                continue
+            data_key = self._data_key(mkey, step)
+            self._remove(mkey)  # the manifest first: no manifest ever names a missing file
+            if data_key not in files_kept:
+                self._remove(data_key)
+        if oldest_kept is None:
+            return
+        for key in self._keys():  # data left by a crash between the data and its manifest
+            m = _DATA_RE.match(key)
+            if m and int(m.group(1)) < oldest_kept and key not in files_kept:
+                self._remove(key)
+
+    # -- reading and verifying --------------------------------------------------------------
+    def read(self, manifest: Manifest) -> bytes:
+        """The bytes a manifest names, after checking their size and SHA-256."""
+        name = str(manifest.get("file", ""))
+        if not name or "/" in name or "\\" in name:
+            raise CheckpointError(f"manifest of step {manifest.get('step')} names no valid file")
+        where = self._location(name)
+        data = self._read(name)
+        if data is None:
+            raise CheckpointError(f"checkpoint {where} is missing (its manifest exists)")
+        size, digest = manifest.get("size"), manifest.get("sha256")
+        if len(data) != size:
+            raise CheckpointError(
+                f"checkpoint {where} is partial or corrupt: size {len(data)} bytes, "
+                f"manifest says {size}"
+            )
+        actual = hashlib.sha256(data).hexdigest()
+        if actual != digest:
+            raise CheckpointError(
+                f"checkpoint {where} is corrupt: sha256 {actual[:12]}…, manifest says "
+                f"{str(digest)[:12]}…"
+            )
+        self._verified.add((name, actual))
+        return data
+
+    def _verifies(self, mkey: str, step: int) -> bool:
+        try:
+            manifest = self._load_manifest(mkey, step)
+            if (manifest["file"], manifest["sha256"]) in self._verified:
+                return True
+            self.read(manifest)
+        except CheckpointError:
+            return False
+        return True
+
+    def _manifest_keys(self) -> _StepKeys:
+        """(step, manifest key) of every manifest, oldest first."""
+        found: _StepKeys = []
+        for key in self._keys():
+            m = _MANIFEST_RE.match(key)
+            if m:
+                found.append((int(m.group(1)), key))
+        return sorted(found)
+
+    def _load_manifest(self, mkey: str, step: int) -> Manifest:
+        where = self._location(mkey)
+        raw = self._read(mkey)
+        if raw is None:
+            raise CheckpointError(f"checkpoint manifest {where} disappeared while reading")
+        try:
+            manifest = json.loads(raw.decode())
+        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise CheckpointError(f"checkpoint manifest {where} is not valid JSON: {e}") from None
+        if not isinstance(manifest, dict):
+            raise CheckpointError(f"checkpoint manifest {where} is not a JSON object")
+        missing = [k for k in ("step", "file", "sha256", "size") if k not in manifest]
+        if missing:
+            raise CheckpointError(f"checkpoint manifest {where} lacks {missing}")
+        if manifest["step"] != step:
+            raise CheckpointError(
+                f"checkpoint manifest {where} says step {manifest['step']}, its name says {step}"
+            )
+        return manifest
+
+    def _data_key(self, mkey: str, step: int) -> str:
+        try:
+            return str(self._load_manifest(mkey, step)["file"])
+        except CheckpointError:
+            return checkpoint_name(step)

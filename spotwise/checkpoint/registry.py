@@ -1,0 +1,85 @@
+"""Open a trial's checkpoint store from its location: storage backends registered by URI scheme.
+
+``file://`` URIs and plain paths open a :class:`~spotwise.checkpoint.local.LocalCheckpointStore`,
+``s3://bucket/prefix`` an :class:`~spotwise.checkpoint.s3.S3CheckpointStore`. A cloud backend is
+added with one factory that imports its module inside the function (the module imports the
+cloud SDK lazily in turn), so importing this registry stays cheap — see ``_open_s3`` below::
+
+    def _open_gs(uri: str) -> CheckpointStore:
+        from spotwise.checkpoint.gcs import open_gcs_store
+
+        return open_gcs_store(uri)
+
+    register_scheme("gs", _open_gs)
+
+An unknown scheme raises :class:`~spotwise.errors.SpecError` listing the registered ones.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
+
+from spotwise.checkpoint.base import CheckpointStore
+from spotwise.checkpoint.local import LocalCheckpointStore
+from spotwise.errors import SpecError, did_you_mean
+
+StoreFactory = Callable[[str], CheckpointStore]
+
+_SCHEME_RE = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
+_SCHEMES: dict[str, StoreFactory] = {}
+
+
+def register_scheme(scheme: str, factory: StoreFactory) -> None:
+    """Open ``<scheme>://...`` URIs with ``factory(uri)``; registering again replaces it."""
+    if not re.fullmatch(r"[a-z][a-z0-9+.-]*", scheme):
+        raise ValueError(f"scheme must be lower-case, without '://', got {scheme=}")
+    if not callable(factory):
+        raise TypeError(f"factory for {scheme!r} must be callable, got {type(factory).__name__}")
+    _SCHEMES[scheme] = factory
+
+
+def registered_schemes() -> list[str]:
+    """The registered URI schemes, sorted."""
+    return sorted(_SCHEMES)
+
+
+def open_checkpoint_store(uri: str) -> CheckpointStore:
+    """The checkpoint store at ``uri``: a folder path, ``file://...``, or a registered scheme."""
+    if not isinstance(uri, str) or not uri.strip():
+        raise SpecError(f"checkpoint location must be a non-empty path or URI, got {uri!r}")
+    m = _SCHEME_RE.match(uri)
+    if m is None:
+        return LocalCheckpointStore(Path(uri))
+    scheme = m.group(1).lower()
+    factory = _SCHEMES.get(scheme)
+    if factory is None:
+        valid = ", ".join(f"{s}://" for s in registered_schemes())
+        raise SpecError(
+            f"checkpoint location {uri!r}: unknown scheme '{scheme}://'"
+            f"{did_you_mean(scheme, registered_schemes())}; valid: {valid} or a plain folder path"
+        )
+    return factory(uri)
+
+
+def _open_file(uri: str) -> CheckpointStore:
+    """``file:///abs/path`` (or ``file://localhost/abs/path``) → a local folder."""
+    parts = urlsplit(uri)
+    if parts.netloc not in ("", "localhost"):
+        # file://relative/dir is not a valid file URI; read it as the relative path it names
+        return LocalCheckpointStore(Path(unquote(parts.netloc + parts.path)))
+    if not parts.path:
+        raise SpecError(f"checkpoint location {uri!r} names no folder; use file:///abs/path")
+    return LocalCheckpointStore(Path(unquote(parts.path)))
+
+
+def _open_s3(uri: str) -> CheckpointStore:
+    from spotwise.checkpoint.s3 import open_s3_store  # boto3 loads only when S3 is used
+
+    return open_s3_store(uri)
+
+
+register_scheme("file", _open_file)
+register_scheme("s3", _open_s3)

@@ -1,0 +1,332 @@
+"""What a training script imports: hyper-parameters in; metrics, checkpoints and exits out.
+
+A trial is the user's command, started by the orchestrator as a child process (an argv list,
+never a shell) once per *attempt*: the first launch and every relaunch after an interruption or
+a migration. Everything passes through environment variables — this is the whole contract:
+
+=============================  =====================================================================
+``SPOTWISE_JOB_ID``            the job's id (str)
+``SPOTWISE_TRIAL_ID``          the trial's id (str)
+``SPOTWISE_ATTEMPT``           int: 0 on the first launch, +1 on each relaunch
+``SPOTWISE_PARAMS``            JSON object of hyper-parameters, e.g. ``{"lr": 0.05, "hidden": 64}``
+``SPOTWISE_STEPS``             int: total steps of the trial
+``SPOTWISE_CHECKPOINT_URI``    the trial's checkpoint folder path or URI (``s3://b/prefix``, ...)
+``SPOTWISE_CHECKPOINT_EVERY``  int >= 1: steps between periodic checkpoints
+``SPOTWISE_EVENTS_FILE``       path of a JSON-lines file the SDK appends events to
+``SPOTWISE_STOP_FILE``         path; once it exists, :func:`should_stop` is True
+=============================  =====================================================================
+
+Events, one JSON object per line, each line flushed and fsynced (``time`` is epoch seconds)::
+
+    {"type": "report", "step": 3, "metric": 0.91, "time": 1.7e9}
+    {"type": "report", "step": 4, "metric": null, "invalid": true, "time": ...}   NaN / inf
+    {"type": "checkpoint", "step": 5, "uri": "/ckpt/trial-3/ckpt-00000005.pt", "time": ...}
+    {"type": "stopping", "reason": "signal" | "stop_file", "step": 7, "time": ...}
+    {"type": "done", "step": 40, "time": ...}
+
+Stopping: the orchestrator asks a trial to checkpoint and exit (a spot interruption notice, a
+migration, an early stop) by creating the stop file or sending SIGTERM. The SDK's SIGTERM
+handler — installed on the first call into the SDK, from the main thread only — just sets a
+flag (it never raises inside the training loop); :func:`should_stop` then returns True, and the
+script saves a checkpoint and exits 0. The ``stopping`` event is written once, when the script
+first observes the request.
+
+A training loop::
+
+    from spotwise import sdk
+
+    state = sdk.load_checkpoint()               # None on a fresh start
+    start = state["step"] if state else 0
+    for step in range(start + 1, sdk.steps() + 1):
+        ...train one step...
+        sdk.report(step, val_accuracy)
+        if sdk.checkpoint_due(step):
+            sdk.save_checkpoint({"step": step, "model": model.state_dict(), ...}, step)
+        if sdk.should_stop():
+            raise SystemExit(0)
+    sdk.done(sdk.steps())
+
+Run by hand (no ``SPOTWISE_*`` variables) the SDK works standalone: empty params, no events,
+checkpoints in ``./spotwise-checkpoints`` — so ``python train.py`` just trains (and resumes from
+that folder; delete it to start over).
+
+Checkpoints are serialised with ``torch.save`` and read back with ``torch.load(...,
+weights_only=True)``: tensors, numbers, strings, bytes, None and lists/tuples/sets/dicts of
+these (state dicts, RNG states) — never arbitrary pickled objects. torch is imported only inside
+the checkpoint functions, so ``import spotwise.sdk`` stays cheap.
+"""
+
+from __future__ import annotations
+
+import collections
+import io
+import json
+import math
+import operator
+import os
+import signal
+import threading
+import time
+from typing import Any, SupportsIndex
+
+from spotwise.checkpoint.base import CheckpointStore, checkpoint_name
+from spotwise.checkpoint.registry import open_checkpoint_store
+from spotwise.errors import CheckpointError, ConfigError
+
+ENV_JOB_ID = "SPOTWISE_JOB_ID"
+ENV_TRIAL_ID = "SPOTWISE_TRIAL_ID"
+ENV_ATTEMPT = "SPOTWISE_ATTEMPT"
+ENV_PARAMS = "SPOTWISE_PARAMS"
+ENV_STEPS = "SPOTWISE_STEPS"
+ENV_CHECKPOINT_URI = "SPOTWISE_CHECKPOINT_URI"
+ENV_CHECKPOINT_EVERY = "SPOTWISE_CHECKPOINT_EVERY"
+ENV_EVENTS_FILE = "SPOTWISE_EVENTS_FILE"
+ENV_STOP_FILE = "SPOTWISE_STOP_FILE"
+
+STANDALONE_CHECKPOINT_DIR = "spotwise-checkpoints"
+DEFAULT_CHECKPOINT_EVERY = 5
+
+
+class _Runtime:
+    """Process-wide SDK state. Configuration is re-read from the environment on every call."""
+
+    def __init__(self) -> None:
+        self.stop_requested = False  # set by the SIGTERM handler
+        self.handler_installed = False
+        self.stopping_emitted = False
+        self.last_step = 0  # the newest step the script reported, saved or resumed from
+
+
+_runtime = _Runtime()
+
+
+# -- configuration -------------------------------------------------------------------------
+def params() -> dict[str, Any]:
+    """The trial's hyper-parameters (``SPOTWISE_PARAMS``); ``{}`` when run by hand."""
+    _ensure_handler()
+    raw = os.environ.get(ENV_PARAMS, "").strip()
+    if not raw:
+        return {}
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"{ENV_PARAMS} is not valid JSON: {e}") from None
+    if not isinstance(value, dict):
+        raise ConfigError(f"{ENV_PARAMS} must be a JSON object, got {type(value).__name__}")
+    return value
+
+
+def steps(default: int = 10) -> int:
+    """Total steps of the trial (``SPOTWISE_STEPS``); ``default`` when run by hand."""
+    _ensure_handler()
+    return _env_int(ENV_STEPS, default, minimum=1)
+
+
+def attempt() -> int:
+    """0 on the trial's first launch, +1 on each relaunch (``SPOTWISE_ATTEMPT``)."""
+    _ensure_handler()
+    return _env_int(ENV_ATTEMPT, 0, minimum=0)
+
+
+def job_id() -> str:
+    """The job's id, or ``""`` when run by hand."""
+    return os.environ.get(ENV_JOB_ID, "")
+
+
+def trial_id() -> str:
+    """The trial's id, or ``""`` when run by hand."""
+    return os.environ.get(ENV_TRIAL_ID, "")
+
+
+def checkpoint_every() -> int:
+    """Steps between periodic checkpoints (``SPOTWISE_CHECKPOINT_EVERY``, default 5)."""
+    return _env_int(ENV_CHECKPOINT_EVERY, DEFAULT_CHECKPOINT_EVERY, minimum=1)
+
+
+def checkpoint_store() -> CheckpointStore:
+    """This trial's checkpoint store (``SPOTWISE_CHECKPOINT_URI`` or ``./spotwise-checkpoints``)."""
+    uri = os.environ.get(ENV_CHECKPOINT_URI, "").strip() or STANDALONE_CHECKPOINT_DIR
+    return open_checkpoint_store(uri)
+
+
+def _env_int(name: str, default: int, *, minimum: int) -> int:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ConfigError(f"{name} must be an integer, got {raw!r}") from None
+    if value < minimum:
+        raise ConfigError(f"{name} must be >= {minimum}, got {value}")
+    return value
+
+
+# -- stopping ------------------------------------------------------------------------------
+def _on_sigterm(signum: int, frame: object) -> None:
+    _runtime.stop_requested = True  # only a flag: no I/O, no exception inside the loop
+
+
+def _ensure_handler() -> None:
+    """Install the SIGTERM handler once, from the main thread (elsewhere signals cannot be set)."""
+    if _runtime.handler_installed or threading.current_thread() is not threading.main_thread():
+        return
+    try:
+        signal.signal(signal.SIGTERM, _on_sigterm)
+    except (ValueError, OSError):  # embedded interpreters without signal support
+        return
+    _runtime.handler_installed = True
+
+
+def should_stop() -> bool:
+    """True once SIGTERM arrived or the stop file exists: save a checkpoint and exit 0."""
+    _ensure_handler()
+    reason = ""
+    if _runtime.stop_requested:
+        reason = "signal"
+    else:
+        stop_file = os.environ.get(ENV_STOP_FILE, "").strip()
+        if stop_file and os.path.exists(stop_file):
+            reason = "stop_file"
+    if not reason:
+        return False
+    if not _runtime.stopping_emitted:
+        _runtime.stopping_emitted = True
+        _emit({"type": "stopping", "reason": reason, "step": _runtime.last_step})
+    return True
+
+
+def checkpoint_due(step: int) -> bool:
+    """True when ``step`` is a multiple of the checkpoint interval, or a stop was requested."""
+    step = _check_step(step)
+    return step % checkpoint_every() == 0 or should_stop()
+
+
+# -- events --------------------------------------------------------------------------------
+def _emit(event: dict[str, Any]) -> None:
+    """Append one event line to the events file (flushed and fsynced); no-op without one."""
+    path = os.environ.get(ENV_EVENTS_FILE, "").strip()
+    if not path:
+        return
+    line = json.dumps({**event, "time": time.time()}, allow_nan=False, separators=(",", ":"))
+    data = (line + "\n").encode()
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        while data:  # O_APPEND: each write lands at the end, whole lines in one write
+            n = os.write(fd, data)
+            data = data[n:]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _check_step(step: object) -> int:
+    if isinstance(step, bool):
+        raise TypeError(f"step must be an int >= 0, got {step!r}")
+    if not isinstance(step, SupportsIndex):
+        raise TypeError(f"step must be an int >= 0, got {type(step).__name__} {step!r}")
+    value = operator.index(step)  # ints, numpy ints, 0-d integer tensors
+    if value < 0:
+        raise ValueError(f"step must be an int >= 0, got {value}")
+    return value
+
+
+def report(step: int, metric: float) -> None:
+    """Record the trial's metric after ``step``. NaN or inf is recorded as invalid, not raised."""
+    _ensure_handler()
+    step = _check_step(step)
+    try:
+        value = float(metric)
+    except (TypeError, ValueError):
+        raise TypeError(
+            f"metric must be a number, got {type(metric).__name__} {metric!r}"
+        ) from None
+    event: dict[str, Any] = {"type": "report", "step": step, "metric": value}
+    if not math.isfinite(value):
+        event.update(metric=None, invalid=True)
+    _runtime.last_step = step
+    _emit(event)
+
+
+def done(step: int) -> None:
+    """Record that the trial finished after ``step``."""
+    _ensure_handler()
+    step = _check_step(step)
+    _runtime.last_step = step
+    _emit({"type": "done", "step": step})
+
+
+# -- checkpoints ---------------------------------------------------------------------------
+def save_checkpoint(state: dict[str, Any], step: int) -> str:
+    """Serialise ``state`` with ``torch.save``, store it atomically, and return its URI."""
+    _ensure_handler()
+    step = _check_step(step)
+    if not isinstance(state, dict):
+        raise TypeError(f"state must be a dict, got {type(state).__name__}")
+    import torch
+
+    _check_loadable(state, "state", torch)
+    buf = io.BytesIO()
+    torch.save(state, buf)
+    meta = {"step": step, "attempt": attempt(), "job_id": job_id(), "trial_id": trial_id()}
+    uri = checkpoint_store().put(checkpoint_name(step), buf.getvalue(), meta)
+    _runtime.last_step = step
+    _emit({"type": "checkpoint", "step": step, "uri": uri})
+    return uri
+
+
+def load_checkpoint(map_location: Any = "cpu") -> dict[str, Any] | None:
+    """The newest checkpoint that verifies, or None. Never unpickles arbitrary objects."""
+    _ensure_handler()
+    found = checkpoint_store().get_latest()
+    if found is None:
+        return None
+    data, manifest = found
+    import pickle
+
+    import torch
+
+    where = manifest.get("file", "?")
+    try:
+        state = torch.load(io.BytesIO(data), map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise CheckpointError(
+            f"checkpoint {where} holds objects that safe loading (weights_only) refuses: {first}",
+            hint="save only tensors, numbers, strings and lists/dicts of them",
+        ) from e
+    except (RuntimeError, EOFError, ValueError) as e:
+        raise CheckpointError(f"checkpoint {where} cannot be read by torch.load: {e}") from e
+    if not isinstance(state, dict):
+        raise CheckpointError(f"checkpoint {where} holds a {type(state).__name__}, not a dict")
+    _runtime.last_step = max(_runtime.last_step, int(manifest.get("step", 0)))
+    return state
+
+
+_LEAVES = (bool, int, float, complex, str, bytes, type(None))
+_MAPPINGS = (dict, collections.OrderedDict, collections.Counter)
+_SEQUENCES = (list, tuple, set)
+
+
+def _check_loadable(value: Any, path: str, torch: Any) -> None:
+    """Refuse, at save time, anything ``torch.load(weights_only=True)`` would refuse to load."""
+    kind = type(value)
+    if kind in _LEAVES or isinstance(value, torch.Tensor | torch.dtype | torch.device):
+        return
+    if kind is torch.Size:
+        return
+    if kind in _MAPPINGS:
+        for k, v in value.items():
+            _check_loadable(k, f"{path} key {k!r}", torch)
+            _check_loadable(v, f"{path}[{k!r}]", torch)
+        return
+    if kind in _SEQUENCES:
+        for i, v in enumerate(value):
+            _check_loadable(v, f"{path}[{i}]", torch)
+        return
+    hint = " (use torch.from_numpy / .item())" if kind.__module__.startswith("numpy") else ""
+    raise TypeError(
+        f"save_checkpoint: {path} is a {kind.__module__}.{kind.__qualname__}, which safe loading "
+        f"refuses; store tensors, numbers, str, bytes, None and list/tuple/set/dict of these{hint}"
+    )

@@ -1,0 +1,281 @@
+"""Contract tests for checkpoint stores: run against every backend in ``BACKENDS``.
+
+The crash and corruption scenarios go through the store's own blob primitives (``_write``,
+``_read``), so a cloud backend added to ``BACKENDS`` is put through the same paces.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from spotwise.checkpoint import (
+    CheckpointStore,
+    LocalCheckpointStore,
+    ManifestCheckpointStore,
+    checkpoint_name,
+    manifest_name,
+)
+from spotwise.errors import CheckpointError
+
+Factory = Callable[..., ManifestCheckpointStore]
+
+
+def _local(tmp_path: Path) -> Factory:
+    return lambda keep=2: LocalCheckpointStore(tmp_path / "trial-1", keep=keep)
+
+
+BACKENDS = {"local": _local}
+
+
+@pytest.fixture(params=sorted(BACKENDS))
+def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> Factory:
+    return BACKENDS[request.param](tmp_path)
+
+
+def _put(store: ManifestCheckpointStore, step: int, payload: bytes | None = None) -> str:
+    data = payload if payload is not None else f"state after step {step}".encode() * 10
+    return store.put(checkpoint_name(step), data, {"step": step, "attempt": 0})
+
+
+def _corrupt_byte(store: ManifestCheckpointStore, key: str) -> None:
+    data = bytearray(store._read(key) or b"")
+    data[len(data) // 2] ^= 0xFF
+    store._write(key, bytes(data))
+
+
+def test_is_a_checkpoint_store(make_store: Factory) -> None:
+    assert isinstance(make_store(), CheckpointStore)
+
+
+def test_empty_store(make_store: Factory) -> None:
+    store = make_store()
+    assert store.get_latest() is None
+    assert store.latest_manifest() is None
+    assert store.list() == []
+
+
+def test_put_and_get_latest_round_trip(make_store: Factory) -> None:
+    store = make_store()
+    uri5 = _put(store, 5)
+    uri10 = _put(store, 10, b"ten")
+    assert uri5.endswith("ckpt-00000005.pt") and uri10.endswith("ckpt-00000010.pt")
+    found = store.get_latest()
+    assert found is not None
+    data, manifest = found
+    assert data == b"ten"
+    assert manifest["step"] == 10 and manifest["file"] == "ckpt-00000010.pt"
+    assert manifest["size"] == 3 and len(manifest["sha256"]) == 64
+    assert manifest["attempt"] == 0 and manifest["created_at"] <= time.time()
+    assert "fallback_from" not in manifest
+    latest = store.latest_manifest()
+    assert latest is not None and latest["step"] == 10
+    assert [m["step"] for m in store.list()] == [5, 10]
+    assert store._read("LATEST") == b"ckpt-00000010.json\n"
+
+
+def test_same_step_again_replaces_it(make_store: Factory) -> None:
+    store = make_store()
+    _put(store, 5, b"first")
+    _put(store, 5, b"second")
+    found = store.get_latest()
+    assert found is not None and found[0] == b"second"
+    assert [m["step"] for m in store.list()] == [5]
+
+
+def test_crash_between_data_and_manifest_keeps_previous(make_store: Factory) -> None:
+    store = make_store()
+    _put(store, 5, b"five")
+    real_write = store._write
+
+    def crash_on_manifest(key: str, data: bytes) -> None:
+        if key.endswith(".json"):
+            raise KeyboardInterrupt("simulated crash after the data, before the manifest")
+        real_write(key, data)
+
+    store._write = crash_on_manifest  # type: ignore[method-assign]
+    with pytest.raises(KeyboardInterrupt):
+        _put(store, 10, b"ten")
+    reopened = make_store()  # a relaunched trial
+    assert reopened._read(checkpoint_name(10)) == b"ten"  # the data landed, no manifest
+    found = reopened.get_latest()
+    assert found is not None
+    assert found[0] == b"five" and found[1]["step"] == 5
+    assert "fallback_from" not in found[1]  # an orphan data file is not a checkpoint
+    _put(reopened, 15)
+    _put(reopened, 20)
+    assert checkpoint_name(10) not in reopened._keys()  # orphan cleaned by retention
+
+
+def test_corrupt_byte_falls_back_to_previous_verified(make_store: Factory) -> None:
+    store = make_store()
+    _put(store, 5, b"five" * 100)
+    _put(store, 10, b"ten" * 100)
+    _corrupt_byte(store, checkpoint_name(10))
+    found = make_store().get_latest()
+    assert found is not None
+    data, manifest = found
+    assert data == b"five" * 100 and manifest["step"] == 5
+    assert manifest["fallback_from"] == "ckpt-00000010.pt"
+    assert "ckpt-00000010.pt" in manifest["fallback_reason"]
+    assert "sha256" in manifest["fallback_reason"]
+
+
+def test_partial_data_falls_back_with_size_message(make_store: Factory) -> None:
+    store = make_store()
+    _put(store, 5, b"five" * 100)
+    _put(store, 10, b"ten" * 100)
+    store._write(checkpoint_name(10), b"ten" * 50)  # truncated
+    found = make_store().get_latest()
+    assert found is not None and found[1]["step"] == 5
+    reason = found[1]["fallback_reason"]
+    assert "ckpt-00000010.pt" in reason and "size 150" in reason and "300" in reason
+
+
+def test_corrupt_manifest_falls_back(make_store: Factory) -> None:
+    store = make_store()
+    _put(store, 5, b"five")
+    _put(store, 10, b"ten")
+    store._write(manifest_name(10), b'{"step": 10, "fi')
+    found = store.get_latest()
+    assert found is not None and found[0] == b"five"
+    assert "not valid JSON" in found[1]["fallback_reason"]
+    assert [m["step"] for m in store.list()] == [5]
+    latest = store.latest_manifest()
+    assert latest is not None and latest["step"] == 5
+
+
+def test_only_checkpoint_corrupt_raises_naming_the_file(make_store: Factory) -> None:
+    store = make_store()
+    _put(store, 5, b"five" * 100)
+    _corrupt_byte(store, checkpoint_name(5))
+    with pytest.raises(CheckpointError) as err:
+        make_store().get_latest()
+    msg = str(err.value)
+    assert "ckpt-00000005.pt" in msg and "sha256" in msg and "\n" not in msg
+    assert err.value.hint
+
+
+def test_missing_data_file_is_reported(make_store: Factory) -> None:
+    store = make_store()
+    _put(store, 5)
+    store._remove(checkpoint_name(5))
+    with pytest.raises(CheckpointError, match=r"ckpt-00000005\.pt is missing"):
+        store.get_latest()
+
+
+def test_retention_keeps_two(make_store: Factory) -> None:
+    store = make_store()
+    for step in (5, 10, 15, 20, 25):
+        _put(store, step)
+    assert [m["step"] for m in store.list()] == [20, 25]
+    data_keys = sorted(k for k in store._keys() if k.endswith(".pt"))
+    assert data_keys == ["ckpt-00000020.pt", "ckpt-00000025.pt"]
+
+
+def test_retention_never_deletes_the_only_verified(make_store: Factory) -> None:
+    store = make_store(keep=10)
+    for step in (5, 10, 15):
+        _put(store, step, f"payload {step}".encode() * 20)
+    _corrupt_byte(store, checkpoint_name(10))
+    _corrupt_byte(store, checkpoint_name(15))
+    reopened = make_store(keep=2)
+    reopened.delete_older_than(2)
+    assert [m["step"] for m in reopened.list()] == [5, 10, 15]  # 5 is the only good one
+    found = reopened.get_latest()
+    assert found is not None and found[1]["step"] == 5
+    assert found[1]["fallback_from"] == "ckpt-00000015.pt"
+    _put(reopened, 20)  # now a good one is among the newest two: 5 goes
+    assert [m["step"] for m in reopened.list()] == [15, 20]
+
+
+def test_delete_older_than_one(make_store: Factory) -> None:
+    store = make_store(keep=5)
+    for step in (1, 2, 3):
+        _put(store, step)
+    store.delete_older_than(1)
+    assert [m["step"] for m in store.list()] == [3]
+
+
+@pytest.mark.parametrize(
+    ("name", "meta", "error"),
+    [
+        ("ckpt-00000001.pt", {}, "step must be an int"),
+        ("ckpt-00000001.pt", {"step": -1}, "step must be an int"),
+        ("ckpt-00000001.pt", {"step": True}, "step must be an int"),
+        ("../escape.pt", {"step": 1}, "plain file name"),
+        ("LATEST", {"step": 1}, "plain file name"),
+        ("x.json", {"step": 1}, "must not end in .json"),
+        ("ckpt-00000001.pt", {"step": 1, "sha256": "x"}, "must not set"),
+        ("ckpt-00000001.pt", {"step": 1, "x": object()}, "JSON-serialisable"),
+        ("ckpt-00000001.pt", {"step": 1, "x": float("nan")}, "JSON-serialisable"),
+    ],
+)
+def test_put_validates(make_store: Factory, name: str, meta: dict, error: str) -> None:
+    with pytest.raises(ValueError, match=error):
+        make_store().put(name, b"x", meta)
+
+
+def test_keep_must_be_positive(make_store: Factory) -> None:
+    with pytest.raises(ValueError, match="keep must be an int >= 1, got keep=0"):
+        make_store(keep=0)
+    with pytest.raises(ValueError, match="keep must be"):
+        make_store().delete_older_than(0)
+
+
+# -- local folder specifics -------------------------------------------------------------------
+def test_local_layout_and_no_temp_files(tmp_path: Path) -> None:
+    store = LocalCheckpointStore(tmp_path / "t")
+    uri = _put(store, 7, b"seven")
+    assert uri == str(tmp_path / "t" / "ckpt-00000007.pt")
+    assert sorted(os.listdir(tmp_path / "t")) == [
+        "LATEST",
+        "ckpt-00000007.json",
+        "ckpt-00000007.pt",
+    ]
+    manifest = json.loads((tmp_path / "t" / "ckpt-00000007.json").read_text())
+    assert set(manifest) >= {"step", "file", "sha256", "size", "created_at", "attempt"}
+
+
+def test_local_failed_replace_leaves_nothing_partial(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = LocalCheckpointStore(tmp_path / "t")
+    _put(store, 5, b"five")
+
+    def broken_replace(src: str, dst: str) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "replace", broken_replace)
+    with pytest.raises(CheckpointError, match=r"cannot write checkpoint .*ckpt-00000010\.pt"):
+        _put(store, 10, b"ten")
+    monkeypatch.undo()
+    assert sorted(os.listdir(tmp_path / "t")) == [
+        "LATEST",
+        "ckpt-00000005.json",
+        "ckpt-00000005.pt",
+    ]
+    found = store.get_latest()
+    assert found is not None and found[0] == b"five"
+
+
+def test_local_removes_stale_temp_files(tmp_path: Path) -> None:
+    root = tmp_path / "t"
+    root.mkdir()
+    stale, fresh = root / ".tmp-ckpt-00000003.pt.old", root / ".tmp-ckpt-00000004.pt.new"
+    stale.write_bytes(b"x")
+    fresh.write_bytes(b"y")
+    os.utime(stale, (time.time() - 3600, time.time() - 3600))
+    _put(LocalCheckpointStore(root), 5)
+    assert not stale.exists() and fresh.exists()
+
+
+def test_local_root_that_is_a_file(tmp_path: Path) -> None:
+    (tmp_path / "f").write_text("x")
+    with pytest.raises(CheckpointError, match="not a folder"):
+        LocalCheckpointStore(tmp_path / "f")

@@ -1,0 +1,118 @@
+"""The main job end to end through the real CLI, and reading it back after the process exits."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SPOTWISE = [sys.executable, "-m", "spotwise.cli.app"]
+
+
+def _env(tmp_path: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SPOTWISE_")}
+    env["SPOTWISE_DB"] = f"sqlite:///{tmp_path / 'state.db'}"
+    env["SPOTWISE_HOME"] = str(tmp_path / "home")
+    return env
+
+
+def _run(args: list[str], env: dict[str, str], timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*SPOTWISE, *args], env=env, cwd=ROOT, capture_output=True, text=True, timeout=timeout
+    )
+
+
+@pytest.mark.slow
+def test_main_job_end_to_end_then_read_back(tmp_path: Path) -> None:
+    env = _env(tmp_path)
+    spec = tmp_path / "job.yaml"
+    # the README's main job, with checkpoints kept out of the source tree
+    text = (ROOT / "examples/digits/job.yaml").read_text()
+    spec.write_text(text.replace("location: checkpoints", f"location: {tmp_path / 'ckpt'}"))
+    (tmp_path / "train.py").symlink_to(ROOT / "examples/digits/train.py")
+    done = _run(["tune", str(spec), "--json"], env, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    summary = json.loads(done.stdout.strip().splitlines()[-1])
+    assert set(summary) >= {
+        "job_id", "state", "best", "trials", "completed", "revocations", "migrations",
+        "early_stopped", "cost_usd", "on_demand_cost_usd", "wall_seconds",
+    }
+    assert summary["state"] == "succeeded"
+    assert summary["trials"] >= 8 and summary["completed"] == summary["trials"]
+    assert summary["revocations"] >= 1 and summary["migrations"] >= 1
+    assert 0 < summary["cost_usd"] < summary["on_demand_cost_usd"]
+    assert summary["best"]["metric"] > 0.9  # a real model learned the digits
+    assert summary["wall_seconds"] < 300
+
+    job = summary["job_id"]
+    status = _run(["status", job, "--json"], env)
+    assert status.returncode == 0, status.stderr
+    st = json.loads(status.stdout)
+    assert st["state"] == "succeeded" and st["trials"] == summary["trials"]
+    assert st["cost_usd"] == pytest.approx(summary["cost_usd"], abs=1e-6)
+    assert st["best"]["metric"] == summary["best"]["metric"]
+    revoked = [i for i in st["instances"] if i["end_reason"] == "revoked"]
+    assert len(revoked) >= 1
+    assert not [i for i in st["instances"] if i["state"] in ("requested", "running")]
+
+    trials = _run(["trials", job, "--json"], env)
+    rows = json.loads(trials.stdout)["trials"]
+    assert len(rows) == summary["trials"]
+    assert all(r["state"] == "completed" and r["step"] == 40 for r in rows)
+    resumed = [r for r in rows if r["revocations"] > 0]
+    assert resumed, "a revoked trial must appear in the trials listing"
+    listing = _run(["status"], env)
+    assert job in listing.stdout
+
+
+@pytest.mark.parametrize(
+    ("patch", "field"),
+    [
+        ({"bogus": 1}, "bogus"),
+        ({"steps": "many"}, "steps"),
+        ({"search_space": {}}, "search_space"),
+        ({"command": None}, "command"),
+    ],
+)
+def test_bad_spec_one_line_nonzero_nothing_written(tmp_path: Path, patch: dict, field: str) -> None:
+    import yaml
+
+    data = yaml.safe_load((ROOT / "examples/digits/job.yaml").read_text())
+    data.update(patch)
+    if patch.get("command", "") is None:
+        del data["command"]
+    spec = tmp_path / "bad.yaml"
+    spec.write_text(yaml.safe_dump(data))
+    env = _env(tmp_path)
+    done = _run(["tune", str(spec)], env)
+    assert done.returncode == 2
+    lines = [ln for ln in done.stderr.splitlines() if ln.strip()]
+    assert len(lines) <= 2 and lines[0].startswith("error:")  # the error, then at most a hint
+    assert field in lines[0]
+    assert not (tmp_path / "state.db").exists()
+
+
+def test_status_without_database_says_what_to_run(tmp_path: Path) -> None:
+    done = _run(["status", "--json"], _env(tmp_path))
+    assert done.returncode == 3
+    assert "spotwise tune" in done.stderr
+    assert not (tmp_path / "state.db").exists()
+
+
+def test_help_is_fast_and_lists_commands(tmp_path: Path) -> None:
+    done = _run(["--help"], _env(tmp_path))
+    assert done.returncode == 0
+    for cmd in ("tune", "status", "trials", "cancel"):
+        assert cmd in done.stdout
+    probe = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "spotwise.cli.app", "--help"],
+        capture_output=True, text=True, env=_env(tmp_path), cwd=ROOT,
+    )
+    heavy = {"torch", "sklearn", "skopt", "boto3", "botocore", "sqlalchemy", "numpy", "scipy"}
+    loaded = {ln.split("|")[-1].strip().split(".")[0] for ln in probe.stderr.splitlines() if "|" in ln}
+    assert not (heavy & loaded), f"heavy modules imported by --help: {heavy & loaded}"
