@@ -95,14 +95,15 @@ class ReplaySpec(_Strict):
     seed: int = 0
 
 
+_BOTH_MARKETS: list[Literal["spot", "on-demand"]] = ["spot", "on-demand"]
+
+
 class ProviderSpec(_Strict):
     name: Literal["local", "aws", "gcp", "azure"]
     regions: list[str] = Field(default_factory=list)  # empty: every region the catalog knows
     zones: list[str] = Field(default_factory=list)
     instance_types: list[str] = Field(default_factory=list)
-    markets: list[Literal["spot", "on-demand"]] = Field(
-        default_factory=lambda: ["spot", "on-demand"]
-    )
+    markets: list[Literal["spot", "on-demand"]] = Field(default_factory=lambda: _BOTH_MARKETS[:])
     replay: ReplaySpec | None = None  # local only
     options: dict[str, str] = Field(default_factory=dict)  # provider-specific (image, subnet, ...)
 

@@ -65,7 +65,8 @@ def _local(p: ProviderSpec, r: ReplaySpec, base_dir: Path, run_dir: Path) -> Bac
     if start >= market.end_time:
         hours = (market.end_time - market.start_time) / 3600
         raise SpecError(
-            f"spec field 'providers.0.replay.start': {r.start} h is past the trace end ({hours:.0f} h)"
+            f"spec field 'providers.0.replay.start': {r.start} h is past the trace end "
+            f"({hours:.0f} h)"
         )
     for zone in p.zones:
         market.zone_index(zone)  # unknown zone: NotFoundError with "did you mean"
@@ -85,7 +86,8 @@ def _local(p: ProviderSpec, r: ReplaySpec, base_dir: Path, run_dir: Path) -> Bac
     if not offers:
         raise SpecError(
             "spec field 'providers.0': no offer of the replayed market matches its regions/zones/"
-            f"instance_types/markets; the trace has {market.instance_type} in {', '.join(market.traces.zones)}"
+            f"instance_types/markets; the trace has {market.instance_type} in "
+            f"{', '.join(market.traces.zones)}"
         )
     return Backend(
         provider="local",
@@ -125,7 +127,7 @@ def _cloud(p: ProviderSpec) -> Backend:
     def list_offers(t: float) -> list[Offer]:
         hit = cache.get("offers")
         if hit is None or t - hit[0] > 300:  # refresh prices every 5 minutes
-            regions = p.regions or [None]
+            regions: list[str | None] = list(p.regions) or [None]
             offers = [
                 o
                 for r in regions

@@ -232,13 +232,18 @@ class Orchestrator:
                 elif life.notice_deadline is None:
                     prov.terminate([iid])  # left on its own and no notice: release it now
                     self._bill(t, life, InstanceState.TERMINATED, now)
-            elif t.stopping and life.stop_wall is not None:
-                if time.monotonic() - life.stop_wall > STOP_TIMEOUT_WALL_S:
-                    prov.terminate([iid])
+            elif t.stopping and life.stop_wall is not None and self._stop_overdue(life):
+                prov.terminate([iid])
         return events
 
+    @staticmethod
+    def _stop_overdue(life: Life) -> bool:
+        waited = time.monotonic() - (life.stop_wall or time.monotonic())
+        return waited > STOP_TIMEOUT_WALL_S
+
     def _tick_s(self) -> float:
-        return float(self.backend.info.get("tick_s", 0.0))
+        tick = self.backend.info.get("tick_s", 0.0)
+        return float(tick) if isinstance(tick, int | float) else 0.0
 
     def _read_progress(self, t: TrialRun, life: Life, now: float) -> list[Event]:
         events: list[Event] = []
