@@ -14,7 +14,9 @@ from pathlib import Path
 from spotwise.errors import SpecError
 from spotwise.providers.base import Catalog, Market, Offer, Provisioner
 from spotwise.providers.billing import BillingRule, rule_for
+from spotwise.providers.replay import ReplayMarket
 from spotwise.spec import JobSpec, ProviderSpec, ReplaySpec
+from spotwise.traces import TraceSet
 
 
 @dataclass
@@ -43,7 +45,32 @@ def _filter(offers: list[Offer], p: ProviderSpec) -> list[Offer]:
     ]
 
 
-def open_backend(spec: JobSpec, base_dir: Path, run_dir: Path) -> Backend:
+def replay_risk(traces: TraceSet) -> Callable[[list[Offer], float], dict[str, float]]:
+    """Per-offer revocation probability within the hour from the shipped LSTM, per trace tick.
+
+    The model is loaded on first use (it needs torch) and asked once per tick of the trace.
+    """
+    from spotwise.predictors.revocation import load_pretrained
+
+    model = load_pretrained()
+    cache: dict[int, dict[str, float]] = {}
+
+    def risk(offers: list[Offer], t: float) -> dict[str, float]:
+        tick = traces.tick_at(t)
+        if tick not in cache:
+            p = model.predict_proba(traces, tick)
+            cache.clear()
+            cache[tick] = {z: float(p[i]) for i, z in enumerate(traces.zones)}
+        by_zone = cache[tick]
+        return {o.key: by_zone.get(o.zone, 0.0) for o in offers if o.market is Market.SPOT}
+
+    return risk
+
+
+def open_backend(
+    spec: JobSpec, base_dir: Path, run_dir: Path, *, forecast: bool = False
+) -> Backend:
+    """The job's market; ``forecast`` attaches the revocation model (policies that use p)."""
     if len(spec.providers) != 1:
         raise SpecError(
             "spec field 'providers': one provider per job is supported in this version; "
@@ -51,13 +78,17 @@ def open_backend(spec: JobSpec, base_dir: Path, run_dir: Path) -> Backend:
         )
     p = spec.providers[0]
     if p.name == "local":
-        return _local(p, p.replay or ReplaySpec(), base_dir, run_dir)
+        backend = _local(p, p.replay or ReplaySpec(), base_dir, run_dir)
+        if forecast:
+            assert isinstance(backend.catalog, ReplayMarket)
+            backend.risk = replay_risk(backend.catalog.traces)
+        return backend
     return _cloud(p)
 
 
 def _local(p: ProviderSpec, r: ReplaySpec, base_dir: Path, run_dir: Path) -> Backend:
     from spotwise.providers.local import LocalProvisioner
-    from spotwise.providers.replay import MarketClock, ReplayMarket, load_market_traces
+    from spotwise.providers.replay import MarketClock, load_market_traces
 
     traces = load_market_traces(r.trace, base_dir)
     market = ReplayMarket(traces, provider=r.billing)

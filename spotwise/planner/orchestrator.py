@@ -100,7 +100,8 @@ class Orchestrator:
         backend: Backend | None = None
         state, error = "failed", None
         try:
-            backend = open_backend(spec, self.base_dir, self.run_dir)
+            forecast = bool(getattr(self.policy, "uses_forecast", False))
+            backend = open_backend(spec, self.base_dir, self.run_dir, forecast=forecast)
             self.backend = backend
             self.search = Search(spec.search_space, spec.search, spec.metric.direction)
             self.started_at = backend.now()

@@ -1,0 +1,213 @@
+"""Microsoft Azure: VM sizes from resource SKUs, Spot VMs, tags, Retail Prices API.
+
+Entry points (see :mod:`spotwise.providers.registry`): :func:`open_catalog`,
+:func:`open_provisioner`, :func:`check`. ``azure-mgmt-compute`` / ``azure-identity`` are
+imported lazily inside functions; when missing, calls raise
+:class:`~spotwise.errors.ProviderUnavailable` with ``pip install 'spotwise[azure]'``.
+
+Credentials come only from ``azure.identity.DefaultAzureCredential`` (environment variables,
+workload identity, managed identity, Azure CLI, ...); spotwise never stores, logs or prints a
+token. Tests inject any object with ``get_token``.
+
+Options (``providers[].options``): ``subscription_id`` (else ``$AZURE_SUBSCRIPTION_ID``); to
+launch also ``resource_group``, ``subnet_id`` (a subnet resource id), ``image`` (URN
+``Publisher:Offer:Sku:Version`` or an image resource id), ``ssh_public_key``; optional
+``admin_username`` (``spotwise``), ``eviction_policy`` (``Delete`` or ``Deallocate``),
+``max_price`` (``-1``: up to the on-demand price), ``os_disk_size_gb`` (``64``),
+``public_ip`` (``false``), ``prices_source`` (``live``: Retail Prices API, or ``catalog``),
+``prices`` (a catalog CSV), ``base_url`` (an ARM endpoint for a fake server),
+``polling_interval`` (seconds between LRO polls, ``5``).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from spotwise.errors import CapacityError, ProviderError, ProviderUnavailable, SpecError
+from spotwise.providers.base import Market
+from spotwise.providers.registry import INSTALL_HINT, CheckResult, ProviderConfig
+
+NAME = "azure"
+ARM_SCOPE = "https://management.azure.com/.default"
+_CAPACITY = {
+    "SkuNotAvailable",
+    "AllocationFailed",
+    "ZonalAllocationFailed",
+    "OverconstrainedAllocationRequest",
+    "OverconstrainedZonalAllocationRequest",
+    "SpotVMCapacityNotAvailable",
+    "AllocationTimedOut",
+}
+
+
+@dataclass(frozen=True)
+class AzureSettings:
+    subscription_id: str
+    regions: tuple[str, ...] = ()
+    zones: tuple[str, ...] = ()
+    instance_types: tuple[str, ...] = ()
+    markets: tuple[Market, ...] = (Market.SPOT, Market.ON_DEMAND)
+    options: Mapping[str, str] = field(default_factory=dict)
+
+    def opt(self, key: str, default: str = "") -> str:
+        return str(self.options.get(key, default))
+
+    def require(self, key: str, example: str) -> str:
+        value = self.opt(key)
+        if not value:
+            raise SpecError(
+                f"providers[].options.{key}: required for azure",
+                hint=f"add `{key}: {example}` under the azure provider's options",
+            )
+        return value
+
+
+def settings_from(config: ProviderConfig) -> AzureSettings:
+    opts = dict(config.options)
+    sub = opts.get("subscription_id") or os.environ.get("AZURE_SUBSCRIPTION_ID", "")
+    if not sub:
+        raise SpecError(
+            "providers[].options.subscription_id: required for azure",
+            hint="add `subscription_id: 00000000-0000-0000-0000-000000000000` under the azure "
+            "provider's options (or set AZURE_SUBSCRIPTION_ID)",
+        )
+    try:
+        markets = tuple(Market(m) for m in config.markets)
+    except ValueError:
+        raise SpecError(
+            f"providers[].markets: {list(config.markets)} must be spot/on-demand"
+        ) from None
+    return AzureSettings(
+        sub, tuple(config.regions), tuple(config.zones), tuple(config.instance_types), markets, opts
+    )
+
+
+# ---- SDK access ----------------------------------------------------------------------------
+def _unavailable(what: str) -> ProviderUnavailable:
+    return ProviderUnavailable(f"azure: {what} is not installed", hint=INSTALL_HINT[NAME])
+
+
+def compute_client(credential: Any, settings: AzureSettings) -> Any:
+    """A ``ComputeManagementClient`` on ``credential`` (ARM endpoint from ``options.base_url``)."""
+    try:
+        from azure.mgmt.compute import ComputeManagementClient
+    except ImportError:
+        raise _unavailable("azure-mgmt-compute") from None
+    kwargs: dict[str, Any] = {}
+    if settings.opt("base_url"):
+        kwargs["base_url"] = settings.opt("base_url")
+    return ComputeManagementClient(credential, settings.subscription_id, **kwargs)
+
+
+def default_credential() -> Any:
+    try:
+        from azure.identity import DefaultAzureCredential
+    except ImportError:
+        raise _unavailable("azure-identity") from None
+    return DefaultAzureCredential()
+
+
+def api_error(prefix: str, e: Exception) -> ProviderError:
+    """An azure-core HttpResponseError as one line, capacity and auth errors told apart."""
+    err = getattr(e, "error", None)
+    code = str(getattr(err, "code", "") or "")
+    msg = str(getattr(err, "message", "") or getattr(e, "message", "") or type(e).__name__)
+    status = getattr(e, "status_code", None)
+    text = f"{prefix}: {code + ': ' if code else ''}{msg}".splitlines()[0]
+    if code in _CAPACITY:
+        return CapacityError(text)
+    if status in (401, 403) or code in ("AuthorizationFailed", "InvalidAuthenticationToken"):
+        return ProviderUnavailable(
+            text, hint="grant the identity the Virtual Machine Contributor role on the group"
+        )
+    if code == "OperationNotAllowed" and "quota" in msg.lower():
+        return ProviderError(text, hint="request a higher vCPU quota for this VM family")
+    return ProviderError(text)
+
+
+# ---- registry entry points -----------------------------------------------------------------
+def open_catalog(config: ProviderConfig, *, credential: Any | None = None) -> Any:
+    """An :class:`~spotwise.providers.azure_catalog.AzureCatalog` (SKUs need a credential)."""
+    from spotwise.providers.azure_catalog import AzureCatalog
+    from spotwise.providers.azure_prices import load
+
+    settings = settings_from(config)
+    offline = settings.opt("offline").lower() == "true"
+    client = None
+    if not offline:
+        client = compute_client(credential or default_credential(), settings)
+    return AzureCatalog(settings, client, load(settings.opt("prices") or None))
+
+
+def open_provisioner(config: ProviderConfig, *, credential: Any | None = None) -> Any:
+    """An :class:`~spotwise.providers.azure_provisioner.AzureProvisioner`."""
+    from spotwise.providers.azure_prices import load
+    from spotwise.providers.azure_provisioner import AzureProvisioner
+
+    settings = settings_from(config)
+    settings.require("resource_group", "spotwise-rg")
+    settings.require(
+        "subnet_id",
+        "/subscriptions/<sub>/resourceGroups/<rg>/providers/"
+        "Microsoft.Network/virtualNetworks/<vnet>/subnets/<subnet>",
+    )
+    settings.require("image", "Canonical:ubuntu-24_04-lts:server:latest")
+    settings.require("ssh_public_key", "ssh-ed25519 AAAA... you@host")
+    if settings.opt("eviction_policy", "Delete") not in ("Delete", "Deallocate"):
+        raise SpecError("providers[].options.eviction_policy: must be Delete or Deallocate")
+    try:
+        float(settings.opt("max_price", "-1"))
+    except ValueError:
+        raise SpecError("providers[].options.max_price: a number (USD/h), or -1") from None
+    client = compute_client(credential or default_credential(), settings)
+    return AzureProvisioner(settings, client, load(settings.opt("prices") or None))
+
+
+def _chain_in_use() -> str:
+    env = os.environ
+    if env.get("AZURE_CLIENT_ID") and env.get("AZURE_TENANT_ID"):
+        if env.get("AZURE_CLIENT_SECRET") or env.get("AZURE_CLIENT_CERTIFICATE_PATH"):
+            return "EnvironmentCredential (service principal from AZURE_* variables)"
+        if env.get("AZURE_FEDERATED_TOKEN_FILE"):
+            return "WorkloadIdentityCredential (AZURE_FEDERATED_TOKEN_FILE)"
+    if env.get("IDENTITY_ENDPOINT") or env.get("MSI_ENDPOINT"):
+        return "ManagedIdentityCredential"
+    if shutil.which("az"):
+        return "AzureCliCredential (az login), after managed identity"
+    return "DefaultAzureCredential chain (no environment, CLI or managed identity found)"
+
+
+def check(*, credential: Any | None = None) -> CheckResult:
+    """Which credential would be used and whether it yields an ARM token (never shown)."""
+    chain = _chain_in_use()
+    details = {"chain": chain}
+    sub = os.environ.get("AZURE_SUBSCRIPTION_ID", "")
+    if sub:
+        details["subscription_id"] = sub
+    try:
+        from azure.mgmt.compute import ComputeManagementClient  # noqa: F401
+
+        cred = credential or default_credential()
+        cred.get_token(ARM_SCOPE)  # the token itself is dropped at once
+    except ProviderUnavailable as e:
+        return CheckResult(NAME, False, f"{e.message}; {e.hint}", details)
+    except ImportError:
+        return CheckResult(
+            NAME, False, f"azure-mgmt-compute is not installed; {INSTALL_HINT[NAME]}", details
+        )
+    except Exception as e:  # ClientAuthenticationError and friends: report the class only
+        return CheckResult(
+            NAME,
+            False,
+            f"no Azure credential resolved ({type(e).__name__}); run `az login`, or set "
+            "AZURE_CLIENT_ID, AZURE_TENANT_ID and AZURE_CLIENT_SECRET for a service principal",
+            details,
+        )
+    reason = f"credentials resolve via {chain}"
+    if not sub:
+        reason += "; set providers[].options.subscription_id (or AZURE_SUBSCRIPTION_ID)"
+    return CheckResult(NAME, True, reason, details)

@@ -1,0 +1,224 @@
+"""The Azure Catalog: VM sizes from ``resource_skus.list``, prices from the Retail Prices API.
+
+Hardware (vCPUs, memory, GPUs, zones, Spot capability, subscription restrictions) comes from the
+resource SKUs of a region. Prices come live from the public Retail Prices API (cached per region
+for the catalog's life) or, offline / on failure, from the shipped dated catalog. An Azure
+"zone" in an :class:`Offer` is ``<region>-<n>`` for zonal placement, or the region name itself
+where a size has no zones. Sizes without a price are never offered.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from spotwise.errors import ProviderError
+from spotwise.providers import azure_prices
+from spotwise.providers.azure import NAME, AzureSettings, api_error
+from spotwise.providers.base import InstanceType, Market, Offer, PricePoint
+from spotwise.providers.gcp_prices import PriceRow, PriceTable
+
+log = logging.getLogger(__name__)
+_GPU_IN_NAME = re.compile(r"_(H100|A100|A10|T4|V100|K80|M60|P100|P40|L4|L40S|MI300X)(_|$)")
+_GPU_FAMILY = {
+    "standardNCSv3Family": "V100",
+    "standardNCSv2Family": "P100",
+    "standardNDSFamily": "P40",
+    "standardNVSv3Family": "M60",
+}
+
+
+@dataclass(frozen=True)
+class Sku:
+    name: str
+    region: str
+    vcpus: int
+    memory_gb: float
+    gpus: int
+    gpu_name: str
+    zones: tuple[str, ...]
+    spot_capable: bool
+    arch: str
+
+
+def zone_name(region: str, zone: str) -> str:
+    return f"{region}-{zone}" if zone else region
+
+
+def split_zone(zone: str) -> tuple[str, str]:
+    """``eastus-1`` → (``eastus``, ``1``); ``eastus`` → (``eastus``, ``""``)."""
+    m = re.match(r"^(.+)-(\d+)$", zone)
+    return (m.group(1), m.group(2)) if m else (zone, "")
+
+
+def parse_sku(raw: Any, region: str) -> Sku | None:
+    """A virtualMachines ResourceSku usable by this subscription in ``region``, else None."""
+    if getattr(raw, "resource_type", "") != "virtualMachines":
+        return None
+    blocked_zones: set[str] = set()
+    for r in getattr(raw, "restrictions", None) or []:
+        if r.type == "Location" and region in (getattr(r, "values_property", None) or []):
+            return None  # NotAvailableForSubscription here
+        if r.type == "Zone":
+            blocked_zones |= set(getattr(r.restriction_info, "zones", None) or [])
+    caps = {c.name: c.value for c in getattr(raw, "capabilities", None) or []}
+    try:
+        vcpus, mem = int(caps.get("vCPUs", 0)), float(caps.get("MemoryGB", 0))
+    except ValueError:
+        return None
+    if vcpus <= 0 or mem <= 0:
+        return None
+    gpus = int(caps.get("GPUs", 0) or 0)
+    m = _GPU_IN_NAME.search(raw.name)
+    gpu_name = (
+        (m.group(1) if m else _GPU_FAMILY.get(getattr(raw, "family", ""), "GPU")) if gpus else ""
+    )
+    zones: list[str] = []
+    for info in getattr(raw, "location_info", None) or []:
+        if str(info.location).lower() == region.lower():
+            zones += [z for z in info.zones or [] if z not in blocked_zones]
+    arch = "arm64" if caps.get("CpuArchitectureType") == "Arm64" else "x86_64"
+    spot = caps.get("LowPriorityCapable", "False") == "True"
+    return Sku(raw.name, region, vcpus, mem, gpus, gpu_name, tuple(sorted(zones)), spot, arch)
+
+
+class AzureCatalog:
+    name = NAME
+
+    def __init__(self, settings: AzureSettings, client: Any | None, fallback: PriceTable) -> None:
+        self.settings = settings
+        self.client = client  # None: offline (hardware and prices from the catalog CSV)
+        self.fallback = fallback
+        self._skus: dict[str, list[Sku]] = {}
+        self._live: dict[str, PriceTable] = {}
+
+    def regions(self) -> list[str]:
+        return list(self.settings.regions) or self.fallback.regions()
+
+    # ---- hardware --------------------------------------------------------------------------
+    def skus(self, region: str) -> list[Sku]:
+        if region not in self._skus:
+            if self.client is None:
+                self._skus[region] = [
+                    Sku(
+                        r.instance_type,
+                        region,
+                        r.vcpus,
+                        r.memory_gb,
+                        r.gpus,
+                        r.gpu_name,
+                        (),
+                        True,
+                        "x86_64",
+                    )
+                    for r in self.fallback.for_region(region)
+                ]
+            else:
+                azure_prices.retail_filter(region)  # checks the region name before it is sent
+                try:
+                    raws = list(self.client.resource_skus.list(filter=f"location eq '{region}'"))
+                except Exception as e:
+                    raise api_error(f"azure: listing VM sizes in {region} failed", e) from None
+                parsed = (parse_sku(raw, region) for raw in raws)
+                self._skus[region] = [s for s in parsed if s is not None]
+        names = self.settings.instance_types
+        return [s for s in self._skus[region] if not names or s.name in names]
+
+    def instance_types(self, region: str | None = None) -> list[InstanceType]:
+        out = []
+        for reg in [region] if region else self.regions():
+            prices = self.prices(reg)
+            for s in self.skus(reg):
+                row = prices.lookup(s.name, reg)
+                out.append(
+                    InstanceType(
+                        NAME,
+                        reg,
+                        s.name,
+                        s.vcpus,
+                        s.memory_gb,
+                        s.gpus,
+                        s.gpu_name,
+                        s.arch,
+                        row.on_demand if row else None,
+                    )
+                )
+        return sorted(out, key=lambda t: (t.region, t.name))
+
+    # ---- prices ----------------------------------------------------------------------------
+    def prices(self, region: str) -> PriceTable:
+        """Live Retail API prices for a region (cached), else the shipped catalog."""
+        if self.settings.opt("prices_source", "live") != "live" or self.client is None:
+            return self.fallback
+        if region not in self._live:
+            try:
+                items = azure_prices.fetch_items(
+                    region,
+                    self.settings.instance_types or None,
+                    url=self.settings.opt("retail_prices_url", azure_prices.RETAIL_URL),
+                )
+                self._live[region] = PriceTable(azure_prices.rows_from_items(items))
+            except ProviderError as e:
+                log.warning("%s; using the shipped Azure price catalog", e.message)
+                self._live[region] = self.fallback
+        return self._live[region]
+
+    def offers(
+        self,
+        region: str | None = None,
+        instance_types: Sequence[str] | None = None,
+        market: Market | None = None,
+    ) -> list[Offer]:
+        markets = [market] if market else list(self.settings.markets)
+        out: list[Offer] = []
+        for reg in [region] if region else self.regions():
+            prices = self.prices(reg)
+            for s in self.skus(reg):
+                if instance_types and s.name not in instance_types:
+                    continue
+                row = prices.lookup(s.name, reg)
+                if row is None:
+                    continue
+                zones = [zone_name(reg, z) for z in s.zones] or [reg]
+                if self.settings.zones:
+                    zones = [z for z in zones if z in self.settings.zones]
+                for m in markets:
+                    price = row.price(m)
+                    if price is None or (m is Market.SPOT and not s.spot_capable):
+                        continue
+                    out += [
+                        Offer(
+                            NAME,
+                            reg,
+                            z,
+                            s.name,
+                            m,
+                            price,
+                            row.on_demand,
+                            s.vcpus,
+                            s.memory_gb,
+                            s.gpus,
+                            s.gpu_name,
+                        )
+                        for z in zones
+                    ]
+        return sorted(out, key=lambda o: (o.price_per_hour, o.key))
+
+    def price_history(
+        self, region: str, instance_type: str, start: float, end: float
+    ) -> list[PricePoint]:
+        """Azure has no spot price history: the price in effect, dated by when it took effect."""
+        row: PriceRow | None = self.prices(region).lookup(instance_type, region)
+        if row is None:
+            return []
+        at = row.as_of_epoch  # the date the price took effect (or was copied, offline)
+        if at > end:
+            return []
+        return [
+            PricePoint(NAME, region, instance_type, m, p, at)
+            for m in (Market.SPOT, Market.ON_DEMAND)
+            if (p := row.price(m)) is not None
+        ]

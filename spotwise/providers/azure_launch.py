@@ -1,0 +1,124 @@
+"""What an Azure launch sends: the VM name and the ``virtualMachines`` PUT body (plain JSON).
+
+The trial's argv/env/workdir become JSON, base64-encoded into a fixed cloud-init script
+(``osProfile.customData``); the only text placed into that script is the base64 alphabet inside
+single quotes, checked before use, so nothing of the request reaches a shell as code. The NIC
+is created with the VM (``networkInterfaceConfigurations``) and, like the OS disk, deleted with
+it. Spot VMs get ``priority: Spot``, an ``evictionPolicy`` and ``billingProfile.maxPrice``.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import re
+from typing import Any
+
+from spotwise.errors import ProviderError
+from spotwise.providers.azure import AzureSettings
+from spotwise.providers.azure_catalog import split_zone
+from spotwise.providers.base import LaunchRequest, Market
+
+TAG_PRICE = "spotwise:price"  # the offer's price at launch, to rebuild the Offer in describe
+TAG_ON_DEMAND = "spotwise:on-demand-price"
+_B64 = re.compile(r"^[A-Za-z0-9+/=]*$")
+CUSTOM_DATA = """#!/bin/sh
+# spotwise trial launcher (generated). The launch spec is base64 of JSON: data, never shell code.
+set -eu
+mkdir -p /var/lib/spotwise
+echo '{payload}' | base64 -d > /var/lib/spotwise/launch.json
+exec python3 -m spotwise.providers.azure_agent --launch /var/lib/spotwise/launch.json
+"""
+
+
+def vm_name(client_token: str) -> str:
+    """A valid, deterministic VM name for a launch: ``sw-<slug>-<hash8>`` (≤ 52 chars)."""
+    slug = re.sub(r"[^a-z0-9-]+", "-", client_token.lower()).strip("-")[:40].strip("-")
+    digest = hashlib.sha256(client_token.encode()).hexdigest()[:8]
+    return f"sw-{slug}-{digest}" if slug else f"sw-{digest}"
+
+
+def custom_data(request: LaunchRequest) -> str:
+    """Base64 of the cloud-init script that starts the agent with this launch's spec."""
+    spec = {"argv": list(request.argv), "env": dict(request.env), "workdir": request.workdir}
+    payload = base64.b64encode(json.dumps(spec, sort_keys=True).encode()).decode()
+    if not _B64.match(payload):  # cannot happen; guards the one substitution into shell text
+        raise ProviderError("azure: launch spec encoding produced non-base64 text")
+    return base64.b64encode(CUSTOM_DATA.format(payload=payload).encode()).decode()
+
+
+def image_reference(image: str) -> dict[str, str]:
+    if image.startswith("/"):
+        return {"id": image}
+    parts = image.split(":")
+    if len(parts) != 4:
+        raise ProviderError(
+            f"providers[].options.image: {image!r} is neither an image resource id nor a URN "
+            "Publisher:Offer:Sku:Version"
+        )
+    return dict(zip(("publisher", "offer", "sku", "version"), parts, strict=True))
+
+
+def vm_body(settings: AzureSettings, name: str, request: LaunchRequest) -> dict[str, Any]:
+    s, offer = settings, request.offer
+    region, zone = split_zone(offer.zone)
+    user = s.opt("admin_username", "spotwise")
+    ip_config: dict[str, Any] = {"subnet": {"id": s.opt("subnet_id")}, "primary": True}
+    if s.opt("public_ip", "false").lower() == "true":
+        ip_config["publicIPAddressConfiguration"] = {
+            "name": f"{name}-ip",
+            "properties": {"deleteOption": "Delete"},
+        }
+    tags = dict(request.tags)
+    tags[TAG_PRICE] = repr(offer.price_per_hour)
+    tags[TAG_ON_DEMAND] = repr(offer.on_demand_price_per_hour)
+    props: dict[str, Any] = {
+        "hardwareProfile": {"vmSize": offer.instance_type},
+        "storageProfile": {
+            "imageReference": image_reference(s.opt("image")),
+            "osDisk": {
+                "createOption": "FromImage",
+                "deleteOption": "Delete",
+                "diskSizeGB": int(s.opt("os_disk_size_gb", "64")),
+                "managedDisk": {"storageAccountType": "StandardSSD_LRS"},
+            },
+        },
+        "osProfile": {
+            "computerName": name,
+            "adminUsername": user,
+            "customData": custom_data(request),
+            "linuxConfiguration": {
+                "disablePasswordAuthentication": True,
+                "ssh": {
+                    "publicKeys": [
+                        {
+                            "path": f"/home/{user}/.ssh/authorized_keys",
+                            "keyData": s.opt("ssh_public_key"),
+                        }
+                    ]
+                },
+            },
+        },
+        "networkProfile": {
+            "networkApiVersion": "2022-11-01",
+            "networkInterfaceConfigurations": [
+                {
+                    "name": f"{name}-nic",
+                    "properties": {
+                        "primary": True,
+                        "deleteOption": "Delete",
+                        "ipConfigurations": [{"name": "ipconfig1", "properties": ip_config}],
+                    },
+                }
+            ],
+        },
+    }
+    if offer.market is Market.SPOT:
+        props["priority"] = "Spot"
+        props["evictionPolicy"] = s.opt("eviction_policy", "Delete")
+        props["billingProfile"] = {"maxPrice": float(s.opt("max_price", "-1"))}
+    body: dict[str, Any] = {"location": region, "tags": tags, "properties": props}
+    if zone:
+        body["zones"] = [zone]
+    return body

@@ -1,0 +1,277 @@
+"""Google Compute Engine: machine types, Spot VMs, zone operations, labels as tags.
+
+Entry points (see :mod:`spotwise.providers.registry`): :func:`open_catalog`,
+:func:`open_provisioner`, :func:`check`. ``google-cloud-compute`` is imported lazily inside
+functions (``spotwise --help`` never loads it); when it is missing the call raises
+:class:`~spotwise.errors.ProviderUnavailable` with ``pip install 'spotwise[gcp]'``.
+
+Credentials come only from Google's Application Default Credentials chain
+(``google.auth.default``: ``GOOGLE_APPLICATION_CREDENTIALS``, gcloud's ADC file, the metadata
+server); spotwise never stores, logs or prints them. Tests inject a credentials object.
+
+Options (``providers[].options``): ``project`` (else the ADC project), ``image`` (boot image,
+needed to launch), ``network`` (default ``global/networks/default``), ``subnetwork``,
+``external_ip`` (``true``), ``service_account`` (``default``), ``disk_size_gb`` (``50``),
+``termination_action`` (``DELETE`` or ``STOP``), ``prices`` (a price CSV, default the shipped
+one), ``offline`` (``true``: hardware from the price CSV, no API calls), ``api_endpoint`` (a
+fake server), ``operation_timeout_s`` (``600``).
+
+Prices: :mod:`spotwise.providers.gcp_prices` (a dated catalog that can be refreshed; GCP has no
+spot price history API, so ``GcpCatalog.price_history`` returns the catalog's dated point).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from spotwise.errors import ProviderError, ProviderUnavailable, SpecError
+from spotwise.providers.base import TAG_MANAGED, Market
+from spotwise.providers.registry import INSTALL_HINT, CheckResult, ProviderConfig
+
+NAME = "gcp"
+SCOPES = ("https://www.googleapis.com/auth/cloud-platform",)
+LABEL_PREFIX = "spotwise-"
+_LABEL_OK = re.compile(r"[^a-z0-9_-]")
+
+
+# ---- settings -------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class GcpSettings:
+    project: str
+    regions: tuple[str, ...] = ()
+    zones: tuple[str, ...] = ()
+    instance_types: tuple[str, ...] = ()
+    markets: tuple[Market, ...] = (Market.SPOT, Market.ON_DEMAND)
+    options: Mapping[str, str] = field(default_factory=dict)
+
+    def opt(self, key: str, default: str = "") -> str:
+        return str(self.options.get(key, default))
+
+    def require(self, key: str, example: str) -> str:
+        value = self.opt(key)
+        if not value:
+            raise SpecError(
+                f"providers[].options.{key}: required for gcp",
+                hint=f"add `{key}: {example}` under the gcp provider's options",
+            )
+        return value
+
+
+def settings_from(config: ProviderConfig, *, project: str | None = None) -> GcpSettings:
+    opts = dict(config.options)
+    proj = opts.get("project") or project or ""
+    if not proj:
+        raise SpecError(
+            "providers[].options.project: required for gcp (no project in the options or in the "
+            "application-default credentials)",
+            hint="add `project: my-project-id` under the gcp provider's options",
+        )
+    try:
+        markets = tuple(Market(m) for m in config.markets)
+    except ValueError:
+        raise SpecError(
+            f"providers[].markets: {list(config.markets)} must be among {[m.value for m in Market]}"
+        ) from None
+    return GcpSettings(
+        project=proj,
+        regions=tuple(config.regions),
+        zones=tuple(config.zones),
+        instance_types=tuple(config.instance_types),
+        markets=markets,
+        options=opts,
+    )
+
+
+# ---- SDK access ----------------------------------------------------------------------------
+def compute_v1() -> Any:
+    """The ``google.cloud.compute_v1`` module, or ProviderUnavailable with the install hint."""
+    try:
+        from google.cloud import compute_v1 as mod
+    except ImportError:
+        raise ProviderUnavailable(
+            "gcp: google-cloud-compute is not installed", hint=INSTALL_HINT[NAME]
+        ) from None
+    return mod
+
+
+def default_credentials() -> tuple[Any, str | None]:
+    """Application Default Credentials and their project; ProviderUnavailable with the fix."""
+    try:
+        import google.auth
+        from google.auth.exceptions import DefaultCredentialsError
+    except ImportError:
+        raise ProviderUnavailable(
+            "gcp: google-auth is not installed", hint=INSTALL_HINT[NAME]
+        ) from None
+    try:
+        creds, project = google.auth.default(scopes=list(SCOPES))
+    except DefaultCredentialsError:
+        raise ProviderUnavailable(
+            "gcp: no Application Default Credentials found",
+            hint="run `gcloud auth application-default login`, or set "
+            "GOOGLE_APPLICATION_CREDENTIALS to a service-account key file",
+        ) from None
+    return creds, project
+
+
+class GcpClients:
+    """Lazily built compute_v1 clients sharing one credentials object and endpoint."""
+
+    def __init__(self, credentials: Any, api_endpoint: str = "") -> None:
+        self._credentials = credentials
+        self._api_endpoint = api_endpoint
+        self._cache: dict[str, Any] = {}
+
+    def get(self, name: str) -> Any:
+        if name not in self._cache:
+            mod = compute_v1()
+            kwargs: dict[str, Any] = {"credentials": self._credentials}
+            if self._api_endpoint:
+                from google.api_core.client_options import ClientOptions
+
+                kwargs["client_options"] = ClientOptions(api_endpoint=self._api_endpoint)
+            self._cache[name] = getattr(mod, name)(**kwargs)
+        return self._cache[name]
+
+    def __repr__(self) -> str:  # never show the credentials
+        return f"GcpClients(api_endpoint={self._api_endpoint!r})"
+
+
+def api_error(prefix: str, e: Exception) -> ProviderError:
+    """A GoogleAPICallError as a one-line ProviderError (no request headers, no tokens)."""
+    code = getattr(e, "code", None)
+    msg = getattr(e, "message", None) or type(e).__name__
+    if code in (401, 403):
+        return ProviderUnavailable(
+            f"{prefix}: permission denied ({code}): {msg}",
+            hint="check the account in `gcloud auth application-default print-access-token` "
+            "has roles/compute.instanceAdmin.v1 on the project",
+        )
+    return ProviderError(f"{prefix}: {code or ''} {msg}".strip())
+
+
+# ---- labels <-> tags -----------------------------------------------------------------------
+def label_key(tag_key: str) -> str:
+    """``spotwise:job`` → ``spotwise-job``; any key → a valid GCP label key."""
+    k = _LABEL_OK.sub("_", tag_key.lower().replace(":", "-"))
+    if not k or not k[0].isalpha():
+        k = "k" + k
+    return k[:63]
+
+
+def label_value(value: str) -> str:
+    """A valid label value; values changed by the mapping get a hash suffix to stay distinct."""
+    v = _LABEL_OK.sub("_", value.lower())
+    if v == value and len(v) <= 63:
+        return v
+    digest = hashlib.sha1(value.encode()).hexdigest()[:8]
+    return f"{v[:54]}-{digest}"
+
+
+def tags_to_labels(tags: Mapping[str, str]) -> dict[str, str]:
+    return {label_key(k): label_value(v) for k, v in tags.items()}
+
+
+def labels_to_tags(labels: Mapping[str, str]) -> dict[str, str]:
+    """Inverse for keys we wrote (``spotwise-job`` → ``spotwise:job``); exact values live in
+    the ``spotwise-tags`` metadata item, labels only serve the server-side filter."""
+    out = {}
+    for k, v in labels.items():
+        out["spotwise:" + k[len(LABEL_PREFIX) :] if k.startswith(LABEL_PREFIX) else k] = v
+    return out
+
+
+def label_filter(tags: Mapping[str, str]) -> str:
+    """The ``instances.aggregatedList`` filter selecting our instances with these tags."""
+    want = {TAG_MANAGED: "true", **dict(tags)}
+    return " AND ".join(
+        f'(labels.{label_key(k)} = "{label_value(v)}")' for k, v in sorted(want.items())
+    )
+
+
+# ---- catalog -------------------------------------------------------------------------------
+def zone_region(zone: str) -> str:
+    """``us-central1-a`` → ``us-central1``."""
+    return zone.rsplit("-", 1)[0] if zone.count("-") >= 2 else zone
+
+
+# ---- registry entry points -----------------------------------------------------------------
+def _resolve(
+    config: ProviderConfig, credentials: Any | None
+) -> tuple[GcpSettings, GcpClients | None]:
+    offline = str(config.options.get("offline", "")).lower() == "true"
+    project = None
+    if credentials is None and not offline:
+        compute_v1()  # install hint before credentials
+        credentials, project = default_credentials()
+    settings = settings_from(config, project=project or ("offline" if offline else None))
+    if offline:
+        return settings, None
+    return settings, GcpClients(credentials, settings.opt("api_endpoint"))
+
+
+def open_catalog(config: ProviderConfig, *, credentials: Any | None = None) -> Any:
+    """A :class:`~spotwise.providers.gcp_catalog.GcpCatalog` for this provider config."""
+    from spotwise.providers.gcp_catalog import GcpCatalog
+    from spotwise.providers.gcp_prices import load
+
+    settings, clients = _resolve(config, credentials)
+    return GcpCatalog(settings, clients, load(settings.opt("prices") or None))
+
+
+def open_provisioner(config: ProviderConfig, *, credentials: Any | None = None) -> Any:
+    """A :class:`~spotwise.providers.gcp_provisioner.GcpProvisioner` for this provider config."""
+    from spotwise.providers.gcp_prices import load
+    from spotwise.providers.gcp_provisioner import GcpProvisioner
+
+    settings, clients = _resolve(config, credentials)
+    if clients is None:
+        raise SpecError("providers[].options.offline: gcp cannot launch instances offline")
+    settings.require("image", "projects/debian-cloud/global/images/family/debian-12")
+    return GcpProvisioner(settings, clients, load(settings.opt("prices") or None))
+
+
+def _chain_in_use() -> str:
+    if os.environ.get("GOOGLE_APPLICATION_CREDENTIALS"):
+        return "GOOGLE_APPLICATION_CREDENTIALS (credentials file)"
+    cfg = os.environ.get("CLOUDSDK_CONFIG") or str(Path.home() / ".config" / "gcloud")
+    if (Path(cfg) / "application_default_credentials.json").exists():
+        return "gcloud application-default credentials"
+    return "GCE metadata server"
+
+
+def check() -> CheckResult:
+    """Which ADC source would be used and whether it resolves; never raises, never shows secrets."""
+    chain = _chain_in_use()
+    try:
+        compute_v1()
+        creds, project = default_credentials()
+    except ProviderUnavailable as e:
+        return CheckResult(NAME, False, f"{e.message}; {e.hint}", {"chain": chain})
+    details = {"chain": chain, "credential_type": type(creds).__name__, "project": project or ""}
+    if not project:
+        return CheckResult(
+            NAME,
+            True,
+            f"credentials resolve via {chain}; no default project: set providers[].options.project",
+            details,
+        )
+    return CheckResult(NAME, True, f"credentials resolve via {chain}; project {project}", details)
+
+
+__all__ = [
+    "GcpClients",
+    "GcpSettings",
+    "check",
+    "label_filter",
+    "labels_to_tags",
+    "open_catalog",
+    "open_provisioner",
+    "tags_to_labels",
+]

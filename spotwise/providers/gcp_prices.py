@@ -1,0 +1,287 @@
+"""GCP list prices as data: a small shipped catalog, and a way to refresh it.
+
+Google has no spot *price history* API and its Cloud Billing Catalog API needs credentials and
+a SKU-to-machine-type join, so prices come from a CSV catalog::
+
+    instance_type,region,zone,vcpus,memory_gb,gpus,gpu_name,on_demand,spot,as_of,source
+
+* one row per machine type and region (``zone`` empty: every zone of the region) or per zone;
+* ``on_demand`` / ``spot`` are USD per hour for the *whole* VM, bundled GPUs included;
+* ``as_of`` is the ISO date the numbers were taken, ``source`` a short key explained in the
+  catalog folder's ``SOURCE.md``.
+
+The same CSV format (and this module's loader) serves Azure: see
+:mod:`spotwise.providers.azure_prices`. The shipped GCP copy lives in
+``spotwise/data/gcp-prices/prices.csv`` (its SOURCE.md says where every number comes from and
+how old it is). :func:`refresh` rebuilds a catalog from the
+public SkyPilot catalog CSV (``vms.csv``, schema v7), which SkyPilot regenerates every few
+hours from Google's Cloud Billing Catalog; pass a local path to refresh offline.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import re
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, date, datetime
+from pathlib import Path
+
+from spotwise.errors import ConfigError, ProviderError
+from spotwise.providers.base import Market
+
+SHIPPED = Path(__file__).resolve().parent.parent / "data" / "gcp-prices" / "prices.csv"
+SKYPILOT_GCP_URL = (
+    "https://raw.githubusercontent.com/skypilot-org/skypilot-catalog/master/catalogs/v7/gcp/vms.csv"
+)
+COLUMNS = (
+    "instance_type",
+    "region",
+    "zone",
+    "vcpus",
+    "memory_gb",
+    "gpus",
+    "gpu_name",
+    "on_demand",
+    "spot",
+    "as_of",
+    "source",
+)
+
+# Machine families whose GPUs are bundled: (pattern, SkyPilot accelerator name, GPU count).
+# SkyPilot prices the machine part and the GPUs on separate rows; we store their sum.
+_BUNDLED: tuple[tuple[re.Pattern[str], str, int | None], ...] = (
+    (re.compile(r"^g2-standard-(4|8|12|16|32)$"), "L4", 1),
+    (re.compile(r"^g2-standard-24$"), "L4", 2),
+    (re.compile(r"^g2-standard-48$"), "L4", 4),
+    (re.compile(r"^g2-standard-96$"), "L4", 8),
+    (re.compile(r"^a2-highgpu-(\d+)g$"), "A100", None),
+    (re.compile(r"^a2-megagpu-(\d+)g$"), "A100", None),
+    (re.compile(r"^a2-ultragpu-(\d+)g$"), "A100-80GB", None),
+    (re.compile(r"^a3-highgpu-(\d+)g$"), "H100", None),
+)
+
+
+@dataclass(frozen=True)
+class PriceRow:
+    instance_type: str
+    region: str
+    zone: str  # "" = every zone of the region
+    vcpus: int
+    memory_gb: float
+    gpus: int
+    gpu_name: str
+    on_demand: float
+    spot: float | None
+    as_of: str  # ISO date
+    source: str
+
+    @property
+    def as_of_epoch(self) -> float:
+        d = date.fromisoformat(self.as_of)
+        return datetime(d.year, d.month, d.day, tzinfo=UTC).timestamp()
+
+    def price(self, market: Market) -> float | None:
+        return self.spot if market is Market.SPOT else self.on_demand
+
+
+class PriceTable:
+    """Rows of a price catalog with zone-then-region lookup."""
+
+    def __init__(self, rows: Iterable[PriceRow]) -> None:
+        self.rows = list(rows)
+        self._by_key: dict[tuple[str, str, str], PriceRow] = {
+            (r.instance_type, r.region, r.zone): r for r in self.rows
+        }
+
+    def regions(self) -> list[str]:
+        return sorted({r.region for r in self.rows})
+
+    def lookup(self, instance_type: str, region: str, zone: str = "") -> PriceRow | None:
+        if zone:
+            hit = self._by_key.get((instance_type, region, zone))
+            if hit is not None:
+                return hit
+        return self._by_key.get((instance_type, region, ""))
+
+    def for_region(self, region: str | None) -> list[PriceRow]:
+        return [r for r in self.rows if region is None or r.region == region]
+
+
+def load(path: str | Path | None = None, *, default: Path = SHIPPED) -> PriceTable:
+    """Load a catalog CSV (default: the shipped GCP one)."""
+    p = Path(path) if path else default
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as e:
+        raise ConfigError(
+            f"cannot read price catalog {p}: {e.strerror}",
+            hint="set providers[].options.prices to a CSV written by a `refresh` of "
+            "spotwise.providers.gcp_prices or azure_prices",
+        ) from None
+    return PriceTable(parse(text, str(p)))
+
+
+def parse(text: str, where: str = "<csv>") -> list[PriceRow]:
+    reader = csv.DictReader(io.StringIO(text))
+    missing = set(COLUMNS) - set(reader.fieldnames or ())
+    if missing:
+        raise ConfigError(f"price catalog {where} lacks columns {sorted(missing)}")
+    rows = []
+    for n, rec in enumerate(reader, start=2):
+        try:
+            rows.append(
+                PriceRow(
+                    instance_type=rec["instance_type"],
+                    region=rec["region"],
+                    zone=rec["zone"] or "",
+                    vcpus=int(float(rec["vcpus"] or 0)),
+                    memory_gb=float(rec["memory_gb"] or 0),
+                    gpus=int(float(rec["gpus"] or 0)),
+                    gpu_name=rec["gpu_name"] or "",
+                    on_demand=float(rec["on_demand"]),
+                    spot=float(rec["spot"]) if rec["spot"] else None,
+                    as_of=date.fromisoformat(rec["as_of"]).isoformat(),
+                    source=rec["source"],
+                )
+            )
+        except (KeyError, ValueError) as e:
+            raise ConfigError(f"price catalog {where} line {n} is invalid: {e}") from None
+    return rows
+
+
+def write(rows: Sequence[PriceRow], path: str | Path) -> Path:
+    """Write rows atomically (temp file + rename)."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(COLUMNS)
+    for r in sorted(rows, key=lambda r: (r.instance_type, r.region, r.zone)):
+        spot = "" if r.spot is None else f"{r.spot:.5f}"
+        w.writerow(
+            [
+                r.instance_type,
+                r.region,
+                r.zone,
+                r.vcpus,
+                f"{r.memory_gb:g}",
+                r.gpus,
+                r.gpu_name,
+                f"{r.on_demand:.5f}",
+                spot,
+                r.as_of,
+                r.source,
+            ]
+        )
+    tmp = p.with_suffix(p.suffix + ".tmp")
+    tmp.write_text(buf.getvalue(), encoding="utf-8")
+    tmp.replace(p)
+    return p
+
+
+def from_skypilot_csv(
+    text: str,
+    *,
+    regions: Sequence[str] | None = None,
+    instance_types: Sequence[str] | None = None,
+    as_of: str | None = None,
+    source: str = "skypilot-catalog-v7",
+) -> list[PriceRow]:
+    """Turn a SkyPilot v7 GCP ``vms.csv`` into region-level rows, GPUs of bundled families added.
+
+    Machine types whose bundled GPU has no price row are dropped rather than under-priced.
+    """
+    day = as_of or datetime.fromtimestamp(time.time(), UTC).date().isoformat()
+    machines: dict[tuple[str, str], dict[str, str]] = {}
+    gpus: dict[tuple[str, int, str], dict[str, str]] = {}
+    for rec in csv.DictReader(io.StringIO(text)):
+        region = rec.get("Region") or ""
+        if regions and region not in regions:
+            continue
+        itype = rec.get("InstanceType") or ""
+        if itype:
+            if instance_types and itype not in instance_types:
+                continue
+            machines.setdefault((itype, region), rec)  # one row per region (zones share a price)
+        elif rec.get("AcceleratorName"):
+            count = int(float(rec.get("AcceleratorCount") or 0))
+            gpus.setdefault((rec["AcceleratorName"], count, region), rec)
+    out: list[PriceRow] = []
+    for (itype, region), rec in machines.items():
+        od, spot = _num(rec.get("Price")), _num(rec.get("SpotPrice"))
+        if od is None:
+            continue
+        gpu_name, gpu_count = "", 0
+        bundled = _bundled_gpu(itype)
+        if bundled is not None:
+            gpu_name, gpu_count = bundled
+            g = gpus.get((gpu_name, gpu_count, region))
+            g_od = _num(g.get("Price")) if g else None
+            if g is None or g_od is None:
+                continue
+            g_spot = _num(g.get("SpotPrice"))
+            od += g_od
+            spot = None if spot is None or g_spot is None else spot + g_spot
+        out.append(
+            PriceRow(
+                instance_type=itype,
+                region=region,
+                zone="",
+                vcpus=int(float(rec.get("vCPUs") or 0)),
+                memory_gb=float(rec.get("MemoryGiB") or 0),
+                gpus=gpu_count,
+                gpu_name=gpu_name,
+                on_demand=round(od, 5),
+                spot=None if spot is None else round(spot, 5),
+                as_of=day,
+                source=source,
+            )
+        )
+    return out
+
+
+def refresh(
+    dest: str | Path,
+    *,
+    source: str = SKYPILOT_GCP_URL,
+    regions: Sequence[str] | None = None,
+    instance_types: Sequence[str] | None = None,
+    timeout_s: float = 60.0,
+) -> Path:
+    """Fetch the public catalog (a URL or a local path), keep what was asked, write ``dest``."""
+    if re.match(r"^https?://", source):
+        import requests
+
+        try:
+            resp = requests.get(source, timeout=timeout_s)
+            resp.raise_for_status()
+        except requests.RequestException as e:
+            raise ProviderError(
+                f"gcp: cannot fetch prices from {source}: {type(e).__name__}",
+                hint="pass source=<path to a downloaded vms.csv> to refresh offline",
+            ) from None
+        text = resp.text
+    else:
+        text = Path(source).read_text(encoding="utf-8")
+    rows = from_skypilot_csv(text, regions=regions, instance_types=instance_types)
+    if not rows:
+        raise ProviderError(f"gcp: no prices matched in {source} for {regions=} {instance_types=}")
+    return write(rows, dest)
+
+
+def _bundled_gpu(itype: str) -> tuple[str, int] | None:
+    for pattern, name, count in _BUNDLED:
+        m = pattern.match(itype)
+        if m:
+            return name, count if count is not None else int(m.group(1))
+    return None
+
+
+def _num(v: str | None) -> float | None:
+    try:
+        return float(v) if v not in (None, "") else None
+    except ValueError:
+        return None

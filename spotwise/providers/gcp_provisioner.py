@@ -1,0 +1,382 @@
+"""The GCP Provisioner: Spot VMs launched, watched and deleted through compute_v1.
+
+* ``launch`` inserts one instance (``scheduling.provisioning_model = SPOT`` and an
+  ``instance_termination_action``; ``STANDARD`` for on-demand) with our tags as labels, waits on
+  the zone operation with its own ``ZoneOperationsClient`` and returns the instance. The
+  instance name and the insert's ``requestId`` (a UUID5 of ``client_token``) make a retried
+  launch idempotent. The trial's argv/env travel as JSON in the ``spotwise-launch`` metadata
+  item; the fixed startup script only starts :mod:`spotwise.providers.gcp_agent`, which reads
+  it — nothing is interpolated into shell text.
+* ``describe`` lists instances through a server-side label filter; exact tags come back from
+  the ``spotwise-tags`` metadata item. Instances this object saw that are gone (a Spot VM is
+  deleted on preemption) stay listed as REVOKED or TERMINATED.
+* ``notices`` reads preemption from two places: ``compute.instances.preempted`` operations, and
+  the ``spotwise/notice`` guest attribute the trial agent writes when the metadata server's
+  ``instance/preempted`` turns TRUE.
+* ``progress`` returns what an optional ``report_source`` yields; without an object-storage
+  store for GCS (not built yet) it returns ``[]``.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from spotwise.errors import CapacityError, ProviderError
+from spotwise.providers.base import (
+    Instance,
+    InstanceState,
+    LaunchRequest,
+    Market,
+    Notice,
+    NoticeKind,
+    Offer,
+    is_ours,
+)
+from spotwise.providers.billing import rule_for
+from spotwise.providers.gcp import (
+    NAME,
+    GcpClients,
+    GcpSettings,
+    api_error,
+    label_filter,
+    label_key,
+    labels_to_tags,
+    zone_region,
+)
+from spotwise.providers.gcp_launch import (
+    GUEST_NAMESPACE,
+    META_OFFER,
+    META_TAGS,
+    instance_body,
+    instance_name,
+    json_dict,
+    request_id,
+)
+from spotwise.providers.gcp_prices import PriceTable
+
+# ``report_source(instance_id)`` returns *all* records the trial has written so far (its
+# SPOTWISE_EVENTS_FILE lines, e.g. synced to object storage); ``type == "notice"`` records
+# are notices, the rest progress. The provisioner remembers how many it has returned.
+ReportSource = Callable[[str], Iterable[Mapping[str, object]]]
+
+_CAPACITY = (
+    "ZONE_RESOURCE_POOL_EXHAUSTED",
+    "RESOURCE_POOL_EXHAUSTED",
+    "STOCKOUT",
+    "RESOURCE_NOT_AVAILABLE",
+)
+_STATE = {
+    "PROVISIONING": InstanceState.PENDING,
+    "STAGING": InstanceState.PENDING,
+    "PENDING": InstanceState.PENDING,
+    "REPAIRING": InstanceState.PENDING,
+    "RUNNING": InstanceState.RUNNING,
+    "STOPPING": InstanceState.STOPPING,
+    "SUSPENDING": InstanceState.STOPPING,
+    "PENDING_STOP": InstanceState.STOPPING,
+    "DEPROVISIONING": InstanceState.STOPPING,
+    "STOPPED": InstanceState.TERMINATED,
+    "SUSPENDED": InstanceState.TERMINATED,
+    "TERMINATED": InstanceState.TERMINATED,
+}
+_ID = re.compile(r"^([a-z]+-[a-z]+\d+-[a-z])/([a-z][-a-z0-9]{0,62})$")
+
+
+def _ts(rfc3339: str) -> float:
+    return datetime.fromisoformat(rfc3339.replace("Z", "+00:00")).timestamp() if rfc3339 else 0.0
+
+
+class GcpProvisioner:
+    """Launch, watch and delete Spot (or on-demand) instances that carry our labels."""
+
+    name = NAME
+
+    def __init__(
+        self,
+        settings: GcpSettings,
+        clients: GcpClients,
+        prices: PriceTable,
+        *,
+        report_source: ReportSource | None = None,
+        poll_interval_s: float = 2.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.settings = settings
+        self.clients = clients
+        self.prices = prices
+        self.report_source = report_source
+        self.poll_interval_s = poll_interval_s
+        self.clock = clock
+        self._known: dict[str, Instance] = {}
+        self._terminated: set[str] = set()
+        self._noticed: set[str] = set()
+        self._progress_seen: dict[str, int] = {}
+
+    # ---- launch ---------------------------------------------------------------------------
+    def launch(self, request: LaunchRequest) -> Instance:
+        if not is_ours(request.tags):
+            raise ProviderError("gcp: refusing to launch an instance without spotwise tags")
+        offer = request.offer
+        if offer.provider != NAME:
+            raise ProviderError(f"gcp: cannot launch a {offer.provider!r} offer")
+        name = instance_name(request.client_token)
+        instances = self.clients.get("InstancesClient")
+        try:
+            op = instances.insert(
+                request={
+                    "project": self.settings.project,
+                    "zone": offer.zone,
+                    "instance_resource": instance_body(self.settings, name, request),
+                    "request_id": request_id(request.client_token),
+                }
+            )
+            self._wait(offer.zone, op.name, what=f"launching {offer.instance_type} in {offer.zone}")
+        except ProviderError:
+            raise
+        except Exception as e:
+            if getattr(e, "code", None) != 409:  # 409: the same launch already created it
+                raise self._launch_error(e, offer) from None
+        inst = self._get(offer.zone, name)
+        if inst is None:
+            raise ProviderError(f"gcp: instance {offer.zone}/{name} vanished right after launch")
+        self._known[inst.instance_id] = inst
+        return inst
+
+    def _launch_error(self, e: Exception, offer: Offer) -> ProviderError:
+        text = f"{getattr(e, 'message', '')} {e}"
+        if any(c in text for c in _CAPACITY) or getattr(e, "code", None) == 503:
+            return CapacityError(
+                f"gcp: no {offer.market.value} capacity for {offer.instance_type} in {offer.zone}"
+            )
+        return api_error(f"gcp: launching {offer.instance_type} in {offer.zone} failed", e)
+
+    def _wait(self, zone: str, op_name: str, *, what: str) -> None:
+        ops = self.clients.get("ZoneOperationsClient")
+        deadline = self.clock() + float(self.settings.opt("operation_timeout_s", "600"))
+        while True:
+            op = ops.wait(project=self.settings.project, zone=zone, operation=op_name)
+            if getattr(op.status, "name", str(op.status)) == "DONE":
+                break
+            if self.clock() > deadline:
+                raise ProviderError(
+                    f"gcp: {what}: operation {op_name} still running at the deadline"
+                )
+            time.sleep(self.poll_interval_s)
+        errors = list(op.error.errors) if op.error else []
+        if errors:
+            codes = " ".join(f"{x.code}: {x.message}" for x in errors)
+            if any(x.code in _CAPACITY or "EXHAUSTED" in x.code for x in errors):
+                raise CapacityError(f"gcp: {what}: {codes}")
+            raise ProviderError(f"gcp: {what} failed: {codes}")
+
+    # ---- describe -------------------------------------------------------------------------
+    def _get(self, zone: str, name: str) -> Instance | None:
+        try:
+            raw = self.clients.get("InstancesClient").get(
+                project=self.settings.project, zone=zone, instance=name
+            )
+        except Exception as e:
+            if getattr(e, "code", None) == 404:
+                return None
+            raise api_error(f"gcp: reading instance {zone}/{name} failed", e) from None
+        return self._to_instance(raw)
+
+    def _list(self, tags: Mapping[str, str]) -> dict[str, Instance]:
+        try:
+            pager = self.clients.get("InstancesClient").aggregated_list(
+                request={"project": self.settings.project, "filter": label_filter(tags)}
+            )
+            raws = [i for _, scoped in pager for i in scoped.instances]
+        except Exception as e:
+            raise api_error("gcp: listing instances failed", e) from None
+        out = {}
+        for raw in raws:
+            if raw.labels.get(label_key("spotwise:managed")) != "true":
+                continue  # the server filter should have done this; never trust it alone
+            inst = self._to_instance(raw)
+            out[inst.instance_id] = inst
+        return out
+
+    def describe(self, tags: Mapping[str, str] | None = None) -> list[Instance]:
+        want = dict(tags or {})
+        live = self._list(want)
+        gone = [i for i in self._known if i not in live and not self._known[i].state.is_terminal()]
+        stopped = [i for i, x in live.items() if x.state is InstanceState.TERMINATED]
+        preempted = self._preempted() if (gone or stopped) else {}
+        now = self.clock()
+        for iid, inst in live.items():
+            if iid in self._terminated:
+                inst.state = InstanceState.TERMINATED
+            elif inst.state is InstanceState.TERMINATED and iid in preempted:
+                inst.state = InstanceState.REVOKED
+            if inst.state.is_terminal() and inst.ended_at is None:
+                inst.ended_at = preempted.get(iid, now)
+            self._known[iid] = inst
+        for iid in gone:
+            inst = self._known[iid]
+            revoked = iid in preempted and iid not in self._terminated
+            inst.state = InstanceState.REVOKED if revoked else InstanceState.TERMINATED
+            inst.ended_at = preempted.get(iid, now)
+        return [
+            inst
+            for inst in self._known.values()
+            if all(inst.tags.get(k) == v for k, v in want.items())
+        ]
+
+    def _to_instance(self, raw: Any) -> Instance:
+        zone = raw.zone.rsplit("/", 1)[-1]
+        meta = {item.key: item.value for item in raw.metadata.items}
+        tags = json_dict(meta.get(META_TAGS)) or labels_to_tags(dict(raw.labels))
+        offer = self._offer_of(raw, zone, json_dict(meta.get(META_OFFER)))
+        state = _STATE.get(raw.status, InstanceState.PENDING)
+        return Instance(
+            instance_id=f"{zone}/{raw.name}",
+            offer=offer,
+            state=state,
+            tags={str(k): str(v) for k, v in tags.items()},
+            launched_at=_ts(raw.creation_timestamp),
+            ended_at=_ts(raw.last_stop_timestamp)
+            if state.is_terminal() and raw.last_stop_timestamp
+            else None,
+        )
+
+    def _offer_of(self, raw: Any, zone: str, saved: Mapping[str, Any]) -> Offer:
+        if saved:
+            try:
+                return Offer(**{**saved, "market": Market(saved["market"])})
+            except (TypeError, ValueError, KeyError):
+                pass
+        itype = raw.machine_type.rsplit("/", 1)[-1]
+        spot = raw.scheduling.provisioning_model == "SPOT" or bool(raw.scheduling.preemptible)
+        market = Market.SPOT if spot else Market.ON_DEMAND
+        row = self.prices.lookup(itype, zone_region(zone), zone)
+        price = (row.price(market) or 0.0) if row else 0.0
+        return Offer(
+            NAME, zone_region(zone), zone, itype, market, price, row.on_demand if row else 0.0
+        )
+
+    # ---- terminate ------------------------------------------------------------------------
+    def terminate(self, instance_ids: Sequence[str]) -> None:
+        targets: list[tuple[str, str, str]] = []
+        refused: list[str] = []
+        for iid in instance_ids:
+            m = _ID.match(iid)
+            if not m:
+                refused.append(iid)
+                continue
+            zone, name = m.groups()
+            inst = self._get(zone, name)
+            if inst is None:
+                if iid not in self._known:
+                    refused.append(iid)
+                continue  # ours and already gone
+            if not is_ours(inst.tags):
+                refused.append(iid)
+                continue
+            targets.append((iid, zone, name))
+        if refused:
+            raise ProviderError(
+                f"gcp: refusing to terminate {refused}: not instances launched by spotwise "
+                "(no spotwise labels) in this project"
+            )
+        client = self.clients.get("InstancesClient")
+        now = self.clock()
+        for iid, zone, name in targets:
+            try:
+                client.delete(
+                    request={
+                        "project": self.settings.project,
+                        "zone": zone,
+                        "instance": name,
+                        "request_id": request_id(iid, "delete"),
+                    }
+                )
+            except Exception as e:
+                if getattr(e, "code", None) != 404:
+                    raise api_error(f"gcp: deleting {iid} failed", e) from None
+            self._terminated.add(iid)
+            if iid in self._known and not self._known[iid].state.is_terminal():
+                self._known[iid].state = InstanceState.TERMINATED
+                self._known[iid].ended_at = now
+
+    # ---- notices / progress ----------------------------------------------------------------
+    def _preempted(self) -> dict[str, float]:
+        """instance id → preemption time, from ``compute.instances.preempted`` operations."""
+        try:
+            pager = self.clients.get("GlobalOperationsClient").aggregated_list(
+                request={
+                    "project": self.settings.project,
+                    "filter": 'operationType = "compute.instances.preempted"',
+                }
+            )
+            ops = [op for _, scoped in pager for op in scoped.operations]
+        except Exception as e:
+            raise api_error("gcp: listing preemption operations failed", e) from None
+        out = {}
+        for op in ops:
+            parts = op.target_link.split("/")
+            if "zones" in parts and "instances" in parts:
+                zone, name = parts[parts.index("zones") + 1], parts[parts.index("instances") + 1]
+                out[f"{zone}/{name}"] = _ts(op.start_time or op.insert_time) or self.clock()
+        return out
+
+    def notices(self) -> list[Notice]:
+        lead = rule_for(NAME).notice_lead_s
+        ours = {i.instance_id: i for i in self.describe()}
+        out: list[Notice] = []
+        for iid, at in self._preempted().items():
+            if iid in ours and iid not in self._noticed:
+                out.append(Notice(iid, NoticeKind.INTERRUPTION, at, at + lead))
+                self._noticed.add(iid)
+        for iid, inst in ours.items():
+            if iid in self._noticed or inst.state is not InstanceState.RUNNING:
+                continue
+            rec = self._guest_notice(iid) or self._reported_notice(iid)
+            if rec is not None:
+                at = float(rec.get("received_at") or self.clock())  # type: ignore[arg-type]
+                deadline = float(rec.get("deadline") or at + lead)  # type: ignore[arg-type]
+                out.append(Notice(iid, NoticeKind.INTERRUPTION, at, deadline))
+                self._noticed.add(iid)
+        return out
+
+    def _guest_notice(self, iid: str) -> dict[str, object] | None:
+        zone, name = iid.split("/", 1)
+        try:
+            attrs = self.clients.get("InstancesClient").get_guest_attributes(
+                request={
+                    "project": self.settings.project,
+                    "zone": zone,
+                    "instance": name,
+                    "query_path": f"{GUEST_NAMESPACE}/",
+                }
+            )
+        except Exception as e:
+            if getattr(e, "code", None) in (400, 404):  # none written yet / attributes disabled
+                return None
+            raise api_error(f"gcp: reading guest attributes of {iid} failed", e) from None
+        for entry in attrs.query_value.items:
+            if entry.namespace == GUEST_NAMESPACE and entry.key == "notice":
+                return json_dict(entry.value) or {}
+        return None
+
+    def _reported(self, iid: str) -> list[dict[str, object]]:
+        if self.report_source is None:
+            return []
+        return [dict(r) for r in self.report_source(iid)]
+
+    def _reported_notice(self, iid: str) -> dict[str, object] | None:
+        for rec in self._reported(iid):
+            if rec.get("type") == "notice":
+                return rec
+        return None
+
+    def progress(self, instance_id: str) -> list[dict[str, object]]:
+        """Events from ``report_source`` not returned before; ``[]`` without one."""
+        recs = [r for r in self._reported(instance_id) if r.get("type") != "notice"]
+        seen = self._progress_seen.get(instance_id, 0)
+        self._progress_seen[instance_id] = len(recs)
+        return recs[seen:]

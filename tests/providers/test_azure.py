@@ -1,0 +1,405 @@
+"""Azure adapter through the real azure-mgmt-compute pipeline over a mocked HTTP transport."""
+
+from __future__ import annotations
+
+import base64
+import importlib.util
+import json
+import logging
+import re
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+import responses
+
+from spotwise.errors import CapacityError, ProviderError, ProviderUnavailable, SpecError
+from spotwise.providers import azure, azure_prices
+from spotwise.providers.azure_catalog import AzureCatalog
+from spotwise.providers.azure_launch import vm_name
+from spotwise.providers.azure_provisioner import AzureProvisioner
+from spotwise.providers.base import (
+    TAG_JOB,
+    TAG_LAUNCH,
+    InstanceState,
+    LaunchRequest,
+    Market,
+    NoticeKind,
+    Offer,
+    is_ours,
+    our_tags,
+)
+from spotwise.providers.registry import ProviderConfig
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "azure"
+SECRET = "eyJ0eXAiOiJKV1Qi.SPOTWISE-AZURE-TEST-TOKEN.must-never-appear"
+
+
+def _load(name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(
+        f"_spotwise_fixture_{name}", FIXTURES / f"{name}.py"
+    )
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+fake_arm = _load("fake_arm")
+
+
+class FakeCredential:
+    """Anything with get_token serves azure-core's bearer policy."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def get_token(self, *scopes: str, **kwargs: Any) -> Any:
+        from azure.core.credentials import AccessToken
+
+        self.calls += 1
+        return AccessToken(SECRET, 4_102_444_800)
+
+
+def config(fake: Any, **options: str) -> ProviderConfig:
+    opts = {
+        "subscription_id": fake.subscription,
+        "resource_group": fake.group,
+        "subnet_id": f"/subscriptions/{fake.subscription}/resourceGroups/{fake.group}/providers/"
+        "Microsoft.Network/virtualNetworks/vnet/subnets/default",
+        "image": "Canonical:ubuntu-24_04-lts:server:latest",
+        "ssh_public_key": "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAITEST you@host",
+        "polling_interval": "0",
+    }
+    opts.update(options)
+    return ProviderConfig("azure", regions=("eastus",), options=opts)
+
+
+@pytest.fixture
+def fake() -> Any:
+    with responses.RequestsMock(assert_all_requests_are_fired=False) as rs:
+        yield fake_arm.FakeARM().install(rs)
+
+
+@pytest.fixture
+def catalog(fake: Any) -> AzureCatalog:
+    return azure.open_catalog(config(fake), credential=FakeCredential())
+
+
+@pytest.fixture
+def prov(fake: Any) -> AzureProvisioner:
+    return azure.open_provisioner(config(fake), credential=FakeCredential())
+
+
+def offer(
+    zone: str = "eastus-1", size: str = "Standard_NC4as_T4_v3", market: Market = Market.SPOT
+) -> Offer:
+    return Offer("azure", "eastus", zone, size, market, 0.062699, 0.526, 4, 28.0, 1, "T4")
+
+
+def request(token: str = "launch-0001", market: Market = Market.SPOT, **kw: Any) -> LaunchRequest:
+    return LaunchRequest(
+        offer=offer(market=market, **kw),
+        argv=("python", "train.py", "--name", "'; curl evil | sh #"),
+        env={"SPOTWISE_TRIAL": "t1", "WEIRD": '$(reboot) `id` "x"'},
+        tags=our_tags("job-a", "t1", token),
+        client_token=token,
+    )
+
+
+# ---- catalog ---------------------------------------------------------------------------------
+def test_skus_give_hardware_zones_and_respect_restrictions(catalog: AzureCatalog) -> None:
+    skus = {s.name: s for s in catalog.skus("eastus")}
+    assert "Premium_LRS" not in skus  # not a VM
+    assert "Standard_NC24ads_A100_v4" not in skus  # NotAvailableForSubscription here
+    t4 = skus["Standard_NC4as_T4_v3"]
+    assert (t4.vcpus, t4.memory_gb, t4.gpus, t4.gpu_name, t4.zones) == (
+        4,
+        28.0,
+        1,
+        "T4",
+        ("1", "2"),
+    )
+    assert skus["Standard_NC6s_v3"].gpu_name == "V100"  # from the family
+    assert skus["Standard_NV36ads_A10_v5"].zones == () and not skus["Standard_B1s"].spot_capable
+
+
+def test_retail_prices_select_linux_payg_meters(fake: Any) -> None:
+    items = azure_prices.fetch_items("eastus")
+    assert len(items) == 13  # both pages
+    chosen = azure_prices.select(items)
+    assert (
+        chosen[("Standard_NC4as_T4_v3", "eastus", "on-demand")][0] == 0.526
+    )  # not Windows/DevTest/secondary
+    assert (
+        chosen[("Standard_NC4as_T4_v3", "eastus", "spot")][0] == 0.062699
+    )  # newest, not Low Priority
+    flt = fake.rs.calls[0].request.url
+    assert "armRegionName" in flt and "Consumption" in flt
+
+
+def test_offers_join_skus_with_live_prices(catalog: AzureCatalog) -> None:
+    offers = catalog.offers(region="eastus")
+    keys = {o.key for o in offers}
+    assert "azure:eastus-1:Standard_NC4as_T4_v3:spot" in keys
+    assert "azure:eastus-3:Standard_NC4as_T4_v3:spot" not in keys  # zone restricted
+    assert "azure:eastus:Standard_NV36ads_A10_v5:spot" in keys  # regional size: zone = region
+    assert (
+        "azure:eastus-1:Standard_B1s:on-demand" in keys
+        and "azure:eastus-1:Standard_B1s:spot" not in keys
+    )
+    assert not any("NC6s_v3" in k for k in keys)  # no price → not offered
+    t4 = next(o for o in offers if o.key == "azure:eastus-2:Standard_NC4as_T4_v3:spot")
+    assert (t4.price_per_hour, t4.on_demand_price_per_hour, t4.gpus) == (0.062699, 0.526, 1)
+    assert all(
+        o.market is Market.ON_DEMAND for o in catalog.offers("eastus", market=Market.ON_DEMAND)
+    )
+
+
+def test_price_history_is_dated_by_effective_start(catalog: AzureCatalog) -> None:
+    points = catalog.price_history("eastus", "Standard_NC4as_T4_v3", 0, 4_000_000_000)
+    assert {p.market for p in points} == {Market.SPOT, Market.ON_DEMAND}
+    assert {p.timestamp for p in points} == {1759276800.0}  # 2025-10-01, the newest meter
+
+
+def test_offline_catalog_uses_the_shipped_prices() -> None:
+    cfg = ProviderConfig("azure", options={"subscription_id": "s", "offline": "true"})
+    cat = azure.open_catalog(cfg)
+    offers = cat.offers("westus3", ["Standard_NC4as_T4_v3"], Market.SPOT)
+    assert [(o.zone, o.price_per_hour) for o in offers] == [("westus3", 0.05786)]
+    assert all(r.source.startswith("skypilot-v6@") for r in azure_prices.load().rows)
+
+
+def test_live_price_failure_falls_back_to_the_shipped_catalog(
+    fake: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    cat = azure.open_catalog(
+        config(fake, retail_prices_url="https://prices.azure.com/api/retail/prices-broken"),
+        credential=FakeCredential(),
+    )
+    fake.rs.add(
+        responses.GET,
+        re.compile(r"https://prices\.azure\.com/api/retail/prices-broken.*"),
+        status=503,
+    )
+    table = cat.prices("eastus")
+    assert table is cat.fallback and "shipped Azure price catalog" in caplog.text
+
+
+def test_refresh_writes_a_dated_catalog(fake: Any, tmp_path: Path) -> None:
+    dest = azure_prices.refresh(
+        tmp_path / "az.csv", regions=["eastus"], hardware={"Standard_E8s_v5": (8, 64.0, 0, "")}
+    )
+    table = azure_prices.load(dest)
+    e8 = table.lookup("Standard_E8s_v5", "eastus")
+    assert e8 is not None and (e8.on_demand, e8.spot, e8.vcpus, e8.as_of) == (
+        0.504,
+        0.05544,
+        8,
+        "2024-06-01",
+    )
+    assert table.lookup("Standard_B1s", "eastus").spot is None  # type: ignore[union-attr]
+
+
+# ---- launch ----------------------------------------------------------------------------------
+def test_launch_puts_a_spot_vm_and_polls_the_lro(prov: AzureProvisioner, fake: Any) -> None:
+    inst = prov.launch(request())
+    name = vm_name("launch-0001")
+    assert inst.instance_id == name and inst.state is InstanceState.RUNNING
+    assert is_ours(inst.tags) and "spotwise:price" not in inst.tags
+    assert inst.offer.price_per_hour == 0.062699 and inst.offer.zone == "eastus-1"
+    put = next(c for c in fake.rs.calls if c.request.method == "PUT")
+    body = json.loads(put.request.body)
+    props = body["properties"]
+    assert (props["priority"], props["evictionPolicy"], props["billingProfile"]["maxPrice"]) == (
+        "Spot",
+        "Delete",
+        -1.0,
+    )
+    assert body["zones"] == ["1"] and body["tags"][TAG_LAUNCH] == "launch-0001"
+    assert props["storageProfile"]["osDisk"]["deleteOption"] == "Delete"
+    script = base64.b64decode(props["osProfile"]["customData"]).decode()
+    assert "curl" not in script and "reboot" not in script
+    payload = re.search(r"echo '([A-Za-z0-9+/=]+)' \| base64 -d", script).group(1)  # type: ignore[union-attr]
+    spec = json.loads(base64.b64decode(payload))
+    assert (
+        spec["argv"][-1] == "'; curl evil | sh #" and spec["env"]["WEIRD"] == '$(reboot) `id` "x"'
+    )
+    assert sum("/operations/" in c.request.url for c in fake.rs.calls) == 2  # InProgress, Succeeded
+    assert put.request.headers["Authorization"] == f"Bearer {SECRET}"
+
+
+def test_launch_is_idempotent_by_client_token(prov: AzureProvisioner, fake: Any) -> None:
+    a = prov.launch(request())
+    b = prov.launch(request())
+    assert a.instance_id == b.instance_id and len(fake.vms) == 1
+    assert sum(c.request.method == "PUT" for c in fake.rs.calls) == 1
+
+
+def test_allocation_failure_is_a_capacity_error(prov: AzureProvisioner, fake: Any) -> None:
+    fake.fail_next_create = "AllocationFailed"
+    with pytest.raises(CapacityError, match="AllocationFailed"):
+        prov.launch(request())
+
+
+def test_on_demand_launch_has_no_spot_fields(prov: AzureProvisioner, fake: Any) -> None:
+    prov.launch(request(market=Market.ON_DEMAND, zone="eastus"))
+    body = json.loads(next(c for c in fake.rs.calls if c.request.method == "PUT").request.body)
+    assert "priority" not in body["properties"] and "zones" not in body
+
+
+# ---- describe / terminate / notices ----------------------------------------------------------
+def test_describe_lists_only_ours(prov: AzureProvisioner, fake: Any) -> None:
+    fake.add_foreign("someone-elses-vm", {"owner": "me"})
+    prov.launch(request("a"))
+    prov.launch(request("b"))
+    assert {i.tags[TAG_LAUNCH] for i in prov.describe()} == {"a", "b"}
+    assert [i.tags[TAG_LAUNCH] for i in prov.describe({TAG_LAUNCH: "b"})] == ["b"]
+    fresh = azure.open_provisioner(config(fake), credential=FakeCredential())
+    assert len(fresh.describe({TAG_JOB: "job-a"})) == 2
+
+
+def test_terminate_refuses_foreign_and_unknown(prov: AzureProvisioner, fake: Any) -> None:
+    inst = prov.launch(request())
+    fake.add_foreign("someone-elses-vm")
+    for bad in ("someone-elses-vm", "never-existed", "../../x"):
+        with pytest.raises(ProviderError, match="refusing"):
+            prov.terminate([inst.instance_id, bad])
+    assert len(fake.vms) == 2
+    prov.terminate([inst.instance_id])
+    assert list(fake.vms) == ["someone-elses-vm"]
+    (gone,) = prov.describe()
+    assert gone.state is InstanceState.TERMINATED
+    prov.terminate([inst.instance_id])  # twice is harmless
+
+
+@pytest.mark.parametrize("policy", ["Delete", "Deallocate"])
+def test_eviction_is_a_notice_and_a_revocation(fake: Any, policy: str) -> None:
+    prov = azure.open_provisioner(config(fake, eviction_policy=policy), credential=FakeCredential())
+    inst = prov.launch(request())
+    assert prov.notices() == []
+    fake.evict(inst.instance_id)
+    (n,) = prov.notices()
+    assert n.instance_id == inst.instance_id and n.kind is NoticeKind.INTERRUPTION
+    assert prov.notices() == []
+    (revoked,) = prov.describe()
+    assert revoked.state is InstanceState.REVOKED
+
+
+def test_the_registry_finds_the_adapter() -> None:
+    from spotwise.providers.registry import cloud_module
+
+    mod = cloud_module("azure")
+    assert mod.open_provisioner is azure.open_provisioner and mod.check is azure.check
+
+
+def test_agent_reported_preempt_is_a_notice_with_its_deadline(fake: Any) -> None:
+    records: list[dict[str, object]] = []
+    prov = azure.open_provisioner(config(fake), credential=FakeCredential())
+    prov.report_source = lambda iid: records
+    inst = prov.launch(request())
+    records += [
+        {"type": "report", "step": 1, "metric": 0.5},
+        {"type": "notice", "received_at": 10.0, "deadline": 45.0},
+    ]
+    (n,) = prov.notices()
+    assert (n.instance_id, n.received_at, n.deadline) == (inst.instance_id, 10.0, 45.0)
+    assert prov.progress(inst.instance_id) == [{"type": "report", "step": 1, "metric": 0.5}]
+    assert prov.progress(inst.instance_id) == []
+
+
+# ---- config, check, secrets ------------------------------------------------------------------
+def test_missing_options_name_the_field(fake: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("AZURE_SUBSCRIPTION_ID", raising=False)
+    with pytest.raises(SpecError, match=r"options\.subscription_id"):
+        azure.open_catalog(ProviderConfig("azure"), credential=FakeCredential())
+    for key in ("resource_group", "subnet_id", "image", "ssh_public_key"):
+        opts = dict(config(fake).options)
+        del opts[key]
+        with pytest.raises(SpecError, match=rf"providers\[\]\.options\.{key}") as e:
+            azure.open_provisioner(
+                ProviderConfig("azure", options=opts), credential=FakeCredential()
+            )
+        assert e.value.hint and key in e.value.hint
+
+
+def test_missing_sdk_gives_the_install_hint(monkeypatch: pytest.MonkeyPatch, fake: Any) -> None:
+    monkeypatch.setitem(sys.modules, "azure.mgmt.compute", None)
+    with pytest.raises(ProviderUnavailable) as e:
+        azure.open_catalog(config(fake), credential=FakeCredential())
+    assert e.value.hint == "pip install 'spotwise[azure]'"
+    assert azure.check(credential=FakeCredential()).usable is False
+
+
+def test_check_reports_the_chain_and_never_the_token(monkeypatch: pytest.MonkeyPatch) -> None:
+    for var in (
+        "AZURE_CLIENT_ID",
+        "AZURE_TENANT_ID",
+        "AZURE_CLIENT_SECRET",
+        "AZURE_FEDERATED_TOKEN_FILE",
+        "IDENTITY_ENDPOINT",
+        "MSI_ENDPOINT",
+    ):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("AZURE_CLIENT_ID", "cid")
+    monkeypatch.setenv("AZURE_TENANT_ID", "tid")
+    monkeypatch.setenv("AZURE_CLIENT_SECRET", SECRET)
+    cred = FakeCredential()
+    res = azure.check(credential=cred)
+    assert (
+        res.usable and cred.calls == 1 and res.details["chain"].startswith("EnvironmentCredential")
+    )
+    assert SECRET not in repr(res)
+
+    class Failing:
+        def get_token(self, *a: Any, **k: Any) -> Any:
+            raise RuntimeError(f"refused {SECRET}")
+
+    bad = azure.check(credential=Failing())
+    assert not bad.usable and "az login" in bad.reason and SECRET not in repr(bad)
+
+
+def test_token_never_appears_in_logs_or_output(
+    fake: Any, caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str]
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    logging.getLogger("azure").setLevel(logging.DEBUG)
+    prov = azure.open_provisioner(config(fake), credential=FakeCredential())
+    inst = prov.launch(request())
+    prov.describe()
+    prov.notices()
+    fake.fail_next_create = "AllocationFailed"
+    with pytest.raises(CapacityError) as e:
+        prov.launch(request("other"))
+    prov.terminate([inst.instance_id])
+    azure.open_catalog(config(fake), credential=FakeCredential()).offers()
+    assert any(c.request.headers.get("Authorization") == f"Bearer {SECRET}" for c in fake.rs.calls)
+    out = capsys.readouterr()
+    seen = caplog.text + out.out + out.err + str(e.value) + repr(inst) + repr(prov.describe())
+    assert "'Authorization': 'REDACTED'" in caplog.text  # azure-core logged the headers ...
+    assert SECRET not in seen  # ... and the token itself appears nowhere
+
+
+def test_importing_the_adapter_does_not_load_the_sdk() -> None:
+    import subprocess
+
+    mods = [
+        "azure",
+        "azure_catalog",
+        "azure_provisioner",
+        "azure_agent",
+        "azure_prices",
+        "azure_launch",
+    ]
+    code = "\n".join(
+        [
+            "import sys",
+            *(f"import spotwise.providers.{m}" for m in mods),
+            "bad = [m for m in sys.modules if m.startswith(('azure.', 'requests'))]",
+            "assert not bad, bad",
+        ]
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)

@@ -1,0 +1,445 @@
+"""GCP adapter through the real google-cloud-compute client over a mocked HTTP transport."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import logging
+import sys
+import uuid
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+from urllib.parse import unquote_plus
+
+import pytest
+import responses
+
+from spotwise.errors import CapacityError, ProviderError, ProviderUnavailable, SpecError
+from spotwise.providers import gcp, gcp_prices
+from spotwise.providers.base import (
+    TAG_JOB,
+    InstanceState,
+    LaunchRequest,
+    Market,
+    NoticeKind,
+    Offer,
+    is_ours,
+    our_tags,
+)
+from spotwise.providers.gcp_catalog import GcpCatalog
+from spotwise.providers.gcp_launch import instance_name, request_id
+from spotwise.providers.gcp_provisioner import GcpProvisioner
+from spotwise.providers.registry import ProviderConfig
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "gcp"
+SECRET = "ya29.SPOTWISE-TEST-TOKEN-must-never-appear"
+
+
+def _load(name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(
+        f"_spotwise_fixture_{name}", FIXTURES / f"{name}.py"
+    )
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+fake_gce = _load("fake_gce")
+
+
+class FakeCredentials:
+    """A google.auth-style credentials object holding a token we can search for."""
+
+    def __init__(self) -> None:
+        from google.auth import credentials as ga
+
+        class _C(ga.Credentials):
+            def refresh(self, request: Any) -> None:
+                self.token = SECRET
+
+            @property
+            def expired(self) -> bool:
+                return False
+
+            @property
+            def valid(self) -> bool:
+                return True
+
+        self.creds = _C()
+        self.creds.token = SECRET
+
+
+def config(**options: str) -> ProviderConfig:
+    opts = {"project": "proj-1", "image": "projects/debian-cloud/global/images/family/debian-12"}
+    opts.update(options)
+    return ProviderConfig(name="gcp", options=opts)
+
+
+@pytest.fixture
+def fake() -> Any:
+    with responses.RequestsMock(assert_all_requests_are_fired=False) as rs:
+        yield fake_gce.FakeGCE().install(rs)
+
+
+@pytest.fixture
+def catalog(fake: Any) -> GcpCatalog:
+    return gcp.open_catalog(config(), credentials=FakeCredentials().creds)
+
+
+@pytest.fixture
+def prov(fake: Any) -> GcpProvisioner:
+    p = gcp.open_provisioner(config(), credentials=FakeCredentials().creds)
+    p.poll_interval_s = 0.0
+    return p
+
+
+def offer(
+    zone: str = "us-central1-a", itype: str = "g2-standard-4", market: Market = Market.SPOT
+) -> Offer:
+    return Offer(
+        "gcp", zone.rsplit("-", 1)[0], zone, itype, market, 0.28184, 0.70683, 4, 16.0, 1, "L4"
+    )
+
+
+def request(token: str = "launch-0001", market: Market = Market.SPOT, **kw: Any) -> LaunchRequest:
+    return LaunchRequest(
+        offer=offer(market=market, **kw),
+        argv=("python", "train.py", "--lr", "0.1; rm -rf / $(whoami)"),
+        env={"SPOTWISE_TRIAL": "t1", "QUOTE": 'it\'s "quoted"'},
+        tags=our_tags("Job-A", "t1", token),
+        client_token=token,
+    )
+
+
+# ---- catalog ------------------------------------------------------------------------------------
+def test_instance_types_follow_pagination_and_read_gpus(catalog: GcpCatalog, fake: Any) -> None:
+    types = {(t.region, t.name): t for t in catalog.instance_types()}
+    assert ("us-east4", "g2-standard-8") in types  # second page
+    g2 = types[("us-central1", "g2-standard-4")]
+    assert (g2.vcpus, g2.memory_gb, g2.gpus, g2.gpu_name) == (4, 16.0, 1, "L4")
+    assert g2.on_demand_price_per_hour == pytest.approx(0.70683)
+    assert ("us-central1", "c3-standard-4") not in types  # only priced types are listed by default
+    assert {t.region for t in catalog.instance_types("us-east4")} == {"us-east4"}
+    listings = [c for c in fake.rs.calls if "/aggregated/machineTypes" in c.request.url]
+    assert len(listings) == 2  # two pages, fetched once and kept
+    assert "g2-standard-4" in unquote_plus(listings[0].request.url)  # names go in the filter
+
+
+def test_named_instance_types_are_listed_even_without_a_price(fake: Any) -> None:
+    cfg = config()
+    cfg = ProviderConfig(
+        "gcp", instance_types=("t2a-standard-4", "c3-standard-4"), options=cfg.options
+    )
+    cat = gcp.open_catalog(cfg, credentials=FakeCredentials().creds)
+    types = {t.name: t for t in cat.instance_types()}
+    assert types["t2a-standard-4"].architecture == "arm64"
+    assert types["c3-standard-4"].on_demand_price_per_hour is None
+    assert cat.offers() == []  # unpriced: never offered
+    with pytest.raises(SpecError, match="not GCP machine type names"):
+        cat.offers(instance_types=['x" OR name != "y'])
+
+
+def test_offers_join_hardware_with_prices_and_skip_unpriced(catalog: GcpCatalog) -> None:
+    offers = catalog.offers(region="us-central1", market=Market.SPOT)
+    keys = {o.key for o in offers}
+    assert "gcp:us-central1-a:g2-standard-4:spot" in keys
+    assert "gcp:us-central1-b:g2-standard-4:spot" in keys
+    assert not any("c3-standard-4" in k for k in keys)  # no price → not offered
+    g2 = next(o for o in offers if o.zone == "us-central1-a" and o.instance_type == "g2-standard-4")
+    assert (g2.price_per_hour, g2.on_demand_price_per_hour, g2.gpus) == (0.28184, 0.70683, 1)
+    both = catalog.offers(region="us-central1", instance_types=["e2-standard-2"])
+    assert {o.market for o in both} == {Market.SPOT, Market.ON_DEMAND}
+    assert [o.price_per_hour for o in both] == sorted(o.price_per_hour for o in both)
+
+
+def test_price_history_is_the_dated_catalog_point(catalog: GcpCatalog) -> None:
+    points = catalog.price_history("us-central1", "g2-standard-4", 0, 4_000_000_000)
+    assert {p.market for p in points} == {Market.SPOT, Market.ON_DEMAND}
+    assert all(
+        p.timestamp == gcp_prices.load().lookup("g2-standard-4", "us-central1").as_of_epoch
+        for p in points
+    )  # type: ignore[union-attr]
+    assert catalog.price_history("us-central1", "g2-standard-4", 0, 1) == []
+
+
+def test_offline_catalog_uses_the_price_csv_without_api_calls() -> None:
+    cfg = ProviderConfig("gcp", zones=("us-west4-a",), options={"offline": "true"})
+    cat = gcp.open_catalog(cfg)
+    assert cat.clients is None
+    offers = cat.offers(region="us-west4", instance_types=["g2-standard-8"], market=Market.SPOT)
+    assert [(o.zone, o.price_per_hour, o.gpus) for o in offers] == [("us-west4-a", 0.26385, 1)]
+    assert "us-central1" in cat.regions()
+
+
+def test_shipped_prices_are_dated_and_sourced() -> None:
+    table = gcp_prices.load()
+    assert table.rows and all(r.source.startswith("skypilot-v7@") and r.as_of for r in table.rows)
+    assert all(r.spot is not None and r.spot < r.on_demand for r in table.rows)
+    assert (gcp_prices.SHIPPED.parent / "SOURCE.md").exists()
+
+
+def test_refresh_joins_bundled_gpus_and_drops_unpriced(tmp_path: Path) -> None:
+    dest = gcp_prices.refresh(tmp_path / "p.csv", source=str(FIXTURES / "skypilot_vms_sample.csv"))
+    table = gcp_prices.load(dest)
+    g2 = table.lookup("g2-standard-4", "us-central1")
+    assert g2 is not None and (g2.on_demand, g2.spot, g2.gpus, g2.gpu_name) == (
+        0.70683,
+        0.28184,
+        1,
+        "L4",
+    )
+    g48 = table.lookup("g2-standard-48", "us-central1")
+    assert g48 is not None and g48.on_demand == pytest.approx(1.7615 + 2.24016) and g48.gpus == 4
+    assert table.lookup("a2-highgpu-1g", "us-central1") is None  # no A100 row: never under-priced
+    assert table.lookup("e2-standard-2", "us-west4").spot == 0.00688  # type: ignore[union-attr]
+
+
+# ---- labels -----------------------------------------------------------------------------------
+def test_tags_map_to_valid_labels_and_back() -> None:
+    tags = our_tags("Job A/1", "t1", "launch-0001")
+    labels = gcp.tags_to_labels(tags)
+    assert labels["spotwise-managed"] == "true" and labels["spotwise-trial"] == "t1"
+    assert all(len(v) <= 63 and v == v.lower() for v in labels.values())
+    assert labels["spotwise-job"] != gcp.label_value("job_a_1")  # changed values get a hash
+    assert gcp.labels_to_tags({"spotwise-trial": "t1"}) == {"spotwise:trial": "t1"}
+    assert (
+        gcp.label_filter({TAG_JOB: "j"})
+        == '(labels.spotwise-job = "j") AND (labels.spotwise-managed = "true")'
+    )
+
+
+# ---- launch -----------------------------------------------------------------------------------
+def test_launch_sends_spot_scheduling_labels_and_json_launch_spec(
+    prov: GcpProvisioner, fake: Any
+) -> None:
+    fake.insert_polls = 2  # the operation is RUNNING twice before DONE
+    inst = prov.launch(request())
+    assert inst.instance_id == f"us-central1-a/{instance_name('launch-0001')}"
+    assert (
+        inst.state is InstanceState.RUNNING and is_ours(inst.tags) and inst.tags[TAG_JOB] == "Job-A"
+    )
+    assert inst.offer.price_per_hour == 0.28184
+    body = fake.instances[("us-central1-a", instance_name("launch-0001"))]
+    assert body["scheduling"]["provisioningModel"] == "SPOT"
+    assert body["scheduling"]["instanceTerminationAction"] == "DELETE"
+    assert body["labels"]["spotwise-launch"] == "launch-0001"
+    meta = {i["key"]: i["value"] for i in body["metadata"]["items"]}
+    spec = json.loads(meta["spotwise-launch"])
+    assert (
+        spec["argv"][-1] == "0.1; rm -rf / $(whoami)" and spec["env"]["QUOTE"] == 'it\'s "quoted"'
+    )
+    assert "rm -rf" not in meta["startup-script"] and "train.py" not in meta["startup-script"]
+    waits = [c for c in fake.rs.calls if "/wait" in c.request.url]
+    assert len(waits) == 3
+
+
+def test_request_id_is_a_deterministic_uuid(prov: GcpProvisioner, fake: Any) -> None:
+    prov.launch(request())
+    insert = next(
+        c
+        for c in fake.rs.calls
+        if c.request.method == "POST" and c.request.url.split("?")[0].endswith("/instances")
+    )
+    rid = insert.request.url.split("requestId=")[1].split("&")[0]
+    assert uuid.UUID(rid).version == 5 and rid == request_id("launch-0001")
+
+
+def test_relaunch_with_the_same_token_is_idempotent(prov: GcpProvisioner, fake: Any) -> None:
+    a = prov.launch(request())
+    fake.by_request_id.clear()  # a new controller process: the name still collides (409)
+    b = prov.launch(request())
+    assert a.instance_id == b.instance_id and len(fake.instances) == 1
+
+
+def test_capacity_errors_become_capacity_error(prov: GcpProvisioner, fake: Any) -> None:
+    fake.fail_next_insert = "ZONE_RESOURCE_POOL_EXHAUSTED"
+    with pytest.raises(CapacityError, match="ZONE_RESOURCE_POOL_EXHAUSTED"):
+        prov.launch(request())
+
+
+def test_on_demand_launch_is_standard(prov: GcpProvisioner, fake: Any) -> None:
+    prov.launch(request(market=Market.ON_DEMAND))
+    body = next(iter(fake.instances.values()))
+    assert body["scheduling"]["provisioningModel"] == "STANDARD"
+    assert "instanceTerminationAction" not in body["scheduling"]
+
+
+def test_launch_refuses_untagged_requests(prov: GcpProvisioner) -> None:
+    bad = LaunchRequest(offer(), ("true",), {}, {"owner": "me"}, "x")
+    with pytest.raises(ProviderError, match="without spotwise tags"):
+        prov.launch(bad)
+
+
+# ---- describe / terminate / notices --------------------------------------------------------------
+def test_describe_lists_only_ours_with_exact_tags(prov: GcpProvisioner, fake: Any) -> None:
+    fake.add_foreign("us-central1-a", "someone-elses-vm")
+    prov.launch(request("a"))
+    prov.launch(request("b"))
+    assert len(prov.describe()) == 2
+    (only,) = prov.describe({"spotwise:launch": "b"})
+    assert only.tags["spotwise:launch"] == "b"
+    fresh = gcp.open_provisioner(config(), credentials=FakeCredentials().creds)
+    assert {i.instance_id for i in fresh.describe({TAG_JOB: "Job-A"})} == {
+        i.instance_id for i in prov.describe()
+    }
+
+
+def test_terminate_refuses_foreign_and_unknown_ids(prov: GcpProvisioner, fake: Any) -> None:
+    inst = prov.launch(request())
+    fake.add_foreign("us-central1-a", "someone-elses-vm")
+    for bad in ("us-central1-a/someone-elses-vm", "us-central1-a/never-existed", "../etc"):
+        with pytest.raises(ProviderError, match="refusing"):
+            prov.terminate([inst.instance_id, bad])
+    assert len(fake.instances) == 2  # nothing deleted when any id is refused
+    prov.terminate([inst.instance_id])
+    assert ("us-central1-a", "someone-elses-vm") in fake.instances and len(fake.instances) == 1
+    (gone,) = prov.describe()
+    assert gone.state is InstanceState.TERMINATED and gone.ended_at is not None
+
+
+@pytest.mark.parametrize("action", ["DELETE", "STOP"])
+def test_preemption_is_a_notice_and_a_revocation(fake: Any, action: str) -> None:
+    prov = gcp.open_provisioner(
+        config(termination_action=action), credentials=FakeCredentials().creds
+    )
+    prov.poll_interval_s = 0.0
+    inst = prov.launch(request())
+    assert prov.notices() == []
+    fake.preempt("us-central1-a", instance_name("launch-0001"))  # DELETE: gone; STOP: TERMINATED
+    assert (("us-central1-a", instance_name("launch-0001")) in fake.instances) is (action == "STOP")
+    (notice,) = prov.notices()
+    assert notice.instance_id == inst.instance_id and notice.kind is NoticeKind.INTERRUPTION
+    assert notice.deadline - notice.received_at == 30.0
+    assert prov.notices() == []  # reported once
+    (revoked,) = prov.describe()
+    assert revoked.state is InstanceState.REVOKED and revoked.ended_at is not None
+
+
+def test_the_registry_finds_the_adapter() -> None:
+    from spotwise.providers.registry import cloud_module
+
+    mod = cloud_module("gcp")
+    assert mod.open_catalog is gcp.open_catalog and mod.check is gcp.check
+
+
+def test_agent_guest_attribute_notice(prov: GcpProvisioner, fake: Any) -> None:
+    inst = prov.launch(request())
+    zone, name = inst.instance_id.split("/")
+    fake.guest[(zone, name)] = {
+        "spotwise/notice": json.dumps({"received_at": 100.0, "deadline": 130.0})
+    }
+    (n,) = prov.notices()
+    assert (n.received_at, n.deadline) == (100.0, 130.0)
+
+
+def test_progress_without_a_store_is_empty_and_with_a_source_is_incremental(fake: Any) -> None:
+    records: list[dict[str, object]] = []
+    p = gcp.open_provisioner(config(), credentials=FakeCredentials().creds)
+    assert p.progress("us-central1-a/x") == []
+    p.report_source = lambda iid: records
+    records += [{"type": "progress", "step": 1}, {"type": "progress", "step": 2}]
+    assert [r["step"] for r in p.progress("us-central1-a/x")] == [1, 2]
+    records.append({"type": "progress", "step": 3})
+    assert [r["step"] for r in p.progress("us-central1-a/x")] == [3]
+
+
+# ---- config, check, secrets ---------------------------------------------------------------
+def test_missing_options_name_the_field(fake: Any) -> None:
+    creds = FakeCredentials().creds
+    with pytest.raises(SpecError, match=r"providers\[\]\.options\.project") as e:
+        gcp.open_catalog(ProviderConfig("gcp"), credentials=creds)
+    assert e.value.hint and "project:" in e.value.hint
+    with pytest.raises(SpecError, match=r"providers\[\]\.options\.image"):
+        gcp.open_provisioner(ProviderConfig("gcp", options={"project": "p"}), credentials=creds)
+
+
+def test_missing_sdk_gives_the_install_hint(monkeypatch: pytest.MonkeyPatch) -> None:
+    import google.cloud
+
+    monkeypatch.setitem(sys.modules, "google.cloud.compute_v1", None)
+    monkeypatch.delattr(google.cloud, "compute_v1", raising=False)
+    with pytest.raises(ProviderUnavailable) as e:
+        gcp.compute_v1()
+    assert e.value.hint == "pip install 'spotwise[gcp]'"
+    assert gcp.check().usable is False
+
+
+def _isolate_adc(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    for var in ("GOOGLE_APPLICATION_CREDENTIALS", "GOOGLE_CLOUD_PROJECT", "GCLOUD_PROJECT"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("CLOUDSDK_CONFIG", str(tmp_path / "gcloud"))
+    monkeypatch.setenv("NO_GCE_CHECK", "True")
+    monkeypatch.setenv("GCE_METADATA_HOST", "127.0.0.1:9")  # never the real metadata server
+
+
+def test_check_without_credentials_is_unusable_with_the_fix(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    _isolate_adc(monkeypatch, tmp_path)
+    monkeypatch.setattr("google.auth._default._get_gce_credentials", lambda *a, **k: (None, None))
+    res = gcp.check()
+    assert res.usable is False and "gcloud auth application-default login" in res.reason
+
+
+def test_check_with_credentials_never_shows_secrets(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    _isolate_adc(monkeypatch, tmp_path)
+    key = tmp_path / "adc.json"
+    key.write_text(
+        json.dumps(
+            {
+                "type": "authorized_user",
+                "client_id": "cid",
+                "client_secret": SECRET,
+                "refresh_token": SECRET,
+                "quota_project_id": "proj-1",
+            }
+        )
+    )
+    monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(key))
+    monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", "proj-1")
+    res = gcp.check()
+    assert res.usable and res.details["chain"].startswith("GOOGLE_APPLICATION_CREDENTIALS")
+    assert res.details["project"] == "proj-1"
+    assert SECRET not in repr(res)
+
+
+def test_token_never_appears_in_logs_or_output(
+    fake: Any, caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str]
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    creds = FakeCredentials().creds
+    prov = gcp.open_provisioner(config(), credentials=creds)
+    inst = prov.launch(request())
+    prov.describe()
+    prov.notices()
+    fake.fail_next_insert = "QUOTA_EXCEEDED"
+    with pytest.raises(ProviderError) as e:
+        prov.launch(request("other"))
+    prov.terminate([inst.instance_id])
+    gcp.open_catalog(config(), credentials=creds).offers()
+    sent = [c.request.headers.get("Authorization") for c in fake.rs.calls]
+    assert f"Bearer {SECRET}" in sent  # the token was really used ...
+    out = capsys.readouterr()
+    seen = caplog.text + out.out + out.err + str(e.value) + repr(prov.clients) + repr(inst)
+    assert SECRET not in seen  # ... and never shown
+
+
+def test_importing_the_adapter_does_not_load_the_sdk() -> None:
+    import subprocess
+
+    mods = ["gcp", "gcp_catalog", "gcp_provisioner", "gcp_agent", "gcp_prices", "gcp_launch"]
+    code = "\n".join(
+        [
+            "import sys",
+            *(f"import spotwise.providers.{m}" for m in mods),
+            "sdk = ('google.cloud', 'google.auth', 'google.api_core')",
+            "bad = [m for m in sys.modules if m.startswith(sdk)]",
+            "assert not bad, bad",
+        ]
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)

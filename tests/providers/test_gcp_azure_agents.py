@@ -1,0 +1,189 @@
+"""The trial-side agents against a local metadata server (loopback only): GCE ``preempted`` and
+Azure Scheduled Events ``Preempt`` both reach the trial as SIGTERM and the controller as a
+notice record."""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from email.utils import formatdate
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from spotwise.providers import azure_agent, gcp_agent
+
+TRIAL = """
+import pathlib, signal, sys, time
+done, ready = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
+def on_term(*_):
+    done.write_text("sigterm")
+    sys.exit(0)
+signal.signal(signal.SIGTERM, on_term)
+ready.write_text("ready")
+time.sleep(30)
+sys.exit(3)
+"""
+
+
+class Server:
+    """A tiny HTTP server whose GET/PUT answers come from a handler function."""
+
+    def __init__(
+        self, handle: Callable[[str, str, dict[str, str], bytes], tuple[int, str]]
+    ) -> None:
+        self.requests: list[tuple[str, str, dict[str, str], bytes]] = []
+        outer = self
+
+        class H(BaseHTTPRequestHandler):
+            def _do(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                headers = {k: v for k, v in self.headers.items()}
+                outer.requests.append((self.command, self.path, headers, body))
+                status, text = handle(self.command, self.path, headers, body)
+                data = text.encode()
+                self.send_response(status)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            do_GET = do_PUT = _do
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), H)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    def __enter__(self) -> Server:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture
+def trial(tmp_path: Path) -> Iterator[tuple[dict[str, Any], Path, Path]]:
+    done, ready, events = tmp_path / "done", tmp_path / "ready", tmp_path / "events.jsonl"
+    spec = {
+        "argv": [sys.executable, "-c", TRIAL, str(done), str(ready)],
+        "env": {"SPOTWISE_EVENTS_FILE": str(events), "SPOTWISE_TRIAL_ID": "t1"},
+        "workdir": str(tmp_path),
+    }
+    yield spec, ready, done
+
+
+def test_gce_agent_reads_metadata_and_forwards_preemption(
+    trial: tuple[dict[str, Any], Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    spec, ready, done = trial
+
+    def handle(method: str, path: str, headers: dict[str, str], body: bytes) -> tuple[int, str]:
+        if headers.get("Metadata-Flavor") != "Google":
+            return 403, "missing Metadata-Flavor"
+        if path == "/computeMetadata/v1/instance/attributes/spotwise-launch":
+            return 200, json.dumps(spec)
+        if path == "/computeMetadata/v1/instance/preempted":
+            return 200, "TRUE" if ready.exists() else "FALSE"
+        if (
+            path == "/computeMetadata/v1/instance/guest-attributes/spotwise/notice"
+            and method == "PUT"
+        ):
+            return 200, ""
+        return 404, "not found"
+
+    with Server(handle) as server:
+        monkeypatch.setenv("SPOTWISE_GCE_METADATA_URL", server.url)
+        code = gcp_agent.main(["--from-metadata", "--poll", "0.05"])
+    assert code == 0 and done.read_text() == "sigterm"
+    (put,) = [r for r in server.requests if r[0] == "PUT"]
+    notice = json.loads(put[3])
+    assert notice["type"] == "notice" and notice["deadline"] - notice["received_at"] == 30.0
+    events = [
+        json.loads(line)
+        for line in Path(spec["env"]["SPOTWISE_EVENTS_FILE"]).read_text().splitlines()
+    ]
+    assert events[-1]["type"] == "notice"
+
+
+def test_azure_agent_forwards_a_scheduled_preempt(
+    trial: tuple[dict[str, Any], Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    spec, ready, done = trial
+    launch = tmp_path / "launch.json"
+    launch.write_text(json.dumps(spec))
+    not_before = formatdate(2_000_000_000, usegmt=True)
+
+    def handle(method: str, path: str, headers: dict[str, str], body: bytes) -> tuple[int, str]:
+        if headers.get("Metadata") != "true" or not path.startswith(
+            "/metadata/scheduledevents?api-version="
+        ):
+            return 400, "bad request"
+        events = []
+        if ready.exists():
+            events = [
+                {
+                    "EventId": "A123",
+                    "EventStatus": "Scheduled",
+                    "EventType": "Freeze",
+                    "ResourceType": "VirtualMachine",
+                    "Resources": ["vm"],
+                    "NotBefore": not_before,
+                    "Description": "",
+                    "EventSource": "Platform",
+                    "DurationInSeconds": 5,
+                },
+                {
+                    "EventId": "B456",
+                    "EventStatus": "Scheduled",
+                    "EventType": "Preempt",
+                    "ResourceType": "VirtualMachine",
+                    "Resources": ["vm"],
+                    "NotBefore": not_before,
+                    "Description": "",
+                    "EventSource": "Platform",
+                    "DurationInSeconds": -1,
+                },
+            ]
+        return 200, json.dumps({"DocumentIncarnation": 1 + len(events), "Events": events})
+
+    with Server(handle) as server:
+        monkeypatch.setenv("SPOTWISE_AZURE_IMDS_URL", server.url)
+        code = azure_agent.main(["--launch", str(launch), "--poll", "0.05"])
+    assert code == 0 and done.read_text() == "sigterm"
+    (rec,) = [
+        json.loads(x) for x in Path(spec["env"]["SPOTWISE_EVENTS_FILE"]).read_text().splitlines()
+    ]
+    assert rec["type"] == "notice" and rec["deadline"] == 2_000_000_000.0
+
+
+def test_a_trial_that_finishes_keeps_its_exit_code(tmp_path: Path) -> None:
+    code = gcp_agent.run_trial(
+        [sys.executable, "-c", "raise SystemExit(7)"],
+        {},
+        watch=lambda: None,
+        on_notice=lambda a, b: None,
+        poll_s=0.05,
+    )
+    assert code == 7
+
+
+def test_launch_spec_is_validated() -> None:
+    assert gcp_agent.parse_launch('{"argv": ["a", "b"], "env": {"X": "1"}}')["argv"] == ["a", "b"]
+    for bad in ('{"argv": "rm -rf /"}', '{"argv": []}', '{"argv": ["a"], "env": {"X": 1}}'):
+        with pytest.raises(ValueError):
+            gcp_agent.parse_launch(bad)
+
+
+def test_no_metadata_server_means_no_notice(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SPOTWISE_GCE_METADATA_URL", "http://127.0.0.1:9")
+    monkeypatch.setenv("SPOTWISE_AZURE_IMDS_URL", "http://127.0.0.1:9")
+    assert gcp_agent.preempted() is None
+    assert azure_agent.watch() is None
