@@ -192,7 +192,8 @@ def _format(err: ValidationError) -> str:
     if e["type"] == "extra_forbidden":
         msg = "unknown field"
     more = f" (+{len(err.errors()) - 1} more)" if len(err.errors()) > 1 else ""
-    return f"spec field '{loc or '<root>'}': {msg}" + (f"; {fix}" if fix else "") + more
+    line = f"spec field '{loc or '<root>'}': {msg}" + (f"; {fix}" if fix else "") + more
+    return line.replace("\r", "\\r").replace("\n", "\\n")  # one line, even for odd keys
 
 
 _PARAM_TAGS = {"real", "int", "categorical"}

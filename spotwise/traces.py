@@ -113,17 +113,24 @@ def load_skynomad_csv(path: Path) -> TraceSet:
     import numpy as np
 
     opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt", newline="") as fh:  # type: ignore[operator]
-        reader = csv.DictReader(fh)
-        need = {"timestamp", "availability_zone", "spot_available"}
-        if not reader.fieldnames or not need <= set(reader.fieldnames):
-            raise SpecError(
-                f"--traces: {path} lacks columns {sorted(need - set(reader.fieldnames or []))}; "
-                "expected the SkyNomad CSV (timestamp, availability_zone, spot_available, ...)"
-            )
-        rows = list(reader)
+    need = {"timestamp", "availability_zone", "spot_available"}
+    try:
+        with opener(path, "rt", newline="") as fh:  # type: ignore[operator]
+            reader = csv.DictReader(fh)
+            if not reader.fieldnames or not need <= set(reader.fieldnames):
+                raise SpecError(
+                    f"--traces: {path} lacks columns "
+                    f"{sorted(need - set(reader.fieldnames or []))}; expected the SkyNomad CSV "
+                    "(timestamp, availability_zone, spot_available, ...)"
+                )
+            rows = list(reader)
+    except (OSError, EOFError, UnicodeDecodeError, csv.Error) as e:  # not gzip, not text, ...
+        raise SpecError(f"--traces: {path} cannot be read as a SkyNomad CSV: {e}") from None
     if not rows:
         raise SpecError(f"--traces: {path} has no rows")
+    for n, r in enumerate(rows, start=2):  # short rows come back with None in the gaps
+        if any(r.get(k) is None for k in need):
+            raise SpecError(f"--traces: {path} line {n} has fewer fields than its header")
     zones = sorted({r["availability_zone"] for r in rows})
     stamps = sorted({r["timestamp"] for r in rows})
     t_index = {s: i for i, s in enumerate(stamps)}
@@ -132,14 +139,21 @@ def load_skynomad_csv(path: Path) -> TraceSet:
     price = np.full((len(zones), len(stamps)), np.nan)
     has_price = "spot_price_usd_per_hour" in rows[0]
     od = float("nan")
-    for r in rows:
-        zi, ti = z_index[r["availability_zone"]], t_index[r["timestamp"]]
-        avail[zi, ti] = r["spot_available"].strip() not in ("0", "", "0.0")
-        if has_price and r["spot_price_usd_per_hour"]:
-            price[zi, ti] = float(r["spot_price_usd_per_hour"])
-        if od != od and r.get("on_demand_price_usd_per_hour"):
-            od = float(r["on_demand_price_usd_per_hour"])
-    times = np.array([_parse_ts(s) for s in stamps])
+    line = 1  # the header
+    try:
+        for r in rows:
+            line += 1
+            zi, ti = z_index[r["availability_zone"]], t_index[r["timestamp"]]
+            avail[zi, ti] = r["spot_available"].strip() not in ("0", "", "0.0")
+            if has_price and r["spot_price_usd_per_hour"]:
+                price[zi, ti] = float(r["spot_price_usd_per_hour"])
+            if od != od and r.get("on_demand_price_usd_per_hour"):
+                od = float(r["on_demand_price_usd_per_hour"])
+        line = 0
+        times = np.array([_parse_ts(s) for s in stamps])
+    except ValueError as e:  # a price or a timestamp that does not parse
+        where = f" line {line}" if line else ""
+        raise SpecError(f"--traces: {path}{where}: {e}") from None
     gap = float(np.median(np.diff(times))) if len(times) > 1 else 0.0
     return TraceSet(
         zones=zones,

@@ -43,6 +43,7 @@ from spotwise.planner.runstate import Life, TrialRun, build_view
 from spotwise.planner.search import Search
 from spotwise.providers.base import TAG_JOB, InstanceState, LaunchRequest, Offer, our_tags
 from spotwise.spec import JobSpec
+from spotwise.store.models import new_id
 
 STOP_TIMEOUT_WALL_S = 30.0  # a trial asked to stop that has not exited by then is terminated
 MAX_FAILURES = 2  # attempts of a trial that may crash before it is marked failed
@@ -84,26 +85,34 @@ class Orchestrator:
     # ---- public -------------------------------------------------------------------------
     def run(self) -> dict[str, Any]:
         spec = self.spec
-        job = self.store.create_job(
-            name=spec.name,
-            spec_json=spec.model_dump_json(),
-            spec_path=str(self.spec_path or ""),
-            policy=self.policy.name,
-            direction=spec.metric.direction,
-        )
-        self.job_id: str = job.id
-        self.run_dir = (self.opts.run_root or default_run_root()) / self.job_id
+        self.job_id: str = new_id("j")
+        # absolute: the trial runs in the spec's folder and must find the same events/stop files
+        self.run_dir = ((self.opts.run_root or default_run_root()) / self.job_id).resolve()
+        # the search first (skopt takes seconds to import): the market clock starts with the backend
+        self.search = Search(spec.search_space, spec.search, spec.metric.direction)
+        forecast = bool(getattr(self.policy, "uses_forecast", False))
+        # opening the market validates what the spec names (trace, zones, regions, offers) and
+        # raises before anything is written
+        backend = open_backend(spec, self.base_dir, self.run_dir, forecast=forecast)
+        self.backend = backend
+        try:
+            self.store.create_job(
+                name=spec.name,
+                spec_json=spec.model_dump_json(),
+                spec_path=str(self.spec_path or ""),
+                policy=self.policy.name,
+                direction=spec.metric.direction,
+                job_id=self.job_id,
+            )
+        except BaseException:
+            backend.close()
+            raise
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.ckpt_root = self._checkpoint_root()
         wall0 = time.monotonic()
         old = self._install_signals()
-        backend: Backend | None = None
         state, error = "failed", None
         try:
-            forecast = bool(getattr(self.policy, "uses_forecast", False))
-            backend = open_backend(spec, self.base_dir, self.run_dir, forecast=forecast)
-            self.backend = backend
-            self.search = Search(spec.search_space, spec.search, spec.metric.direction)
             self.started_at = backend.now()
             self.deadline = (
                 self.started_at + spec.budget.deadline_hours * 3600
@@ -120,8 +129,7 @@ class Orchestrator:
             error = f"{type(e).__name__}: {e}"
             raise
         finally:
-            if backend is not None:
-                self._drain(backend)
+            self._drain(backend)
             self._restore_signals(old)
             self._finish_job(state, error)
         return self.summary(time.monotonic() - wall0)
@@ -303,7 +311,8 @@ class Orchestrator:
         elif t.stopping == "cancel":
             self._close_trial(t, "cancelled", now)
         elif (
-            code not in (0, None)
+            code is not None
+            and (code != 0 or t.stopping is None)  # exit 0 with steps left, unasked: a crash too
             and life.notice_deadline is None
             and state is not InstanceState.REVOKED
         ):

@@ -20,7 +20,7 @@ from spotwise.errors import SpecError, did_you_mean
 from spotwise.providers.base import Market, Offer
 
 
-class Phase(str, enum.Enum):
+class Phase(enum.StrEnum):
     """Where a trial is, as the planner sees it."""
 
     QUEUED = "queued"  # created, never launched

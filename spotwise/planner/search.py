@@ -57,6 +57,13 @@ class Search:
         self.told = 0
 
     def ask(self) -> dict[str, Any]:
+        from threadpoolctl import threadpool_limits
+
+        # one BLAS thread: on a small machine OpenBLAS threads fight and a GP fit takes 6× longer
+        with threadpool_limits(1):
+            return self._ask()
+
+    def _ask(self) -> dict[str, Any]:
         if self.random:
             point = self._opt.space.rvs(n_samples=1, random_state=self._opt.rng)[0]
         else:
@@ -74,7 +81,10 @@ class Search:
             self._pending.remove(point)
         if value != value:  # NaN: the trial produced nothing usable; tell a bad value
             return
-        self._opt.tell(point, self.sign * float(value))
+        from threadpoolctl import threadpool_limits
+
+        with threadpool_limits(1):
+            self._opt.tell(point, self.sign * float(value))
         self.told += 1
 
     def forget(self, params: Mapping[str, Any]) -> None:

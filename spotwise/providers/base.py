@@ -25,12 +25,12 @@ TAG_TRIAL = "spotwise:trial"
 TAG_LAUNCH = "spotwise:launch"
 
 
-class Market(str, enum.Enum):
+class Market(enum.StrEnum):
     SPOT = "spot"
     ON_DEMAND = "on-demand"
 
 
-class InstanceState(str, enum.Enum):
+class InstanceState(enum.StrEnum):
     PENDING = "pending"
     RUNNING = "running"
     STOPPING = "stopping"
@@ -113,7 +113,7 @@ class Instance:
     exit_code: int | None = None
 
 
-class NoticeKind(str, enum.Enum):
+class NoticeKind(enum.StrEnum):
     INTERRUPTION = "interruption"  # AWS spot/instance-action, GCP preempted, Azure Preempt
     REBALANCE = "rebalance"  # AWS rebalance recommendation: elevated risk, no deadline
 

@@ -18,6 +18,7 @@ def _env(tmp_path: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SPOTWISE_")}
     env["SPOTWISE_DB"] = f"sqlite:///{tmp_path / 'state.db'}"
     env["SPOTWISE_HOME"] = str(tmp_path / "home")
+    env["COLUMNS"] = "200"  # rich wraps tables to the terminal width
     return env
 
 

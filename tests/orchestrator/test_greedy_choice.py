@@ -1,0 +1,180 @@
+"""``spot-greedy`` and ``on-demand`` as pure functions of hand-built planner views."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from spotwise.errors import SpecError
+from spotwise.planner.policy import (
+    Checkpoint,
+    Launch,
+    NoticeReceived,
+    OfferView,
+    Phase,
+    PlannerView,
+    StopEarly,
+    Tick,
+    TrialAdded,
+    TrialView,
+    get_policy,
+    policy_names,
+)
+from spotwise.providers.base import Market, Offer
+
+NOW = 1_000_000.0
+
+
+def offer(zone: str, market: Market, price: float, available: bool = True) -> OfferView:
+    return OfferView(
+        Offer("aws", zone[:-1], zone, "p3.2xlarge", market, price, 3.06, available=available)
+    )
+
+
+def spot(zone: str, price: float, available: bool = True) -> OfferView:
+    return offer(zone, Market.SPOT, price, available)
+
+
+def od(zone: str, price: float = 3.06) -> OfferView:
+    return offer(zone, Market.ON_DEMAND, price)
+
+
+def trial(n: int, phase: Phase = Phase.QUEUED, **kw: Any) -> TrialView:
+    kw.setdefault("steps_total", 100)
+    kw.setdefault("seconds_per_step", 60.0)
+    return TrialView(trial_id=f"t{n}", number=n, phase=phase, **kw)
+
+
+def view(offers: list[OfferView], trials: list[TrialView], **kw: Any) -> PlannerView:
+    return PlannerView(now=NOW, offers=tuple(offers), trials=tuple(trials), **kw)
+
+
+MARKET = [
+    spot("us-east-1a", 1.20),
+    spot("us-east-2a", 0.918),
+    spot("us-west-2b", 0.95),
+    od("us-east-1a"),
+    od("us-west-2b"),
+]
+
+
+def launches(actions: list[Any]) -> dict[str, str]:
+    return {a.trial_id: a.offer_key for a in actions if isinstance(a, Launch)}
+
+
+def test_both_policies_are_registered_and_unknown_names_list_them() -> None:
+    assert {"spot-greedy", "on-demand"} <= set(policy_names())
+    assert get_policy("spot-greedy").name == "spot-greedy"
+    with pytest.raises(SpecError) as info:
+        get_policy("spot-greedyy")
+    assert "did you mean 'spot-greedy'" in str(info.value)
+    assert "valid:" in str(info.value) and "on-demand" in str(info.value)
+
+
+def test_greedy_launches_on_the_cheapest_available_spot() -> None:
+    actions = get_policy("spot-greedy").decide(view(MARKET, [trial(0)]), TrialAdded("t0"))
+    assert actions == [Launch("t0", "aws:us-east-2a:p3.2xlarge:spot")]
+
+
+def test_greedy_skips_an_unavailable_cheaper_offer() -> None:
+    offers = [spot("us-east-2a", 0.918, available=False), *MARKET[2:]]
+    actions = get_policy("spot-greedy").decide(view(offers, [trial(0)]), Tick(NOW))
+    assert actions == [Launch("t0", "aws:us-west-2b:p3.2xlarge:spot")]
+
+
+def test_greedy_falls_back_to_the_cheapest_on_demand() -> None:
+    offers = [
+        spot("us-east-2a", 0.918, available=False),
+        spot("us-west-2b", 0.95, available=False),
+        od("us-east-1a", 3.06),
+        od("us-west-2b", 2.90),
+    ]
+    actions = get_policy("spot-greedy").decide(view(offers, [trial(0)]), Tick(NOW))
+    assert actions == [Launch("t0", "aws:us-west-2b:p3.2xlarge:on-demand")]
+
+
+def test_on_demand_policy_never_picks_spot() -> None:
+    policy = get_policy("on-demand")
+    cheap_od = [*MARKET, od("us-east-2a", 3.00)]
+    actions = policy.decide(view(cheap_od, [trial(0), trial(1)], parallel=2), Tick(NOW))
+    assert launches(actions) == {
+        "t0": "aws:us-east-2a:p3.2xlarge:on-demand",
+        "t1": "aws:us-east-2a:p3.2xlarge:on-demand",
+    }
+    only_spot = [o for o in MARKET if o.is_spot]
+    assert policy.decide(view(only_spot, [trial(0)]), Tick(NOW)) == []
+
+
+def test_parallel_limit_counts_running_trials() -> None:
+    trials = [
+        trial(0, Phase.RUNNING, offer_key=MARKET[1].key, instance_id="i-0"),
+        trial(1),
+        trial(2),
+        trial(3),
+    ]
+    actions = get_policy("spot-greedy").decide(view(MARKET, trials, parallel=2), Tick(NOW))
+    assert list(launches(actions)) == ["t1"]  # one free slot, lowest number first
+    full = [trials[0], trial(1, Phase.RUNNING, offer_key=MARKET[1].key)]
+    assert get_policy("spot-greedy").decide(view(MARKET, full, parallel=2), Tick(NOW)) == []
+
+
+def test_a_waiting_trial_is_relaunched_before_a_new_one() -> None:
+    trials = [trial(0), trial(1, Phase.WAITING, step=40, checkpoint_step=40)]
+    actions = get_policy("spot-greedy").decide(view(MARKET, trials, parallel=1), Tick(NOW))
+    assert list(launches(actions)) == ["t1"]
+
+
+def test_done_and_stopping_trials_are_not_launched() -> None:
+    trials = [trial(0, Phase.DONE), trial(1, Phase.WAITING, stopping=True)]
+    assert get_policy("spot-greedy").decide(view(MARKET, trials, parallel=4), Tick(NOW)) == []
+
+
+def test_launch_that_would_exceed_the_budget_becomes_stop_early() -> None:
+    # 100 steps x 60 s at $0.918/h = $1.53 for the cheapest offer
+    t = trial(0, curve=((3, 0.4),))
+    policy = get_policy("spot-greedy")
+    over = policy.decide(view(MARKET, [t], max_cost_usd=1.50), Tick(NOW))
+    assert over == [StopEarly("t0", "budget", 0.4)]
+    within = policy.decide(view(MARKET, [t], max_cost_usd=1.60), Tick(NOW))
+    assert within == [Launch("t0", "aws:us-east-2a:p3.2xlarge:spot")]
+    # what is already spent counts too
+    spent = policy.decide(view(MARKET, [t], max_cost_usd=1.60, spent_usd=0.10), Tick(NOW))
+    assert spent == [StopEarly("t0", "budget", 0.4)]
+
+
+def test_budget_counts_the_running_trials_projection() -> None:
+    running = trial(0, Phase.RUNNING, step=50, offer_key=MARKET[1].key)  # $0.765 to finish
+    queued = trial(1)  # $1.53 on the cheapest offer
+    policy = get_policy("spot-greedy")
+    actions = policy.decide(
+        view(MARKET, [running, queued], parallel=2, max_cost_usd=2.0), Tick(NOW)
+    )
+    assert actions == [StopEarly("t1", "budget", None)]
+    actions = policy.decide(
+        view(MARKET, [running, queued], parallel=2, max_cost_usd=2.4), Tick(NOW)
+    )
+    assert actions == [Launch("t1", MARKET[1].key)]
+
+
+def test_spent_budget_stops_every_live_trial() -> None:
+    trials = [
+        trial(0, Phase.RUNNING, offer_key=MARKET[1].key, curve=((5, 0.7),)),
+        trial(1),
+        trial(2, Phase.DONE),
+    ]
+    for name in ("spot-greedy", "on-demand"):
+        actions = get_policy(name).decide(
+            view(MARKET, trials, parallel=2, max_cost_usd=5.0, spent_usd=5.0), Tick(NOW)
+        )
+        assert actions == [StopEarly("t0", "budget", 0.7), StopEarly("t1", "budget", None)]
+
+
+def test_notice_makes_the_running_trial_checkpoint() -> None:
+    running = trial(0, Phase.RUNNING, offer_key=MARKET[1].key, instance_id="i-0")
+    event = NoticeReceived("t0", "i-0", deadline=NOW + 120)
+    actions = get_policy("spot-greedy").decide(view(MARKET, [running]), event)
+    assert actions == [Checkpoint("t0", "notice")]
+    # asked already: no second checkpoint
+    asked = trial(0, Phase.RUNNING, offer_key=MARKET[1].key, instance_id="i-0", stopping=True)
+    assert get_policy("spot-greedy").decide(view(MARKET, [asked]), event) == []

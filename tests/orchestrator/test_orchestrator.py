@@ -1,0 +1,241 @@
+"""The real loop end to end: real trial processes, a real SQLite store, a replayed market.
+
+The market (a SkyNomad-format CSV written here): ``us-east-1a`` spot at $1.00/h, obtainable for
+the first AVAIL_TICKS ticks and never again; ``us-east-1b`` spot at $2.00/h, always obtainable;
+on-demand $5.00/h; ticks every 30 market seconds; replayed at 30× (one tick per wall second).
+
+Timeline of the revocation test: the one trial starts on us-east-1a (cheapest); the AWS notice
+comes 120 market s = 4 wall s before us-east-1a is taken (AVAIL_TICKS wall s after the start);
+the trial checkpoints and exits; spot-greedy relaunches it on us-east-1b, where it resumes from
+its checkpoint and finishes. The window is wider than the ~8 s a trial strictly needs because a
+trial imports torch (for its checkpoints) first, which takes 5-10 s on a busy 2-core machine;
+it stays short enough that a trial on a fast machine (60 steps x 0.25 s = 15 s) is still
+running when the notice comes. The orchestrator starts the market clock before it builds the
+search (which imports scikit-optimize, seconds on a busy machine), so skopt is imported here
+first: otherwise those seconds would come out of the window.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from collections import defaultdict
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+import skopt  # noqa: F401  (see below)
+import yaml
+
+from spotwise import jobs
+from spotwise.errors import SpecError
+from spotwise.store import Store
+
+SCRIPT = Path(__file__).parent / "scripts" / "steady_trial.py"
+TINY = Path(__file__).parent / "scripts" / "tiny_trial.py"
+STEPS = 60
+GAP_S = 30
+AVAIL_TICKS = 16
+TRACE_TICKS = 900  # 450 wall seconds: longer than any run of this test
+SPEEDUP = 30.0
+T0 = datetime(2023, 3, 1, tzinfo=UTC)
+
+
+def metric(step: int) -> float:
+    return 1.0 - 1.0 / (step + 1)
+
+
+def write_trace(path: Path) -> None:
+    with path.open("w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(
+            ["timestamp", "availability_zone", "instance_type", "spot_available",
+             "spot_price_usd_per_hour", "on_demand_price_usd_per_hour"]
+        )  # fmt: skip
+        for i in range(TRACE_TICKS):
+            stamp = (T0 + timedelta(seconds=GAP_S * i)).strftime("%Y-%m-%d %H:%M:%S")
+            w.writerow([stamp, "us-east-1a", "p3.2xlarge", int(i < AVAIL_TICKS), "1.0", "5.0"])
+            w.writerow([stamp, "us-east-1b", "p3.2xlarge", 1, "2.0", "5.0"])
+
+
+def spec_dict(tmp_path: Path, **changes: Any) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "name": "e2e-revocation",
+        "command": ["python", str(SCRIPT)],
+        "metric": {"name": "score", "direction": "maximize"},
+        "steps": STEPS,
+        "trials": 1,
+        "parallel": 1,
+        "search_space": {"lr": {"type": "real", "low": 0.001, "high": 0.1, "log": True}},
+        "providers": [
+            {
+                "name": "local",
+                "replay": {
+                    "trace": str(tmp_path / "trace.csv"),
+                    "speedup": SPEEDUP,
+                    "notice_floor_s": 1.0,
+                },
+            }
+        ],
+        "checkpoint": {"every": 2, "location": str(tmp_path / "ckpt")},
+        "env": {"STEADY_TRIAL_STEP_S": "0.25"},
+    }
+    spec.update(changes)
+    return spec
+
+
+def write_spec(tmp_path: Path, spec: dict[str, Any]) -> Path:
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return path
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(420)
+def test_revoked_trial_resumes_elsewhere_and_the_bill_is_honest(tmp_path: Path) -> None:
+    write_trace(tmp_path / "trace.csv")
+    db = f"sqlite:///{tmp_path / 'spotwise.db'}"
+    summary = jobs.tune(
+        write_spec(tmp_path, spec_dict(tmp_path)), db=db, run_root=tmp_path / "runs"
+    )
+
+    assert summary["state"] == "succeeded", summary
+    assert (summary["trials"], summary["completed"], summary["early_stopped"]) == (1, 1, 0)
+    assert summary["revocations"] == 1
+    assert summary["migrations"] == 1
+    assert summary["best"]["metric"] == pytest.approx(metric(STEPS))
+    assert set(summary["best"]["params"]) == {"lr"}
+    assert 0 < summary["cost_usd"] < summary["on_demand_cost_usd"]
+    assert summary["wall_seconds"] < 400
+
+    with Store.open_existing(db) as store:
+        job = store.get_job(summary["job_id"])
+        (trial,) = store.list_trials(job.id)
+        instances = store.list_instances(job.id)
+        observations = store.observations(trial.id)
+        launch_events = store.events(job.id, kind="launch")
+
+    assert job.state.value == "succeeded" and job.error is None
+    assert trial.state.value == "completed"
+    assert trial.final_metric == pytest.approx(metric(STEPS))
+    assert (trial.revocations, trial.migrations) == (1, 1)
+    assert trial.checkpoint_step == STEPS  # every 2 steps, the last one included
+
+    # two instance lives: taken in us-east-1a, then finished in us-east-1b
+    assert len(instances) == 2, [(i.zone, i.state, i.end_reason) for i in instances]
+    first, second = instances
+    assert (first.zone, first.market, first.state, first.end_reason) == (
+        "us-east-1a", "spot", "revoked", "revoked",
+    )  # fmt: skip
+    assert (second.zone, second.market, second.state, second.end_reason) == (
+        "us-east-1b", "spot", "terminated", "completed",
+    )  # fmt: skip
+    assert first.price_per_hour == 1.0 and second.price_per_hour == 2.0
+    # AWS: interrupted by the provider within the first hour → free
+    assert 0 < first.market_seconds <= AVAIL_TICKS * GAP_S < 3600
+    assert first.cost_usd == 0.0
+    # the second life is billed per started second at $2/h (60 s minimum); it is the whole bill
+    billed_s = max(math.ceil(second.market_seconds), 60)
+    assert second.cost_usd == pytest.approx(billed_s * 2.0 / 3600, abs=1e-9)
+    assert summary["cost_usd"] == pytest.approx(second.cost_usd, abs=1e-6)
+    assert job.cost_usd == pytest.approx(summary["cost_usd"], abs=1e-6)
+
+    # the second attempt resumed from the checkpoint taken before the revocation
+    assert [e.detail["attempt"] for e in launch_events] == [0, 1]
+    resume = launch_events[1].detail["resume_step"]
+    assert launch_events[0].detail["resume_step"] == 0
+    assert resume > 0
+    steps_by_life: dict[str | None, list[int]] = defaultdict(list)
+    for obs in observations:
+        steps_by_life[obs.instance_id].append(obs.step)
+        assert obs.metric == pytest.approx(metric(obs.step))
+    assert set(steps_by_life) == {first.id, second.id}
+    before, after = steps_by_life[first.id], steps_by_life[second.id]
+    assert before == list(range(1, len(before) + 1))
+    assert resume <= before[-1]
+    assert after == list(range(resume + 1, STEPS + 1))
+    assert job.on_demand_cost_usd == pytest.approx(summary["on_demand_cost_usd"], abs=1e-6)
+
+
+def tiny_spec(tmp_path: Path, steps: int, **env: str) -> dict[str, Any]:
+    return spec_dict(tmp_path, command=["python", str(TINY)], steps=steps, env=env)
+
+
+@pytest.mark.timeout(180)
+def test_a_trial_that_exits_0_before_its_last_step_fails_instead_of_looping(
+    tmp_path: Path,
+) -> None:
+    write_trace(tmp_path / "trace.csv")
+    db = f"sqlite:///{tmp_path / 'spotwise.db'}"
+    spec = write_spec(tmp_path, tiny_spec(tmp_path, 10, TINY_TRIAL_LAST_STEP="3"))
+    summary = jobs.tune(spec, db=db, run_root=tmp_path / "runs")
+    assert (summary["trials"], summary["completed"], summary["revocations"]) == (1, 0, 0)
+    assert summary["best"] is None
+    with Store.open_existing(db) as store:
+        (trial,) = store.list_trials(summary["job_id"])
+        instances = store.list_instances(summary["job_id"])
+        errors = store.events(summary["job_id"], kind="error")
+    assert trial.state.value == "failed"
+    assert len(instances) == 2  # MAX_FAILURES attempts, then it is given up
+    assert [e.detail["exit_code"] for e in errors] == [0, 0]
+
+
+@pytest.mark.timeout(180)
+def test_a_relative_run_root_reaches_the_trial(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The trial runs in the spec's folder; its events file must still be the one read."""
+    write_trace(tmp_path / "trace.csv")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    db = f"sqlite:///{tmp_path / 'spotwise.db'}"
+    summary = jobs.tune(write_spec(tmp_path, tiny_spec(tmp_path, 3)), db=db, run_root=Path("runs"))
+    assert summary["completed"] == 1
+    assert summary["best"]["metric"] == pytest.approx(0.03)
+    assert list((elsewhere / "runs").glob("*/*/events-0.jsonl"))
+
+
+def test_a_bad_spec_writes_nothing(tmp_path: Path) -> None:
+    db_file = tmp_path / "spotwise.db"
+    spec = write_spec(tmp_path, spec_dict(tmp_path, steps="sixty"))
+    with pytest.raises(SpecError) as info:
+        jobs.tune(spec, db=f"sqlite:///{db_file}", run_root=tmp_path / "runs")
+    assert "'steps'" in str(info.value) and "\n" not in str(info.value)
+    assert not db_file.exists()
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("where", ["spec", "argument"])
+def test_an_unknown_policy_lists_the_valid_ones_and_writes_nothing(
+    tmp_path: Path, where: str
+) -> None:
+    db_file = tmp_path / "spotwise.db"
+    if where == "spec":
+        spec, policy = write_spec(tmp_path, spec_dict(tmp_path, policy="spot-greedyy")), None
+    else:
+        spec, policy = write_spec(tmp_path, spec_dict(tmp_path)), "cheapest"
+    with pytest.raises(SpecError) as info:
+        jobs.tune(spec, db=f"sqlite:///{db_file}", policy=policy, run_root=tmp_path / "runs")
+    message = str(info.value)
+    assert "valid:" in message
+    assert "spot-greedy" in message and "on-demand" in message
+    if where == "spec":
+        assert "did you mean 'spot-greedy'" in message
+    assert not db_file.exists()
+    assert not (tmp_path / "runs").exists()
+
+
+def test_a_missing_trace_writes_nothing(tmp_path: Path) -> None:
+    """The market is opened (and what the spec names in it checked) before the job is recorded."""
+    from spotwise.store import Store
+
+    db_file = tmp_path / "spotwise.db"
+    spec = write_spec(tmp_path, spec_dict(tmp_path))  # no trace.csv written
+    with pytest.raises(SpecError, match=r"replay\.trace"):
+        jobs.tune(spec, db=f"sqlite:///{db_file}", run_root=tmp_path / "runs")
+    store = Store.open(f"sqlite:///{db_file}")
+    assert store.list_jobs() == []
+    store.close()
+    assert not (tmp_path / "runs").exists()

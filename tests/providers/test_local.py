@@ -1,0 +1,312 @@
+"""The local provisioner: real child processes, revoked by a hand-made market on a clock the test
+drives. Waits use generous wall-clock timeouts; nothing asserts a tight timing."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from spotwise.errors import CapacityError, ProviderError
+from spotwise.providers.base import (
+    TAG_JOB,
+    InstanceState,
+    LaunchRequest,
+    Market,
+    NoticeKind,
+    Offer,
+    Provisioner,
+    our_tags,
+)
+from spotwise.providers.local import LocalProvisioner
+from spotwise.providers.replay import MarketClock, ReplayMarket
+from spotwise.traces import TraceSet
+
+T0 = 1_700_000_000.0
+GAP = 10.0
+TICKS = 40
+ZONE_A, ZONE_B = "us-east-1a", "us-east-1b"
+REVOKE_AT = T0 + 5 * GAP  # zone A: available at ticks 0..4, gone from tick 5 on
+LEAD = 20.0  # notice lead, market seconds
+SPEEDUP = 100.0  # market seconds per (fake) wall second
+FLOOR = 1.0  # shortest notice, real wall seconds
+WAIT = 60.0  # generous: the machine is small and shared
+
+CHILD = """
+import json, os, signal, time
+path = os.environ["SPOTWISE_EVENTS_FILE"]
+def emit(rec):
+    with open(path, "a") as fh:
+        fh.write(json.dumps(rec) + "\\n")
+def on_term(signum, frame):
+    emit({"type": "stopping"})  # and keep running: only SIGKILL ends this child
+signal.signal(signal.SIGTERM, on_term)
+emit({"type": "ready", "pid": os.getpid(),
+      "env": sorted(k for k in os.environ if k.startswith("SPOTWISE_"))})
+while True:
+    time.sleep(0.05)
+"""
+
+
+def wait_for(predicate: Callable[[], Any], what: str, timeout: float = WAIT) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(0.05)
+
+
+class FakeWall:
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+    def at_market(self, market_time: float) -> None:
+        self.t = (market_time - T0) / SPEEDUP
+
+
+@pytest.fixture
+def traces() -> TraceSet:
+    available = np.ones((2, TICKS), dtype=bool)
+    available[0, 5:] = False
+    price = np.vstack([np.full(TICKS, 1.0), np.full(TICKS, 2.0)])
+    return TraceSet(
+        [ZONE_A, ZONE_B], T0 + GAP * np.arange(TICKS), available, price,
+        instance_type="p3.2xlarge", on_demand_price=5.0, gap_seconds=GAP,
+    )  # fmt: skip
+
+
+@pytest.fixture
+def wall() -> FakeWall:
+    return FakeWall()
+
+
+@pytest.fixture
+def market(traces: TraceSet) -> ReplayMarket:
+    return ReplayMarket(traces)
+
+
+@pytest.fixture
+def prov(market: ReplayMarket, wall: FakeWall, tmp_path: Path) -> Iterator[LocalProvisioner]:
+    clock = MarketClock(T0, SPEEDUP, wall=wall)
+    p = LocalProvisioner(
+        market, clock, notice_lead_s=LEAD, notice_floor_wall_s=FLOOR,
+        logs_dir=tmp_path / "logs", kill_grace_s=0.5,
+    )  # fmt: skip
+    yield p
+    p.shutdown()
+
+
+def offer(market: ReplayMarket, zone: str, kind: Market, at: float = T0) -> Offer:
+    (o,) = market.offers(at=at, zones=[zone], market=kind)
+    return o
+
+
+def request(
+    o: Offer, tmp_path: Path, token: str | None = None, tags: dict[str, str] | None = None
+) -> LaunchRequest:
+    token = token or uuid.uuid4().hex[:12]
+    env = {"SPOTWISE_EVENTS_FILE": str(tmp_path / f"events-{token}.jsonl"), "SPOTWISE_ATTEMPT": "0"}
+    tags = our_tags("job-1", "trial-1", token) if tags is None else tags
+    return LaunchRequest(o, (sys.executable, "-c", CHILD), env, tags, token, str(tmp_path))
+
+
+def events_of(prov: LocalProvisioner, iid: str, seen: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    seen.extend(prov.progress(iid))
+    return seen
+
+
+def state_of(prov: LocalProvisioner, iid: str) -> Any:
+    (inst,) = [i for i in prov.describe() if i.instance_id == iid]
+    return inst
+
+
+def test_spot_revocation_notice_sigterm_then_kill(
+    prov: LocalProvisioner, market: ReplayMarket, wall: FakeWall, tmp_path: Path
+) -> None:
+    assert isinstance(prov, Provisioner)
+    inst = prov.launch(request(offer(market, ZONE_A, Market.SPOT), tmp_path))
+    assert inst.state is InstanceState.RUNNING and inst.launched_at == T0
+    assert inst.tags[TAG_JOB] == "job-1"
+    seen: list[dict[str, Any]] = []
+    wait_for(lambda: any(e["type"] == "ready" for e in events_of(prov, inst.instance_id, seen)),
+             "the child to start")  # fmt: skip
+
+    wall.at_market(REVOKE_AT - LEAD - 1.0)  # one market second before the notice is due
+    assert prov.notices() == []
+    wall.at_market(REVOKE_AT - LEAD)
+    noticed = time.monotonic()
+    (notice,) = prov.notices()
+    assert notice.instance_id == inst.instance_id
+    assert notice.kind is NoticeKind.INTERRUPTION
+    assert notice.deadline == REVOKE_AT
+    assert notice.received_at == REVOKE_AT - LEAD
+
+    wait_for(lambda: any(e["type"] == "stopping" for e in events_of(prov, inst.instance_id, seen)),
+             "the child's SIGTERM handler")  # fmt: skip
+    revoked = wait_for(
+        lambda: state_of(prov, inst.instance_id).state is InstanceState.REVOKED, "revocation"
+    )
+    assert revoked
+    assert time.monotonic() - noticed >= FLOOR  # the notice lasted at least the floor
+    final = state_of(prov, inst.instance_id)
+    assert final.ended_at == REVOKE_AT  # billed to the market's revocation tick
+    assert final.exit_code == -signal.SIGKILL  # it ignored SIGTERM, so it was killed
+    assert prov.notices() == []  # delivered once
+    assert [e["type"] for e in seen].count("stopping") == 1
+
+
+def test_on_demand_is_never_revoked(
+    prov: LocalProvisioner, market: ReplayMarket, wall: FakeWall, tmp_path: Path
+) -> None:
+    inst = prov.launch(request(offer(market, ZONE_A, Market.ON_DEMAND), tmp_path))
+    seen: list[dict[str, Any]] = []
+    wait_for(lambda: events_of(prov, inst.instance_id, seen), "the child to start")
+    for t in (REVOKE_AT - LEAD, REVOKE_AT, REVOKE_AT + 100 * GAP):
+        wall.at_market(t)
+        assert prov.notices() == []
+        assert state_of(prov, inst.instance_id).state is InstanceState.RUNNING
+    prov.terminate([inst.instance_id])
+    final = state_of(prov, inst.instance_id)
+    assert final.state is InstanceState.TERMINATED
+    assert final.ended_at == REVOKE_AT + 100 * GAP
+    assert final.exit_code == -signal.SIGKILL  # SIGTERM ignored, killed after the grace
+
+
+def test_spot_in_an_always_available_zone_is_never_noticed(
+    prov: LocalProvisioner, market: ReplayMarket, wall: FakeWall, tmp_path: Path
+) -> None:
+    inst = prov.launch(request(offer(market, ZONE_B, Market.SPOT), tmp_path))
+    wall.at_market(T0 + (TICKS + 10) * GAP)
+    assert prov.notices() == []
+    assert state_of(prov, inst.instance_id).state is InstanceState.RUNNING
+
+    prov.revoke_now(inst.instance_id)  # fault injection: notice now, taken one lead later
+    now = T0 + (TICKS + 10) * GAP
+    (notice,) = prov.notices()
+    assert (notice.received_at, notice.deadline) == (now, now + LEAD)
+    wait_for(lambda: state_of(prov, inst.instance_id).state is InstanceState.REVOKED, "revocation")
+    assert state_of(prov, inst.instance_id).ended_at == now + LEAD
+
+
+def test_no_spot_capacity_now_is_a_capacity_error(
+    prov: LocalProvisioner, market: ReplayMarket, wall: FakeWall, tmp_path: Path
+) -> None:
+    wall.at_market(REVOKE_AT + GAP)
+    o = offer(market, ZONE_A, Market.SPOT, at=REVOKE_AT + GAP)
+    assert not o.available
+    with pytest.raises(CapacityError, match=ZONE_A):
+        prov.launch(request(o, tmp_path))
+    assert prov.describe() == []
+    od = prov.launch(request(offer(market, ZONE_A, Market.ON_DEMAND), tmp_path))
+    assert od.state is InstanceState.RUNNING  # on-demand has capacity there
+
+
+def test_refuses_foreign_ids_and_untagged_launches(
+    prov: LocalProvisioner, market: ReplayMarket, tmp_path: Path
+) -> None:
+    o = offer(market, ZONE_B, Market.SPOT)
+    with pytest.raises(ProviderError, match="without spotwise tags"):
+        prov.launch(request(o, tmp_path, tags={}))
+    with pytest.raises(ProviderError, match="without spotwise tags"):
+        prov.launch(request(o, tmp_path, tags={"spotwise:managed": "true"}))  # no job tag
+    assert prov.describe() == []
+
+    inst = prov.launch(request(o, tmp_path))
+    with pytest.raises(ProviderError, match="not launched by spotwise"):
+        prov.terminate(["i-0123456789abcdef0"])
+    with pytest.raises(ProviderError, match="not launched by spotwise"):
+        prov.terminate([inst.instance_id, "local-somebody-else"])
+    assert state_of(prov, inst.instance_id).state is InstanceState.RUNNING  # all or nothing
+
+
+def test_launch_is_idempotent_on_client_token(
+    prov: LocalProvisioner, market: ReplayMarket, tmp_path: Path
+) -> None:
+    o = offer(market, ZONE_B, Market.SPOT)
+    first = prov.launch(request(o, tmp_path, token="tok-1"))
+    again = prov.launch(request(o, tmp_path, token="tok-1"))
+    assert again is first
+    assert len(prov.describe()) == 1
+    other = prov.launch(request(o, tmp_path, token="tok-2"))
+    assert other.instance_id != first.instance_id
+    assert {i.instance_id for i in prov.describe({"spotwise:launch": "tok-2"})} == {
+        other.instance_id
+    }
+
+
+def test_progress_returns_only_new_whole_lines(
+    prov: LocalProvisioner, market: ReplayMarket, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SPOTWISE_LEAKED", "from-the-parent")
+    req = request(offer(market, ZONE_B, Market.SPOT), tmp_path)
+    inst = prov.launch(req)
+    seen: list[dict[str, Any]] = []
+    (ready,) = wait_for(lambda: events_of(prov, inst.instance_id, seen), "the child to start")
+    # the child sees exactly the request's SPOTWISE_* variables, none of the parent's
+    assert ready["env"] == sorted(req.env)
+    assert prov.progress(inst.instance_id) == []  # nothing new
+
+    events = Path(req.env["SPOTWISE_EVENTS_FILE"])
+    with events.open("a") as fh:
+        fh.write('{"type": "report", "step": 1, "metric": 0.5}\nnot json\n[1, 2]\n{"type": "rep')
+    assert prov.progress(inst.instance_id) == [{"type": "report", "step": 1, "metric": 0.5}]
+    with events.open("a") as fh:
+        fh.write('ort", "step": 2, "metric": 0.75}\n')
+    assert prov.progress(inst.instance_id) == [{"type": "report", "step": 2, "metric": 0.75}]
+    assert prov.progress("local-unknown") == []
+
+
+def test_an_exited_trial_keeps_its_exit_code(
+    prov: LocalProvisioner, market: ReplayMarket, tmp_path: Path
+) -> None:
+    req = request(offer(market, ZONE_B, Market.ON_DEMAND), tmp_path)
+    req = LaunchRequest(
+        req.offer, (sys.executable, "-c", "raise SystemExit(3)"), req.env, req.tags,
+        req.client_token, req.workdir,
+    )  # fmt: skip
+    inst = prov.launch(req)
+    wait_for(lambda: state_of(prov, inst.instance_id).exit_code is not None, "the child to exit")
+    assert state_of(prov, inst.instance_id).exit_code == 3
+    prov.terminate([inst.instance_id])
+    final = state_of(prov, inst.instance_id)
+    assert final.state is InstanceState.TERMINATED and final.exit_code == 3
+    log = tmp_path / "logs" / f"{inst.instance_id}.log"
+    assert log.exists()
+
+
+def test_a_missing_program_is_a_provider_error(
+    prov: LocalProvisioner, market: ReplayMarket, tmp_path: Path
+) -> None:
+    req = request(offer(market, ZONE_B, Market.ON_DEMAND), tmp_path)
+    bad = LaunchRequest(
+        req.offer, (str(tmp_path / "no-such-program"),), req.env, req.tags, "tok", ""
+    )
+    with pytest.raises(ProviderError, match="cannot start"):
+        prov.launch(bad)
+    assert prov.describe() == []
+
+
+def test_shutdown_leaves_no_process(
+    prov: LocalProvisioner, market: ReplayMarket, tmp_path: Path
+) -> None:
+    inst = prov.launch(request(offer(market, ZONE_B, Market.SPOT), tmp_path))
+    seen: list[dict[str, Any]] = []
+    (ready,) = wait_for(lambda: events_of(prov, inst.instance_id, seen), "the child to start")
+    prov.shutdown()
+    assert state_of(prov, inst.instance_id).state is InstanceState.TERMINATED
+    with pytest.raises(ProcessLookupError):  # killed and reaped
+        os.kill(ready["pid"], 0)

@@ -1,0 +1,86 @@
+"""Billing rules: what one instance life costs under each provider's rule."""
+
+from __future__ import annotations
+
+import pytest
+
+from spotwise.errors import SpecError
+from spotwise.providers.billing import RULES, BillingRule, rule_for
+
+AWS, GCP, AZURE = rule_for("aws"), rule_for("gcp"), rule_for("azure")
+PRICE = 0.918  # USD/h
+
+
+def test_aws_revoked_in_the_first_hour_is_free() -> None:
+    assert AWS.charge([(30.0, PRICE)], revoked_by_provider=True) == 0.0
+    assert AWS.charge([(1800.0, PRICE)], revoked_by_provider=True) == 0.0
+    assert AWS.charge([(3599.0, PRICE), (0.5, 9.0)], revoked_by_provider=True) == 0.0
+
+
+def test_aws_revoked_after_the_first_hour_pays_every_second() -> None:
+    cost = AWS.charge([(3600.0, PRICE), (600.0, PRICE)], revoked_by_provider=True)
+    assert cost == pytest.approx(PRICE * 4200 / 3600)
+
+
+def test_aws_terminated_by_us_pays_per_second() -> None:
+    assert AWS.charge([(1800.0, PRICE)], revoked_by_provider=False) == pytest.approx(PRICE / 2)
+    # partial seconds round up to the next second
+    assert AWS.charge([(90.25, 3.6)], revoked_by_provider=False) == pytest.approx(91 * 3.6 / 3600)
+
+
+def test_aws_minimum_is_sixty_seconds() -> None:
+    assert AWS.charge([(30.0, PRICE)], revoked_by_provider=False) == pytest.approx(PRICE / 60)
+    assert AWS.charge([(0.4, 3.6)], revoked_by_provider=False) == pytest.approx(60 * 3.6 / 3600)
+
+
+def test_multi_segment_prices_integrate() -> None:
+    segs = [(600.0, 1.0), (1200.0, 2.0), (1800.0, 0.5)]
+    expected = (600 * 1.0 + 1200 * 2.0 + 1800 * 0.5) / 3600
+    assert AWS.charge(segs, revoked_by_provider=False) == pytest.approx(expected)
+    assert AZURE.charge(segs, revoked_by_provider=True) == pytest.approx(expected)
+
+
+def test_minimum_is_billed_at_the_last_segment_price() -> None:
+    # 10 s at $1 then 20 s at $4: 30 s used, 30 s of minimum at the last price ($4)
+    cost = AWS.charge([(10.0, 1.0), (20.0, 4.0)], revoked_by_provider=False)
+    assert cost == pytest.approx((10 * 1.0 + 20 * 4.0 + 30 * 4.0) / 3600)
+
+
+def test_gcp_preempted_within_the_first_minute_is_free_then_charged() -> None:
+    assert GCP.charge([(30.0, PRICE)], revoked_by_provider=True) == 0.0
+    assert GCP.charge([(120.0, PRICE)], revoked_by_provider=True) == pytest.approx(
+        PRICE * 120 / 3600
+    )
+    # stopped by us at 30 s: the one-minute minimum applies
+    assert GCP.charge([(30.0, PRICE)], revoked_by_provider=False) == pytest.approx(PRICE / 60)
+
+
+def test_azure_has_no_refund_and_no_minimum() -> None:
+    assert AZURE.charge([(30.0, 3.6)], revoked_by_provider=True) == pytest.approx(0.03)
+    assert AZURE.charge([(30.0, 3.6)], revoked_by_provider=False) == pytest.approx(0.03)
+
+
+def test_an_empty_life_costs_nothing() -> None:
+    for rule in RULES.values():
+        assert rule.charge([], revoked_by_provider=False) == 0.0
+        assert rule.charge([(0.0, PRICE)], revoked_by_provider=False) == 0.0
+
+
+def test_rules_carry_their_notice_lead_and_source() -> None:
+    assert (AWS.notice_lead_s, GCP.notice_lead_s, AZURE.notice_lead_s) == (120.0, 30.0, 30.0)
+    for rule in RULES.values():
+        assert rule.source.startswith("https://")
+
+
+def test_unknown_provider_lists_the_valid_ones() -> None:
+    with pytest.raises(SpecError) as info:
+        rule_for("aws2")
+    message = str(info.value)
+    assert "did you mean 'aws'" in message and "valid: aws, gcp, azure" in message
+
+
+def test_rule_validates_its_numbers() -> None:
+    with pytest.raises(ValueError, match="granularity_s"):
+        BillingRule("x", 0.0, 0.0, 0.0, 0.0, "src")
+    with pytest.raises(ValueError, match=">= 0"):
+        BillingRule("x", 1.0, -1.0, 0.0, 0.0, "src")
