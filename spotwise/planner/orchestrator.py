@@ -9,14 +9,11 @@ by tags); every instance life is billed by the provider's rule when it ends.
 from __future__ import annotations
 
 import json
-import signal
-import sys
 import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 from spotwise.errors import CapacityError, ProviderError, SpotwiseError
@@ -39,7 +36,7 @@ from spotwise.planner.policy import (
     get_policy,
 )
 from spotwise.planner.report import best_of, best_trial, life_cost, snapshot, summary
-from spotwise.planner.runstate import Life, TrialRun, build_view
+from spotwise.planner.runstate import Life, TrialRun, build_view, on_signals, trial_argv, trial_env
 from spotwise.planner.search import Search
 from spotwise.providers.base import TAG_JOB, InstanceState, LaunchRequest, Offer, our_tags
 from spotwise.spec import JobSpec
@@ -110,8 +107,8 @@ class Orchestrator:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.ckpt_root = self._checkpoint_root()
         wall0 = time.monotonic()
-        old = self._install_signals()
         state, error = "failed", None
+        restore = on_signals(self._request_cancel)
         try:
             self.started_at = backend.now()
             self.deadline = (
@@ -130,7 +127,7 @@ class Orchestrator:
             raise
         finally:
             self._drain(backend)
-            self._restore_signals(old)
+            restore()
             self._finish_job(state, error)
         return self.summary(time.monotonic() - wall0)
 
@@ -414,23 +411,8 @@ class Orchestrator:
             requested_at=time.time(),
         )
         attempt = t.attempt + 1
-        tdir = self._trial_dir(t)
-        env = {
-            **self.spec.env,
-            "SPOTWISE_JOB_ID": self.job_id,
-            "SPOTWISE_TRIAL_ID": t.trial_id,
-            "SPOTWISE_ATTEMPT": str(attempt),
-            "SPOTWISE_PARAMS": json.dumps(t.params),
-            "SPOTWISE_STEPS": str(t.steps_total),
-            "SPOTWISE_CHECKPOINT_URI": str(t.checkpoint_uri),
-            "SPOTWISE_CHECKPOINT_EVERY": str(t.checkpoint_every),
-            "SPOTWISE_EVENTS_FILE": str(tdir / f"events-{attempt}.jsonl"),
-            "SPOTWISE_STOP_FILE": str(tdir / f"stop-{attempt}"),
-        }
-        argv = tuple(
-            sys.executable if a == "python" and i == 0 else a
-            for i, a in enumerate(self.spec.command)
-        )
+        env = trial_env(self.job_id, t, attempt, self._trial_dir(t), self.spec.env)
+        argv = trial_argv(self.spec.command)
         req = LaunchRequest(offer, argv, env, tags, launch_id, str(self.base_dir))
         try:
             inst = self.backend.provisioner.launch(req)
@@ -603,22 +585,8 @@ class Orchestrator:
             **detail,
         )
 
-    def _install_signals(self) -> dict[int, Any]:
-        def handler(signum: int, frame: FrameType | None) -> None:
-            self.cancel_requested = True  # acted on by the loop, never inside the handler
-
-        old: dict[int, Any] = {}
-        try:
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                old[sig] = signal.signal(sig, handler)
-        except ValueError:  # not the main thread
-            pass
-        return old
-
-    @staticmethod
-    def _restore_signals(old: dict[int, Any]) -> None:
-        for sig, h in old.items():
-            signal.signal(sig, h)
+    def _request_cancel(self) -> None:
+        self.cancel_requested = True  # acted on by the loop, never inside a signal handler
 
     def cancel(self) -> None:
         """Stop every trial at its next step (checkpointed) and end the job as cancelled."""

@@ -3,7 +3,12 @@ it hands to the policy. No I/O here."""
 
 from __future__ import annotations
 
+import json
+import signal
+import sys
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from spotwise.planner.policy import OfferView, Phase, PlannerView, TrialView
@@ -119,3 +124,42 @@ def build_view(
         notice_lead_s=notice_lead_s,
         free_if_revoked_within_s=free_if_revoked_within_s,
     )
+
+
+def trial_env(
+    job_id: str, t: TrialRun, attempt: int, trial_dir: Path, extra: Mapping[str, str]
+) -> dict[str, str]:
+    """The ``SPOTWISE_*`` contract of one trial attempt (see :mod:`spotwise.sdk`)."""
+    return {
+        **extra,
+        "SPOTWISE_JOB_ID": job_id,
+        "SPOTWISE_TRIAL_ID": t.trial_id,
+        "SPOTWISE_ATTEMPT": str(attempt),
+        "SPOTWISE_PARAMS": json.dumps(t.params),
+        "SPOTWISE_STEPS": str(t.steps_total),
+        "SPOTWISE_CHECKPOINT_URI": str(t.checkpoint_uri),
+        "SPOTWISE_CHECKPOINT_EVERY": str(t.checkpoint_every),
+        "SPOTWISE_EVENTS_FILE": str(trial_dir / f"events-{attempt}.jsonl"),
+        "SPOTWISE_STOP_FILE": str(trial_dir / f"stop-{attempt}"),
+    }
+
+
+def trial_argv(command: list[str]) -> tuple[str, ...]:
+    """The trial's argv; a bare ``python`` first means the interpreter running spotwise."""
+    return tuple(sys.executable if a == "python" and i == 0 else a for i, a in enumerate(command))
+
+
+def on_signals(callback: Callable[[], None]) -> Callable[[], None]:
+    """Route SIGINT/SIGTERM to ``callback`` (main thread only); returns the restorer."""
+    old: dict[int, Any] = {}
+    try:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            old[sig] = signal.signal(sig, lambda signum, frame: callback())
+    except ValueError:  # not the main thread: leave signals alone
+        pass
+
+    def restore() -> None:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+
+    return restore
