@@ -180,13 +180,22 @@ def cancel(job_id: str, *, db: str | None = None, wait_s: float = 60.0) -> dict[
         for t in store.list_trials(job.id):
             if not t.state.is_terminal():
                 store.update_trial(t.id, state="cancelled", ended_at=time.time())
-        leftovers = [i.id for i in store.list_instances(job.id, active_only=True)]
+        # the orchestrator died: terminate what the provider still runs with this job's tags
+        from spotwise.planner.backend import reconcile
+        from spotwise.spec import JobSpec
+
+        terminated = reconcile(JobSpec.model_validate_json(job.spec_json), job.id)
+        for row in store.list_instances(job.id, active_only=True):
+            store.update_instance(
+                row.id, state="terminated", end_reason="reconciled", ended_at=time.time()
+            )
         return {
             "job_id": job.id,
             "state": "cancelled",
             "cancelled": True,
-            "unreconciled_instances": leftovers,
-            "message": "orchestrator was not running; job marked cancelled",
+            "terminated_instances": terminated,
+            "message": "orchestrator was not running; job marked cancelled, "
+            f"{len(terminated)} tagged instance(s) terminated",
         }
     finally:
         store.close()

@@ -14,6 +14,7 @@ from pathlib import Path
 from spotwise.errors import SpecError
 from spotwise.providers.base import Catalog, Market, Offer, Provisioner
 from spotwise.providers.billing import BillingRule, rule_for
+from spotwise.providers.registry import ProviderConfig
 from spotwise.providers.replay import ReplayMarket
 from spotwise.spec import JobSpec, ProviderSpec, ReplaySpec
 from spotwise.traces import TraceSet
@@ -139,11 +140,8 @@ def _local(p: ProviderSpec, r: ReplaySpec, base_dir: Path, run_dir: Path) -> Bac
     )
 
 
-def _cloud(p: ProviderSpec) -> Backend:
-    from spotwise.providers.registry import ProviderConfig, cloud_module
-
-    mod = cloud_module(p.name)
-    config = ProviderConfig(
+def provider_config(p: ProviderSpec) -> ProviderConfig:
+    return ProviderConfig(
         name=p.name,
         regions=tuple(p.regions),
         zones=tuple(p.zones),
@@ -151,6 +149,29 @@ def _cloud(p: ProviderSpec) -> Backend:
         markets=tuple(p.markets),
         options=dict(p.options),
     )
+
+
+def reconcile(spec: JobSpec, job_id: str) -> list[str]:
+    """Terminate every instance the provider still runs with this job's tags (a crashed
+    orchestrator's leftovers); returns their ids. Only instances carrying our tags are seen."""
+    from spotwise.providers.base import TAG_JOB
+    from spotwise.providers.registry import cloud_module
+
+    p = spec.providers[0]
+    if p.name == "local":
+        return []  # local trials are children of the orchestrator and die with its session
+    prov: Provisioner = cloud_module(p.name).open_provisioner(provider_config(p))
+    live = [i.instance_id for i in prov.describe({TAG_JOB: job_id}) if not i.state.is_terminal()]
+    if live:
+        prov.terminate(live)
+    return live
+
+
+def _cloud(p: ProviderSpec) -> Backend:
+    from spotwise.providers.registry import cloud_module
+
+    mod = cloud_module(p.name)
+    config = provider_config(p)
     catalog: Catalog = mod.open_catalog(config)
     prov: Provisioner = mod.open_provisioner(config)
     cache: dict[str, tuple[float, list[Offer]]] = {}

@@ -22,7 +22,9 @@ def _env(tmp_path: Path) -> dict[str, str]:
     return env
 
 
-def _run(args: list[str], env: dict[str, str], timeout: float = 60) -> subprocess.CompletedProcess[str]:
+def _run(
+    args: list[str], env: dict[str, str], timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [*SPOTWISE, *args], env=env, cwd=ROOT, capture_output=True, text=True, timeout=timeout
     )
@@ -40,8 +42,17 @@ def test_main_job_end_to_end_then_read_back(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr[-2000:]
     summary = json.loads(done.stdout.strip().splitlines()[-1])
     assert set(summary) >= {
-        "job_id", "state", "best", "trials", "completed", "revocations", "migrations",
-        "early_stopped", "cost_usd", "on_demand_cost_usd", "wall_seconds",
+        "job_id",
+        "state",
+        "best",
+        "trials",
+        "completed",
+        "revocations",
+        "migrations",
+        "early_stopped",
+        "cost_usd",
+        "on_demand_cost_usd",
+        "wall_seconds",
     }
     assert summary["state"] == "succeeded"
     assert summary["trials"] >= 8 and summary["completed"] == summary["trials"]
@@ -112,8 +123,13 @@ def test_help_is_fast_and_lists_commands(tmp_path: Path) -> None:
         assert cmd in done.stdout
     probe = subprocess.run(
         [sys.executable, "-X", "importtime", "-m", "spotwise.cli.app", "--help"],
-        capture_output=True, text=True, env=_env(tmp_path), cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env=_env(tmp_path),
+        cwd=ROOT,
     )
     heavy = {"torch", "sklearn", "skopt", "boto3", "botocore", "sqlalchemy", "numpy", "scipy"}
-    loaded = {ln.split("|")[-1].strip().split(".")[0] for ln in probe.stderr.splitlines() if "|" in ln}
+    loaded = {
+        ln.split("|")[-1].strip().split(".")[0] for ln in probe.stderr.splitlines() if "|" in ln
+    }
     assert not (heavy & loaded), f"heavy modules imported by --help: {heavy & loaded}"
