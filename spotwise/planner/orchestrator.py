@@ -201,7 +201,7 @@ class Orchestrator:
             t = TrialRun(
                 row.id, len(self.trials), params, self.spec.steps, self.spec.checkpoint.every
             )
-            t.checkpoint_uri = str(self.ckpt_root / t.trial_id)
+            t.checkpoint_uri = f"{self.ckpt_root}/{t.trial_id}"
             self.trials.append(t)
             active += 1
             out.append(TrialAdded(t.trial_id))
@@ -564,11 +564,13 @@ class Orchestrator:
         )
 
     # ---- helpers ------------------------------------------------------------------------
-    def _checkpoint_root(self) -> Path:
-        loc = Path(self.spec.checkpoint.location).expanduser()
-        if "://" in self.spec.checkpoint.location:
-            return Path(self.spec.checkpoint.location.rstrip("/")) / self.job_id
-        return (loc if loc.is_absolute() else self.base_dir / loc) / self.job_id
+    def _checkpoint_root(self) -> str:
+        """The job's checkpoint folder or URI prefix (URIs are joined as strings, not paths)."""
+        where = self.spec.checkpoint.location
+        if "://" in where:
+            return f"{where.rstrip('/')}/{self.job_id}"
+        loc = Path(where).expanduser()
+        return str((loc if loc.is_absolute() else self.base_dir / loc) / self.job_id)
 
     def _trial_dir(self, t: TrialRun) -> Path:
         d = self.run_dir / t.trial_id

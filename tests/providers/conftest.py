@@ -21,9 +21,9 @@ FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "aws"
 if str(FIXTURES) not in sys.path:
     sys.path.insert(0, str(FIXTURES))
 
+from awsfakes import FAKE_KEY_ID, FAKE_SECRET  # noqa: E402 (needs the path above)
+
 BUCKET = "spotwise-test-bucket"
-FAKE_KEY_ID = "AKIAFAKEFAKEFAKE0001"
-FAKE_SECRET = "fake/secret+Zk3q9VbWn7LmPq2Rt5Yu8Xw1SeCretValue"
 
 
 @pytest.fixture(scope="session")

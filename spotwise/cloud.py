@@ -1,0 +1,263 @@
+"""Core functions behind ``spotwise check``, ``spotwise catalog`` and ``spotwise prices``.
+
+The CLI parses, calls one of these, and renders the plain dict it gets back (ready for
+``--json``). Providers are opened by name: ``local`` serves the replay market (the shipped
+SkyNomad p3.2xlarge trace, prices at the start of the trace); the clouds go through
+:mod:`spotwise.providers.registry`, so a cloud SDK is imported only when that cloud is asked
+for. Current prices are cached in the store with the time they were fetched; when the
+provider cannot be reached, ``prices`` falls back to that cache (marked ``source: cache``).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import asdict
+from typing import Any
+
+from spotwise.errors import (
+    NotFoundError,
+    ProviderError,
+    ProviderUnavailable,
+    SpecError,
+    did_you_mean,
+)
+from spotwise.providers.base import Catalog, Market, Offer, PricePoint
+from spotwise.providers.registry import PROVIDER_NAMES, ProviderConfig, cloud_module, validate_name
+
+LOCAL_TRACE = "builtin:skynomad-v100-2023"
+CACHE_MAX_AGE_S = 24 * 3600.0
+_DURATION_RE = re.compile(r"(\d+(?:\.\d+)?)\s*([smhdw])")
+_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def parse_duration(text: str) -> float:
+    """``"6h"``, ``"30m"``, ``"1h30m"``, ``"2d"`` → seconds."""
+    s = text.strip().lower().replace(" ", "")
+    parts = _DURATION_RE.findall(s)
+    if not s or not parts or "".join(n + u for n, u in parts) != s:
+        raise SpecError(f"--history: {text!r} is not a duration; use e.g. 90m, 6h, 2d or 1h30m")
+    seconds = sum(float(n) * _UNIT_S[u] for n, u in parts)
+    if seconds <= 0:
+        raise SpecError(f"--history: the duration must be > 0, got {text!r}")
+    return seconds
+
+
+def check(providers: list[str] | None = None) -> dict[str, Any]:
+    """Which providers are usable here, and why not. Never includes a secret."""
+    out = []
+    for name in providers or list(PROVIDER_NAMES):
+        validate_name(name)
+        if name == "local":
+            out.append({"provider": "local", "usable": True, "details": {"trace": LOCAL_TRACE},
+                        "reason": "replay market over a real spot trace; trials run as local "
+                                  "processes"})
+            continue
+        try:
+            res = cloud_module(name).check()
+            out.append({"provider": name, "usable": bool(res.usable), "reason": res.reason,
+                        "details": dict(res.details)})
+        except ProviderUnavailable as e:
+            reason = e.message + (f"; {e.hint}" if e.hint else "")
+            out.append({"provider": name, "usable": False, "reason": reason, "details": {}})
+        except Exception as e:  # a broken adapter must not hide the others
+            out.append({"provider": name, "usable": False, "details": {},
+                        "reason": f"check failed: {type(e).__name__}"})
+    return {"providers": out}
+
+
+def open_catalog(provider: str, region: str | None = None) -> Catalog:
+    validate_name(provider)
+    if provider == "local":
+        from spotwise.providers.replay import ReplayMarket, load_market_traces
+
+        return ReplayMarket(load_market_traces(LOCAL_TRACE))
+    config = ProviderConfig(name=provider, regions=(region,) if region else ())
+    catalog: Catalog = cloud_module(provider).open_catalog(config)
+    return catalog
+
+
+def _check_region(catalog: Catalog, provider: str, region: str | None) -> None:
+    if region is None:
+        return
+    if provider == "aws":
+        from spotwise.providers import aws
+
+        aws.check_region(region)
+        return
+    known = catalog.regions()
+    if known and region not in known:
+        raise NotFoundError(
+            f"{provider}: unknown region {region!r}{did_you_mean(region, known)}; "
+            f"valid: {', '.join(known[:12])}{' …' if len(known) > 12 else ''}"
+        )
+
+
+def _check_instance_type(catalog: Catalog, provider: str, region: str | None, name: str) -> None:
+    checker = getattr(catalog, "check_instance_type", None)
+    if callable(checker):
+        checker(name, region)
+        return
+    names = sorted({t.name for t in catalog.instance_types(region)})
+    if name not in names:
+        raise NotFoundError(
+            f"{provider}: unknown instance type {name!r}{did_you_mean(name, names)}; "
+            f"valid: {', '.join(names[:12])}{' …' if len(names) > 12 else ''}"
+        )
+
+
+def catalog(provider: str = "local", region: str | None = None, gpu: str | None = None,
+            min_vcpus: int = 0) -> dict[str, Any]:
+    """Instance types (hardware and on-demand price) of a provider's region."""
+    region = region or _default_region(provider, required=False)
+    cat = open_catalog(provider, region)
+    _check_region(cat, provider, region)
+    types = cat.instance_types(region)
+    rows = [asdict(t) for t in types if t.vcpus >= min_vcpus]
+    if gpu:
+        want = gpu.lower()
+        rows = [r for r in rows if r["gpus"] and want in str(r["gpu_name"]).lower().split("+")]
+        if not rows:
+            known = sorted({t.gpu_name for t in types if t.gpus and t.gpu_name})
+            raise NotFoundError(
+                f"{provider}: no instance type with GPU {gpu!r} in {region or 'its regions'}"
+                f"{did_you_mean(gpu, known)}; GPUs there: {', '.join(known) or 'none'}"
+            )
+    rows.sort(key=lambda r: (r["on_demand_price_per_hour"] is None,
+                             r["on_demand_price_per_hour"] or 0.0, r["name"]))
+    out: dict[str, Any] = {"provider": provider, "region": region, "instance_types": rows}
+    source = getattr(cat, "on_demand_source", None)
+    if callable(source) and rows:
+        out["on_demand_source"] = source(region)
+    return out
+
+
+def _offer_row(provider: str, o: Offer, observed_at: float) -> dict[str, Any]:
+    od = o.on_demand_price_per_hour if o.on_demand_price_per_hour > 0 else None
+    savings = None
+    if od and o.market is Market.SPOT:
+        savings = round(1.0 - o.price_per_hour / od, 4)
+    return {
+        "provider": provider, "region": o.region, "zone": o.zone,
+        "instance_type": o.instance_type, "market": o.market.value,
+        "price_per_hour": o.price_per_hour, "on_demand_price_per_hour": od, "savings": savings,
+        "vcpus": o.vcpus, "memory_gb": o.memory_gb, "gpus": o.gpus, "gpu_name": o.gpu_name,
+        "available": o.available, "observed_at": observed_at,
+    }
+
+
+def _history_row(provider: str, p: PricePoint, region: str) -> dict[str, Any]:
+    return {"provider": provider, "region": region, "zone": p.zone,
+            "instance_type": p.instance_type, "market": p.market.value,
+            "price_per_hour": p.price_per_hour, "observed_at": p.timestamp}
+
+
+def prices(
+    provider: str = "local",
+    region: str | None = None,
+    instance_type: str | None = None,
+    market: Market | None = None,
+    history: str | None = None,
+    db: str | None = None,
+    now: float | None = None,
+) -> dict[str, Any]:
+    """Current prices sorted by price (on-demand joined), or the spot price history over a
+    window; current prices are cached in the store."""
+    window = parse_duration(history) if history else None
+    if window is not None and not instance_type:
+        raise SpecError("--history needs --instance-type (a price history is per instance type)")
+    if window is not None and market is Market.ON_DEMAND:
+        raise SpecError("--history is the spot price history; drop --on-demand")
+    now = time.time() if now is None else now
+    region = region or _default_region(provider, required=False)
+    out: dict[str, Any] = {"provider": provider, "region": region, "instance_type": instance_type,
+                           "market": market.value if market else None, "fetched_at": now}
+    try:
+        cat = open_catalog(provider, region)
+        _check_region(cat, provider, region)
+        if instance_type:
+            _check_instance_type(cat, provider, region, instance_type)
+        if window is not None:
+            return {**out, **_history(cat, provider, region, instance_type or "", window, now)}
+        offers = cat.offers(region, [instance_type] if instance_type else None, market)
+    except NotFoundError:
+        raise
+    except ProviderError as e:
+        cached = _from_cache(provider, region, instance_type, market, db)
+        if not cached:
+            raise
+        return {**out, "source": "cache", "error": e.message, "prices": cached}
+    stamp = getattr(cat, "start_time", None) if provider == "local" else None
+    rows = [_offer_row(provider, o, now if stamp is None else float(stamp)) for o in offers]
+    rows.sort(key=lambda r: (r["price_per_hour"], r["zone"], r["instance_type"], r["market"]))
+    out.update(source="live", prices=rows, cached=_cache(rows, db, now))
+    if stamp is not None:
+        out["market_time"] = stamp  # the replay market's clock: the trace's first tick
+    source = getattr(cat, "on_demand_source", None)
+    if callable(source):
+        out["on_demand_source"] = source(region)
+    return out
+
+
+def _history(cat: Catalog, provider: str, region: str | None, instance_type: str,
+             window: float, now: float) -> dict[str, Any]:
+    if provider == "local":  # the trace's clock: the last `window` of the trace
+        end = float(getattr(cat, "end_time", now))
+        regions = [region] if region else cat.regions()
+    else:
+        end = now
+        regions = [region or str(_default_region(provider))]
+    rows = [_history_row(provider, p, r) for r in regions
+            for p in cat.price_history(r, instance_type, end - window, end)]
+    rows.sort(key=lambda r: (r["observed_at"], r["zone"]))
+    return {"source": "live", "history": {"start": end - window, "end": end}, "prices": rows,
+            "cached": 0}
+
+
+def _default_region(provider: str, required: bool = True) -> str | None:
+    """AWS's configured default region; other providers have none (None, or an error when
+    ``required``)."""
+    if provider == "aws":
+        from spotwise.providers import aws
+
+        return aws.default_region()
+    if required:
+        raise SpecError(f"--history with --provider {provider} needs --region")
+    return None
+
+
+def _cache(rows: list[dict[str, Any]], db: str | None, fetched_at: float) -> int:
+    from spotwise.store import Store
+
+    keep = ("provider", "region", "zone", "instance_type", "market", "price_per_hour",
+            "observed_at")
+    store = Store.open(db)
+    try:
+        return store.cache_prices([{**{k: r[k] for k in keep}, "fetched_at": fetched_at}
+                                   for r in rows])
+    finally:
+        store.close()
+
+
+def _from_cache(provider: str, region: str | None, instance_type: str | None,
+                market: Market | None, db: str | None) -> list[dict[str, Any]]:
+    from spotwise.store import Store
+
+    store = Store.open(db)
+    try:
+        got = store.cached_prices(provider, region=region, instance_type=instance_type,
+                                  market=market.value if market else None,
+                                  max_age_s=CACHE_MAX_AGE_S)
+    finally:
+        store.close()
+    latest: dict[tuple[str, str, str], Any] = {}
+    for row in got:  # newest fetch per (zone, type, market)
+        key = (row.zone, row.instance_type, row.market)
+        if key not in latest or row.fetched_at >= latest[key].fetched_at:
+            latest[key] = row
+    rows = [{"provider": r.provider, "region": r.region, "zone": r.zone,
+             "instance_type": r.instance_type, "market": r.market,
+             "price_per_hour": r.price_per_hour, "observed_at": r.observed_at,
+             "fetched_at": r.fetched_at} for r in latest.values()]
+    rows.sort(key=lambda r: (r["price_per_hour"], r["zone"], r["instance_type"], r["market"]))
+    return rows

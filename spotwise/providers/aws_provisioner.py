@@ -1,0 +1,355 @@
+"""The AWS provisioner: launch, watch and terminate EC2 instances that carry our tags.
+
+Money safety first:
+
+* a launch without our tags (:func:`~spotwise.providers.base.is_ours`) is refused, and the
+  ``ClientToken`` is the launch id the orchestrator recorded *before* the call. EC2 makes a
+  retried ``run_instances`` with the same token return the same instance; we also look the
+  launch id up by tag first, so a retry after a crash (or on moto, which ignores the token)
+  never starts a second instance;
+* ``describe`` filters on ``spotwise:managed=true`` (plus the caller's tags), and
+  ``terminate`` checks every id first: one that is not ours (or does not exist) refuses the
+  whole call with :class:`~spotwise.errors.ProviderError`.
+
+The instance runs :mod:`spotwise.providers.aws_agent` from its user-data. The agent writes the
+trial's events, its notices and the exit code to S3 under the trial's *artifacts* location
+(provider option ``artifacts`` = ``s3://bucket/prefix``, to which ``/<job>/<trial>`` is added;
+default: the trial's ``SPOTWISE_CHECKPOINT_URI``, which must then be ``s3://``). ``progress``,
+``notices`` and ``describe`` read them back, at most once per ``poll_s`` per instance (option,
+default 2 s) so a fast orchestrator loop cannot flood the APIs. A stop request (the
+orchestrator creating the trial's local stop file) is relayed as ``stop-<attempt>`` in S3.
+
+Provider options (``providers[].options`` in the job spec): ``image`` (AMI id or
+``resolve:ssm:/parameter``, required to launch), ``setup`` (shell run before the agent, e.g.
+installing spotwise and fetching the code), ``python`` (default ``python3``), ``workdir``,
+``instance_profile``, ``subnet``, ``security_groups`` (comma separated), ``key_name``,
+``artifacts``, ``poll_s`` (default ``$SPOTWISE_AWS_POLL_S`` or 2), ``agent_poll_s``,
+``rebalance`` (``stop`` | ``ignore``), ``profile``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from spotwise.errors import ProviderError
+from spotwise.providers import aws
+from spotwise.providers.aws_agent import AgentConfig, render_user_data
+from spotwise.providers.aws_catalog import zone_region
+from spotwise.providers.aws_trialfiles import TrialFiles
+from spotwise.providers.base import (
+    TAG_JOB,
+    TAG_LAUNCH,
+    TAG_MANAGED,
+    TAG_TRIAL,
+    Instance,
+    InstanceState,
+    LaunchRequest,
+    Market,
+    Notice,
+    Offer,
+    is_ours,
+)
+from spotwise.providers.registry import ProviderConfig
+
+TAG_MARKET, TAG_PRICE, TAG_OD_PRICE = "spotwise:market", "spotwise:price", "spotwise:od-price"
+TAG_ARTIFACTS, TAG_ATTEMPT = "spotwise:artifacts", "spotwise:attempt"
+SECRET_ENV = ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_ACCESS_KEY_ID",
+              "AWS_SECURITY_TOKEN")
+USER_DATA_LIMIT = 16 * 1024
+_STATES = {
+    "pending": InstanceState.PENDING, "running": InstanceState.RUNNING,
+    "shutting-down": InstanceState.STOPPING, "stopping": InstanceState.STOPPING,
+    "stopped": InstanceState.STOPPING, "terminated": InstanceState.TERMINATED,
+}  # fmt: skip
+_REVOKED_REASONS = ("Server.SpotInstanceTermination", "Server.SpotInstanceShutdown")
+
+
+class AwsProvisioner:
+    """A :class:`~spotwise.providers.base.Provisioner` over EC2 (see the module docstring)."""
+
+    name = "aws"
+
+    def __init__(self, config: ProviderConfig | None = None, *, clock: Any = time.time) -> None:
+        self.config = config or ProviderConfig(name="aws")
+        opts = self.config.options
+        self.profile = opts.get("profile") or None
+        self.poll_s = float(opts.get("poll_s") or os.environ.get("SPOTWISE_AWS_POLL_S") or 2.0)
+        self._clock = clock
+        self._clients: dict[tuple[str, str], Any] = {}
+        self._tracks: dict[str, TrialFiles] = {}
+        self._regions: set[str] = set(self.config.regions) or {aws.default_region(self.config)}
+        self._terminated: set[str] = set()
+        self._cache: dict[tuple[tuple[str, str], ...], tuple[float, list[Instance]]] = {}
+
+    # ---- Provisioner -------------------------------------------------------------------
+    def launch(self, request: LaunchRequest) -> Instance:
+        tags = dict(request.tags)
+        if not is_ours(tags):
+            raise ProviderError("aws: refusing to launch an instance without spotwise tags")
+        if tags.get(TAG_LAUNCH, request.client_token) != request.client_token:
+            raise ProviderError("aws: the spotwise:launch tag must equal the ClientToken")
+        tags[TAG_LAUNCH] = request.client_token
+        leaked = [k for k in request.env if k in SECRET_ENV]
+        if leaked:
+            raise ProviderError(f"aws: refusing to put {leaked} in user-data; instances get "
+                                "credentials from their instance profile (option instance_profile)")
+        offer, region = request.offer, request.offer.region
+        self._regions.add(region)
+        existing = self._find_launch(region, request.client_token)
+        if existing is not None:
+            return existing
+        image = self.config.options.get("image", "")
+        if not image:
+            raise ProviderError("aws: no machine image: set providers[].options.image to an AMI id "
+                                "or resolve:ssm:<parameter> whose Python can run spotwise")
+        artifacts = self._artifacts(request)
+        attempt = request.env.get("SPOTWISE_ATTEMPT", "0")
+        cfg = self._agent_config(request, artifacts, region, attempt)
+        opts = self.config.options
+        user_data = render_user_data(cfg, python=opts.get("python", "python3"),
+                                     setup=opts.get("setup", ""))
+        size = len(user_data.encode())
+        if size > USER_DATA_LIMIT:
+            raise ProviderError(f"aws: user-data is {size} bytes, over EC2's 16 KB; "
+                                "shorten the job's env or options.setup")
+        tags.update({
+            TAG_MARKET: offer.market.value, TAG_PRICE: f"{offer.price_per_hour:.6f}",
+            TAG_OD_PRICE: f"{offer.on_demand_price_per_hour:.6f}", TAG_ATTEMPT: attempt,
+            "Name": f"spotwise-{tags[TAG_JOB]}-{tags[TAG_TRIAL]}"[:255],
+        })
+        if len(artifacts) <= 256:
+            tags[TAG_ARTIFACTS] = artifacts
+        tag_list = [{"Key": k, "Value": v} for k, v in tags.items()]
+        args: dict[str, Any] = {
+            "ImageId": image, "InstanceType": offer.instance_type, "MinCount": 1, "MaxCount": 1,
+            "ClientToken": request.client_token, "UserData": user_data,
+            "Placement": {"AvailabilityZone": offer.zone},
+            "InstanceInitiatedShutdownBehavior": "terminate",
+            "MetadataOptions": {"HttpTokens": "required", "HttpEndpoint": "enabled"},
+            "TagSpecifications": [{"ResourceType": "instance", "Tags": tag_list},
+                                  {"ResourceType": "volume", "Tags": tag_list}],
+        }
+        if offer.market is Market.SPOT:
+            args["InstanceMarketOptions"] = {"MarketType": "spot", "SpotOptions": {
+                "SpotInstanceType": "one-time", "InstanceInterruptionBehavior": "terminate"}}
+        if opts.get("instance_profile"):
+            key = "Arn" if opts["instance_profile"].startswith("arn:") else "Name"
+            args["IamInstanceProfile"] = {key: opts["instance_profile"]}
+        if opts.get("subnet"):
+            args["SubnetId"] = opts["subnet"]
+            args.pop("Placement")
+        if opts.get("security_groups"):
+            groups = opts["security_groups"].split(",")
+            args["SecurityGroupIds"] = [g.strip() for g in groups if g.strip()]
+        if opts.get("key_name"):
+            args["KeyName"] = opts["key_name"]
+        try:
+            resp = self._ec2(region).run_instances(**args)
+        except Exception as e:
+            if not aws.is_sdk_error(e):
+                raise
+            raise aws.provider_error(e, f"launching {offer.instance_type} ({offer.market.value}) "
+                                     f"in {offer.zone}") from None
+        inst = self._to_instance(resp["Instances"][0], region)
+        inst.tags = {**inst.tags, **tags}  # RunInstances may answer before tags show
+        inst.offer = offer
+        self._track(inst, request.env.get("SPOTWISE_STOP_FILE"))
+        self._cache.clear()
+        return inst
+
+    def describe(self, tags: Mapping[str, str] | None = None) -> list[Instance]:
+        key = tuple(sorted((tags or {}).items()))
+        hit = self._cache.get(key)
+        if hit is not None and time.monotonic() - hit[0] < self.poll_s:
+            return hit[1]
+        filters = [{"Name": f"tag:{TAG_MANAGED}", "Values": ["true"]}]
+        filters += [{"Name": f"tag:{k}", "Values": [v]} for k, v in (tags or {}).items()]
+        out = [self._to_instance(raw, region) for region in sorted(self._regions)
+               for raw in self._describe_raw(region, filters)]
+        out = [i for i in out if is_ours(i.tags)]
+        for inst in out:
+            track = self._track(inst)
+            if track is None:
+                continue
+            if not track.ended:
+                self._sync(track, force=inst.state.is_terminal())  # a last read when it ends
+                track.ended = inst.state.is_terminal()
+            inst.exit_code = track.exit_code
+        self._cache[key] = (time.monotonic(), out)
+        return out
+
+    def terminate(self, instance_ids: Sequence[str]) -> None:
+        ids = list(dict.fromkeys(instance_ids))
+        if not ids:
+            return
+        found: dict[str, tuple[str, dict[str, str]]] = {}
+        for region in sorted(self._regions):
+            for raw in self._describe_raw(region, [{"Name": "instance-id", "Values": ids}]):
+                found[raw["InstanceId"]] = (region, _tags(raw))
+        foreign = [i for i in ids if i not in found or not is_ours(found[i][1])]
+        if foreign:
+            raise ProviderError(f"aws: refusing to terminate {foreign}: not instances spotwise "
+                                "launched (no spotwise:managed tag, or not found in "
+                                f"{', '.join(sorted(self._regions))})")
+        by_region: dict[str, list[str]] = {}
+        for iid in ids:
+            by_region.setdefault(found[iid][0], []).append(iid)
+        for region, group in by_region.items():
+            try:
+                self._ec2(region).terminate_instances(InstanceIds=group)
+            except Exception as e:
+                if not aws.is_sdk_error(e):
+                    raise
+                raise aws.provider_error(e, f"terminating {group}") from None
+            self._terminated.update(group)
+        self._cache.clear()
+
+    def notices(self) -> list[Notice]:
+        out: list[Notice] = []
+        for track in self._tracks.values():
+            if track.exit_code is None and not track.ended:
+                self._sync(track)
+            out += track.take_notices()
+        return out
+
+    def progress(self, instance_id: str) -> list[dict[str, object]]:
+        track = self._tracks.get(instance_id)
+        if track is None:
+            return []
+        self._sync(track)
+        return track.take_events()
+
+    # ---- S3 side -----------------------------------------------------------------------
+    def _sync(self, track: TrialFiles, force: bool = False) -> None:
+        track.sync(self._s3(), self.poll_s, self._clock(), force)
+
+    def _track(self, inst: Instance, stop_file: str | None = None) -> TrialFiles | None:
+        track = self._tracks.get(inst.instance_id)
+        if track is None:
+            uri = inst.tags.get(TAG_ARTIFACTS)
+            if not uri:
+                return None
+            track = TrialFiles.at(inst.instance_id, uri, inst.tags.get(TAG_ATTEMPT, "0"))
+            self._tracks[inst.instance_id] = track
+        if stop_file:
+            track.stop_file = Path(stop_file)
+        return track
+
+    def _artifacts(self, request: LaunchRequest) -> str:
+        base = self.config.options.get("artifacts", "")
+        if base:
+            bucket, prefix = aws.parse_s3_uri(base)
+            job, trial = request.tags[TAG_JOB], request.tags[TAG_TRIAL]
+            return aws.s3_uri(bucket, "/".join(p for p in (prefix, job, trial) if p))
+        ckpt = request.env.get("SPOTWISE_CHECKPOINT_URI", "")
+        if ckpt.startswith("s3:"):
+            return aws.s3_uri(*aws.parse_s3_uri(ckpt))
+        raise ProviderError(
+            f"aws: the trial's checkpoint location {ckpt or '(none)'!r} is not in S3, and an EC2 "
+            "instance cannot reach it; set the job's checkpoint.location to s3://bucket/prefix "
+            "(or providers[].options.artifacts for events only)"
+        )
+
+    def _agent_config(self, request: LaunchRequest, artifacts: str, region: str,
+                      attempt: str) -> AgentConfig:
+        opts = self.config.options
+        env = dict(request.env)
+        ckpt = env.get("SPOTWISE_CHECKPOINT_URI", "")
+        if ckpt.startswith("s3:"):
+            env["SPOTWISE_CHECKPOINT_URI"] = aws.s3_uri(*aws.parse_s3_uri(ckpt))
+        for local_only in ("SPOTWISE_EVENTS_FILE", "SPOTWISE_STOP_FILE"):
+            env.pop(local_only, None)  # the agent sets instance-local paths
+        argv = [("python" if i == 0 and a == sys.executable else a)
+                for i, a in enumerate(request.argv)]
+        return AgentConfig(
+            job_id=request.tags[TAG_JOB], trial_id=request.tags[TAG_TRIAL],
+            attempt=int(attempt) if attempt.isdigit() else 0, launch_id=request.client_token,
+            argv=argv, env=env, artifacts=artifacts, region=region,
+            workdir=opts.get("workdir", request.workdir),
+            poll_s=float(opts.get("agent_poll_s", "2")), rebalance=opts.get("rebalance", "stop"),
+        )
+
+    # ---- EC2 side ----------------------------------------------------------------------
+    def _ec2(self, region: str) -> Any:
+        return self._client("ec2", region)
+
+    def _s3(self) -> Any:
+        return self._client("s3", sorted(self._regions)[0])
+
+    def _client(self, service: str, region: str) -> Any:
+        if (service, region) not in self._clients:
+            self._clients[(service, region)] = aws.client(service, region, profile=self.profile)
+        return self._clients[(service, region)]
+
+    def _describe_raw(self, region: str, filters: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        try:
+            pages = self._ec2(region).get_paginator("describe_instances")
+            for page in pages.paginate(Filters=filters):
+                for res in page.get("Reservations", []):
+                    out += res.get("Instances", [])
+        except Exception as e:
+            if not aws.is_sdk_error(e):
+                raise
+            raise aws.provider_error(e, f"describing instances in {region}") from None
+        return out
+
+    def _find_launch(self, region: str, launch_id: str) -> Instance | None:
+        filters = [{"Name": f"tag:{TAG_MANAGED}", "Values": ["true"]},
+                   {"Name": f"tag:{TAG_LAUNCH}", "Values": [launch_id]}]
+        for raw in self._describe_raw(region, filters):
+            inst = self._to_instance(raw, region)
+            self._track(inst)
+            return inst
+        return None
+
+    def _to_instance(self, raw: dict[str, Any], region: str) -> Instance:
+        tags = _tags(raw)
+        zone = raw.get("Placement", {}).get("AvailabilityZone", "")
+        market = Market.SPOT if raw.get("InstanceLifecycle") == "spot" else Market.ON_DEMAND
+        od = _float(tags.get(TAG_OD_PRICE))
+        price = _float(tags.get(TAG_PRICE)) or od
+        offer = Offer(provider="aws", region=zone_region(zone) if zone else region, zone=zone,
+                      instance_type=raw.get("InstanceType", ""), market=market,
+                      price_per_hour=price, on_demand_price_per_hour=od)
+        name = raw.get("State", {}).get("Name", "pending")
+        state = _STATES.get(name, InstanceState.PENDING)
+        iid = raw["InstanceId"]
+        ended_at = None
+        if state is InstanceState.TERMINATED:
+            reason = raw.get("StateReason", {}).get("Code", "")
+            track = self._tracks.get(iid)
+            noticed = track is not None and track.interrupted()
+            if reason in _REVOKED_REASONS or (noticed and iid not in self._terminated):
+                state = InstanceState.REVOKED
+            ended_at = _transition_time(raw.get("StateTransitionReason", "")) or self._clock()
+        launched = raw.get("LaunchTime")
+        t0 = launched.timestamp() if isinstance(launched, datetime) else float(self._clock())
+        return Instance(instance_id=iid, offer=offer, state=state, tags=tags, launched_at=t0,
+                        ended_at=ended_at)
+
+
+def _tags(raw: dict[str, Any]) -> dict[str, str]:
+    return {t["Key"]: t["Value"] for t in raw.get("Tags", [])}
+
+
+def _float(text: str | None) -> float:
+    try:
+        return float(text) if text else 0.0
+    except ValueError:
+        return 0.0
+
+
+def _transition_time(reason: str) -> float | None:
+    """``"User initiated (2026-11-22 22:23:37 GMT)"`` → epoch seconds."""
+    m = re.search(r"\((\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) (?:GMT|UTC)\)", reason)
+    if m is None:
+        return None
+    return datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S").replace(tzinfo=UTC).timestamp()

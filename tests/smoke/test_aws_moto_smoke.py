@@ -1,0 +1,187 @@
+"""CI smoke run of the AWS path against moto: `spotwise tune examples/digits/job-aws.yaml` as a
+subprocess, pointed at a ``ThreadedMotoServer`` in this process through ``AWS_ENDPOINT_URL``.
+
+The moto server gets real spot prices (2022-05-31 slice) and a fake Pricing API; the instance
+emulator plays each EC2 instance the orchestrator launches: it reads the user-data and runs
+the trial agent locally against moto's S3, with instance-profile credentials from a fake IMDS.
+Once the first trial has a checkpoint in S3, one interruption notice is injected: the agent
+SIGTERMs the trial (it checkpoints to S3 and exits), EC2 "takes" the instance at the deadline,
+and the orchestrator relaunches the trial, which resumes from its S3 checkpoint. The job must
+finish, and afterwards no instance tagged with the job may be left running in moto.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "examples" / "digits" / "job-aws.yaml"
+FIXTURES = ROOT / "tests" / "fixtures" / "aws"
+BUCKET = "spotwise-digits-example"  # the bucket job-aws.yaml names
+KEY_ID, SECRET = "AKIASMOKETESTKEY0042", "smoke/Test+Secret/NeverPrintMe0042"
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600),
+              pytest.mark.filterwarnings("ignore::DeprecationWarning")]
+
+
+@pytest.fixture(scope="module")
+def moto_url() -> Iterator[str]:
+    pytest.importorskip("moto", reason="moto is not installed (spotwise[dev])")
+    pytest.importorskip("torch", reason="the digits example needs torch")
+    import logging
+
+    from moto.server import ThreadedMotoServer
+
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # no line per request
+    if str(FIXTURES) not in sys.path:
+        sys.path.insert(0, str(FIXTURES))
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    url = f"http://{host}:{port}"
+    urllib.request.urlopen(urllib.request.Request(f"{url}/moto-api/reset", method="POST")).close()
+    yield url
+    server.stop()
+
+
+def _client(service: str, url: str) -> Any:
+    import boto3
+
+    return boto3.client(service, region_name="us-east-1", endpoint_url=url,
+                        aws_access_key_id=KEY_ID, aws_secret_access_key=SECRET)
+
+
+def _has_checkpoint(s3: Any, uri: str) -> bool:
+    bucket, _, prefix = uri.removeprefix("s3://").partition("/")
+    resp = s3.list_objects_v2(Bucket=bucket, Prefix=f"{prefix.rstrip('/')}/ckpt-")
+    return any(o["Key"].endswith(".json") for o in resp.get("Contents", []))
+
+
+def test_tune_on_moto_survives_an_interruption_and_leaves_nothing_running(
+    moto_url: str, tmp_path: Path
+) -> None:
+    from awsfakes import PricingServer, SpotPrices, load_spot_rows
+    from ec2_emulator import InstanceEmulator
+
+    s3, ec2 = _client("s3", moto_url), _client("ec2", moto_url)
+    s3.create_bucket(Bucket=BUCKET)
+    _client("iam", moto_url).create_instance_profile(InstanceProfileName="spotwise-trial")
+    prices = SpotPrices(load_spot_rows(shift_to=time.time() - 60)).install()
+    next(prices)
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("SPOTWISE_", "AWS_"))}
+    env.update({
+        "AWS_ENDPOINT_URL": moto_url, "AWS_ACCESS_KEY_ID": KEY_ID, "AWS_SECRET_ACCESS_KEY": SECRET,
+        "AWS_DEFAULT_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true",
+        "AWS_CONFIG_FILE": str(tmp_path / "none"),
+        "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "none"),
+        "SPOTWISE_DB": f"sqlite:///{tmp_path / 'spotwise.db'}",
+        "SPOTWISE_HOME": str(tmp_path / "home"),
+        "SPOTWISE_AWS_POLL_S": "0.3",
+    })
+    digits = str(ROOT / "examples" / "digits")
+    interrupted: str | None = None
+    try:
+        with PricingServer() as pricing, InstanceEmulator(
+            moto_url, tmp_path / "instances", env=env, agent_poll_s=0.2, kill_grace_s=20.0,
+            paths={"/opt/spotwise/examples/digits": digits},
+        ) as emu:
+            env["AWS_ENDPOINT_URL_PRICING"] = pricing.url
+            proc = subprocess.Popen([sys.executable, "-m", "spotwise.cli.app", "tune", str(EXAMPLE),
+                                     "--json"], env=env, cwd=tmp_path, text=True,
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            deadline = time.monotonic() + 180
+            while proc.poll() is None and interrupted is None and time.monotonic() < deadline:
+                for iid, machine in list(emu.machines.items()):
+                    uri = machine.config.env.get("SPOTWISE_CHECKPOINT_URI", "")
+                    if uri.startswith("s3://") and _has_checkpoint(s3, uri):
+                        emu.interrupt(iid, lead_s=5.0)
+                        interrupted = iid
+                        break
+                time.sleep(0.1)
+            try:
+                out, err = proc.communicate(timeout=240)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                out, err = proc.communicate()
+                pytest.fail(f"spotwise tune did not finish: {err[-3000:]}\n{emu.errors}")
+            logs = {iid: emu.log_of(iid) for iid in emu.machines}
+            machines = dict(emu.machines)
+            errors = list(emu.errors)
+    finally:
+        with pytest.raises(StopIteration):
+            next(prices)
+
+    assert proc.returncode == 0, f"tune failed:\n{err[-4000:]}\nemulator: {errors}"
+    assert interrupted is not None, "no trial reached a checkpoint to interrupt"
+    summary = json.loads(out)
+    assert summary["state"] == "succeeded", summary
+    assert summary["completed"] == 2 and summary["revocations"] >= 1, summary
+
+    # the interrupted trial was relaunched and resumed from its S3 checkpoint
+    lost = machines[interrupted].config
+    again = [m for m in machines.values()
+             if m.config.trial_id == lost.trial_id and m.config.attempt > lost.attempt]
+    assert again, f"trial {lost.trial_id} was not relaunched: {list(machines)}"
+    resumed = logs[again[0].instance_id]
+    assert "resumed from step" in resumed, resumed[-2000:]
+    assert "notice" in logs[interrupted] and "trial exited with 0" in logs[interrupted]
+
+    # every instance of the job is gone; the interrupted one was taken by "EC2" (revoked)
+    tagged = [i for r in ec2.describe_instances(Filters=[
+        {"Name": "tag:spotwise:job", "Values": [summary["job_id"]]}])["Reservations"]
+        for i in r["Instances"]]
+    assert len(tagged) == len(machines) >= 3
+    assert [i["InstanceId"] for i in tagged if i["State"]["Name"] in ("pending", "running")] == []
+    reasons = {i["InstanceId"]: i.get("StateReason", {}).get("Code") for i in tagged}
+    assert reasons[interrupted] == "Server.SpotInstanceTermination"
+
+    # credentials appear nowhere: output, agent logs, the database
+    blobs = [out, err, *logs.values()] + [p.read_bytes().decode("latin-1")
+                                          for p in tmp_path.glob("spotwise.db*")]
+    assert not [b for b in blobs if KEY_ID in b or SECRET in b]
+
+
+def test_prices_cli_against_moto_is_sorted_with_on_demand_joined(moto_url: str,
+                                                                tmp_path: Path) -> None:
+    """`spotwise prices --provider aws --region us-east-1 --json`, a subprocess, moto server."""
+    from awsfakes import PricingServer, SpotPrices, load_spot_rows
+
+    prices = SpotPrices(load_spot_rows(shift_to=time.time() - 60)).install()
+    next(prices)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SPOTWISE_", "AWS_"))}
+    env.update({"AWS_ENDPOINT_URL": moto_url, "AWS_ACCESS_KEY_ID": KEY_ID,
+                "AWS_SECRET_ACCESS_KEY": SECRET, "AWS_DEFAULT_REGION": "us-east-1",
+                "AWS_EC2_METADATA_DISABLED": "true",
+                "SPOTWISE_DB": f"sqlite:///{tmp_path / 'spotwise.db'}"})
+    try:
+        with PricingServer() as pricing:
+            env["AWS_ENDPOINT_URL_PRICING"] = pricing.url
+            res = subprocess.run([sys.executable, "-m", "spotwise.cli.app", "prices", "--provider",
+                                  "aws", "--region", "us-east-1", "--json"], env=env,
+                                 capture_output=True, text=True, timeout=180, check=False)
+    finally:
+        with pytest.raises(StopIteration):
+            next(prices)
+    assert res.returncode == 0, res.stderr
+    out = json.loads(res.stdout)
+    rows = out["prices"]
+    assert out["source"] == "live" and out["on_demand_source"] == "pricing-api"
+    assert rows and [r["price_per_hour"] for r in rows] == sorted(r["price_per_hour"] for r in rows)
+    spot = [r for r in rows if r["market"] == "spot"]
+    assert spot and all(r["price_per_hour"] > 0.001 for r in spot)  # real prices, not 0.00001
+    joined = {r["instance_type"]: r["on_demand_price_per_hour"] for r in spot}
+    assert joined["c5.xlarge"] == 0.17 and joined["p3.2xlarge"] == 3.06
+    assert joined["g5.xlarge"] == 1.006
+    assert all(r["on_demand_price_per_hour"] >= r["price_per_hour"] for r in spot)
+    assert out["cached"] == len(rows)
