@@ -21,6 +21,7 @@ launch also ``resource_group``, ``subnet_id`` (a subnet resource id), ``image`` 
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 from collections.abc import Mapping
@@ -192,7 +193,13 @@ def check(*, credential: Any | None = None) -> CheckResult:
         from azure.mgmt.compute import ComputeManagementClient  # noqa: F401
 
         cred = credential or default_credential()
-        cred.get_token(ARM_SCOPE)  # the token itself is dropped at once
+        quiet = logging.getLogger("azure.identity")  # its chain logs a page per failed source
+        level = quiet.level
+        quiet.setLevel(logging.CRITICAL)
+        try:
+            cred.get_token(ARM_SCOPE)  # the token itself is dropped at once
+        finally:
+            quiet.setLevel(level)
     except ProviderUnavailable as e:
         return CheckResult(NAME, False, f"{e.message}; {e.hint}", details)
     except ImportError:
