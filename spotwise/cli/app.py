@@ -10,44 +10,23 @@ import sys
 
 import typer
 
-from spotwise.cli import jobs
+from spotwise.cli import cloud, curve, jobs, predictor, simulate
 from spotwise.errors import SpotwiseError
 
 app = typer.Typer(
     name="spotwise",
-    help="Run ML training and hyper-parameter tuning on spot capacity at the lowest honest cost.\n\n"
-    "Start with: spotwise tune examples/digits/job.yaml",
+    help="Run ML training and hyper-parameter tuning on spot capacity at the lowest honest "
+    "cost.\n\nStart with: spotwise tune examples/digits/job.yaml",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
     rich_markup_mode="rich",
 )
 jobs.register(app)
-# TODO(lead): import these unconditionally once their modules land
-try:
-    from spotwise.cli import predictor
-
-    app.add_typer(predictor.app, name="predictor")
-except ImportError:
-    pass
-try:
-    from spotwise.cli import curve
-
-    app.add_typer(curve.app, name="curve")
-except ImportError:
-    pass
-try:
-    from spotwise.cli import simulate
-
-    app.add_typer(simulate.app, name="simulate")
-except ImportError:
-    pass
-try:
-    from spotwise.cli import cloud
-
-    cloud.register(app)
-except ImportError:
-    pass
+app.add_typer(predictor.app, name="predictor")
+app.add_typer(curve.app, name="curve")
+app.add_typer(simulate.app, name="simulate")
+cloud.register(app)  # check / catalog / prices
 
 
 def main() -> None:

@@ -134,7 +134,9 @@ def life_cost(
         alive_after_overhead = max(plan_s - overhead_s, 0.0)
         p_rev = 0.0
     else:
-        alive_after_overhead = max((math.exp(-lam * overhead_s) - math.exp(-lam * plan_s)) / lam, 0.0)
+        alive_after_overhead = max(
+            (math.exp(-lam * overhead_s) - math.exp(-lam * plan_s)) / lam, 0.0
+        )
         p_rev = 1.0 - math.exp(-lam * plan_s)
     useful = max(alive_after_overhead - p_rev * loss_s, 0.0) * (1.0 - checkpoint_overhead)
     return LifeCost(dollars=billed * price_per_hour / 3600.0, useful_s=useful)

@@ -132,6 +132,7 @@ class Orchestrator(TrialBook):
     def _loop(self) -> None:
         b, spec = self.backend, self.spec
         last_update = 0.0
+        prev_now = b.now()
         while True:
             if self.cancel_requested and not self.cancelled:
                 self.cancel()
@@ -155,6 +156,7 @@ class Orchestrator(TrialBook):
                     deadline=self.deadline,
                     notice_lead_s=b.rule.notice_lead_s,
                     free_if_revoked_within_s=b.rule.free_if_revoked_within_s,
+                    tick_s=max(now - prev_now, self.opts.poll_s * b.speedup, 1.0),
                 )
                 for action in self.policy.decide(view, ev):
                     self._execute(action, offers, now)
@@ -163,6 +165,7 @@ class Orchestrator(TrialBook):
                 self.opts.on_update(self.snapshot(now))
             if self._finished():
                 return
+            prev_now = now
             time.sleep(self.opts.poll_s)
 
     def _usable_offers(self, now: float) -> list[Offer]:

@@ -105,6 +105,7 @@ def build_view(
     deadline: float | None,
     notice_lead_s: float,
     free_if_revoked_within_s: float,
+    tick_s: float = 60.0,
 ) -> PlannerView:
     observed = [t.seconds_per_step for t in trials if t.seconds_per_step]
     default_sps = sum(observed) / len(observed) if observed else 60.0
@@ -123,6 +124,7 @@ def build_view(
         restart_overhead_s=sum(overheads) / len(overheads) if overheads else 60.0,
         notice_lead_s=notice_lead_s,
         free_if_revoked_within_s=free_if_revoked_within_s,
+        tick_s=tick_s,
     )
 
 

@@ -4,8 +4,9 @@ A :class:`RecordedCurve` is one trial configuration's whole training: the metric
 step and how long each step took. The simulator draws the *same sequence* of curves for every
 policy (seeded), so policies differ only in what they do with them.
 
-Loading is the predictors' job (``spotwise.predictors`` reads the LCBench folder and the long
-CSV of ``curve eval``); :func:`load_curve_pool` adapts what it returns. Step times:
+:func:`load_curve_pool` reuses the predictors' loader (``spotwise.predictors.curves``): the
+LCBench folder (epochs 1..50 of one metric, default ``val_balanced_accuracy``) or the long CSV
+of ``spotwise curve eval``. Step times:
 
 * LCBench records cumulative seconds per epoch (``time``): a step lasts the difference.
 * The long CSV may carry ``seconds`` (cumulative, like LCBench); without it every step lasts
@@ -19,10 +20,10 @@ of one replayed trace is the same instance type, so the factor is 1 there).
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from spotwise.errors import SpecError
 
@@ -40,7 +41,8 @@ class RecordedCurve:
             raise ValueError(f"curve {self.curve_id}: no steps")
         if len(self.values) != len(self.step_seconds):
             raise ValueError(
-                f"curve {self.curve_id}: {len(self.values)} values but {len(self.step_seconds)} step times"
+                f"curve {self.curve_id}: {len(self.values)} values but "
+                f"{len(self.step_seconds)} step times"
             )
 
     @property
@@ -81,9 +83,12 @@ class CurvePool:
         """The curves with the common length (a job has one step budget)."""
         n = self.common_length()
         return CurvePool(
-            tuple(c for c in self.curves if c.steps == n), self.metric, self.direction,
-            self.source, self.time_note,
-        )  # fmt: skip
+            tuple(c for c in self.curves if c.steps == n),
+            self.metric,
+            self.direction,
+            self.source,
+            self.time_note,
+        )
 
 
 def curve_from_cumulative(
@@ -95,7 +100,9 @@ def curve_from_cumulative(
 ) -> RecordedCurve:
     """Build a curve from (step, value[, cumulative seconds]) rows; step 0 (before training) is
     used only as the time origin."""
-    rows = sorted(zip(steps, values, seconds if seconds is not None else [None] * len(steps), strict=True))
+    rows = sorted(
+        zip(steps, values, seconds if seconds is not None else [None] * len(steps), strict=True)
+    )
     t_prev = 0.0
     vals: list[float] = []
     durs: list[float] = []
@@ -118,39 +125,52 @@ def curve_from_cumulative(
     return RecordedCurve(str(curve_id), tuple(vals), tuple(durs))
 
 
-def load_curve_pool(path: str | Path, *, metric: str | None = None, limit: int | None = None) -> CurvePool:
-    """The curves under ``path`` (LCBench folder or long CSV), through the predictors' loader."""
+def load_curve_pool(
+    path: str | Path,
+    *,
+    metric: str | None = None,
+    direction: str | None = None,
+    limit: int | None = None,
+) -> CurvePool:
+    """The curves under ``path`` (LCBench folder or long CSV), read by the predictors' loader
+    (:func:`spotwise.predictors.curves.load_curves`) and turned into timed curves."""
+    from spotwise.predictors.curves import dataset_direction, load_curves
+
     p = Path(path).expanduser()
-    if not p.exists():
-        raise SpecError(
-            f"--curves: {p} does not exist; pass the LCBench folder or a long CSV "
-            "(curve_id, step, value[, lr][, seconds]) from `spotwise curve eval`"
-        )
-    return _from_predictors(p, metric, limit)
-
-
-def _from_predictors(p: Path, metric: str | None, limit: int | None) -> CurvePool:
-    from spotwise.predictors import curves as loader
-
-    kwargs: dict[str, Any] = {}
-    if metric is not None:
-        kwargs["metric"] = metric
-    data = loader.load_curves(p, **kwargs)
-    return _adapt(data, p, limit)
-
-
-def _adapt(data: Any, p: Path, limit: int | None) -> CurvePool:
-    """Turn the predictors' curve set into a :class:`CurvePool` (duck-typed on its fields)."""
-    items = list(getattr(data, "curves", data))
+    lcbench = p.is_dir() or "curves_long" in p.name
+    name = metric or (LCBENCH_METRIC if lcbench else "value")
+    curves = load_curves(p, metric=name)
+    if direction is None:
+        direction = "maximize" if dataset_direction(curves, name) == "max" else "minimize"
+    elif direction not in ("maximize", "minimize"):
+        raise SpecError(f"--direction: maximize or minimize, got {direction!r}")
     out: list[RecordedCurve] = []
-    for c in items[: limit or None]:
-        steps = [int(s) for s in c.steps]
-        values = [float(v) for v in c.values]
-        secs = getattr(c, "seconds", None)
-        seconds = [float(s) for s in secs] if secs is not None and len(secs) else None
-        out.append(curve_from_cumulative(str(c.curve_id), steps, values, seconds))
-    metric = str(getattr(data, "metric", "value"))
-    direction = str(getattr(data, "direction", "maximize"))
-    note = "recorded per-step seconds" if out and any(getattr(c, "seconds", None) is not None for c in items) \
-        else f"no recorded time: {DEFAULT_STEP_SECONDS:g} s per step (prior)"
-    return CurvePool(tuple(out), metric, direction, str(p), note)
+    timed = False
+    for c in list(curves.values())[: limit or None]:
+        secs = None if c.seconds is None else [float(x) for x in c.seconds]
+        timed = timed or secs is not None
+        if secs is not None and not lcbench:
+            secs = _cumulative(secs)
+        out.append(
+            curve_from_cumulative(
+                c.curve_id, [int(x) for x in c.steps], [float(x) for x in c.values], secs
+            )
+        )
+    if lcbench:
+        note = "LCBench recorded seconds per epoch (cumulative 'time' column)"
+    elif timed:
+        note = "recorded seconds (per-step or cumulative 'seconds' column)"
+    else:
+        note = f"no recorded time: {DEFAULT_STEP_SECONDS:g} s per step (prior)"
+    return CurvePool(tuple(out), name, direction, str(p), note)
+
+
+LCBENCH_METRIC = "val_balanced_accuracy"
+
+
+def _cumulative(secs: list[float]) -> list[float]:
+    """``seconds`` of the long CSV: cumulative if it never falls, else per-step durations."""
+    rising = all(b >= a for a, b in itertools.pairwise(secs))
+    if rising and len(secs) > 1 and secs[-1] > secs[0]:
+        return secs
+    return list(itertools.accumulate(secs))

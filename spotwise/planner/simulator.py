@@ -24,8 +24,8 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from spotwise.planner.policy import (
     Action,
@@ -47,6 +47,17 @@ from spotwise.planner.policy import (
     TrialView,
 )
 from spotwise.planner.sim_curves import RecordedCurve
+from spotwise.planner.sim_state import (
+    Life,
+    Meter,
+    RunResult,
+    SimSettings,
+    TrialState,
+    frozen,
+    iid,
+    make_result,
+    trial_view,
+)
 from spotwise.providers.base import Market, Offer
 from spotwise.providers.billing import BillingRule
 
@@ -55,100 +66,11 @@ if TYPE_CHECKING:
 
     from spotwise.providers.replay import ReplayMarket
 
-
-@dataclass(frozen=True)
-class SimSettings:
-    parallel: int = 8
-    direction: str = "maximize"
-    time_scale: float = 120.0  # market seconds per recorded second
-    restart_overhead_s: float = 180.0
-    checkpoint_s: float = 20.0
-    checkpoint_every: int = 5
-    max_cost_usd: float | None = None
-    deadline_s: float | None = None  # after the start
-    horizon_s: float = 14 * 86400.0  # give up (``unfinished``) after this much market time
-
-    def __post_init__(self) -> None:
-        if self.parallel < 1:
-            raise ValueError(f"parallel must be >= 1, got {self.parallel=}")
-        if self.time_scale <= 0:
-            raise ValueError(f"time_scale must be > 0, got {self.time_scale=}")
-        if self.checkpoint_every < 1:
-            raise ValueError(f"checkpoint_every must be >= 1, got {self.checkpoint_every=}")
+__all__ = ["Engine", "RunResult", "SimSettings", "frozen"]
 
 
-@dataclass
-class RunResult:
-    policy: str
-    seed: int
-    start: float
-    cost_usd: float
-    makespan_hours: float
-    returned: str | None
-    returned_final: float | None
-    best_final: float
-    regret: float
-    revocations: int
-    lost_hours: float
-    overhead_hours: float
-    early_stopped: int
-    completed: int
-    stopped_by: dict[str, int]
-    steps_run: int
-    spot_hours: float
-    on_demand_hours: float
-    budget_exceeded: bool
-    deadline_missed: bool
-    unfinished: bool
-    decisions: int
-
-    def as_dict(self) -> dict[str, Any]:
-        from dataclasses import asdict
-
-        return asdict(self)
-
-
-@dataclass
-class _Life:
-    lid: int
-    offer: Offer
-    launched_at: float
-    ready_at: float
-    start_step: int
-    revoke_at: float | None
-    token: int = 0  # bumps to cancel the scheduled step of this life
-    noticed: bool = False
-    leaving: bool = False
-    ckpt_until: float = 0.0  # a periodic checkpoint is being written until then
-    ckpt_step: int = 0
-    step_end: dict[int, float] = field(default_factory=dict)
-
-
-@dataclass
-class _Trial:
-    tid: str
-    number: int
-    curve: RecordedCurve
-    checkpoint_every: int
-    phase: Phase = Phase.QUEUED
-    step: int = 0
-    reported: dict[int, float] = field(default_factory=dict)
-    checkpoint_step: int = 0
-    life: _Life | None = None
-    cost: float = 0.0
-    revocations: int = 0
-    lost_s: float = 0.0
-    overhead_s: float = 0.0
-    run_s: float = 0.0  # market seconds spent in steps (for the observed seconds per step)
-    steps_run: int = 0
-    stopping: bool = False
-    completed: bool = False
-    stop_reason: str | None = None
-    pending_every: int | None = None
-    view: TrialView | None = None
-
-
-RiskFn = Callable[[int], "np.ndarray"]  # tick index → (Z,) P(revoked within the horizon)
+# tick index → (Z,) P(revoked within the horizon), or None for no forecast
+RiskFn = Callable[[int], "np.ndarray | None"]
 
 
 class Engine:
@@ -174,17 +96,22 @@ class Engine:
         self.risk_horizon_s = horizon_s
         self.steps_total = self.curves[0].steps
         self.deadline = start + settings.deadline_s if settings.deadline_s else None
-        self.trials: list[_Trial] = []
+        self.trials: list[TrialState] = []
         self.heap: list[tuple[float, int, str, int, int, int]] = []
         self.seq = itertools.count()
         self.lids = itertools.count(1)
         self.billed = 0.0
         self.decisions = 0
         self.last_end = start
-        self.spot_s = self.od_s = 0.0
+        self.spot_s = self.od_s = self.refunded_s = 0.0
         self._offers_tick = -1
         self._offer_views: tuple[OfferView, ...] = ()
         self._offers: dict[str, Offer] = {}
+        self._tick_offers: list[Offer] = []
+        self._next_rev: dict[str, float | None] = {}
+        self._risk_now: np.ndarray | None = None
+        self._imminent: frozenset[str] | None = None
+        self.meter = Meter(market, rule)
         times = market.traces.times
         self.gap = float(market.traces.gap_seconds or 60.0)
         self.tick = market.traces.tick_at(start)
@@ -213,10 +140,12 @@ class Engine:
             self._dispatch(self._admit())
         if unfinished:
             self._abandon()
-        return self._result(unfinished)
+        return make_result(self, unfinished)
 
     def _done(self) -> bool:
-        return len(self.trials) >= len(self.curves) and all(t.phase is Phase.DONE for t in self.trials)
+        return len(self.trials) >= len(self.curves) and all(
+            t.phase is Phase.DONE for t in self.trials
+        )
 
     def _push(self, t: float, kind: str, idx: int, lid: int, arg: int) -> None:
         heapq.heappush(self.heap, (t, next(self.seq), kind, idx, lid, arg))
@@ -228,7 +157,7 @@ class Engine:
             return out
         while active < self.s.parallel and len(self.trials) < len(self.curves):
             n = len(self.trials)
-            t = _Trial(f"t{n:04d}", n, self.curves[n], self.s.checkpoint_every)
+            t = TrialState(f"t{n:04d}", n, self.curves[n], self.s.checkpoint_every)
             self.trials.append(t)
             active += 1
             out.append(TrialAdded(t.tid))
@@ -268,12 +197,12 @@ class Engine:
             life.noticed = True
             t.revocations += 1
             t.view = None
-            return [NoticeReceived(t.tid, _iid(life), life.revoke_at or self.now)]
+            return [NoticeReceived(t.tid, iid(life), life.revoke_at or self.now)]
         if kind == "revoke":
             return self._on_revoke(t, life)
         raise AssertionError(kind)
 
-    def _on_step(self, t: _Trial, life: _Life) -> list[Event]:
+    def _on_step(self, t: TrialState, life: Life) -> list[Event]:
         k = t.step + 1
         dur = self._step_s(t, k, life.offer)
         t.step = k
@@ -290,7 +219,7 @@ class Engine:
             t.completed = True
             self._end_life(t, life, revoked=False)
             self._close(t, None)
-            return [TrialExited(t.tid, _iid(life), True)]
+            return [TrialExited(t.tid, iid(life), True)]
         if life.leaving:
             self._push(self.now + self.s.checkpoint_s, "exit", t.number, life.lid, k)
             return []
@@ -300,26 +229,35 @@ class Engine:
             life.ckpt_until, life.ckpt_step = self.now + wait, k
             self._push(self.now + wait, "ckpt", t.number, life.lid, k)
         life.token += 1
-        self._push(self.now + wait + self._step_s(t, k + 1, life.offer), "step", t.number, life.lid, life.token)
+        self._push(
+            self.now + wait + self._step_s(t, k + 1, life.offer),
+            "step",
+            t.number,
+            life.lid,
+            life.token,
+        )
         return []
 
-    def _on_exit(self, t: _Trial, life: _Life, saved: int) -> list[Event]:
+    def _on_exit(self, t: TrialState, life: Life, saved: int) -> list[Event]:
         t.checkpoint_step = max(t.checkpoint_step, saved)
         self._end_life(t, life, revoked=False, may_leave_to_provider=life.noticed)
         self._to_waiting(t)
         if life.noticed:
-            return [InstanceLost(t.tid, _iid(life))]
-        return [TrialExited(t.tid, _iid(life), False)]
+            return [InstanceLost(t.tid, iid(life))]
+        return [TrialExited(t.tid, iid(life), False)]
 
-    def _on_revoke(self, t: _Trial, life: _Life) -> list[Event]:
+    def _on_revoke(self, t: TrialState, life: Life) -> list[Event]:
         if not life.noticed:
             t.revocations += 1
-        base = life.step_end.get(t.checkpoint_step, life.ready_at) if t.checkpoint_step > life.start_step \
+        base = (
+            life.step_end.get(t.checkpoint_step, life.ready_at)
+            if t.checkpoint_step > life.start_step
             else life.ready_at
+        )
         t.lost_s += max(self.now - max(base, life.ready_at), 0.0)
         self._end_life(t, life, revoked=True)
         self._to_waiting(t)
-        return [InstanceLost(t.tid, _iid(life))]
+        return [InstanceLost(t.tid, iid(life))]
 
     # ---- actions ------------------------------------------------------------------------
     def _execute(self, action: Action) -> list[Event]:
@@ -340,7 +278,7 @@ class Engine:
             t.view = None
         return []
 
-    def _launch(self, t: _Trial, key: str) -> list[Event]:
+    def _launch(self, t: TrialState, key: str) -> list[Event]:
         if t.phase not in (Phase.QUEUED, Phase.WAITING) or t.life is not None:
             return []
         self._refresh_offers()
@@ -354,8 +292,14 @@ class Engine:
         revoke_at = None
         if offer.market is Market.SPOT:
             revoke_at = self.market.next_revocation(offer.zone, self.now)
-        life = _Life(next(self.lids), offer, self.now, self.now + self.s.restart_overhead_s,
-                     t.checkpoint_step, revoke_at)  # fmt: skip
+        life = Life(
+            next(self.lids),
+            offer,
+            self.now,
+            self.now + self.s.restart_overhead_s,
+            t.checkpoint_step,
+            revoke_at,
+        )
         t.life, t.phase, t.step, t.stopping = life, Phase.RUNNING, t.checkpoint_step, False
         t.view = None
         life.token += 1
@@ -367,7 +311,7 @@ class Engine:
             self._push(revoke_at, "revoke", t.number, life.lid, 0)
         return []
 
-    def _leave(self, t: _Trial) -> list[Event]:
+    def _leave(self, t: TrialState) -> list[Event]:
         life = t.life
         if life is None or life.leaving:
             return []
@@ -382,7 +326,9 @@ class Engine:
         return []
 
     # ---- money and bookkeeping ----------------------------------------------------------
-    def _end_life(self, t: _Trial, life: _Life, *, revoked: bool, may_leave_to_provider: bool = False) -> None:
+    def _end_life(
+        self, t: TrialState, life: Life, *, revoked: bool, may_leave_to_provider: bool = False
+    ) -> None:
         end = self.now
         cost = self._charge(life, end, revoked)
         if may_leave_to_provider and life.revoke_at is not None and life.revoke_at >= end:
@@ -391,6 +337,8 @@ class Engine:
                 cost, end = later, life.revoke_at
         t.cost += cost
         self.billed += cost
+        if cost == 0.0 and end > life.launched_at:
+            self.refunded_s += end - life.launched_at
         t.overhead_s += min(max(end - life.launched_at, 0.0), self.s.restart_overhead_s)
         secs = max(end - life.launched_at, 0.0)
         if life.offer.market is Market.SPOT:
@@ -401,15 +349,14 @@ class Engine:
         t.life = None
         t.view = None
 
-    def _charge(self, life: _Life, end: float, revoked: bool) -> float:
-        segs = self.market.segments(life.offer, life.launched_at, end)
-        return self.rule.charge(segs, revoked_by_provider=revoked)
+    def _charge(self, life: Life, end: float, revoked: bool) -> float:
+        return self.meter.charge(life, end, revoked)
 
-    def _to_waiting(self, t: _Trial) -> None:
+    def _to_waiting(self, t: TrialState) -> None:
         t.phase, t.step, t.stopping = Phase.WAITING, t.checkpoint_step, False
         t.view = None
 
-    def _close(self, t: _Trial, reason: str | None) -> None:
+    def _close(self, t: TrialState, reason: str | None) -> None:
         t.phase, t.stop_reason, t.stopping = Phase.DONE, reason, False
         t.view = None
         self.last_end = max(self.last_end, self.now)
@@ -422,14 +369,14 @@ class Engine:
                 self._close(t, "unfinished")
 
     def _spent(self) -> float:
-        running = sum(self._charge(t.life, self.now, False) for t in self.trials if t.life is not None)
-        return self.billed + running
+        """Billed lives plus the running ones as if terminated now (what the orchestrator shows)."""
+        return self.billed + self.meter.accrued([t.life for t in self.trials if t.life], self.now)
 
-    def _step_s(self, t: _Trial, k: int, offer: Offer) -> float:
+    def _step_s(self, t: TrialState, k: int, offer: Offer) -> float:
         k = min(max(k, 1), t.curve.steps)
         return t.curve.step_seconds[k - 1] * self.s.time_scale / max(self.speed(offer), 1e-9)
 
-    def _trial(self, tid: str) -> _Trial | None:
+    def _trial(self, tid: str) -> TrialState | None:
         if tid.startswith("t") and tid[1:].isdigit():
             n = int(tid[1:])
             if n < len(self.trials):
@@ -438,11 +385,29 @@ class Engine:
 
     # ---- the view -----------------------------------------------------------------------
     def _refresh_offers(self) -> None:
-        if self._offers_tick == self.tick:
+        """Offers at the current tick; a spot zone whose capacity goes within the notice lead is
+        shown (and treated) as unavailable: the provider refuses launches it is reclaiming."""
+        if self._offers_tick != self.tick:
+            at = float(self.times[self.tick])
+            self._tick_offers = self.market.offers(at=at)
+            self._next_rev = {
+                o.zone: self.market.next_revocation(o.zone, at)
+                for o in self._tick_offers
+                if o.market is Market.SPOT and o.available
+            }
+            self._risk_now = self.risk(self.tick) if self.risk is not None else None
+            self._offers_tick, self._imminent = self.tick, None
+        lead = self.rule.notice_lead_s
+        imminent = frozenset(
+            z for z, r in self._next_rev.items() if r is not None and r - self.now <= lead
+        )
+        if imminent == self._imminent:
             return
-        at = float(self.times[self.tick])
-        offers = self.market.offers(at=at)
-        p = self.risk(self.tick) if self.risk is not None else None
+        offers = [
+            replace(o, available=False) if o.market is Market.SPOT and o.zone in imminent else o
+            for o in self._tick_offers
+        ]
+        p = self._risk_now
         views = []
         for o in offers:
             pr = 0.0
@@ -451,7 +416,7 @@ class Engine:
             views.append(OfferView(o, pr, self.risk_horizon_s))
         self._offers = {o.key: o for o in offers}
         self._offer_views = tuple(views)
-        self._offers_tick = self.tick
+        self._imminent = imminent
 
     def _view(self) -> PlannerView:
         self._refresh_offers()
@@ -462,7 +427,8 @@ class Engine:
             if t.view is None or (not t.steps_run and t.view.seconds_per_step != default_sps):
                 t.view = self._trial_view(t, default_sps)
             views.append(t.view)
-        return PlannerView(
+        return frozen(
+            PlannerView,
             now=self.now,
             offers=self._offer_views,
             trials=tuple(views),
@@ -480,78 +446,5 @@ class Engine:
             checkpoint_s=self.s.checkpoint_s,
         )
 
-    def _trial_view(self, t: _Trial, default_sps: float) -> TrialView:
-        life = t.life
-        return TrialView(
-            trial_id=t.tid,
-            number=t.number,
-            phase=t.phase,
-            step=t.step,
-            steps_total=self.steps_total,
-            curve=tuple(sorted(t.reported.items())),
-            checkpoint_step=t.checkpoint_step,
-            checkpoint_every=t.checkpoint_every,
-            instance_id=_iid(life) if life else None,
-            offer_key=life.offer.key if life else None,
-            launched_at=life.launched_at if life else None,
-            notice_deadline=life.revoke_at if life and life.noticed else None,
-            seconds_per_step=t.run_s / t.steps_run if t.steps_run else default_sps,
-            cost_usd=t.cost,
-            revocations=t.revocations,
-            stopping=t.stopping,
-            params={"curve_id": t.curve.curve_id},
-        )
-
-    # ---- result -------------------------------------------------------------------------
-    def _result(self, unfinished: bool) -> RunResult:
-        better = (lambda a, b: a > b) if self.s.direction == "maximize" else (lambda a, b: a < b)
-        best_final = self.curves[0].final
-        for c in self.curves:
-            if better(c.final, best_final):
-                best_final = c.final
-        done = [t for t in self.trials if t.completed]
-        pool = done or [t for t in self.trials if t.reported]
-        returned: _Trial | None = None
-        for t in pool:
-            v = t.reported[max(t.reported)]
-            if returned is None or better(v, returned.reported[max(returned.reported)]):
-                returned = t
-        ret_final = returned.curve.final if returned else None
-        if ret_final is None:
-            regret = float("inf")
-        else:
-            regret = (best_final - ret_final) if self.s.direction == "maximize" else (ret_final - best_final)
-        stopped: dict[str, int] = {}
-        for t in self.trials:
-            if t.stop_reason:
-                stopped[t.stop_reason] = stopped.get(t.stop_reason, 0) + 1
-        early = sum(n for r, n in stopped.items() if r not in ("budget", "deadline", "unfinished"))
-        cap = self.s.max_cost_usd
-        return RunResult(
-            policy=self.policy.name,
-            seed=-1,
-            start=self.start,
-            cost_usd=self.billed,
-            makespan_hours=(self.last_end - self.start) / 3600.0,
-            returned=returned.curve.curve_id if returned else None,
-            returned_final=ret_final,
-            best_final=best_final,
-            regret=regret,
-            revocations=sum(t.revocations for t in self.trials),
-            lost_hours=sum(t.lost_s for t in self.trials) / 3600.0,
-            overhead_hours=sum(t.overhead_s for t in self.trials) / 3600.0,
-            early_stopped=early,
-            completed=len(done),
-            stopped_by=stopped,
-            steps_run=sum(t.steps_run for t in self.trials),
-            spot_hours=self.spot_s / 3600.0,
-            on_demand_hours=self.od_s / 3600.0,
-            budget_exceeded=cap is not None and self.billed > cap + 1e-9,
-            deadline_missed=self.deadline is not None and self.last_end > self.deadline + 1e-6,
-            unfinished=unfinished,
-            decisions=self.decisions,
-        )
-
-
-def _iid(life: _Life) -> str:
-    return f"i{life.lid}"
+    def _trial_view(self, t: TrialState, default_sps: float) -> TrialView:
+        return trial_view(t, self.steps_total, default_sps)

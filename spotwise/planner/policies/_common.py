@@ -50,8 +50,7 @@ def can_start_before_deadline(view: PlannerView, trial: TrialView) -> bool:
     """Whether a launch now could make at least one step before the deadline."""
     if view.deadline is None:
         return True
-    need = view.restart_overhead_s + trial.seconds_per_step + view.checkpoint_s + view.tick_s
-    return view.now + need < view.deadline
+    return view.now + view.restart_overhead_s + trial.seconds_per_step <= view.deadline
 
 
 def needy(view: PlannerView) -> list[TrialView]:
@@ -126,14 +125,27 @@ def over_budget(view: PlannerView) -> list[Action]:
     ]
 
 
+def finish_eta(view: PlannerView, t: TrialView) -> float:
+    """When a running trial will have made all its steps if nothing interrupts it."""
+    boot = 0.0
+    if t.launched_at is not None:
+        boot = max(t.launched_at + view.restart_overhead_s - view.now, 0.0)
+    return view.now + boot + t.remaining_steps * t.seconds_per_step
+
+
 def past_deadline(view: PlannerView) -> list[Action]:
-    """Stop everything still alive when the deadline falls before the next decision."""
+    """Stop what cannot finish once the deadline falls before the next decision.
+
+    A running trial that will be done by the deadline keeps going; everything else still alive
+    is stopped (its last metric is its result).
+    """
     if view.deadline is None or view.now + view.tick_s + view.checkpoint_s < view.deadline:
         return []
     return [
         StopEarly(t.trial_id, "deadline", t.last_metric)
         for t in view.trials
         if not t.phase.is_terminal()
+        and not (t.phase is Phase.RUNNING and finish_eta(view, t) <= view.deadline)
     ]
 
 
@@ -147,20 +159,34 @@ def guards(view: PlannerView) -> list[Action]:
 
 
 class CurvePredictor(Protocol):
-    """``(steps, values, total_steps) -> (final, lo, hi)``: EarlyCurve or a stand-in in tests."""
+    """``(steps, values, total_steps, direction) -> (final, lo, hi)``: EarlyCurve, or a stand-in.
+
+    ``direction`` is the job's (``"maximize"`` / ``"minimize"``); ``(lo, hi)`` is a central 95 %
+    band of the final value.
+    """
 
     def __call__(
-        self, steps: list[int], values: list[float], total_steps: int
+        self, steps: list[int], values: list[float], total_steps: int, direction: str
     ) -> tuple[float, float, float]: ...
 
 
-def earlycurve_predictor(name: str = "earlycurve") -> CurvePredictor:
-    """EarlyCurve's pure fitting function (imported lazily; it needs numpy/scipy)."""
+BAND_Z = 1.96  # EarlyCurve's band is a central 95 % interval (spotwise.predictors.earlycurve.Z95)
 
-    def predict(steps: list[int], values: list[float], total_steps: int) -> tuple[float, float, float]:
+
+def earlycurve_predictor(name: str = "earlycurve") -> CurvePredictor:
+    """A registered curve predictor's pure ``predict_final`` (imported lazily: numpy/scipy)."""
+
+    def predict(
+        steps: list[int], values: list[float], total_steps: int, direction: str
+    ) -> tuple[float, float, float]:
         from spotwise.predictors.earlycurve import get_curve_predictor
 
-        final, lo, hi = get_curve_predictor(name).predict_final(steps, values, total_steps)
+        opts = {"direction": "max" if direction == "maximize" else "min"}
+        try:
+            pred = get_curve_predictor(name, **opts)
+        except TypeError:  # a predictor without a direction option (last-value, mean-last-k)
+            pred = get_curve_predictor(name)
+        final, lo, hi = pred.predict_final(steps, values, total_steps)  # type: ignore[arg-type]
         return float(final), float(lo), float(hi)
 
     return predict

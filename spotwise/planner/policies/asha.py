@@ -55,7 +55,9 @@ class Asha:
 
     def _prune(self, view: PlannerView, event: Progress) -> list[Action]:
         t = view.trial(event.trial_id)
-        if t.phase is not Phase.RUNNING or event.step not in rungs(t.steps_total, self.min_steps, self.eta):
+        if t.phase is not Phase.RUNNING or event.step not in rungs(
+            t.steps_total, self.min_steps, self.eta
+        ):
             return []
         values = []
         for other in view.trials:

@@ -1,35 +1,46 @@
 """``spotwise``: our policy — SpotTune's ideas with the costs SpotTune leaves out.
 
-* **Placement by the expected bill of the next hour per useful second** (:func:`life_cost`):
-  the refund of a revoked first hour (as SpotTune), but also the restart overhead, the work a
-  revocation destroys (what the notice cannot save at this step length and checkpoint
-  interval), and the time spent writing checkpoints.
-* **Checkpoint interval adapted to the offer's risk** (Young/Daly with only the revocations
-  whose notice is too short to save the work), set just before each launch.
+* **Placement by the expected bill per useful second** (:func:`~spotwise.planner.cost.life_cost`)
+  of the life about to start: the refund of a first hour revoked by the provider (as SpotTune),
+  the restart overhead, the work a revocation destroys (what the 120 s notice cannot save at
+  this step length and checkpoint interval), and the time spent writing checkpoints. A life is
+  priced for the work it is *expected* to do: early stopping ends most trials long before
+  their last step, so that length is learned from the trials already done.
+* **Checkpoint interval adapted to the offer's risk** (Young/Daly, counting only the
+  revocations whose notice is too short to save the work), set just before each launch.
 * **A fresh first hour only when it pays**: at the last step boundary of an instance's first
-  hour it moves to a new instance only if the expected cost per useful second of a new first
-  hour (restart and checkpoint included) beats staying, instead of always (SpotTune).
-* **Early stopping by the probability of beating the incumbent**: from ``min_fraction`` of the
-  steps, every ``1/checks`` of the run, the final metric is predicted with EarlyCurve and its
-  band; the trial stops when P(final better than the incumbent) < ``epsilon``. The incumbent is
-  the best completed final, or the best lower band predicted for another live trial.
-* **Deadlines**: Uniform Progress (NSDI'24) — on-demand when behind, spot when available, the
-  hysteresis and the Safety Net — with the revocation predictor standing in for the paper's
-  next-spot-lifetime oracle: spot is taken only when its predicted lifetime ``1/λ`` exceeds
-  ``k·d/(k−1)`` (``2k·d/(k−1)`` to leave on-demand), k the on-demand/spot price ratio.
+  hour the trial moves to a new instance only if the expected cost per useful second of a new
+  first hour (restart and checkpoint included) beats staying — SpotTune always moves.
+* **Early stopping by the probability of beating the incumbent**: at ``check_at`` fractions of
+  the steps the final metric is predicted with EarlyCurve; its 95 % band, widened to the spread
+  (and shifted by the bias) of this job's own past predictions at that step once three trials
+  have finished, gives a normal; the trial stops when P(final better than the incumbent) <
+  ``epsilon``. The incumbent is the best completed final, or the best lower band predicted for
+  a live trial.
+* **Deadlines**: Uniform Progress (NSDI'24: on-demand when behind, spot when available, the
+  Safety Net), with the revocation predictor standing in for the paper's next-spot-lifetime
+  oracle: idle → spot only if the predicted lifetime ``1/λ`` exceeds ``k·d/(k−1)``; on-demand →
+  spot when ahead of ``ep(t + 2d)`` (the paper's hysteresis) or when ``1/λ`` exceeds
+  ``od_exit_factor × 2k·d/(k−1)``; k is the on-demand/spot price ratio.
+
+``epsilon = 0.1`` and ``od_exit_factor = 3`` were chosen on seeds other than the ones reported
+(docs/simulation.md).
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 
 from spotwise.planner.cost import expected_loss_s, hazard, life_cost, young_daly_every
 from spotwise.planner.policies._common import (
+    BAND_Z,
     CurvePredictor,
     best_completed,
     can_start_before_deadline,
     checkpoint_on_notice,
     earlycurve_predictor,
+    final_value,
     free_slots,
     guards,
     needy,
@@ -54,28 +65,26 @@ from spotwise.planner.policy import (
     register_policy,
 )
 
-BAND_Z = 1.6449  # EarlyCurve's band is a central 90 % interval
-
 
 @register_policy("spotwise")
 class Spotwise:
     name = "spotwise"
+    uses_forecast = True  # the orchestrator attaches the revocation model (OfferView.p_revoke)
 
     def __init__(
         self,
-        epsilon: float = 0.05,
-        min_fraction: float = 0.1,
-        checks: int = 20,
+        epsilon: float = 0.1,
+        check_at: tuple[float, ...] = (0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.65, 0.8),
         margin: float = 0.02,
+        od_exit_factor: float = 3.0,
         predictor: CurvePredictor | None = None,
     ) -> None:
         if not 0.0 < epsilon < 0.5:
             raise ValueError(f"epsilon must be in (0, 0.5), got {epsilon=}")
-        if not 0.0 < min_fraction < 1.0:
-            raise ValueError(f"min_fraction must be in (0, 1), got {min_fraction=}")
-        if checks < 1:
-            raise ValueError(f"checks must be >= 1, got {checks=}")
-        self.epsilon, self.min_fraction, self.checks, self.margin = epsilon, min_fraction, checks, margin
+        if not check_at or not all(0.0 < f < 1.0 for f in check_at):
+            raise ValueError(f"check_at fractions must lie in (0, 1), got {check_at=}")
+        self.epsilon, self.check_at, self.margin = epsilon, tuple(sorted(check_at)), margin
+        self.od_exit_factor = od_exit_factor
         self.predict = predictor or earlycurve_predictor()
         self.memo: dict[tuple[str, int], tuple[float, float, float]] = {}  # pure memoisation
         self.latest: dict[str, tuple[float, float, float]] = {}
@@ -100,24 +109,33 @@ class Spotwise:
     # ---- money --------------------------------------------------------------------------
     def _every(self, view: PlannerView, t: TrialView, o: OfferView) -> int:
         p = o.p_revoke if o.is_spot else 0.0
-        return young_daly_every(t.seconds_per_step, view.checkpoint_s, p, o.horizon_s,
-                                view.notice_lead_s, t.steps_total)  # fmt: skip
+        return young_daly_every(
+            t.seconds_per_step, view.checkpoint_s, p, o.horizon_s, view.notice_lead_s, t.steps_total
+        )
 
     def _per_useful_s(self, view: PlannerView, t: TrialView, o: OfferView, *, fresh: bool) -> float:
         sps = max(t.seconds_per_step, 1e-9)
         p = o.p_revoke if o.is_spot else 0.0
         every = self._every(view, t, o) if fresh else max(t.checkpoint_every, 1)
         loss = expected_loss_s(sps, every, view.checkpoint_s, view.notice_lead_s)
-        ckpt_share = view.checkpoint_s / (every * sps + view.checkpoint_s) if view.checkpoint_s > 0 else 0.0
-        work = min(t.remaining_steps * sps, o.horizon_s)
+        ckpt_share = (
+            view.checkpoint_s / (every * sps + view.checkpoint_s) if view.checkpoint_s > 0 else 0.0
+        )
+        work = min(self._expected_steps(view, t) * sps, o.horizon_s)
         overhead = 0.0
         if fresh:  # a new life boots, and a running trial first writes its checkpoint
             overhead = view.restart_overhead_s + (view.checkpoint_s if t.step > 0 else 0.0)
         refund = view.free_if_revoked_within_s if (o.is_spot and fresh) else 0.0
         return life_cost(
-            price_per_hour=o.price, p_revoke=p, horizon_s=o.horizon_s, plan_s=work + overhead,
-            refund_s=refund, overhead_s=overhead, loss_s=loss, checkpoint_overhead=ckpt_share,
-        ).per_useful_s  # fmt: skip
+            price_per_hour=o.price,
+            p_revoke=p,
+            horizon_s=o.horizon_s,
+            plan_s=work + overhead,
+            refund_s=refund,
+            overhead_s=overhead,
+            loss_s=loss,
+            checkpoint_overhead=ckpt_share,
+        ).per_useful_s
 
     def _fresh_hour(self, view: PlannerView, t: TrialView) -> list[Action]:
         if t.phase is not Phase.RUNNING or t.stopping or view.free_if_revoked_within_s <= 0:
@@ -135,7 +153,9 @@ class Spotwise:
         return []
 
     # ---- deadlines ----------------------------------------------------------------------
-    def _lifetime_ok(self, view: PlannerView, o: OfferView, leaving_on_demand: bool) -> bool:
+    def _lifetime_ok(
+        self, view: PlannerView, o: OfferView, leaving_on_demand: bool, factor: float = 1.0
+    ) -> bool:
         od = [x.price for x in view.offers if not x.is_spot]
         if not od or o.price <= 0:
             return True
@@ -144,25 +164,42 @@ class Spotwise:
             return False
         lam = hazard(o.p_revoke, o.horizon_s)
         life = math.inf if lam <= 0 else 1.0 / lam
-        need = (2.0 if leaving_on_demand else 1.0) * k * view.restart_overhead_s / (k - 1.0)
+        need = factor * (2.0 if leaving_on_demand else 1.0) * k * view.restart_overhead_s / (k - 1)
         return life > need
 
-    def _spot_choices(self, view: PlannerView, clock: JobClock | None, leaving_od: bool) -> list[OfferView]:
+    def _spot_choices(
+        self, view: PlannerView, clock: JobClock | None, leaving_od: bool
+    ) -> list[OfferView]:
         spots = [o for o in view.offers if o.available and o.is_spot]
         if clock is None:
             return spots
         return [o for o in spots if self._lifetime_ok(view, o, leaving_od)]
 
-    def _back_to_spot(self, view: PlannerView, clock: JobClock | None, busy: set[str]) -> list[Action]:
-        if clock is None or clock.safety_net or not self._spot_choices(view, clock, True):
+    def _back_to_spot(
+        self, view: PlannerView, clock: JobClock | None, busy: set[str]
+    ) -> list[Action]:
+        """Leave on-demand for spot: when ahead of ep(t + 2d) (Uniform Progress's hysteresis),
+        or — even behind — when the spot is predicted to live long enough to repay the two
+        changeovers several times over (``od_exit_factor`` × 2k·d/(k−1)). The Safety Net
+        still holds: never when R(t) < C(t) + 2d."""
+        if clock is None or clock.safety_net:
             return []
-        if clock.done < clock.expected(clock.elapsed + 2.0 * clock.d):
+        choices = self._spot_choices(view, clock, True)
+        if not choices:
+            return []
+        ahead = clock.done >= clock.expected(clock.elapsed + 2.0 * clock.d)
+        if not ahead and not any(
+            self._lifetime_ok(view, o, True, self.od_exit_factor) for o in choices
+        ):
             return []
         return [
-            Checkpoint(t.trial_id, "spotwise: ahead of uniform progress, back to spot")
+            Checkpoint(t.trial_id, "spotwise: back to spot")
             for t in view.trials
-            if t.phase is Phase.RUNNING and not t.stopping and t.trial_id not in busy
-            and (o := view.offer(t.offer_key or "")) is not None and not o.is_spot
+            if t.phase is Phase.RUNNING
+            and not t.stopping
+            and t.trial_id not in busy
+            and (o := view.offer(t.offer_key or "")) is not None
+            and not o.is_spot
         ]
 
     def _place(self, view: PlannerView, clock: JobClock | None) -> list[Action]:
@@ -204,30 +241,85 @@ class Spotwise:
             return 1.0
         return sum(min(t.step / t.steps_total, 1.0) for t in done) / len(done)
 
-    def _prediction(self, t: TrialView, step: int) -> tuple[float, float, float]:
+    def _expected_steps(self, view: PlannerView, t: TrialView) -> float:
+        """Steps this trial will still run: early stopping ends most trials long before their
+        last step, so a life is priced for the work it is expected to do, learned from the
+        trials already done (all remaining steps until a few are done)."""
+        ends = [d.step for d in view.trials if d.phase is Phase.DONE and d.step > t.step]
+        if len(ends) < 3:
+            return float(t.remaining_steps)
+        return min(sum(ends) / len(ends) - t.step, float(t.remaining_steps))
+
+    def _check_steps(self, total: int) -> set[int]:
+        return {max(2, math.ceil(f * total)) for f in self.check_at}
+
+    def _prediction(self, t: TrialView, step: int, direction: str) -> tuple[float, float, float]:
         key = (t.trial_id, step)
         if key not in self.memo:
             steps, values = observed(t, upto=step)
-            self.memo[key] = self.predict(steps, values, t.steps_total)
+            self.memo[key] = self.predict(steps, values, t.steps_total, direction)
         return self.memo[key]
 
     def _early_stop(self, view: PlannerView, event: Progress) -> list[Action]:
         t = view.trial(event.trial_id)
-        total = t.steps_total
-        first = max(2, math.ceil(self.min_fraction * total))
-        every = max(1, round(total / self.checks))
-        s = event.step
-        if t.phase is not Phase.RUNNING or s >= total or s < first or (s - first) % every:
+        total, s = t.steps_total, event.step
+        if t.phase is not Phase.RUNNING or s >= total or s not in self._check_steps(total):
             return []
-        final, lo, hi = self._prediction(t, s)
+        raw, lo, hi = self._prediction(t, s, view.direction)
+        final, sigma = self._calibrated(view, s, raw, (hi - lo) / (2.0 * BAND_Z))
+        sigma = max(sigma, _noise(t), 1e-12)
+        lo, hi = final - BAND_Z * sigma, final + BAND_Z * sigma
         self.latest[t.trial_id] = (final, lo, hi)
         bar = self._incumbent(view, t.trial_id)
         if bar is None:
             return []
-        p = p_beat(final, lo, hi, bar, view.direction, noise=_noise(t))
+        p = p_beat(final, lo, hi, bar, view.direction)
         if p < self.epsilon:
-            return [StopEarly(t.trial_id, f"P(beat incumbent)={p:.3f} < {self.epsilon:g}", final)]
+            return [StopEarly(t.trial_id, f"P(beat incumbent) < {self.epsilon:g}", final)]
         return []
+
+    def _calibrated(
+        self, view: PlannerView, step: int, pred: float, band_sd: float
+    ) -> tuple[float, float]:
+        """EarlyCurve's prediction at ``step`` and its uncertainty, calibrated on this job.
+
+        EarlyCurve's band describes its fit, not how far finals land from its predictions here;
+        the trials that finished say that. With fewer than 3 of them: the prediction and its
+        band. With 3–4: the mean bias removed (shrunk toward 0 by 3 pseudo-trials), the band
+        widened to the spread of the errors. From 5: final ≈ a + b·prediction fitted by least
+        squares on them (EarlyCurve over- and under-shoots in proportion), with the regression's
+        prediction interval as the uncertainty.
+        """
+        xs, ys = [], []
+        for t in view.trials:
+            done = final_value(t)
+            got = self.memo.get((t.trial_id, step))
+            if done is not None and got is not None:
+                xs.append(got[0])
+                ys.append(done)
+        n = len(xs)
+        if n < 3:
+            return pred, band_sd
+        res = [y - x for x, y in zip(xs, ys, strict=True)]
+        mean = sum(res) / n
+        spread = math.sqrt(sum((r - mean) ** 2 for r in res) / (n - 1))
+        if n < 5:
+            return pred + mean * n / (n + 3.0), max(band_sd, spread)
+        mx, my = sum(xs) / n, sum(ys) / n
+        sxx = sum((x - mx) ** 2 for x in xs)
+        b = (
+            sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sxx
+            if sxx > 1e-12
+            else 0.0
+        )
+        b = min(max(b, 0.0), 1.5)
+        a = my - b * mx
+        sse = sum((y - a - b * x) ** 2 for x, y in zip(xs, ys, strict=True))
+        sd = math.sqrt(sse / (n - 2))
+        lever = (pred - mx) ** 2 / sxx if sxx > 1e-12 else 0.0
+        dof = n - 2  # a t with few degrees of freedom has heavier tails: match its variance
+        heavy = math.sqrt(dof / (dof - 2.0)) if dof > 2 else 2.0
+        return a + b * pred, sd * heavy * math.sqrt(1.0 + 1.0 / n + lever)
 
     def _incumbent(self, view: PlannerView, exclude: str) -> float | None:
         bar = best_completed(view)
@@ -248,12 +340,14 @@ def _noise(t: TrialView, last: int = 5) -> float:
     vals = [v for _, v in t.curve[-last:]]
     if len(vals) < 3:
         return 0.0
-    diffs = [b - a for a, b in zip(vals, vals[1:], strict=False)]
+    diffs = [b - a for a, b in itertools.pairwise(vals)]
     mean = sum(diffs) / len(diffs)
     return math.sqrt(sum((d - mean) ** 2 for d in diffs) / (len(diffs) - 1)) / math.sqrt(2.0)
 
 
-def p_beat(final: float, lo: float, hi: float, bar: float, direction: str, noise: float = 0.0) -> float:
+def p_beat(
+    final: float, lo: float, hi: float, bar: float, direction: str, noise: float = 0.0
+) -> float:
     """P(the final metric ends better than ``bar``) under a normal with EarlyCurve's band."""
     sigma = max((hi - lo) / (2.0 * BAND_Z), noise, 1e-12)
     z = (bar - final) / sigma if direction == "maximize" else (final - bar) / sigma

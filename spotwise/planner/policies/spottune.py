@@ -62,8 +62,11 @@ def crosses_first_hour(view: PlannerView, t: TrialView) -> bool:
 @register_policy("spottune")
 class SpotTune:
     name = "spottune"
+    uses_forecast = True  # the orchestrator attaches the revocation model (OfferView.p_revoke)
 
-    def __init__(self, theta: float = 0.3, keep_top: int = 3, predictor: CurvePredictor | None = None) -> None:
+    def __init__(
+        self, theta: float = 0.3, keep_top: int = 3, predictor: CurvePredictor | None = None
+    ) -> None:
         if not 0.0 < theta < 1.0:
             raise ValueError(f"θ must be in (0, 1), got {theta=}")
         if keep_top < 1:
@@ -92,7 +95,7 @@ class SpotTune:
         if event.step >= t.steps_total:
             return []
         steps, values = observed(t)
-        final, _, _ = self.predict(steps, values, t.steps_total)
+        final, _, _ = self.predict(steps, values, t.steps_total, view.direction)
         self.at_theta[t.trial_id] = final
         ranked = sorted(self.at_theta.values(), reverse=view.direction == "maximize")
         cutoff = ranked[min(self.keep_top, len(ranked)) - 1]

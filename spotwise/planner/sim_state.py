@@ -1,0 +1,275 @@
+"""State and results of the tuning simulation (see :mod:`spotwise.planner.simulator`)."""
+
+from __future__ import annotations
+
+from dataclasses import MISSING, dataclass, field
+from dataclasses import fields as dataclass_fields
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from spotwise.planner.policy import Phase, TrialView
+from spotwise.planner.sim_curves import RecordedCurve
+from spotwise.providers.base import Market, Offer
+from spotwise.providers.billing import BillingRule
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from spotwise.planner.simulator import Engine
+    from spotwise.providers.replay import ReplayMarket
+
+_V = TypeVar("_V")
+
+
+@dataclass(frozen=True)
+class SimSettings:
+    parallel: int = 8
+    direction: str = "maximize"
+    time_scale: float = 120.0  # market seconds per recorded second
+    restart_overhead_s: float = 180.0
+    checkpoint_s: float = 20.0
+    checkpoint_every: int = 5
+    max_cost_usd: float | None = None
+    deadline_s: float | None = None  # after the start
+    horizon_s: float = 14 * 86400.0  # give up (``unfinished``) after this much market time
+
+    def __post_init__(self) -> None:
+        if self.parallel < 1:
+            raise ValueError(f"parallel must be >= 1, got {self.parallel=}")
+        if self.time_scale <= 0:
+            raise ValueError(f"time_scale must be > 0, got {self.time_scale=}")
+        if self.checkpoint_every < 1:
+            raise ValueError(f"checkpoint_every must be >= 1, got {self.checkpoint_every=}")
+
+
+@dataclass
+class RunResult:
+    policy: str
+    seed: int
+    start: float
+    cost_usd: float
+    makespan_hours: float
+    returned: str | None
+    returned_final: float | None
+    best_final: float
+    regret: float
+    revocations: int
+    lost_hours: float
+    overhead_hours: float
+    early_stopped: int
+    completed: int
+    stopped_by: dict[str, int]
+    steps_run: int
+    spot_hours: float
+    on_demand_hours: float
+    refunded_hours: (
+        float  # instance hours not billed (revoked by the provider in the refund window)
+    )
+    budget_exceeded: bool
+    deadline_missed: bool
+    unfinished: bool
+    decisions: int
+
+    def as_dict(self) -> dict[str, Any]:
+        from dataclasses import asdict
+
+        return asdict(self)
+
+
+@dataclass
+class Life:
+    lid: int
+    offer: Offer
+    launched_at: float
+    ready_at: float
+    start_step: int
+    revoke_at: float | None
+    token: int = 0  # bumps to cancel the scheduled step of this life
+    noticed: bool = False
+    leaving: bool = False
+    ckpt_until: float = 0.0  # a periodic checkpoint is being written until then
+    ckpt_step: int = 0
+    step_end: dict[int, float] = field(default_factory=dict)
+
+
+@dataclass
+class TrialState:
+    tid: str
+    number: int
+    curve: RecordedCurve
+    checkpoint_every: int
+    phase: Phase = Phase.QUEUED
+    step: int = 0
+    reported: dict[int, float] = field(default_factory=dict)
+    checkpoint_step: int = 0
+    life: Life | None = None
+    cost: float = 0.0
+    revocations: int = 0
+    lost_s: float = 0.0
+    overhead_s: float = 0.0
+    run_s: float = 0.0  # market seconds spent in steps (for the observed seconds per step)
+    steps_run: int = 0
+    stopping: bool = False
+    completed: bool = False
+    stop_reason: str | None = None
+    pending_every: int | None = None
+    view: TrialView | None = None
+
+
+def make_result(e: Engine, unfinished: bool) -> RunResult:
+    """The run's numbers; the returned trial is the best *completed* one (by its observed final),
+    or the best last metric when none completed; regret uses the curves' true finals."""
+    better = (lambda a, b: a > b) if e.s.direction == "maximize" else (lambda a, b: a < b)
+    best_final = e.curves[0].final
+    for c in e.curves:
+        if better(c.final, best_final):
+            best_final = c.final
+    done = [t for t in e.trials if t.completed]
+    pool = done or [t for t in e.trials if t.reported]
+    returned: TrialState | None = None
+    for t in pool:
+        v = t.reported[max(t.reported)]
+        if returned is None or better(v, returned.reported[max(returned.reported)]):
+            returned = t
+    ret_final = returned.curve.final if returned else None
+    if ret_final is None:
+        regret = float("inf")
+    else:
+        regret = (
+            (best_final - ret_final) if e.s.direction == "maximize" else (ret_final - best_final)
+        )
+    stopped: dict[str, int] = {}
+    for t in e.trials:
+        if t.stop_reason:
+            stopped[t.stop_reason] = stopped.get(t.stop_reason, 0) + 1
+    early = sum(n for r, n in stopped.items() if r not in ("budget", "deadline", "unfinished"))
+    cap = e.s.max_cost_usd
+    return RunResult(
+        policy=e.policy.name,
+        seed=-1,
+        start=e.start,
+        cost_usd=e.billed,
+        makespan_hours=(e.last_end - e.start) / 3600.0,
+        returned=returned.curve.curve_id if returned else None,
+        returned_final=ret_final,
+        best_final=best_final,
+        regret=regret,
+        revocations=sum(t.revocations for t in e.trials),
+        lost_hours=sum(t.lost_s for t in e.trials) / 3600.0,
+        overhead_hours=sum(t.overhead_s for t in e.trials) / 3600.0,
+        early_stopped=early,
+        completed=len(done),
+        stopped_by=stopped,
+        steps_run=sum(t.steps_run for t in e.trials),
+        spot_hours=e.spot_s / 3600.0,
+        on_demand_hours=e.od_s / 3600.0,
+        refunded_hours=e.refunded_s / 3600.0,
+        budget_exceeded=cap is not None and e.billed > cap + 1e-9,
+        deadline_missed=e.deadline is not None and e.last_end > e.deadline + 1e-6,
+        unfinished=unfinished,
+        decisions=e.decisions,
+    )
+
+
+_TEMPLATES: dict[type, dict[str, Any]] = {}
+
+
+def frozen(cls: type[_V], **fields: Any) -> _V:
+    """Build a frozen view without running its ``__init__`` (a hot path: one view per event).
+
+    The result equals ``cls(**fields)``: every field starts from the class defaults. Only for
+    the plain frozen dataclasses of :mod:`spotwise.planner.policy` (no ``__post_init__``).
+    """
+    base = _TEMPLATES.get(cls)
+    if base is None:
+        base = {}
+        for f in dataclass_fields(cls):  # type: ignore[arg-type]
+            if f.default is not MISSING:
+                base[f.name] = f.default
+            elif f.default_factory is not MISSING:  # shared, and never mutated: views are frozen
+                base[f.name] = f.default_factory()
+        _TEMPLATES[cls] = base
+    obj = object.__new__(cls)
+    obj.__dict__.update(base)
+    obj.__dict__.update(fields)
+    return obj
+
+
+def price_matrix(market: ReplayMarket) -> np.ndarray:
+    """(Z, T) spot price the market charges (``spot_prices`` when the market exposes it)."""
+    prices = getattr(market, "spot_prices", None)
+    if prices is None:
+        prices = market._price  # the replay market's own (override-aware) price table
+    return prices
+
+
+def iid(life: Life) -> str:
+    return f"i{life.lid}"
+
+
+def trial_view(t: TrialState, steps_total: int, default_sps: float) -> TrialView:
+    """The frozen view of one simulated trial (as the orchestrator's ``trial_view``)."""
+    life = t.life
+    return frozen(
+        TrialView,
+        trial_id=t.tid,
+        number=t.number,
+        phase=t.phase,
+        step=t.step,
+        steps_total=steps_total,
+        curve=tuple(sorted(t.reported.items())),
+        checkpoint_step=t.checkpoint_step,
+        checkpoint_every=t.checkpoint_every,
+        instance_id=iid(life) if life else None,
+        offer_key=life.offer.key if life else None,
+        launched_at=life.launched_at if life else None,
+        notice_deadline=life.revoke_at if life and life.noticed else None,
+        seconds_per_step=t.run_s / t.steps_run if t.steps_run else default_sps,
+        cost_usd=t.cost,
+        revocations=t.revocations,
+        stopping=t.stopping,
+        params={"curve_id": t.curve.curve_id},
+    )
+
+
+class Meter:
+    """Bills instance lives by the provider's rule; prices running ones fast for the views."""
+
+    def __init__(self, market: ReplayMarket, rule: BillingRule) -> None:
+        self.market, self.rule = market, rule
+        self._cum: np.ndarray | None = None
+        self._prices: np.ndarray | None = None
+
+    def charge(self, life: Life, end: float, revoked: bool) -> float:
+        """The exact bill of a life ending at ``end`` (the market's priced segments)."""
+        segs = self.market.segments(life.offer, life.launched_at, end)
+        return self.rule.charge(segs, revoked_by_provider=revoked)
+
+    def accrued(self, lives: list[Life], now: float) -> float:
+        """What the running lives would cost if terminated by us now (no refund)."""
+        total = 0.0
+        for life in lives:
+            secs = now - life.launched_at
+            if secs <= 0:
+                continue
+            if life.offer.market is Market.SPOT:
+                zi = self.market.zone_index(life.offer.zone)
+                dollars_h = self._integral(zi, now) - self._integral(zi, life.launched_at)
+            else:
+                dollars_h = secs * life.offer.price_per_hour
+            total += self.rule.charge([(secs, dollars_h / secs)], revoked_by_provider=False)
+        return total
+
+    def _integral(self, zi: int, t: float) -> float:
+        """∫ spot price dt (price-hours × 3600) from the trace start to ``t`` in zone ``zi``."""
+        times = self.market.traces.times
+        if self._cum is None or self._prices is None:
+            import numpy as np
+
+            price = self._prices = price_matrix(self.market)
+            gap = float(self.market.traces.gap_seconds or 60.0)
+            widths = np.diff(times, append=times[-1] + gap)
+            self._cum = np.concatenate(
+                [np.zeros((price.shape[0], 1)), np.cumsum(price * widths, axis=1)], axis=1
+            )
+        i = self.market.traces.tick_at(t)
+        return float(self._cum[zi, i]) + float(self._prices[zi, i]) * (t - float(times[i]))

@@ -1,0 +1,286 @@
+"""Run several policies on the same traces, curves and seeds, and summarise them.
+
+What is shared, per seed, by every policy (this is what makes them comparable):
+
+* the start time in the trace: uniform over ticks from ``start_from`` of the trace (default
+  0.7: the part the shipped revocation model never saw in training) to the latest start that
+  leaves ``window_s`` of trace;
+* the sequence of trial configurations: ``trials`` curves drawn from the pool without
+  replacement by ``random.Random(seed)`` — the simulator's stand-in for the search's
+  ``ask()``: a recorded pool cannot answer arbitrary configurations, so every policy gets the
+  same draws in the same order (the real loop asks scikit-optimize instead);
+* the revocation forecast (``predict_series`` over the whole trace, computed once).
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+from spotwise.errors import SpecError
+from spotwise.planner.policy import Policy, get_policy, policy_names
+from spotwise.planner.sim_curves import CurvePool
+from spotwise.planner.simulator import Engine, RunResult, SimSettings
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from spotwise.traces import TraceSet
+
+TUNING_POLICIES = ("on-demand", "spot-greedy", "asha", "spottune", "spotwise")
+DEADLINE_POLICIES = ("on-demand", "greedy", "uniform-progress", "spotwise")
+
+
+def parse_policies(text: str | Sequence[str]) -> list[str]:
+    names = [n.strip() for n in (text.split(",") if isinstance(text, str) else text) if n.strip()]
+    if not names:
+        raise SpecError(f"--policy: name at least one of {', '.join(policy_names())}")
+    for n in names:
+        get_policy(n)  # unknown → SpecError listing the valid names
+    return list(dict.fromkeys(names))
+
+
+def policy_options(name: str, theta: float) -> dict[str, Any]:
+    return {"theta": theta} if name == "spottune" else {}
+
+
+# ---- the revocation forecast -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Risk:
+    p: np.ndarray | None  # (Z, T) P(revoked within the horizon); None: no forecast (p = 0)
+    horizon_s: float
+    model: str
+
+    def at(self, tick: int) -> np.ndarray | None:
+        return None if self.p is None else self.p[:, tick]
+
+
+def revocation_risk(
+    traces: TraceSet, model: str = "pretrained", train_fraction: float = 0.7, from_tick: int = 0
+) -> Risk:
+    """Forecast every tick from ``from_tick`` on, once (earlier ticks get p = 1: never used).
+
+    ``pretrained``: the shipped model; another registered name: that model fitted here on the
+    first ``train_fraction`` of this trace; ``none``: no forecast.
+    """
+    import numpy as np
+
+    from spotwise.predictors.revocation import get_revocation_model, load_pretrained
+
+    if model == "none":
+        return Risk(None, 3600.0, "none (p = 0 everywhere)")
+    if model == "pretrained":
+        m = load_pretrained()
+        desc = f"pretrained {m.name} (shipped)"
+    else:
+        m = get_revocation_model(model)
+        cut = max(int(train_fraction * traces.n_ticks), 3)
+        m.fit(traces.slice(0, cut), 3600.0)
+        desc = f"{m.name} fitted on the first {train_fraction:.0%} of the trace"
+        if cut > from_tick:
+            desc += " (overlaps the simulated period: in-sample)"
+    p = np.ones((len(traces.zones), traces.n_ticks))
+    lo = min(max(from_tick, 0), traces.n_ticks - 1)
+    p[:, lo:] = m.predict_series(traces, np.arange(lo, traces.n_ticks))
+    return Risk(np.round(p, 9), float(m.horizon_s), desc)
+
+
+# ---- tuning ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Suite:
+    policies: tuple[str, ...] = TUNING_POLICIES
+    trials: int = 100
+    seeds: int = 3
+    seed: int = 0
+    theta: float = 0.3
+    settings: SimSettings = field(default_factory=SimSettings)
+    start_from: float = 0.7
+    window_s: float = 7 * 86400.0
+
+    def __post_init__(self) -> None:
+        if self.trials < 1 or self.seeds < 1:
+            raise SpecError(f"--trials and --seeds must be >= 1, got {self.trials}, {self.seeds}")
+        if not 0.0 < self.theta < 1.0:
+            raise SpecError(f"--theta must be in (0, 1), got {self.theta}")
+        if not 0.0 <= self.start_from < 1.0:
+            raise SpecError(f"--start-from must be in [0, 1), got {self.start_from}")
+
+
+def draw(traces: TraceSet, pool: CurvePool, suite: Suite, seed: int) -> tuple[int, list[Any]]:
+    """The start tick and curve sequence of one seed (identical for every policy)."""
+    rng = random.Random(seed)
+    gap = float(traces.gap_seconds or 60.0)
+    lo = int(suite.start_from * traces.n_ticks)
+    hi = traces.n_ticks - int(suite.window_s / gap) - 1
+    if hi < lo:
+        hours = traces.duration_s * (1 - suite.start_from) / 3600
+        raise SpecError(
+            f"--traces: {hours:.0f} h of trace after --start-from {suite.start_from} is shorter "
+            f"than the {suite.window_s / 3600:.0f} h window a run may need; lower --start-from"
+        )
+    start = rng.randint(lo, hi)
+    curves = list(pool.curves)
+    seq = (
+        rng.sample(curves, suite.trials)
+        if suite.trials <= len(curves)
+        else [rng.choice(curves) for _ in range(suite.trials)]
+    )
+    return start, seq
+
+
+def run_suite(
+    traces: TraceSet,
+    pool: CurvePool,
+    suite: Suite,
+    risk: Risk,
+    *,
+    spot_price: float | None = None,
+    on_demand_price: float | None = None,
+    billing: str = "aws",
+    on_run: Callable[[RunResult], None] | None = None,
+    policy_factory: Callable[[str], Policy] | None = None,
+    workers: int = 1,
+) -> dict[str, Any]:
+    from spotwise.providers.billing import rule_for
+    from spotwise.providers.replay import ReplayMarket
+
+    wall0 = time.monotonic()
+    pool = pool.uniform()
+    market = ReplayMarket(
+        traces, provider=billing, spot_price=spot_price, on_demand_price=on_demand_price
+    )
+    rule = rule_for(billing)
+    settings = replace(suite.settings, direction=pool.direction, horizon_s=suite.window_s)
+    make = policy_factory or (lambda n: get_policy(n, **policy_options(n, suite.theta)))
+    names = list(suite.policies)
+    seeds = [suite.seed + k for k in range(suite.seeds)]
+    draws = {seed: draw(traces, pool, suite, seed) for seed in seeds}
+    starts = [float(traces.times[draws[seed][0]]) for seed in seeds]
+    every = names + ([] if "on-demand" in names else ["on-demand"])
+    tasks = [(seed, name) for seed in seeds for name in every]
+    _SHARED.update(
+        market=market,
+        rule=rule,
+        settings=settings,
+        make=make,
+        draws=draws,
+        risk=risk,
+        traces=traces,
+    )
+    n = max(1, min(workers, len(tasks)))
+    if n > 1:
+        import multiprocessing as mp
+
+        with mp.get_context("fork").Pool(n) as procs:
+            results = procs.map(_one, tasks, chunksize=1)
+    else:
+        results = [_one(t) for t in tasks]
+    runs: dict[str, list[RunResult]] = {name: [] for name in names}
+    reference: list[RunResult] = []
+    for (_, name), r in zip(tasks, results, strict=True):
+        runs.get(name, reference).append(r)
+        if on_run is not None:
+            on_run(r)
+    od = runs.get("on-demand", reference)
+    od_cost = {r.seed: r.cost_usd for r in od}
+    summary = {n: summarize(rs, od_cost) for n, rs in runs.items()}
+    return {
+        "kind": "tuning",
+        "traces": traces.source,
+        "zones": list(traces.zones),
+        "instance_type": market.instance_type,
+        "on_demand_price": market.on_demand_price,
+        "billing": billing,
+        "curves": pool.source,
+        "curve_count": len(pool),
+        "metric": pool.metric,
+        "direction": pool.direction,
+        "step_time": pool.time_note,
+        "revocation_model": risk.model,
+        "settings": {
+            **asdict(settings),
+            "trials": suite.trials,
+            "theta": suite.theta,
+            "start_from": suite.start_from,
+        },
+        "seeds": seeds,
+        "starts": [_iso(s) for s in starts],
+        "policies": summary,
+        "runs": {n: [r.as_dict() for r in rs] for n, rs in runs.items()},
+        "wall_seconds": round(time.monotonic() - wall0, 2),
+    }
+
+
+_SHARED: dict[str, Any] = {}  # what forked workers read (set before the pool starts)
+
+
+def _one(task: tuple[int, str]) -> RunResult:
+    """One (seed, policy) run. BLAS runs single-threaded: curve fits then give the same numbers
+    on any machine (multi-threaded reductions change the last bits, and a top-k cut can flip)."""
+    from threadpoolctl import threadpool_limits
+
+    seed, name = task
+    s = _SHARED
+    start_tick, seq = s["draws"][seed]
+    risk: Risk = s["risk"]
+    with threadpool_limits(limits=1):
+        return _run(s, name, seed, start_tick, seq, risk)
+
+
+def _run(
+    s: dict[str, Any], name: str, seed: int, start_tick: int, seq: Any, risk: Risk
+) -> RunResult:
+    engine = Engine(
+        s["make"](name),
+        s["market"],
+        s["rule"],
+        seq,
+        s["settings"],
+        float(s["traces"].times[start_tick]),
+        risk=risk.at,
+        horizon_s=risk.horizon_s,
+    )
+    r = engine.run()
+    r.seed = seed
+    return r
+
+
+def summarize(rs: list[RunResult], od_cost: dict[int, float]) -> dict[str, Any]:
+    import numpy as np
+
+    def mean(key: str) -> float:
+        return float(np.mean([getattr(r, key) for r in rs]))
+
+    rel = [r.cost_usd / od_cost[r.seed] for r in rs if od_cost.get(r.seed)]
+    return {
+        "cost_usd": mean("cost_usd"),
+        "cost_vs_on_demand": float(np.mean(rel)) if rel else None,
+        "makespan_hours": mean("makespan_hours"),
+        "regret": mean("regret"),
+        "regret_max": float(max(r.regret for r in rs)),
+        "revocations": mean("revocations"),
+        "lost_hours": mean("lost_hours"),
+        "overhead_hours": mean("overhead_hours"),
+        "early_stopped": mean("early_stopped"),
+        "completed": mean("completed"),
+        "steps_run": mean("steps_run"),
+        "spot_hours": mean("spot_hours"),
+        "on_demand_hours": mean("on_demand_hours"),
+        "refunded_hours": mean("refunded_hours"),
+        "budget_exceeded": int(sum(r.budget_exceeded for r in rs)),
+        "deadline_missed": int(sum(r.deadline_missed for r in rs)),
+        "unfinished": int(sum(r.unfinished for r in rs)),
+    }
+
+
+def _iso(t: float) -> str:
+    from datetime import UTC, datetime
+
+    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
