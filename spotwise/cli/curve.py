@@ -1,0 +1,149 @@
+"""``spotwise curve fit | eval``: EarlyCurve and its baselines on learning curves."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+app = typer.Typer(
+    help="Learning curves: fit EarlyCurve, predict final values, compare with baselines.",
+    no_args_is_help=True,
+)
+
+Metric = Annotated[
+    str,
+    typer.Option(
+        "--metric", help="value column (long CSV: default 'value'; LCBench: e.g. val_accuracy)"
+    ),
+]
+Direction = Annotated[
+    str | None,
+    typer.Option("--direction", help="min or max; default from the metric name, else the data"),
+]
+Json = Annotated[bool, typer.Option("--json", help="print one JSON document to stdout")]
+
+
+@app.command()
+def fit(
+    file: Annotated[
+        Path,
+        typer.Argument(
+            help="long CSV (curve_id, step, value[, lr][, seconds]) or the LCBench folder"
+        ),
+    ],
+    curve_id: Annotated[str, typer.Option("--curve-id", help="which curve")],
+    metric: Metric = "value",
+    theta: Annotated[
+        float,
+        typer.Option(
+            "--theta", help="observe only the first θ of the curve (the rest is drawn as ○)"
+        ),
+    ] = 1.0,
+    total_steps: Annotated[
+        int | None,
+        typer.Option(
+            "--total-steps", help="predict the value at this step (default: the curve's last)"
+        ),
+    ] = None,
+    direction: Direction = None,
+    as_json: Json = False,
+) -> None:
+    """Fit one curve, print the stages and the predicted final value, and draw it."""
+    from spotwise.predictors.service import curve_fit
+
+    r = curve_fit(file, curve_id, metric, theta, total_steps, direction)
+    f, c, n = r["fit"], r["curve"], r["observed"]
+    out = {
+        "curve_id": r["curve_id"],
+        "metric": metric,
+        "observed_points": n,
+        "total_steps": r["total_steps"],
+        "final": f.final,
+        "band": list(f.band),
+        "true_final": r["true_final"],
+        "direction": f.direction,
+        "stages": f.params,
+        "boundaries": f.boundaries,
+        "shrink": f.shrink,
+        "fit_ms": round(f.fit_ms, 3),
+    }
+    if as_json:
+        typer.echo(json.dumps(out))
+        return
+    import numpy as np
+    from rich.console import Console
+
+    from spotwise.predictors._textplot import curve_plot
+
+    con = Console()
+    con.print(
+        f"[bold]curve {r['curve_id']}[/] {metric}: {n} of {r['points']} points observed, "
+        f"{f.direction}imize-type, fit in {f.fit_ms:.1f} ms"
+    )
+    for s in f.params:
+        q = f"{s['A0']:.4g}·k² {_signed(s['A1'])}·k {_signed(s['A2'])}"
+        con.print(f"  stage from step {s['start']:g}: 1/({q}) {_signed(s['A3'])}")
+    truth = "" if r["true_final"] is None else f"   (true: {r['true_final']:.4g})"
+    con.print(
+        f"  predicted final at step {r['total_steps']}: [bold]{f.final:.4g}[/]  "
+        f"band [{f.band[0]:.4g}, {f.band[1]:.4g}]{truth}"
+    )
+    grid = np.linspace(float(c.steps[0]), float(r["total_steps"]), 64)
+    hidden = (c.steps[n:].tolist(), c.values[n:].tolist()) if n < len(c.steps) else None
+    for line in curve_plot(
+        (c.steps[:n].tolist(), c.values[:n].tolist()),
+        (grid.tolist(), f.predict(grid).tolist()),
+        hidden,
+        f.band,
+    ):
+        con.print(line, highlight=False)
+    con.print("[dim]● observed  · fit / forecast  ○ held out  ┆ band of the final value[/]")
+
+
+def _signed(x: float) -> str:
+    return f"{'−' if x < 0 else '+'} {abs(x):.4g}"
+
+
+@app.command("eval")
+def eval_(
+    curves: Annotated[Path, typer.Option("--curves", help="long CSV or the LCBench folder")],
+    metric: Metric = "value",
+    theta: Annotated[
+        float, typer.Option("--theta", help="fraction of each curve observed, in (0, 1)")
+    ] = 0.3,
+    methods: Annotated[
+        str, typer.Option("--methods", help="comma-separated curve predictors")
+    ] = "earlycurve,last-value,mean-last-k,power-law",
+    direction: Direction = None,
+    as_json: Json = False,
+) -> None:
+    """Predict each curve's final value from its first θ: MAE, Spearman, top-10% recall."""
+    from spotwise.predictors.service import curve_eval
+
+    names = tuple(m.strip() for m in methods.split(",") if m.strip())
+    res = curve_eval(curves, metric, theta, names, direction)
+    if as_json:
+        typer.echo(json.dumps(res))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(
+        title=f"{metric} at θ = {theta} "
+        f"({res['rows'][0]['n_curves']} curves, {res['direction']}imize)"
+    )
+    for col in ("method", "MAE", "Spearman", "top-10% recall @25%", "band coverage", "ms/curve"):
+        t.add_column(col, justify="left" if col == "method" else "right")
+    for r in res["rows"]:
+        t.add_row(
+            r["name"],
+            f"{r['mae']:.4g}",
+            f"{r['spearman']:.4f}",
+            f"{r['top10_recall_at_25']:.3f}",
+            f"{r['band_coverage']:.3f}",
+            f"{r['fit_ms_per_curve']:.2f}",
+        )
+    Console().print(t)

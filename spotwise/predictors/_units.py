@@ -1,0 +1,51 @@
+"""Durations on the command line: ``90s``, ``30m``, ``1h``, ``2d``, ``1h30m`` or seconds."""
+
+from __future__ import annotations
+
+import re
+
+from spotwise.errors import SpecError
+
+_UNIT_SECONDS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
+_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)\s*([smhdw])")
+
+
+def parse_duration(text: str | float | int, *, field: str = "duration") -> float:
+    """Seconds in ``text``; raises :class:`SpecError` naming ``field`` when it is not a duration.
+
+    >>> parse_duration("1h30m")
+    5400.0
+    """
+    if isinstance(text, int | float):
+        value = float(text)
+    else:
+        s = text.strip().lower().replace(" ", "")
+        try:
+            value = float(s)
+        except ValueError:
+            pos, value = 0, 0.0
+            for m in _PART.finditer(s):
+                if m.start() != pos:
+                    break
+                value += float(m.group(1)) * _UNIT_SECONDS[m.group(2)]
+                pos = m.end()
+            if pos != len(s) or not s:
+                raise SpecError(
+                    f"{field}: {text!r} is not a duration; use e.g. 90s, 30m, 1h, 2d or 1h30m"
+                ) from None
+    if not value > 0 or value == float("inf"):
+        raise SpecError(f"{field}: must be a positive duration, got {text!r}")
+    return value
+
+
+def format_duration(seconds: float) -> str:
+    """Short human form: ``3600 → '1h'``, ``5400 → '1h30m'``, ``90 → '1m30s'``."""
+    s = round(seconds)
+    if s <= 0:
+        return f"{seconds:g}s"
+    out = []
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
+        if s >= size:
+            n, s = divmod(s, size)
+            out.append(f"{n}{unit}")
+    return "".join(out)

@@ -1,0 +1,203 @@
+"""Learning curves: load them, and measure how well each curve predictor calls the final value.
+
+Formats (:func:`load_curves`):
+
+* a long CSV (``.csv`` / ``.csv.gz``) ``curve_id, step, value[, lr][, seconds]``; ``metric``
+  names the value column (default ``value``);
+* the LCBench folder (or its ``*_curves_long.csv.gz``): ``trial, epoch, lr, time, <metrics>``.
+  Epoch 0 (measured before training) and epoch 51 (a repeat of epoch 50) are dropped, as Ax does:
+  a curve is epochs 1..50.
+
+Evaluation (:func:`evaluate_curves`): for each curve with ``total`` steps, observe the points with
+``step ≤ θ·total`` (at least 2), predict the value at the last step, and compare with the true
+last value: MAE, Spearman rank correlation of predicted vs true finals, the recall of the true
+top 10 % when keeping the predicted top 25 %, the share of true finals inside the band, and the
+fit time per curve.
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from spotwise.errors import SpecError, did_you_mean
+
+if TYPE_CHECKING:
+    import numpy as np
+
+LCBENCH_DROP_EPOCHS = (0, 51)
+_MIN_WORDS = ("loss", "error", "cross_entropy", "perplexity", "mse", "mae", "rmse")
+
+
+@dataclass
+class Curve:
+    curve_id: str
+    steps: np.ndarray
+    values: np.ndarray
+    lr: np.ndarray | None = None
+    seconds: np.ndarray | None = None
+
+
+def metric_direction(metric: str) -> str | None:
+    """``"min"`` for losses/errors, ``"max"`` for accuracies, ``None`` when the name is silent."""
+    m = metric.lower()
+    if any(w in m for w in _MIN_WORDS):
+        return "min"
+    if "acc" in m or "auc" in m or "f1" in m or m.endswith("result") or "score" in m:
+        return "max"
+    return None
+
+
+def _open(path: Path) -> Any:
+    return gzip.open(path, "rt", newline="") if path.suffix == ".gz" else open(path, newline="")
+
+
+def load_curves(path: str | Path, metric: str = "value") -> dict[str, Curve]:
+    """Curves by id from a long CSV or the LCBench folder/file."""
+    import numpy as np
+
+    p = Path(path)
+    if not p.exists():
+        raise SpecError(f"--curves: {p} does not exist; pass a long CSV or the LCBench folder")
+    if p.is_dir():
+        found = sorted(p.glob("*curves_long.csv*")) or sorted(
+            [*p.glob("*.csv"), *p.glob("*.csv.gz")]
+        )
+        if not found:
+            raise SpecError(f"--curves: {p} holds no *_curves_long.csv(.gz) or .csv file")
+        p = found[0]
+    with _open(p) as fh:
+        reader = csv.DictReader(fh)
+        cols = list(reader.fieldnames or [])
+        lcbench = "trial" in cols and "epoch" in cols
+        id_col, step_col = ("trial", "epoch") if lcbench else ("curve_id", "step")
+        if id_col not in cols or step_col not in cols:
+            raise SpecError(
+                f"--curves: {p} needs columns curve_id, step, <metric> "
+                "(or LCBench's trial, epoch); "
+                f"it has {', '.join(cols)}"
+            )
+        if metric not in cols:
+            choices = [c for c in cols if c not in (id_col, step_col)]
+            raise SpecError(
+                f"--metric: no column {metric!r} in {p.name}{did_you_mean(metric, choices)}; "
+                f"valid: {', '.join(choices)}"
+            )
+        lr_col = "lr" if "lr" in cols else None
+        sec_col = "seconds" if "seconds" in cols else ("time" if "time" in cols else None)
+        raw: dict[str, list[tuple[float, float, float, float]]] = {}
+        for row in reader:
+            step = float(row[step_col])
+            if lcbench and int(step) in LCBENCH_DROP_EPOCHS:
+                continue
+            val = float(row[metric]) if row[metric] not in ("", None) else float("nan")
+            lr = float(row[lr_col]) if lr_col and row[lr_col] not in ("", None) else float("nan")
+            sec = (
+                float(row[sec_col]) if sec_col and row[sec_col] not in ("", None) else float("nan")
+            )
+            raw.setdefault(row[id_col], []).append((step, val, lr, sec))
+    if not raw:
+        raise SpecError(f"--curves: {p} has no rows")
+    out: dict[str, Curve] = {}
+    for cid, pts in raw.items():
+        a = np.array(sorted(pts))
+        out[cid] = Curve(
+            curve_id=cid,
+            steps=a[:, 0],
+            values=a[:, 1],
+            lr=a[:, 2] if lr_col and np.isfinite(a[:, 2]).all() else None,
+            seconds=a[:, 3] if sec_col and np.isfinite(a[:, 3]).all() else None,
+        )
+    return out
+
+
+def dataset_direction(curves: dict[str, Curve], metric: str) -> str:
+    """The metric's direction from its name, else from whether curves end above where they start."""
+    import numpy as np
+
+    d = metric_direction(metric)
+    if d is not None:
+        return d
+    ups = [
+        float(np.nanmean(c.values[-3:]) - np.nanmean(c.values[:3]))
+        for c in curves.values()
+        if len(c.values) >= 2
+    ]
+    return "max" if np.nanmedian(ups) > 0 else "min"
+
+
+def observed(c: Curve, theta: float) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, int]:
+    """The first θ of a curve (steps ≤ θ·last step, at least 2 points) and its total steps."""
+    import numpy as np
+
+    total = int(c.steps[-1])
+    n = max(2, int(np.sum(c.steps <= theta * total + 1e-9)))
+    return c.steps[:n], c.values[:n], None if c.lr is None else c.lr[:n], total
+
+
+def evaluate_curves(
+    curves: dict[str, Curve],
+    theta: float = 0.3,
+    methods: tuple[str, ...] = ("earlycurve", "last-value", "mean-last-k", "power-law"),
+    direction: str = "max",
+    options: dict[str, dict[str, Any]] | None = None,
+) -> list[dict[str, Any]]:
+    """One row per method: mae, spearman, top10_recall_at_25, band_coverage, fit_ms_per_curve."""
+    import numpy as np
+    from scipy.stats import spearmanr
+
+    from spotwise.predictors.earlycurve import get_curve_predictor
+
+    if not 0 < theta < 1:
+        raise SpecError(f"--theta must be in (0, 1), got {theta=}")
+    ids = [cid for cid, c in curves.items() if len(c.values) >= 3]
+    if len(ids) < 2:
+        raise SpecError("need at least 2 curves with ≥ 3 points to evaluate")
+    truth = np.array([curves[c].values[-1] for c in ids])
+    sign = 1.0 if direction == "max" else -1.0
+    rows = []
+    for name in methods:
+        opts = dict((options or {}).get(name, {}))
+        if name in ("earlycurve", "power-law"):
+            opts.setdefault("direction", direction)
+        pred = get_curve_predictor(name, **opts)
+        finals, lo, hi = np.empty(len(ids)), np.empty(len(ids)), np.empty(len(ids))
+        t0 = time.perf_counter()
+        for i, cid in enumerate(ids):
+            k, v, lr, total = observed(curves[cid], theta)
+            finals[i], lo[i], hi[i] = pred.predict_final(k, v, total, lr)
+        ms = (time.perf_counter() - t0) * 1000 / len(ids)
+        rows.append(
+            {
+                "name": name,
+                "theta": theta,
+                "n_curves": len(ids),
+                "direction": direction,
+                "mae": float(np.mean(np.abs(finals - truth))),
+                "spearman": float(spearmanr(finals, truth).statistic),
+                "top10_recall_at_25": top_recall(sign * finals, sign * truth),
+                "band_coverage": float(np.mean((truth >= lo) & (truth <= hi))),
+                "fit_ms_per_curve": round(ms, 3),
+                "nan_predictions": int(np.sum(~np.isfinite(finals))),
+            }
+        )
+    return rows
+
+
+def top_recall(pred: np.ndarray, truth: np.ndarray, top: float = 0.10, keep: float = 0.25) -> float:
+    """Share of the true top ``top`` (highest ``truth``) among the predicted top ``keep``.
+
+    Ties at the true threshold count as top (so the set may exceed ``top`` when values repeat).
+    """
+    import numpy as np
+
+    n = len(truth)
+    thr = np.sort(truth)[::-1][max(int(np.ceil(top * n)) - 1, 0)]
+    best = truth >= thr
+    kept = np.zeros(n, dtype=bool)
+    kept[np.argsort(-pred, kind="stable")[: max(int(np.ceil(keep * n)), 1)]] = True
+    return float((best & kept).sum() / best.sum())

@@ -1,0 +1,358 @@
+"""Revocation predictors: P(spot in a zone becomes unavailable within a horizon | available now).
+
+One small interface, :class:`RevocationModel`, and four implementations registered by name:
+
+* ``base-rate``  — the zone's share of available ticks followed by a revocation within the horizon
+  (shrunk toward the pooled rate; unseen zones get the pooled rate);
+* ``persistence`` — recent availability: the unavailable share of the last horizon-long window,
+  mapped to a probability by isotonic regression on the training ticks;
+* ``logistic``   — logistic regression on lagged features (availability, price and its changes,
+  clock, other zones of the same instance type; see :mod:`._revfeatures`);
+* ``lstm``       — an LSTM over the recent per-tick history plus the same summary features,
+  Platt-calibrated on a validation slice at the end of its training period (:mod:`.lstm`).
+
+Every model returns probabilities in [0, 1]. Where spot is *not* obtainable at a tick the answer
+is 1.0 (a launch there fails; the question "will it be revoked" presumes a running instance).
+
+``load_pretrained()`` gives the shipped LSTM (trained on the first 70 % of the Apache-2.0 SkyNomad
+V100 trace, see ``docs/predictors.md``); its features are zone-agnostic, so it serves any zone.
+Models are saved as ``{"name", "horizon_s", "config", "tensors"}`` of plain types and tensors and
+loaded with ``torch.load(..., weights_only=True)``: no pickled objects.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+from spotwise.errors import PredictorError, SpecError, did_you_mean
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from spotwise.predictors._revfeatures import Features
+    from spotwise.traces import TraceSet
+
+MODELS_DIR = Path(__file__).resolve().parent / "models"
+PRETRAINED = MODELS_DIR / "revocation-lstm-skynomad-v100.pt"
+FORMAT = "spotwise-revocation/1"
+
+
+@runtime_checkable
+class RevocationModel(Protocol):
+    """Per-zone probability that spot is revoked within ``horizon_s`` of a tick."""
+
+    name: str
+    horizon_s: float
+
+    def fit(self, traces: TraceSet, horizon_s: float) -> None: ...
+
+    def predict_proba(self, traces: TraceSet, tick: int) -> np.ndarray:
+        """(Z,) probabilities given the history up to and including ``tick``."""
+        ...
+
+    def predict_series(self, traces: TraceSet, ticks: np.ndarray) -> np.ndarray:
+        """(Z, len(ticks)) probabilities; one vectorised pass, for simulation."""
+        ...
+
+    def save(self, path: str | Path) -> None: ...
+
+
+class _TraceModel:
+    """Shared plumbing: tick bookkeeping, the unavailable → 1.0 rule, clipping, save."""
+
+    name = "?"
+    seq_len = 1
+
+    def __init__(self) -> None:
+        self.horizon_s = 3600.0
+        self.fitted = False
+
+    # subclasses implement these two
+    def _fit(self, traces: TraceSet, horizon_s: float) -> None:
+        raise NotImplementedError
+
+    def _score(
+        self, traces: TraceSet, lo: int, hi: int, zi: np.ndarray, ti: np.ndarray
+    ) -> np.ndarray:
+        """Probabilities of samples (zone, tick) with ticks in [lo, hi)."""
+        raise NotImplementedError
+
+    def _state(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        raise NotImplementedError
+
+    def _load_state(self, config: dict[str, Any], tensors: dict[str, Any]) -> None:
+        raise NotImplementedError
+
+    def fit(self, traces: TraceSet, horizon_s: float) -> None:
+        from spotwise.predictors._revfeatures import labels
+
+        if not horizon_s > 0:
+            raise SpecError(f"horizon must be > 0 seconds, got {horizon_s=}")
+        if traces.n_ticks < 3:
+            raise PredictorError(
+                f"{self.name}: a trace of {traces.n_ticks} ticks is too short to fit"
+            )
+        _, valid = labels(traces, horizon_s)
+        if not valid.any():
+            raise PredictorError(
+                f"{self.name}: no labelled tick (spot never available, or the trace is shorter "
+                f"than the {horizon_s:g} s horizon)"
+            )
+        self.horizon_s = float(horizon_s)
+        self._fit(traces, float(horizon_s))
+        self.fitted = True
+
+    def predict_proba(self, traces: TraceSet, tick: int) -> np.ndarray:
+        import numpy as np
+
+        return self.predict_series(traces, np.array([tick]))[:, 0]
+
+    def predict_series(self, traces: TraceSet, ticks: np.ndarray) -> np.ndarray:
+        import numpy as np
+
+        if not self.fitted:
+            raise PredictorError(
+                f"{self.name}: call fit() (or load a saved model) before predicting"
+            )
+        ticks = np.asarray(ticks, dtype=np.int64).reshape(-1)
+        z = len(traces.zones)
+        out = np.ones((z, len(ticks)))
+        if len(ticks) == 0:
+            return out
+        if ticks.min() < 0 or ticks.max() >= traces.n_ticks:
+            raise PredictorError(
+                f"ticks must lie in [0, {traces.n_ticks}), got {ticks.min()}..{ticks.max()}"
+            )
+        lo, hi = int(ticks.min()), int(ticks.max()) + 1
+        zi, col = np.nonzero(traces.available[:, ticks])
+        if len(zi):
+            p = self._score(traces, lo, hi, zi, ticks[col] - lo)
+            out[zi, col] = np.clip(np.nan_to_num(p, nan=0.5), 0.0, 1.0)
+        return out
+
+    def save(self, path: str | Path) -> None:
+        import torch
+
+        if not self.fitted:
+            raise PredictorError(f"{self.name}: nothing to save, the model is not fitted")
+        config, tensors = self._state()
+        doc = {
+            "format": FORMAT,
+            "name": self.name,
+            "horizon_s": self.horizon_s,
+            "config": config,
+            "tensors": tensors,
+        }
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        torch.save(doc, str(path))
+
+
+def _train_samples(traces: TraceSet, horizon_s: float, stride: int = 1) -> tuple[Any, Any, Any]:
+    from spotwise.predictors._revfeatures import samples
+
+    return samples(traces, horizon_s, (0, traces.n_ticks), stride)
+
+
+class BaseRateModel(_TraceModel):
+    """The zone's historical revocation rate (pooled rate for zones never seen)."""
+
+    name = "base-rate"
+    shrink = 20.0  # pseudo-ticks of the pooled rate added to each zone's count
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rates: dict[str, float] = {}
+        self.pooled = 0.5
+
+    def _fit(self, traces: TraceSet, horizon_s: float) -> None:
+        zi, _, y = _train_samples(traces, horizon_s)
+        self.pooled = float((y.sum() + 0.5) / (len(y) + 1.0))
+        for i, zone in enumerate(traces.zones):
+            yz = y[zi == i]
+            self.rates[zone] = float(
+                (yz.sum() + self.shrink * self.pooled) / (len(yz) + self.shrink)
+            )
+
+    def _score(
+        self, traces: TraceSet, lo: int, hi: int, zi: np.ndarray, ti: np.ndarray
+    ) -> np.ndarray:
+        import numpy as np
+
+        per_zone = np.array([self.rates.get(z, self.pooled) for z in traces.zones])
+        return per_zone[zi]
+
+    def _state(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        return {"rates": self.rates, "pooled": self.pooled}, {}
+
+    def _load_state(self, config: dict[str, Any], tensors: dict[str, Any]) -> None:
+        self.rates = {str(k): float(v) for k, v in config["rates"].items()}
+        self.pooled = float(config["pooled"])
+
+
+class PersistenceModel(_TraceModel):
+    """Recent availability: unavailable share of the last horizon, isotonic-calibrated."""
+
+    name = "persistence"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.x: list[float] = [0.0, 1.0]
+        self.y: list[float] = [0.5, 0.5]
+
+    def _recent(self, traces: TraceSet, lo: int, hi: int) -> np.ndarray:
+        from spotwise.predictors._revfeatures import _wmean, ticks_for
+
+        w = ticks_for(self.horizon_s, traces.gap_seconds)
+        s0 = max(0, lo - w)
+        return 1.0 - _wmean(traces.available[:, s0:hi].astype(float), w)[:, lo - s0 :]
+
+    def _fit(self, traces: TraceSet, horizon_s: float) -> None:
+        import numpy as np
+        from sklearn.isotonic import IsotonicRegression
+
+        self.horizon_s = horizon_s
+        zi, ti, y = _train_samples(traces, horizon_s)
+        s = self._recent(traces, 0, traces.n_ticks)[zi, ti]
+        iso = IsotonicRegression(y_min=1e-4, y_max=1 - 1e-4, out_of_bounds="clip").fit(s, y)
+        self.x = [float(v) for v in np.asarray(iso.X_thresholds_)]
+        self.y = [float(v) for v in np.asarray(iso.y_thresholds_)]
+
+    def _score(
+        self, traces: TraceSet, lo: int, hi: int, zi: np.ndarray, ti: np.ndarray
+    ) -> np.ndarray:
+        import numpy as np
+
+        return np.interp(self._recent(traces, lo, hi)[zi, ti], self.x, self.y)
+
+    def _state(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        return {"x": self.x, "y": self.y}, {}
+
+    def _load_state(self, config: dict[str, Any], tensors: dict[str, Any]) -> None:
+        self.x, self.y = list(config["x"]), list(config["y"])
+
+
+class LogisticModel(_TraceModel):
+    """Logistic regression on lagged features (standardised), fitted with scikit-learn."""
+
+    name = "logistic"
+    n_lags = 12
+
+    def __init__(self, stride: int = 1, C: float = 1.0) -> None:
+        super().__init__()
+        self.seq_len = self.n_lags
+        self.stride, self.C = stride, C
+        self.mean: list[float] = []
+        self.std: list[float] = []
+        self.coef: list[float] = []
+        self.intercept = 0.0
+
+    def _design(self, f: Features, zi: np.ndarray, ti: np.ndarray) -> np.ndarray:
+        import numpy as np
+
+        return np.concatenate([f.stat[zi, ti], f.lags(zi, ti, self.n_lags)], axis=1).astype(
+            np.float64
+        )
+
+    def _fit(self, traces: TraceSet, horizon_s: float) -> None:
+        import numpy as np
+        from sklearn.linear_model import LogisticRegression
+
+        from spotwise.predictors._revfeatures import features_for
+
+        zi, ti, y = _train_samples(traces, horizon_s, self.stride)
+        x = self._design(features_for(traces, 0, traces.n_ticks, self.seq_len), zi, ti)
+        mean, std = x.mean(0), x.std(0) + 1e-6
+        if y.min() == y.max():  # one class only: a constant at the smoothed rate
+            self.coef, self.intercept = (
+                [0.0] * x.shape[1],
+                float(np.log((y.sum() + 0.5) / (len(y) - y.sum() + 0.5))),
+            )
+        else:
+            lr = LogisticRegression(C=self.C, max_iter=2000).fit((x - mean) / std, y)
+            self.coef, self.intercept = lr.coef_[0].tolist(), float(lr.intercept_[0])
+        self.mean, self.std = mean.tolist(), std.tolist()
+
+    def _score(
+        self, traces: TraceSet, lo: int, hi: int, zi: np.ndarray, ti: np.ndarray
+    ) -> np.ndarray:
+        import numpy as np
+
+        from spotwise.predictors._revfeatures import features_for
+
+        x = self._design(features_for(traces, lo, hi, self.seq_len), zi, ti)
+        logit = ((x - np.array(self.mean)) / np.array(self.std)) @ np.array(
+            self.coef
+        ) + self.intercept
+        return 1.0 / (1.0 + np.exp(-np.clip(logit, -30, 30)))
+
+    def _state(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        return {
+            "mean": self.mean,
+            "std": self.std,
+            "coef": self.coef,
+            "intercept": self.intercept,
+        }, {}
+
+    def _load_state(self, config: dict[str, Any], tensors: dict[str, Any]) -> None:
+        self.mean, self.std = list(config["mean"]), list(config["std"])
+        self.coef, self.intercept = list(config["coef"]), float(config["intercept"])
+
+
+def _lstm() -> type[_TraceModel]:
+    from spotwise.predictors.lstm import LSTMModel
+
+    return LSTMModel
+
+
+_REGISTRY: dict[str, Callable[[], type[_TraceModel]]] = {
+    "lstm": _lstm,
+    "base-rate": lambda: BaseRateModel,
+    "persistence": lambda: PersistenceModel,
+    "logistic": lambda: LogisticModel,
+}
+MODEL_NAMES = tuple(_REGISTRY)
+
+
+def get_revocation_model(name: str, **options: Any) -> RevocationModel:
+    """A fresh, unfitted model by name; unknown names raise SpecError listing the valid ones."""
+    if name not in _REGISTRY:
+        raise SpecError(
+            f"revocation model: unknown name {name!r}{did_you_mean(name, list(MODEL_NAMES))}; "
+            f"valid: {', '.join(MODEL_NAMES)}"
+        )
+    model: RevocationModel = _REGISTRY[name]()(**options)
+    return model
+
+
+def load(path: str | Path) -> RevocationModel:
+    """A model written by ``save`` (or ``spotwise predictor train``)."""
+    import torch
+
+    p = Path(path)
+    if not p.is_file():
+        raise PredictorError(
+            f"model file {p} does not exist", hint="spotwise predictor train --out FILE"
+        )
+    try:
+        doc = torch.load(str(p), map_location="cpu", weights_only=True)
+    except Exception as e:  # torch raises many types for a foreign or damaged file
+        raise PredictorError(f"{p} is not a spotwise revocation model: {e}") from None
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT or doc.get("name") not in _REGISTRY:
+        raise PredictorError(f"{p} is not a spotwise revocation model (format {FORMAT!r})")
+    model = _REGISTRY[doc["name"]]()()
+    model.horizon_s = float(doc["horizon_s"])
+    model._load_state(doc["config"], doc["tensors"])
+    model.fitted = True
+    return model
+
+
+def load_pretrained() -> RevocationModel:
+    """The shipped LSTM (1 h horizon, SkyNomad V100 2023 training part); any zone."""
+    if not PRETRAINED.is_file():
+        raise PredictorError(
+            f"the pretrained model {PRETRAINED.name} is missing from the install",
+            hint="spotwise predictor train --traces <trace> --out model.pt, then pass --model",
+        )
+    return load(PRETRAINED)
