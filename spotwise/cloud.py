@@ -49,20 +49,37 @@ def check(providers: list[str] | None = None) -> dict[str, Any]:
     for name in providers or list(PROVIDER_NAMES):
         validate_name(name)
         if name == "local":
-            out.append({"provider": "local", "usable": True, "details": {"trace": LOCAL_TRACE},
-                        "reason": "replay market over a real spot trace; trials run as local "
-                                  "processes"})
+            out.append(
+                {
+                    "provider": "local",
+                    "usable": True,
+                    "details": {"trace": LOCAL_TRACE},
+                    "reason": "replay market over a real spot trace; trials run as local processes",
+                }
+            )
             continue
         try:
             res = cloud_module(name).check()
-            out.append({"provider": name, "usable": bool(res.usable), "reason": res.reason,
-                        "details": dict(res.details)})
+            out.append(
+                {
+                    "provider": name,
+                    "usable": bool(res.usable),
+                    "reason": res.reason,
+                    "details": dict(res.details),
+                }
+            )
         except ProviderUnavailable as e:
             reason = e.message + (f"; {e.hint}" if e.hint else "")
             out.append({"provider": name, "usable": False, "reason": reason, "details": {}})
         except Exception as e:  # a broken adapter must not hide the others
-            out.append({"provider": name, "usable": False, "details": {},
-                        "reason": f"check failed: {type(e).__name__}"})
+            out.append(
+                {
+                    "provider": name,
+                    "usable": False,
+                    "details": {},
+                    "reason": f"check failed: {type(e).__name__}",
+                }
+            )
     return {"providers": out}
 
 
@@ -106,8 +123,9 @@ def _check_instance_type(catalog: Catalog, provider: str, region: str | None, na
         )
 
 
-def catalog(provider: str = "local", region: str | None = None, gpu: str | None = None,
-            min_vcpus: int = 0) -> dict[str, Any]:
+def catalog(
+    provider: str = "local", region: str | None = None, gpu: str | None = None, min_vcpus: int = 0
+) -> dict[str, Any]:
     """Instance types (hardware and on-demand price) of a provider's region."""
     region = region or _default_region(provider, required=False)
     cat = open_catalog(provider, region)
@@ -123,8 +141,13 @@ def catalog(provider: str = "local", region: str | None = None, gpu: str | None 
                 f"{provider}: no instance type with GPU {gpu!r} in {region or 'its regions'}"
                 f"{did_you_mean(gpu, known)}; GPUs there: {', '.join(known) or 'none'}"
             )
-    rows.sort(key=lambda r: (r["on_demand_price_per_hour"] is None,
-                             r["on_demand_price_per_hour"] or 0.0, r["name"]))
+    rows.sort(
+        key=lambda r: (
+            r["on_demand_price_per_hour"] is None,
+            r["on_demand_price_per_hour"] or 0.0,
+            r["name"],
+        )
+    )
     out: dict[str, Any] = {"provider": provider, "region": region, "instance_types": rows}
     source = getattr(cat, "on_demand_source", None)
     if callable(source) and rows:
@@ -138,18 +161,33 @@ def _offer_row(provider: str, o: Offer, observed_at: float) -> dict[str, Any]:
     if od and o.market is Market.SPOT:
         savings = round(1.0 - o.price_per_hour / od, 4)
     return {
-        "provider": provider, "region": o.region, "zone": o.zone,
-        "instance_type": o.instance_type, "market": o.market.value,
-        "price_per_hour": o.price_per_hour, "on_demand_price_per_hour": od, "savings": savings,
-        "vcpus": o.vcpus, "memory_gb": o.memory_gb, "gpus": o.gpus, "gpu_name": o.gpu_name,
-        "available": o.available, "observed_at": observed_at,
+        "provider": provider,
+        "region": o.region,
+        "zone": o.zone,
+        "instance_type": o.instance_type,
+        "market": o.market.value,
+        "price_per_hour": o.price_per_hour,
+        "on_demand_price_per_hour": od,
+        "savings": savings,
+        "vcpus": o.vcpus,
+        "memory_gb": o.memory_gb,
+        "gpus": o.gpus,
+        "gpu_name": o.gpu_name,
+        "available": o.available,
+        "observed_at": observed_at,
     }
 
 
 def _history_row(provider: str, p: PricePoint, region: str) -> dict[str, Any]:
-    return {"provider": provider, "region": region, "zone": p.zone,
-            "instance_type": p.instance_type, "market": p.market.value,
-            "price_per_hour": p.price_per_hour, "observed_at": p.timestamp}
+    return {
+        "provider": provider,
+        "region": region,
+        "zone": p.zone,
+        "instance_type": p.instance_type,
+        "market": p.market.value,
+        "price_per_hour": p.price_per_hour,
+        "observed_at": p.timestamp,
+    }
 
 
 def prices(
@@ -170,8 +208,13 @@ def prices(
         raise SpecError("--history is the spot price history; drop --on-demand")
     now = time.time() if now is None else now
     region = region or _default_region(provider, required=False)
-    out: dict[str, Any] = {"provider": provider, "region": region, "instance_type": instance_type,
-                           "market": market.value if market else None, "fetched_at": now}
+    out: dict[str, Any] = {
+        "provider": provider,
+        "region": region,
+        "instance_type": instance_type,
+        "market": market.value if market else None,
+        "fetched_at": now,
+    }
     try:
         cat = open_catalog(provider, region)
         _check_region(cat, provider, region)
@@ -199,19 +242,27 @@ def prices(
     return out
 
 
-def _history(cat: Catalog, provider: str, region: str | None, instance_type: str,
-             window: float, now: float) -> dict[str, Any]:
+def _history(
+    cat: Catalog, provider: str, region: str | None, instance_type: str, window: float, now: float
+) -> dict[str, Any]:
     if provider == "local":  # the trace's clock: the last `window` of the trace
         end = float(getattr(cat, "end_time", now))
         regions = [region] if region else cat.regions()
     else:
         end = now
         regions = [region or str(_default_region(provider))]
-    rows = [_history_row(provider, p, r) for r in regions
-            for p in cat.price_history(r, instance_type, end - window, end)]
+    rows = [
+        _history_row(provider, p, r)
+        for r in regions
+        for p in cat.price_history(r, instance_type, end - window, end)
+    ]
     rows.sort(key=lambda r: (r["observed_at"], r["zone"]))
-    return {"source": "live", "history": {"start": end - window, "end": end}, "prices": rows,
-            "cached": 0}
+    return {
+        "source": "live",
+        "history": {"start": end - window, "end": end},
+        "prices": rows,
+        "cached": 0,
+    }
 
 
 def _default_region(provider: str, required: bool = True) -> str | None:
@@ -229,25 +280,42 @@ def _default_region(provider: str, required: bool = True) -> str | None:
 def _cache(rows: list[dict[str, Any]], db: str | None, fetched_at: float) -> int:
     from spotwise.store import Store
 
-    keep = ("provider", "region", "zone", "instance_type", "market", "price_per_hour",
-            "observed_at")
+    keep = (
+        "provider",
+        "region",
+        "zone",
+        "instance_type",
+        "market",
+        "price_per_hour",
+        "observed_at",
+    )
     store = Store.open(db)
     try:
-        return store.cache_prices([{**{k: r[k] for k in keep}, "fetched_at": fetched_at}
-                                   for r in rows])
+        return store.cache_prices(
+            [{**{k: r[k] for k in keep}, "fetched_at": fetched_at} for r in rows]
+        )
     finally:
         store.close()
 
 
-def _from_cache(provider: str, region: str | None, instance_type: str | None,
-                market: Market | None, db: str | None) -> list[dict[str, Any]]:
+def _from_cache(
+    provider: str,
+    region: str | None,
+    instance_type: str | None,
+    market: Market | None,
+    db: str | None,
+) -> list[dict[str, Any]]:
     from spotwise.store import Store
 
     store = Store.open(db)
     try:
-        got = store.cached_prices(provider, region=region, instance_type=instance_type,
-                                  market=market.value if market else None,
-                                  max_age_s=CACHE_MAX_AGE_S)
+        got = store.cached_prices(
+            provider,
+            region=region,
+            instance_type=instance_type,
+            market=market.value if market else None,
+            max_age_s=CACHE_MAX_AGE_S,
+        )
     finally:
         store.close()
     latest: dict[tuple[str, str, str], Any] = {}
@@ -255,9 +323,18 @@ def _from_cache(provider: str, region: str | None, instance_type: str | None,
         key = (row.zone, row.instance_type, row.market)
         if key not in latest or row.fetched_at >= latest[key].fetched_at:
             latest[key] = row
-    rows = [{"provider": r.provider, "region": r.region, "zone": r.zone,
-             "instance_type": r.instance_type, "market": r.market,
-             "price_per_hour": r.price_per_hour, "observed_at": r.observed_at,
-             "fetched_at": r.fetched_at} for r in latest.values()]
+    rows = [
+        {
+            "provider": r.provider,
+            "region": r.region,
+            "zone": r.zone,
+            "instance_type": r.instance_type,
+            "market": r.market,
+            "price_per_hour": r.price_per_hour,
+            "observed_at": r.observed_at,
+            "fetched_at": r.fetched_at,
+        }
+        for r in latest.values()
+    ]
     rows.sort(key=lambda r: (r["price_per_hour"], r["zone"], r["instance_type"], r["market"]))
     return rows

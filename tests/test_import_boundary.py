@@ -19,8 +19,15 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "spotwise"
 PROVIDERS = PACKAGE / "providers"
-SDK_PREFIXES = ("boto3", "botocore", "google.cloud", "google.auth", "google.api_core",
-                "google.oauth2", "azure")
+SDK_PREFIXES = (
+    "boto3",
+    "botocore",
+    "google.cloud",
+    "google.auth",
+    "google.api_core",
+    "google.oauth2",
+    "azure",
+)
 
 
 def _is_sdk(module: str) -> bool:
@@ -52,7 +59,8 @@ def _imports(tree: ast.AST) -> list[tuple[int, str, bool]]:
 
 def _is_type_checking(test: ast.expr) -> bool:
     return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
 
 
 def _modules() -> list[Path]:
@@ -62,9 +70,11 @@ def _modules() -> list[Path]:
 
 
 def test_the_scanner_sees_lazy_and_module_level_imports() -> None:
-    tree = ast.parse("import boto3\nfrom azure.identity import X\n"
-                     "def f():\n    import google.cloud.compute_v1\n"
-                     "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import botocore\n")
+    tree = ast.parse(
+        "import boto3\nfrom azure.identity import X\n"
+        "def f():\n    import google.cloud.compute_v1\n"
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import botocore\n"
+    )
     found = [(m, top) for _, m, top in _imports(tree) if _is_sdk(m)]
     assert ("boto3", True) in found and ("azure.identity", True) in found
     assert ("google.cloud.compute_v1", False) in found
@@ -87,28 +97,42 @@ def test_providers_import_cloud_sdks_lazily() -> None:
     for path in sorted(PROVIDERS.rglob("*.py")):
         for line, module, top in _imports(ast.parse(path.read_text(), str(path))):
             if top and _is_sdk(module):
-                bad.append(f"{path.relative_to(PACKAGE.parent)}:{line} imports {module} at "
-                           "module level")
+                bad.append(
+                    f"{path.relative_to(PACKAGE.parent)}:{line} imports {module} at module level"
+                )
     assert not bad, "import cloud SDKs inside functions:\n" + "\n".join(bad)
 
 
-@pytest.mark.parametrize("module", ["spotwise.cli.app", "spotwise.providers.aws",
-                                    "spotwise.checkpoint.s3", "spotwise.cloud",
-                                    "spotwise.providers.aws_agent"])
+@pytest.mark.parametrize(
+    "module",
+    [
+        "spotwise.cli.app",
+        "spotwise.providers.aws",
+        "spotwise.checkpoint.s3",
+        "spotwise.cloud",
+        "spotwise.providers.aws_agent",
+    ],
+)
 def test_importing_loads_no_cloud_sdk(module: str) -> None:
-    code = (f"import sys, json, {module}; "
-            "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in "
-            "('boto3', 'botocore', 'azure') or m.startswith('google.cloud'))))")
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=True, timeout=120)
+    code = (
+        f"import sys, json, {module}; "
+        "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in "
+        "('boto3', 'botocore', 'azure') or m.startswith('google.cloud'))))"
+    )
+    res = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
+    )
     assert json.loads(res.stdout) == [], f"importing {module} loaded cloud SDKs"
 
 
 def test_a_missing_sdk_is_provider_unavailable_with_the_install_hint() -> None:
-    code = ("import sys; sys.modules['boto3'] = None\n"
-            "from spotwise.providers import aws\n"
-            "from spotwise.errors import ProviderUnavailable\n"
-            "try:\n    aws.sdk()\nexcept ProviderUnavailable as e:\n    print(e.hint)\n")
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=True, timeout=120)
+    code = (
+        "import sys; sys.modules['boto3'] = None\n"
+        "from spotwise.providers import aws\n"
+        "from spotwise.errors import ProviderUnavailable\n"
+        "try:\n    aws.sdk()\nexcept ProviderUnavailable as e:\n    print(e.hint)\n"
+    )
+    res = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
+    )
     assert res.stdout.strip() == "pip install 'spotwise[aws]'"

@@ -55,16 +55,22 @@ def moto_url() -> Iterator[tuple[str, str]]:
 
 
 @pytest.fixture
-def env(moto_url: tuple[str, str], tmp_path: Path,
-        monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+def env(
+    moto_url: tuple[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> dict[str, str]:
     url, pricing_url = moto_url
     values = {
-        "AWS_ACCESS_KEY_ID": KEY_ID, "AWS_SECRET_ACCESS_KEY": SECRET, "AWS_SESSION_TOKEN": TOKEN,
-        "AWS_DEFAULT_REGION": "us-east-1", "AWS_ENDPOINT_URL": url,
+        "AWS_ACCESS_KEY_ID": KEY_ID,
+        "AWS_SECRET_ACCESS_KEY": SECRET,
+        "AWS_SESSION_TOKEN": TOKEN,
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_ENDPOINT_URL": url,
         "AWS_ENDPOINT_URL_PRICING": pricing_url,
-        "AWS_EC2_METADATA_DISABLED": "true", "AWS_CONFIG_FILE": str(tmp_path / "none"),
+        "AWS_EC2_METADATA_DISABLED": "true",
+        "AWS_CONFIG_FILE": str(tmp_path / "none"),
         "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "none"),
-        "SPOTWISE_DB": f"sqlite:///{tmp_path / 'spotwise.db'}", "SPOTWISE_HOME": str(tmp_path),
+        "SPOTWISE_DB": f"sqlite:///{tmp_path / 'spotwise.db'}",
+        "SPOTWISE_HOME": str(tmp_path),
         "COLUMNS": "200",
     }
     for k, v in values.items():
@@ -76,8 +82,14 @@ def env(moto_url: tuple[str, str], tmp_path: Path,
 
 def _cli(env: dict[str, str], *args: str, debug: bool = False) -> tuple[int, str]:
     run_env = {**env, **({"SPOTWISE_DEBUG": "1"} if debug else {})}
-    res = subprocess.run([sys.executable, "-m", "spotwise.cli.app", *args], env=run_env,
-                         capture_output=True, text=True, timeout=300, check=False)
+    res = subprocess.run(
+        [sys.executable, "-m", "spotwise.cli.app", *args],
+        env=run_env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     return res.returncode, res.stdout + res.stderr
 
 
@@ -88,7 +100,9 @@ def _leaks(blob: bytes | str, where: str) -> list[str]:
 
 def test_cli_output_and_database_hold_no_credentials(env: dict[str, str], tmp_path: Path) -> None:
     runs = [
-        ("check",), ("check", "--json"), ("check", "-p", "aws"),
+        ("check",),
+        ("check", "--json"),
+        ("check", "-p", "aws"),
         ("prices", "-p", "aws", "-r", "us-east-1", "--json"),
         ("prices", "-p", "aws", "-r", "us-east-1", "--limit", "0"),
         ("prices", "-p", "aws", "-r", "us-east-1", "-t", "m5.4xlarge", "--history", "6h"),
@@ -115,8 +129,9 @@ def test_cli_output_and_database_hold_no_credentials(env: dict[str, str], tmp_pa
     assert not leaks, leaks
 
 
-def test_instances_user_data_logs_and_s3_hold_no_credentials(env: dict[str, str],
-                                                             tmp_path: Path) -> None:
+def test_instances_user_data_logs_and_s3_hold_no_credentials(
+    env: dict[str, str], tmp_path: Path
+) -> None:
     import boto3
     from ec2_emulator import InstanceEmulator
 
@@ -126,14 +141,26 @@ def test_instances_user_data_logs_and_s3_hold_no_credentials(env: dict[str, str]
 
     s3 = boto3.client("s3", region_name="us-east-1")
     s3.create_bucket(Bucket="no-secrets")
-    prov = open_provisioner(ProviderConfig(name="aws", regions=("us-east-1",), options={
-        "image": "ami-12c6146b", "artifacts": "s3://no-secrets/runs", "poll_s": "0"}))
+    prov = open_provisioner(
+        ProviderConfig(
+            name="aws",
+            regions=("us-east-1",),
+            options={"image": "ami-12c6146b", "artifacts": "s3://no-secrets/runs", "poll_s": "0"},
+        )
+    )
     offer = Offer("aws", "us-east-1", "us-east-1a", "c5.xlarge", Market.SPOT, 0.08, 0.17)
-    script = ("import json, os\n"
-              "open(os.environ['SPOTWISE_EVENTS_FILE'], 'a').write(json.dumps("
-              "{'type': 'done', 'step': 1, 'env': sorted(os.environ)}) + '\\n')\n")
-    req = LaunchRequest(offer, (sys.executable, "-c", script), {"SPOTWISE_ATTEMPT": "1"},
-                        our_tags("job-s", "trial-s", "launch-s"), "launch-s")
+    script = (
+        "import json, os\n"
+        "open(os.environ['SPOTWISE_EVENTS_FILE'], 'a').write(json.dumps("
+        "{'type': 'done', 'step': 1, 'env': sorted(os.environ)}) + '\\n')\n"
+    )
+    req = LaunchRequest(
+        offer,
+        (sys.executable, "-c", script),
+        {"SPOTWISE_ATTEMPT": "1"},
+        our_tags("job-s", "trial-s", "launch-s"),
+        "launch-s",
+    )
     with InstanceEmulator(env["AWS_ENDPOINT_URL"], tmp_path / "instances") as emu:
         inst = prov.launch(req)
         deadline = time.monotonic() + 60

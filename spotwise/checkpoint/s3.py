@@ -27,8 +27,15 @@ _MISSING = ("NoSuchKey", "404", "NotFound")
 class S3CheckpointStore(ManifestCheckpointStore):
     """One trial's checkpoints under ``s3://bucket/prefix``."""
 
-    def __init__(self, bucket: str, prefix: str = "", *, client: Any = None,
-                 region: str | None = None, keep: int = DEFAULT_KEEP) -> None:
+    def __init__(
+        self,
+        bucket: str,
+        prefix: str = "",
+        *,
+        client: Any = None,
+        region: str | None = None,
+        keep: int = DEFAULT_KEEP,
+    ) -> None:
         super().__init__(keep)
         self.bucket = bucket
         self.prefix = prefix.strip("/")
@@ -79,11 +86,14 @@ class S3CheckpointStore(ManifestCheckpointStore):
         if code == "NoSuchBucket":
             hint = f"create it: aws s3 mb s3://{self.bucket}"
         elif code in ("AccessDenied", "403"):
-            hint = ("the credentials (or instance profile) need s3:GetObject, s3:PutObject, "
-                    "s3:ListBucket and s3:DeleteObject")
+            hint = (
+                "the credentials (or instance profile) need s3:GetObject, s3:PutObject, "
+                "s3:ListBucket and s3:DeleteObject"
+            )
         why = code or redact(str(exc))
-        return CheckpointError(f"S3 checkpoint store {self.uri}: {action} failed ({why})",
-                               hint=hint)
+        return CheckpointError(
+            f"S3 checkpoint store {self.uri}: {action} failed ({why})", hint=hint
+        )
 
     # ---- the five primitives -----------------------------------------------------------
     def _write(self, key: str, data: bytes) -> None:
@@ -110,7 +120,7 @@ class S3CheckpointStore(ManifestCheckpointStore):
             pages = self.client.get_paginator("list_objects_v2")
             for page in pages.paginate(Bucket=self.bucket, Prefix=base, Delimiter="/"):
                 for obj in page.get("Contents", []):
-                    name = obj["Key"][len(base):]
+                    name = obj["Key"][len(base) :]
                     if name and "/" not in name:
                         out.append(name)
         except Exception as e:

@@ -19,16 +19,21 @@ ProviderOpt = Annotated[
 ]
 RegionOpt = Annotated[
     str | None,
-    typer.Option("--region", "-r", help="Region (default: the provider's default region).",
-                 show_default=False),
+    typer.Option(
+        "--region",
+        "-r",
+        help="Region (default: the provider's default region).",
+        show_default=False,
+    ),
 ]
 
 
 def check_cmd(
     provider: Annotated[
         list[str] | None,
-        typer.Option("--provider", "-p", help="Check only these providers (repeatable).",
-                     show_default=False),
+        typer.Option(
+            "--provider", "-p", help="Check only these providers (repeatable).", show_default=False
+        ),
     ] = None,
     json_out: JsonOpt = False,
 ) -> None:
@@ -47,10 +52,15 @@ def check_cmd(
 def catalog_cmd(
     provider: ProviderOpt = "local",
     region: RegionOpt = None,
-    gpu: Annotated[str | None, typer.Option("--gpu", help="Only types with this GPU, e.g. V100, "
-                                            "T4, A10G.", show_default=False)] = None,
-    min_vcpus: Annotated[int, typer.Option("--min-vcpus", min=0,
-                                           help="At least this many vCPUs.")] = 0,
+    gpu: Annotated[
+        str | None,
+        typer.Option(
+            "--gpu", help="Only types with this GPU, e.g. V100, T4, A10G.", show_default=False
+        ),
+    ] = None,
+    min_vcpus: Annotated[
+        int, typer.Option("--min-vcpus", min=0, help="At least this many vCPUs.")
+    ] = 0,
     json_out: JsonOpt = False,
 ) -> None:
     """Instance types of a provider: vCPUs, memory, GPUs and on-demand price."""
@@ -66,17 +76,34 @@ def catalog_cmd(
 def prices_cmd(
     provider: ProviderOpt = "local",
     region: RegionOpt = None,
-    instance_type: Annotated[str | None, typer.Option("--instance-type", "-t", help="Only this "
-                                                      "instance type.", show_default=False)] = None,
-    spot: Annotated[bool | None, typer.Option("--spot/--on-demand", help="Only spot, or only "
-                                              "on-demand prices (default: both).",
-                                              show_default=False)] = None,
-    history: Annotated[str | None, typer.Option("--history", help="Spot price history over this "
-                                                "long (e.g. 6h, 2d) instead of current prices; "
-                                                "needs --instance-type.",
-                                                show_default=False)] = None,
-    limit: Annotated[int, typer.Option("--limit", min=0, help="Rows to show in the table "
-                                       "(0 = all; --json prints all).")] = 40,
+    instance_type: Annotated[
+        str | None,
+        typer.Option("--instance-type", "-t", help="Only this instance type.", show_default=False),
+    ] = None,
+    spot: Annotated[
+        bool | None,
+        typer.Option(
+            "--spot/--on-demand",
+            help="Only spot, or only on-demand prices (default: both).",
+            show_default=False,
+        ),
+    ] = None,
+    history: Annotated[
+        str | None,
+        typer.Option(
+            "--history",
+            help="Spot price history over this "
+            "long (e.g. 6h, 2d) instead of current prices; "
+            "needs --instance-type.",
+            show_default=False,
+        ),
+    ] = None,
+    limit: Annotated[
+        int,
+        typer.Option(
+            "--limit", min=0, help="Rows to show in the table (0 = all; --json prints all)."
+        ),
+    ] = 40,
     db: DbOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
@@ -135,12 +162,27 @@ def _print_catalog(result: dict[str, Any]) -> None:
     title = f"{result['provider']} {result['region'] or ''}".strip()
     if result.get("on_demand_source"):
         title += f" (on-demand prices: {result['on_demand_source']})"
-    table = Table("region", "instance type", "vCPUs", "memory GiB", "GPUs", "arch",
-                  "on-demand $/h", title=title)
+    table = Table(
+        "region",
+        "instance type",
+        "vCPUs",
+        "memory GiB",
+        "GPUs",
+        "arch",
+        "on-demand $/h",
+        title=title,
+    )
     for r in rows:
         gpus = f"{r['gpus']}× {r['gpu_name']}" if r["gpus"] else "—"
-        table.add_row(r["region"], r["name"], str(r["vcpus"]), f"{r['memory_gb']:g}", gpus,
-                      r["architecture"], _usd(r["on_demand_price_per_hour"]))
+        table.add_row(
+            r["region"],
+            r["name"],
+            str(r["vcpus"]),
+            f"{r['memory_gb']:g}",
+            gpus,
+            r["architecture"],
+            _usd(r["on_demand_price_per_hour"]),
+        )
     _console().print(table)
     _console().print(f"[dim]{len(rows)} instance types[/]")
 
@@ -153,25 +195,47 @@ def _print_prices(result: dict[str, Any], limit: int) -> None:
     console = _console()
     if "history" in result:
         h = result["history"]
-        table = Table("time", "zone", "instance type", "spot $/h",
-                      title=f"{result['provider']} spot price history, {_when(h['start'])} → "
-                            f"{_when(h['end'])}")
+        table = Table(
+            "time",
+            "zone",
+            "instance type",
+            "spot $/h",
+            title=f"{result['provider']} spot price history, {_when(h['start'])} → "
+            f"{_when(h['end'])}",
+        )
         for r in shown:
-            table.add_row(_when(r["observed_at"]), r["zone"], r["instance_type"],
-                          _usd(r["price_per_hour"]))
+            table.add_row(
+                _when(r["observed_at"]), r["zone"], r["instance_type"], _usd(r["price_per_hour"])
+            )
     else:
         title = f"{result['provider']} {result['region'] or ''} prices".replace("  ", " ")
         if result.get("source") == "cache":
             title += f" [yellow](cached: {result.get('error', 'provider unreachable')})[/]"
-        table = Table("zone", "instance type", "market", "$/h", "on-demand $/h", "saving",
-                      "vCPUs", "GPUs", title=title)
+        table = Table(
+            "zone",
+            "instance type",
+            "market",
+            "$/h",
+            "on-demand $/h",
+            "saving",
+            "vCPUs",
+            "GPUs",
+            title=title,
+        )
         for r in shown:
             saving = "—" if r.get("savings") is None else f"{100 * r['savings']:.0f}%"
             gpus = f"{r.get('gpus')}× {r.get('gpu_name')}" if r.get("gpus") else "—"
             market = r["market"] if r.get("available", True) else f"{r['market']} (none now)"
-            table.add_row(r["zone"], r["instance_type"], market, _usd(r["price_per_hour"]),
-                          _usd(r.get("on_demand_price_per_hour")), saving,
-                          str(r.get("vcpus", "—")), gpus)
+            table.add_row(
+                r["zone"],
+                r["instance_type"],
+                market,
+                _usd(r["price_per_hour"]),
+                _usd(r.get("on_demand_price_per_hour")),
+                saving,
+                str(r.get("vcpus", "—")),
+                gpus,
+            )
     console.print(table)
     more = f" (showing {len(shown)}; --limit 0 for all)" if len(shown) < len(rows) else ""
     source = result.get("on_demand_source")

@@ -28,7 +28,8 @@ def tune(
     policy: Annotated[
         str | None,
         typer.Option(
-            help="Policy to run (overrides the spec): spot-greedy, on-demand, asha, spottune, spotwise."
+            help="Policy to run (overrides the spec): "
+            "spot-greedy, on-demand, asha, spottune, spotwise."
         ),
     ] = None,
     db: DbOpt = None,

@@ -145,9 +145,12 @@ def forecast(
         return
     from rich.table import Table
 
+    from spotwise.predictors._units import format_duration
+
+    h = res.get("horizon_s")
     t = Table(
         title=f"{res['provider']} spot offers at {res['at']} — "
-        f"P(revoked within {res.get('horizon_s') or '?'} s)"
+        f"P(revoked within {format_duration(h) if h else '?'})"
     )
     for col in ("zone", "instance type", "price $/h", "available", "p_revoke"):
         t.add_column(col, justify="left" if col in ("zone", "instance type") else "right")

@@ -91,16 +91,19 @@ def session(profile: str | None = None) -> Any:
     return boto3.Session(botocore_session=core)
 
 
-def client(service: str, region: str | None = None, *, profile: str | None = None,
-           fast: bool = False) -> Any:
+def client(
+    service: str, region: str | None = None, *, profile: str | None = None, fast: bool = False
+) -> Any:
     """A boto3 client for ``service`` in ``region``; ``fast`` = short timeouts, one attempt."""
     cfg = _config(2.0, 5.0, 1) if fast else _config()
     try:
         return session(profile).client(service, region_name=region or default_region(), config=cfg)
     except Exception as e:
         if type(e).__name__ in ("ProfileNotFound", "InvalidConfigError"):
-            raise ProviderUnavailable(f"aws: cannot use profile {profile!r}: {redact(str(e))}",
-                                      hint="aws configure list-profiles") from None
+            raise ProviderUnavailable(
+                f"aws: cannot use profile {profile!r}: {redact(str(e))}",
+                hint="aws configure list-profiles",
+            ) from None
         raise
 
 
@@ -178,12 +181,20 @@ def provider_error(exc: BaseException, action: str) -> ProviderError:
     code = error_code(exc)
     msg = redact(str(exc))
     if isinstance(exc, NoCredentialsError | PartialCredentialsError):
-        return ProviderUnavailable(f"aws: no credentials for {action}",
-                                   hint="aws configure (or set AWS_PROFILE), then spotwise check")
-    if code in ("AuthFailure", "UnrecognizedClientException", "InvalidClientTokenId",
-                "ExpiredToken", "SignatureDoesNotMatch"):
-        return ProviderUnavailable(f"aws: credentials rejected while {action} ({code})",
-                                   hint="spotwise check")
+        return ProviderUnavailable(
+            f"aws: no credentials for {action}",
+            hint="aws configure (or set AWS_PROFILE), then spotwise check",
+        )
+    if code in (
+        "AuthFailure",
+        "UnrecognizedClientException",
+        "InvalidClientTokenId",
+        "ExpiredToken",
+        "SignatureDoesNotMatch",
+    ):
+        return ProviderUnavailable(
+            f"aws: credentials rejected while {action} ({code})", hint="spotwise check"
+        )
     if code in CAPACITY_CODES:
         return CapacityError(f"aws: no capacity for {action}: {msg}")
     return ProviderError(f"aws: {action} failed: {msg}")
@@ -219,23 +230,33 @@ def check() -> CheckResult:
         return CheckResult(NAME, False, f"cannot load AWS credentials: {redact(str(e))}", details)
     if creds is None:
         return CheckResult(
-            NAME, False,
+            NAME,
+            False,
             "no AWS credentials found (environment, ~/.aws, SSO or instance role); "
             "run `aws configure` or set AWS_PROFILE",
             details,
         )
     details["credentials"] = str(getattr(creds, "method", "") or "found")
     try:
-        sts = sess.client("sts", region_name=sess.region_name or DEFAULT_REGION,
-                          config=_config(2.0, 5.0, 1))
+        sts = sess.client(
+            "sts", region_name=sess.region_name or DEFAULT_REGION, config=_config(2.0, 5.0, 1)
+        )
         ident = sts.get_caller_identity()
     except Exception as e:
         code = error_code(e) or type(e).__name__
-        return CheckResult(NAME, False, f"AWS credentials from {details['credentials']} "
-                           f"could not be verified by STS ({code})", details)
+        return CheckResult(
+            NAME,
+            False,
+            f"AWS credentials from {details['credentials']} could not be verified by STS ({code})",
+            details,
+        )
     details["account"] = str(ident.get("Account", ""))
-    return CheckResult(NAME, True, f"credentials from {details['credentials']}, "
-                       f"account {details['account']}", details)
+    return CheckResult(
+        NAME,
+        True,
+        f"credentials from {details['credentials']}, account {details['account']}",
+        details,
+    )
 
 
 def open_catalog(config: ProviderConfig) -> AwsCatalog:

@@ -90,8 +90,13 @@ class AgentConfig:
         return f"{self.artifacts.rstrip('/')}/{name}"
 
 
-def render_user_data(cfg: AgentConfig, *, python: str = "python3", setup: str = "",
-                     log_file: str = "/var/log/spotwise-agent.log") -> str:
+def render_user_data(
+    cfg: AgentConfig,
+    *,
+    python: str = "python3",
+    setup: str = "",
+    log_file: str = "/var/log/spotwise-agent.log",
+) -> str:
     """The instance's user-data: a bash script that runs ``setup`` then starts the agent."""
     lines = [
         "#!/bin/bash",
@@ -138,8 +143,9 @@ class Imds:
         """The body at ``path``; None for 404 (no such notice). Raises OSError when unreachable."""
         if not self._token or time.monotonic() - self._token_at > TOKEN_TTL_S / 2:
             self._token, self._token_at = self._fetch_token(), time.monotonic()
-        req = urllib.request.Request(f"{self.base}/{path}",
-                                     headers={"X-aws-ec2-metadata-token": self._token})
+        req = urllib.request.Request(
+            f"{self.base}/{path}", headers={"X-aws-ec2-metadata-token": self._token}
+        )
         try:
             with urllib.request.urlopen(req, timeout=self.timeout) as resp:
                 return str(resp.read().decode())
@@ -161,11 +167,20 @@ def parse_notice(path: str, body: str, now: float) -> dict[str, Any] | None:
         return None
     if path == INSTANCE_ACTION:
         when = _parse_time(doc.get("time"))
-        return {"kind": "interruption", "action": str(doc.get("action", "terminate")),
-                "received_at": now, "deadline": when if when is not None else now + NOTICE_LEAD_S}
+        return {
+            "kind": "interruption",
+            "action": str(doc.get("action", "terminate")),
+            "received_at": now,
+            "deadline": when if when is not None else now + NOTICE_LEAD_S,
+        }
     when = _parse_time(doc.get("noticeTime"))
-    return {"kind": "rebalance", "action": "rebalance", "received_at": now,
-            "deadline": None, "notice_time": when}
+    return {
+        "kind": "rebalance",
+        "action": "rebalance",
+        "received_at": now,
+        "deadline": None,
+        "notice_time": when,
+    }
 
 
 def _parse_time(value: Any) -> float | None:
@@ -193,8 +208,12 @@ class Agent:
         self.events = self.dir / f"events-{cfg.attempt}.jsonl"
         self.stop_file = self.dir / f"stop-{cfg.attempt}"
         self.status: dict[str, Any] = {
-            "launch_id": cfg.launch_id, "attempt": cfg.attempt, "state": "starting",
-            "exit_code": None, "notices": [], "started_at": time.time(),
+            "launch_id": cfg.launch_id,
+            "attempt": cfg.attempt,
+            "state": "starting",
+            "exit_code": None,
+            "notices": [],
+            "started_at": time.time(),
         }
         self.proc: subprocess.Popen[bytes] | None = None
         self._uploaded_size = -1
@@ -211,8 +230,12 @@ class Agent:
     def put_status(self) -> None:
         self.status["updated_at"] = time.time()
         body = json.dumps(self.status, sort_keys=True).encode()
-        self.s3.put_object(Bucket=self.bucket, Key=self._key(f"agent-{self.cfg.attempt}.json"),
-                           Body=body, ContentType="application/json")
+        self.s3.put_object(
+            Bucket=self.bucket,
+            Key=self._key(f"agent-{self.cfg.attempt}.json"),
+            Body=body,
+            ContentType="application/json",
+        )
 
     def sync_events(self, force: bool = False) -> None:
         if not self.events.exists():
@@ -221,8 +244,12 @@ class Agent:
         end = data.rfind(b"\n") + 1  # whole lines only
         if end == self._uploaded_size and not force:
             return
-        self.s3.put_object(Bucket=self.bucket, Key=self._key(f"events-{self.cfg.attempt}.jsonl"),
-                           Body=data[:end], ContentType="application/x-ndjson")
+        self.s3.put_object(
+            Bucket=self.bucket,
+            Key=self._key(f"events-{self.cfg.attempt}.jsonl"),
+            Body=data[:end],
+            ContentType="application/x-ndjson",
+        )
         self._uploaded_size = end
         self._last_sync = time.monotonic()
 
@@ -240,19 +267,29 @@ class Agent:
     # ---- the trial ----------------------------------------------------------------------
     def start(self) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
-        env = {**os.environ, **self.cfg.env,
-               "SPOTWISE_EVENTS_FILE": str(self.events), "SPOTWISE_STOP_FILE": str(self.stop_file)}
+        env = {
+            **os.environ,
+            **self.cfg.env,
+            "SPOTWISE_EVENTS_FILE": str(self.events),
+            "SPOTWISE_STOP_FILE": str(self.stop_file),
+        }
         env.pop(CONFIG_VAR, None)
-        argv = [sys.executable if i == 0 and a in ("python", "python3") else a
-                for i, a in enumerate(self.cfg.argv)]
+        argv = [
+            sys.executable if i == 0 and a in ("python", "python3") else a
+            for i, a in enumerate(self.cfg.argv)
+        ]
         cwd = self.cfg.workdir if self.cfg.workdir and Path(self.cfg.workdir).is_dir() else None
         if self.cfg.workdir and cwd is None:
-            log.warning("workdir %s does not exist on this instance; running in %s",
-                        self.cfg.workdir, os.getcwd())
+            log.warning(
+                "workdir %s does not exist on this instance; running in %s",
+                self.cfg.workdir,
+                os.getcwd(),
+            )
         log.info("starting trial %s attempt %s: %s", self.cfg.trial_id, self.cfg.attempt, argv)
         try:
-            self.proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL,
-                                         start_new_session=True)
+            self.proc = subprocess.Popen(
+                argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, start_new_session=True
+            )
         except OSError as e:
             why = f"cannot start {argv[0]!r}: {e}"
             self.status.update(state="exited", exit_code=127, error=why)
@@ -277,8 +314,9 @@ class Agent:
                 body = self.imds.get(path)
             except (OSError, urllib.error.URLError) as e:
                 if not self._imds_down_logged:
-                    log.warning("IMDS unreachable at %s (%s); no interruption notices",
-                                self.imds.base, e)
+                    log.warning(
+                        "IMDS unreachable at %s (%s); no interruption notices", self.imds.base, e
+                    )
                     self._imds_down_logged = True
                 return
             notice = parse_notice(path, body, time.time()) if body else None
@@ -335,8 +373,10 @@ class Agent:
         if self.cfg.shutdown_after_s < 0:
             return
         time.sleep(self.cfg.shutdown_after_s)
-        log.info("trial ended %.0f s ago and the instance is still up: shutting down",
-                 self.cfg.shutdown_after_s)
+        log.info(
+            "trial ended %.0f s ago and the instance is still up: shutting down",
+            self.cfg.shutdown_after_s,
+        )
         subprocess.run(["shutdown", "-h", "now"], check=False)
 
     def on_sigterm(self, signum: int, frame: FrameType | None) -> None:

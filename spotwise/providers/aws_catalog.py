@@ -70,7 +70,8 @@ class AwsCatalog:
         self.pricing = self.config.options.get("pricing", "auto")
         if self.pricing not in ("auto", "api", "offline"):
             raise ProviderError(
-                f"aws: option pricing must be auto, api or offline, got {self.pricing!r}")
+                f"aws: option pricing must be auto, api or offline, got {self.pricing!r}"
+            )
         self._clock = clock
         self._hardware: dict[str, dict[str, Hardware]] = {}
         self._unknown: set[str] = set()
@@ -90,9 +91,17 @@ class AwsCatalog:
             hardware = {t: offline[t] for t in offline_prices(region) if t in offline}
         od = self.on_demand_prices(region)
         return [
-            InstanceType(provider="aws", region=region, name=t, vcpus=h.vcpus,
-                         memory_gb=h.memory_gb, gpus=h.gpus, gpu_name=h.gpu_name,
-                         architecture=h.architecture, on_demand_price_per_hour=od.get(t))
+            InstanceType(
+                provider="aws",
+                region=region,
+                name=t,
+                vcpus=h.vcpus,
+                memory_gb=h.memory_gb,
+                gpus=h.gpus,
+                gpu_name=h.gpu_name,
+                architecture=h.architecture,
+                on_demand_price_per_hour=od.get(t),
+            )
             for t, h in sorted(hardware.items())
         ]
 
@@ -112,9 +121,19 @@ class AwsCatalog:
 
         def offer(zone: str, itype: str, m: Market, price: float) -> Offer:
             h = hardware.get(itype) or Hardware(0, 0.0, 0, "", "")
-            return Offer(provider="aws", region=region, zone=zone, instance_type=itype, market=m,
-                         price_per_hour=price, on_demand_price_per_hour=od.get(itype, 0.0),
-                         vcpus=h.vcpus, memory_gb=h.memory_gb, gpus=h.gpus, gpu_name=h.gpu_name)
+            return Offer(
+                provider="aws",
+                region=region,
+                zone=zone,
+                instance_type=itype,
+                market=m,
+                price_per_hour=price,
+                on_demand_price_per_hour=od.get(itype, 0.0),
+                vcpus=h.vcpus,
+                memory_gb=h.memory_gb,
+                gpus=h.gpus,
+                gpu_name=h.gpu_name,
+            )
 
         spot = self.spot_prices(region, wanted or None)
         types = set(wanted) | {p.instance_type for p in spot}
@@ -143,8 +162,9 @@ class AwsCatalog:
         return sorted(rows, key=lambda p: (p.timestamp, p.zone))
 
     # ---- prices ------------------------------------------------------------------------
-    def spot_prices(self, region: str | None = None,
-                    instance_types: Sequence[str] | None = None) -> list[PricePoint]:
+    def spot_prices(
+        self, region: str | None = None, instance_types: Sequence[str] | None = None
+    ) -> list[PricePoint]:
         """The spot price in effect now, one per (zone, instance type)."""
         region = self._region(region)
         now = self._clock()
@@ -230,7 +250,7 @@ class AwsCatalog:
         known = self._hw(region)
         missing = sorted({t for t in types if t not in known and t not in self._unknown})
         for i in range(0, len(missing), 100):
-            chunk = missing[i:i + 100]
+            chunk = missing[i : i + 100]
             while chunk:
                 try:
                     resp = self._client("ec2", region).describe_instance_types(InstanceTypes=chunk)
@@ -255,12 +275,13 @@ class AwsCatalog:
         try:
             ec2 = self._client("ec2", region)
             for i in range(0, len(missing), 100):
-                chunk = missing[i:i + 100]
+                chunk = missing[i : i + 100]
                 for t in chunk:
                     known[t] = set()
                 pages = ec2.get_paginator("describe_instance_type_offerings").paginate(
                     LocationType="availability-zone",
-                    Filters=[{"Name": "instance-type", "Values": chunk}])
+                    Filters=[{"Name": "instance-type", "Values": chunk}],
+                )
                 for page in pages:
                     for o in page.get("InstanceTypeOfferings", []):
                         known.setdefault(o["InstanceType"], set()).add(o["Location"])
@@ -287,8 +308,9 @@ class AwsCatalog:
             return None
         return parse_price_list(items)
 
-    def _spot_history(self, region: str, instance_types: Sequence[str] | None, start: float,
-                      end: float | None) -> list[PricePoint]:
+    def _spot_history(
+        self, region: str, instance_types: Sequence[str] | None, start: float, end: float | None
+    ) -> list[PricePoint]:
         args: dict[str, Any] = {
             "StartTime": datetime.fromtimestamp(start, UTC),
             "ProductDescriptions": ["Linux/UNIX"],
@@ -297,8 +319,9 @@ class AwsCatalog:
             args["EndTime"] = datetime.fromtimestamp(end, UTC)
         if instance_types:
             args["InstanceTypes"] = list(instance_types)
-        calls = [{**args, "AvailabilityZone": z} for z in self.config.zones
-                 if zone_region(z) == region] or [args]
+        calls = [
+            {**args, "AvailabilityZone": z} for z in self.config.zones if zone_region(z) == region
+        ] or [args]
         out: list[PricePoint] = []
         try:
             pages = self._client("ec2", region).get_paginator("describe_spot_price_history")
@@ -310,8 +333,16 @@ class AwsCatalog:
                         price = float(row["SpotPrice"])
                         if price <= 0:
                             continue
-                        out.append(PricePoint("aws", row["AvailabilityZone"], row["InstanceType"],
-                                              Market.SPOT, price, _epoch(row["Timestamp"])))
+                        out.append(
+                            PricePoint(
+                                "aws",
+                                row["AvailabilityZone"],
+                                row["InstanceType"],
+                                Market.SPOT,
+                                price,
+                                _epoch(row["Timestamp"]),
+                            )
+                        )
         except Exception as e:
             if not aws.is_sdk_error(e):
                 raise

@@ -12,8 +12,12 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-OFFLINE_CSV = (Path(__file__).resolve().parent.parent / "data" / "ec2-on-demand-2017"
-               / "ec2_on_demand_linux_2017-11-12.csv")
+OFFLINE_CSV = (
+    Path(__file__).resolve().parent.parent
+    / "data"
+    / "ec2-on-demand-2017"
+    / "ec2_on_demand_linux_2017-11-12.csv"
+)
 OFFLINE_SOURCE = "offline-2017"
 API_SOURCE = "pricing-api"
 # GPU models of the GPU families in the 2017 catalog (it counts GPUs but does not name them).
@@ -43,8 +47,11 @@ def offline_regions() -> list[str]:
 
 def offline_prices(region: str) -> dict[str, float]:
     """On-demand USD/h of Linux instance types in ``region`` from the 2017 catalog."""
-    return {r["instance_type"]: float(r["on_demand_usd_per_hour"])
-            for r in _offline_rows() if r["region"] == region}
+    return {
+        r["instance_type"]: float(r["on_demand_usd_per_hour"])
+        for r in _offline_rows()
+        if r["region"] == region
+    }
 
 
 @cache
@@ -54,8 +61,11 @@ def offline_hardware() -> dict[str, Hardware]:
         gpus = int(float(r["gpus"] or 0))
         family = r["instance_type"].split(".", 1)[0]
         out[r["instance_type"]] = Hardware(
-            vcpus=int(float(r["vcpus"])), memory_gb=float(r["memory_gib"]), gpus=gpus,
-            gpu_name=OFFLINE_GPU_NAMES.get(family, "") if gpus else "", architecture="x86_64",
+            vcpus=int(float(r["vcpus"])),
+            memory_gb=float(r["memory_gib"]),
+            gpus=gpus,
+            gpu_name=OFFLINE_GPU_NAMES.get(family, "") if gpus else "",
+            architecture="x86_64",
         )
     return out
 

@@ -60,8 +60,12 @@ from spotwise.providers.registry import ProviderConfig
 
 TAG_MARKET, TAG_PRICE, TAG_OD_PRICE = "spotwise:market", "spotwise:price", "spotwise:od-price"
 TAG_ARTIFACTS, TAG_ATTEMPT = "spotwise:artifacts", "spotwise:attempt"
-SECRET_ENV = ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_ACCESS_KEY_ID",
-              "AWS_SECURITY_TOKEN")
+SECRET_ENV = (
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECURITY_TOKEN",
+)
 USER_DATA_LIMIT = 16 * 1024
 _STATES = {
     "pending": InstanceState.PENDING, "running": InstanceState.RUNNING,
@@ -98,8 +102,10 @@ class AwsProvisioner:
         tags[TAG_LAUNCH] = request.client_token
         leaked = [k for k in request.env if k in SECRET_ENV]
         if leaked:
-            raise ProviderError(f"aws: refusing to put {leaked} in user-data; instances get "
-                                "credentials from their instance profile (option instance_profile)")
+            raise ProviderError(
+                f"aws: refusing to put {leaked} in user-data; instances get "
+                "credentials from their instance profile (option instance_profile)"
+            )
         offer, region = request.offer, request.offer.region
         self._regions.add(region)
         existing = self._find_launch(region, request.client_token)
@@ -107,38 +113,58 @@ class AwsProvisioner:
             return existing
         image = self.config.options.get("image", "")
         if not image:
-            raise ProviderError("aws: no machine image: set providers[].options.image to an AMI id "
-                                "or resolve:ssm:<parameter> whose Python can run spotwise")
+            raise ProviderError(
+                "aws: no machine image: set providers[].options.image to an AMI id "
+                "or resolve:ssm:<parameter> whose Python can run spotwise"
+            )
         artifacts = self._artifacts(request)
         attempt = request.env.get("SPOTWISE_ATTEMPT", "0")
         cfg = self._agent_config(request, artifacts, region, attempt)
         opts = self.config.options
-        user_data = render_user_data(cfg, python=opts.get("python", "python3"),
-                                     setup=opts.get("setup", ""))
+        user_data = render_user_data(
+            cfg, python=opts.get("python", "python3"), setup=opts.get("setup", "")
+        )
         size = len(user_data.encode())
         if size > USER_DATA_LIMIT:
-            raise ProviderError(f"aws: user-data is {size} bytes, over EC2's 16 KB; "
-                                "shorten the job's env or options.setup")
-        tags.update({
-            TAG_MARKET: offer.market.value, TAG_PRICE: f"{offer.price_per_hour:.6f}",
-            TAG_OD_PRICE: f"{offer.on_demand_price_per_hour:.6f}", TAG_ATTEMPT: attempt,
-            "Name": f"spotwise-{tags[TAG_JOB]}-{tags[TAG_TRIAL]}"[:255],
-        })
+            raise ProviderError(
+                f"aws: user-data is {size} bytes, over EC2's 16 KB; "
+                "shorten the job's env or options.setup"
+            )
+        tags.update(
+            {
+                TAG_MARKET: offer.market.value,
+                TAG_PRICE: f"{offer.price_per_hour:.6f}",
+                TAG_OD_PRICE: f"{offer.on_demand_price_per_hour:.6f}",
+                TAG_ATTEMPT: attempt,
+                "Name": f"spotwise-{tags[TAG_JOB]}-{tags[TAG_TRIAL]}"[:255],
+            }
+        )
         if len(artifacts) <= 256:
             tags[TAG_ARTIFACTS] = artifacts
         tag_list = [{"Key": k, "Value": v} for k, v in tags.items()]
         args: dict[str, Any] = {
-            "ImageId": image, "InstanceType": offer.instance_type, "MinCount": 1, "MaxCount": 1,
-            "ClientToken": request.client_token, "UserData": user_data,
+            "ImageId": image,
+            "InstanceType": offer.instance_type,
+            "MinCount": 1,
+            "MaxCount": 1,
+            "ClientToken": request.client_token,
+            "UserData": user_data,
             "Placement": {"AvailabilityZone": offer.zone},
             "InstanceInitiatedShutdownBehavior": "terminate",
             "MetadataOptions": {"HttpTokens": "required", "HttpEndpoint": "enabled"},
-            "TagSpecifications": [{"ResourceType": "instance", "Tags": tag_list},
-                                  {"ResourceType": "volume", "Tags": tag_list}],
+            "TagSpecifications": [
+                {"ResourceType": "instance", "Tags": tag_list},
+                {"ResourceType": "volume", "Tags": tag_list},
+            ],
         }
         if offer.market is Market.SPOT:
-            args["InstanceMarketOptions"] = {"MarketType": "spot", "SpotOptions": {
-                "SpotInstanceType": "one-time", "InstanceInterruptionBehavior": "terminate"}}
+            args["InstanceMarketOptions"] = {
+                "MarketType": "spot",
+                "SpotOptions": {
+                    "SpotInstanceType": "one-time",
+                    "InstanceInterruptionBehavior": "terminate",
+                },
+            }
         if opts.get("instance_profile"):
             key = "Arn" if opts["instance_profile"].startswith("arn:") else "Name"
             args["IamInstanceProfile"] = {key: opts["instance_profile"]}
@@ -155,8 +181,9 @@ class AwsProvisioner:
         except Exception as e:
             if not aws.is_sdk_error(e):
                 raise
-            raise aws.provider_error(e, f"launching {offer.instance_type} ({offer.market.value}) "
-                                     f"in {offer.zone}") from None
+            raise aws.provider_error(
+                e, f"launching {offer.instance_type} ({offer.market.value}) in {offer.zone}"
+            ) from None
         inst = self._to_instance(resp["Instances"][0], region)
         inst.tags = {**inst.tags, **tags}  # RunInstances may answer before tags show
         inst.offer = offer
@@ -171,8 +198,11 @@ class AwsProvisioner:
             return hit[1]
         filters = [{"Name": f"tag:{TAG_MANAGED}", "Values": ["true"]}]
         filters += [{"Name": f"tag:{k}", "Values": [v]} for k, v in (tags or {}).items()]
-        out = [self._to_instance(raw, region) for region in sorted(self._regions)
-               for raw in self._describe_raw(region, filters)]
+        out = [
+            self._to_instance(raw, region)
+            for region in sorted(self._regions)
+            for raw in self._describe_raw(region, filters)
+        ]
         out = [i for i in out if is_ours(i.tags)]
         for inst in out:
             track = self._track(inst)
@@ -195,9 +225,11 @@ class AwsProvisioner:
                 found[raw["InstanceId"]] = (region, _tags(raw))
         foreign = [i for i in ids if i not in found or not is_ours(found[i][1])]
         if foreign:
-            raise ProviderError(f"aws: refusing to terminate {foreign}: not instances spotwise "
-                                "launched (no spotwise:managed tag, or not found in "
-                                f"{', '.join(sorted(self._regions))})")
+            raise ProviderError(
+                f"aws: refusing to terminate {foreign}: not instances spotwise "
+                "launched (no spotwise:managed tag, or not found in "
+                f"{', '.join(sorted(self._regions))})"
+            )
         by_region: dict[str, list[str]] = {}
         for iid in ids:
             by_region.setdefault(found[iid][0], []).append(iid)
@@ -257,8 +289,9 @@ class AwsProvisioner:
             "(or providers[].options.artifacts for events only)"
         )
 
-    def _agent_config(self, request: LaunchRequest, artifacts: str, region: str,
-                      attempt: str) -> AgentConfig:
+    def _agent_config(
+        self, request: LaunchRequest, artifacts: str, region: str, attempt: str
+    ) -> AgentConfig:
         opts = self.config.options
         env = dict(request.env)
         ckpt = env.get("SPOTWISE_CHECKPOINT_URI", "")
@@ -266,14 +299,21 @@ class AwsProvisioner:
             env["SPOTWISE_CHECKPOINT_URI"] = aws.s3_uri(*aws.parse_s3_uri(ckpt))
         for local_only in ("SPOTWISE_EVENTS_FILE", "SPOTWISE_STOP_FILE"):
             env.pop(local_only, None)  # the agent sets instance-local paths
-        argv = [("python" if i == 0 and a == sys.executable else a)
-                for i, a in enumerate(request.argv)]
+        argv = [
+            ("python" if i == 0 and a == sys.executable else a) for i, a in enumerate(request.argv)
+        ]
         return AgentConfig(
-            job_id=request.tags[TAG_JOB], trial_id=request.tags[TAG_TRIAL],
-            attempt=int(attempt) if attempt.isdigit() else 0, launch_id=request.client_token,
-            argv=argv, env=env, artifacts=artifacts, region=region,
+            job_id=request.tags[TAG_JOB],
+            trial_id=request.tags[TAG_TRIAL],
+            attempt=int(attempt) if attempt.isdigit() else 0,
+            launch_id=request.client_token,
+            argv=argv,
+            env=env,
+            artifacts=artifacts,
+            region=region,
             workdir=opts.get("workdir", request.workdir),
-            poll_s=float(opts.get("agent_poll_s", "2")), rebalance=opts.get("rebalance", "stop"),
+            poll_s=float(opts.get("agent_poll_s", "2")),
+            rebalance=opts.get("rebalance", "stop"),
         )
 
     # ---- EC2 side ----------------------------------------------------------------------
@@ -302,8 +342,10 @@ class AwsProvisioner:
         return out
 
     def _find_launch(self, region: str, launch_id: str) -> Instance | None:
-        filters = [{"Name": f"tag:{TAG_MANAGED}", "Values": ["true"]},
-                   {"Name": f"tag:{TAG_LAUNCH}", "Values": [launch_id]}]
+        filters = [
+            {"Name": f"tag:{TAG_MANAGED}", "Values": ["true"]},
+            {"Name": f"tag:{TAG_LAUNCH}", "Values": [launch_id]},
+        ]
         for raw in self._describe_raw(region, filters):
             inst = self._to_instance(raw, region)
             self._track(inst)
@@ -316,9 +358,15 @@ class AwsProvisioner:
         market = Market.SPOT if raw.get("InstanceLifecycle") == "spot" else Market.ON_DEMAND
         od = _float(tags.get(TAG_OD_PRICE))
         price = _float(tags.get(TAG_PRICE)) or od
-        offer = Offer(provider="aws", region=zone_region(zone) if zone else region, zone=zone,
-                      instance_type=raw.get("InstanceType", ""), market=market,
-                      price_per_hour=price, on_demand_price_per_hour=od)
+        offer = Offer(
+            provider="aws",
+            region=zone_region(zone) if zone else region,
+            zone=zone,
+            instance_type=raw.get("InstanceType", ""),
+            market=market,
+            price_per_hour=price,
+            on_demand_price_per_hour=od,
+        )
         name = raw.get("State", {}).get("Name", "pending")
         state = _STATES.get(name, InstanceState.PENDING)
         iid = raw["InstanceId"]
@@ -332,8 +380,9 @@ class AwsProvisioner:
             ended_at = _transition_time(raw.get("StateTransitionReason", "")) or self._clock()
         launched = raw.get("LaunchTime")
         t0 = launched.timestamp() if isinstance(launched, datetime) else float(self._clock())
-        return Instance(instance_id=iid, offer=offer, state=state, tags=tags, launched_at=t0,
-                        ended_at=ended_at)
+        return Instance(
+            instance_id=iid, offer=offer, state=state, tags=tags, launched_at=t0, ended_at=ended_at
+        )
 
 
 def _tags(raw: dict[str, Any]) -> dict[str, str]:

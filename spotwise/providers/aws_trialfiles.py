@@ -69,7 +69,7 @@ class TrialFiles:
         deadline and EC2 does not take the instance, so a caller waiting for the instance to
         end would wait forever. The agent acts on it (option ``rebalance: stop`` SIGTERMs the
         trial, which checkpoints and exits: an ordinary exit the orchestrator migrates)."""
-        out = [n for n in self.notices[self.reported:] if n.kind is NoticeKind.INTERRUPTION]
+        out = [n for n in self.notices[self.reported :] if n.kind is NoticeKind.INTERRUPTION]
         self.reported = len(self.notices)
         return out
 
@@ -86,7 +86,7 @@ class TrialFiles:
             self._read_status(status, now)
         events, self.events_etag = self._get(s3, f"events-{self.attempt}.jsonl", self.events_etag)
         if events is not None and len(events) > self.events_pos:
-            new, self.events_pos = events[self.events_pos:], len(events)
+            new, self.events_pos = events[self.events_pos :], len(events)
             for line in new.splitlines():
                 try:
                     rec = json.loads(line)
@@ -102,7 +102,7 @@ class TrialFiles:
             return
         if not isinstance(doc, dict):
             return
-        for n in doc.get("notices", [])[len(self.notices):]:
+        for n in doc.get("notices", [])[len(self.notices) :]:
             interruption = n.get("kind") == "interruption"
             kind = NoticeKind.INTERRUPTION if interruption else NoticeKind.REBALANCE
             received = float(n.get("received_at") or now)

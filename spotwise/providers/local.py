@@ -14,6 +14,7 @@ Trial commands run as argv lists in a new session (never through a shell).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -214,19 +215,15 @@ class LocalProvisioner:
     def _signal(self, p: _Proc, sig: signal.Signals) -> None:
         if p.popen is None or p.popen.poll() is not None:
             return
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(p.popen.pid, sig)
-        except ProcessLookupError:
-            pass
 
     def _stop_process(self, p: _Proc, graceful: bool) -> None:
         if p.popen is not None and p.popen.poll() is None:
             if graceful:
                 self._signal(p, signal.SIGTERM)
-                try:
+                with contextlib.suppress(subprocess.TimeoutExpired):
                     p.popen.wait(self.kill_grace_s)
-                except subprocess.TimeoutExpired:
-                    pass
             self._signal(p, signal.SIGKILL)
             p.popen.wait()
         if p.popen is not None and p.instance.exit_code is None:

@@ -41,7 +41,8 @@ def resolve_trace(ref: str, base: Path | None = None) -> Path:
         name = ref.split(":", 1)[1]
         if name not in BUILTIN_TRACES:
             raise SpecError(
-                f"replay.trace: unknown builtin trace {name!r}{did_you_mean(name, list(BUILTIN_TRACES))}; "
+                f"replay.trace: unknown builtin trace {name!r}"
+                f"{did_you_mean(name, list(BUILTIN_TRACES))}; "
                 f"valid: {', '.join('builtin:' + n for n in BUILTIN_TRACES)}"
             )
         return BUILTIN_TRACES[name]
@@ -140,7 +141,8 @@ class ReplayMarket:
     ) -> list[Offer]:
         if region is not None and region not in self.regions():
             raise NotFoundError(
-                f"region {region!r} is not in the replayed trace{did_you_mean(region, self.regions())}; "
+                f"region {region!r} is not in the replayed trace"
+                f"{did_you_mean(region, self.regions())}; "
                 f"valid: {', '.join(self.regions())}"
             )
         if instance_types and self.instance_type not in instance_types:

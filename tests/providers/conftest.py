@@ -49,12 +49,19 @@ def no_pricing_api() -> Iterator[str]:
 
 
 @pytest.fixture
-def aws_env(moto_server: str, no_pricing_api: str, monkeypatch: pytest.MonkeyPatch,
-            tmp_path: Path) -> Iterator[str]:
+def aws_env(
+    moto_server: str, no_pricing_api: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> Iterator[str]:
     """Fake credentials and every AWS client pointed at a freshly reset moto server (the
     Pricing API, which moto lacks, answers 404: the catalog falls back to its offline prices)."""
-    for var in ("AWS_PROFILE", "AWS_REGION", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN",
-                "AWS_ENDPOINT_URL_EC2", "AWS_ENDPOINT_URL_S3"):
+    for var in (
+        "AWS_PROFILE",
+        "AWS_REGION",
+        "AWS_SESSION_TOKEN",
+        "AWS_SECURITY_TOKEN",
+        "AWS_ENDPOINT_URL_EC2",
+        "AWS_ENDPOINT_URL_S3",
+    ):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("AWS_ENDPOINT_URL", moto_server)
     monkeypatch.setenv("AWS_ENDPOINT_URL_PRICING", no_pricing_api)

@@ -130,17 +130,25 @@ class ProviderContract:
             job, trial = job or new_id("job"), trial or new_id("trial")
             launch_id = uuid.uuid4().hex[:16]
             offer = cheapest_launchable(catalog, region)
-            env = {"SPOTWISE_JOB_ID": job, "SPOTWISE_TRIAL_ID": trial, "SPOTWISE_ATTEMPT": "1",
-                   **launch_env}
-            req = LaunchRequest(offer, launch_argv, env, our_tags(job, trial, launch_id),
-                                launch_id, launch_workdir)
+            env = {
+                "SPOTWISE_JOB_ID": job,
+                "SPOTWISE_TRIAL_ID": trial,
+                "SPOTWISE_ATTEMPT": "1",
+                **launch_env,
+            }
+            req = LaunchRequest(
+                offer, launch_argv, env, our_tags(job, trial, launch_id), launch_id, launch_workdir
+            )
             inst = prov.launch(req)
             launched.append(inst.instance_id)
             return inst, req
 
         yield launch
-        live = [i.instance_id for i in prov.describe() if i.instance_id in launched
-                and not i.state.is_terminal()]
+        live = [
+            i.instance_id
+            for i in prov.describe()
+            if i.instance_id in launched and not i.state.is_terminal()
+        ]
         if live:
             prov.terminate(live)
 
@@ -176,8 +184,11 @@ class ProviderContract:
         self, provider: CatalogAndProvisioner, region: str
     ) -> None:
         offers = provider[0].offers(region=region)
-        on_demand = {(o.zone, o.instance_type): o.price_per_hour
-                     for o in offers if o.market is Market.ON_DEMAND}
+        on_demand = {
+            (o.zone, o.instance_type): o.price_per_hour
+            for o in offers
+            if o.market is Market.ON_DEMAND
+        }
         spot = [o for o in offers if o.market is Market.SPOT]
         assert spot, "the contract needs at least one spot offer in the test region"
         for o in spot:
@@ -247,7 +258,8 @@ class ProviderContract:
         prov.terminate([inst.instance_id])
         gone = wait_for(
             lambda: _terminal(prov.describe({TAG_LAUNCH: req.client_token}), inst.instance_id),
-            settle_s, "the terminated instance to show a terminal state",
+            settle_s,
+            "the terminated instance to show a terminal state",
         )
         assert gone.state in (InstanceState.TERMINATED, InstanceState.REVOKED)
         prov.terminate([inst.instance_id])  # terminating twice is harmless
@@ -318,7 +330,8 @@ class ProviderContract:
         inject_notice(inst.instance_id)
         notice = wait_for(
             lambda: next((n for n in prov.notices() if n.instance_id == inst.instance_id), None),
-            settle_s, "the injected interruption notice",
+            settle_s,
+            "the injected interruption notice",
         )
         assert notice.kind is NoticeKind.INTERRUPTION
         assert notice.deadline >= notice.received_at

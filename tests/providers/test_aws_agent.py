@@ -27,9 +27,14 @@ pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
 def _config(**kw: Any) -> AgentConfig:
     base: dict[str, Any] = dict(
-        job_id="j", trial_id="t", attempt=2, launch_id="l", argv=["python", "train.py"],
+        job_id="j",
+        trial_id="t",
+        attempt=2,
+        launch_id="l",
+        argv=["python", "train.py"],
         env={"SPOTWISE_PARAMS": json.dumps({"lr": 0.1, "name": "it's"})},
-        artifacts="s3://b/p/j/t", region="us-east-1",
+        artifacts="s3://b/p/j/t",
+        region="us-east-1",
     )
     return AgentConfig(**{**base, **kw})
 
@@ -95,8 +100,9 @@ def test_imds_base_url_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> 
     assert Imds().base == "http://169.254.169.254"
 
 
-def test_notice_from_motos_own_metadata_endpoint(moto_server: str,
-                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+def test_notice_from_motos_own_metadata_endpoint(
+    moto_server: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """moto's server answers IMDS paths too; a notice is one entry in its metadata table."""
     from moto.instance_metadata import responses
 
@@ -112,6 +118,12 @@ def test_notice_from_motos_own_metadata_endpoint(moto_server: str,
 
 
 def test_agent_main_needs_a_config(monkeypatch: pytest.MonkeyPatch) -> None:
-    res = subprocess.run([sys.executable, "-m", "spotwise.providers.aws_agent"], env={
-        "PATH": "/usr/bin:/bin"}, capture_output=True, text=True, check=False, timeout=60)
+    res = subprocess.run(
+        [sys.executable, "-m", "spotwise.providers.aws_agent"],
+        env={"PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
     assert res.returncode == 2 and "SPOTWISE_AGENT_CONFIG" in res.stderr

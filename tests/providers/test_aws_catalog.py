@@ -88,8 +88,13 @@ def test_price_history_is_ordered_and_includes_the_price_in_effect_at_the_start(
     hist = cat.price_history("us-east-1", "m5.4xlarge", end - 3600, end)
     times = [p.timestamp for p in hist]
     assert times == sorted(times)
-    assert {p.zone for p in hist} == {"us-east-1a", "us-east-1b", "us-east-1c", "us-east-1d",
-                                      "us-east-1f"}
+    assert {p.zone for p in hist} == {
+        "us-east-1a",
+        "us-east-1b",
+        "us-east-1c",
+        "us-east-1d",
+        "us-east-1f",
+    }
     assert min(times) < end - 3600  # the in-effect price at the window start
     full = cat.price_history("us-east-1", "m5.4xlarge", end - 7 * 3600, end)
     assert len(full) == 9  # every record of the slice
@@ -133,7 +138,12 @@ def test_instance_types_from_describe_instance_types(spot_prices: Any, pricing_a
     assert len(types) > 500
     g5 = types["g5.xlarge"]
     assert (g5.vcpus, g5.memory_gb, g5.gpus, g5.gpu_name, g5.architecture) == (
-        4, 16.0, 1, "A10G", "x86_64")
+        4,
+        16.0,
+        1,
+        "A10G",
+        "x86_64",
+    )
     assert g5.on_demand_price_per_hour == pytest.approx(1.006)
     assert types["m6g.large"].architecture == "arm64"
     assert types["t3.nano"].on_demand_price_per_hour is None  # not in the price fixture
@@ -144,8 +154,9 @@ def test_instance_types_offline_when_ec2_is_unreachable(
 ) -> None:
     monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")  # nothing listens there
     monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")
-    cat = AwsCatalog(ProviderConfig(name="aws", regions=("eu-west-1",),
-                                    options={"pricing": "offline"}))
+    cat = AwsCatalog(
+        ProviderConfig(name="aws", regions=("eu-west-1",), options={"pricing": "offline"})
+    )
     from spotwise.providers import aws
 
     monkeypatch.setattr(aws, "_config", lambda *a, **k: _fast_config())
@@ -163,12 +174,26 @@ def _fast_config() -> Any:
 
 
 def test_parse_price_list_reads_on_demand_hours_only() -> None:
-    doc = {"product": {"attributes": {"instanceType": "x.large"}},
-           "terms": {"OnDemand": {"A": {"priceDimensions": {
-               "1": {"unit": "Hrs", "pricePerUnit": {"USD": "0.5000000000"}},
-               "2": {"unit": "Quantity", "pricePerUnit": {"USD": "0.0100000000"}}}}},
-               "Reserved": {"B": {"priceDimensions": {
-                   "3": {"unit": "Hrs", "pricePerUnit": {"USD": "0.0010000000"}}}}}}}
+    doc = {
+        "product": {"attributes": {"instanceType": "x.large"}},
+        "terms": {
+            "OnDemand": {
+                "A": {
+                    "priceDimensions": {
+                        "1": {"unit": "Hrs", "pricePerUnit": {"USD": "0.5000000000"}},
+                        "2": {"unit": "Quantity", "pricePerUnit": {"USD": "0.0100000000"}},
+                    }
+                }
+            },
+            "Reserved": {
+                "B": {
+                    "priceDimensions": {
+                        "3": {"unit": "Hrs", "pricePerUnit": {"USD": "0.0010000000"}}
+                    }
+                }
+            },
+        },
+    }
     import json
 
     assert parse_price_list([json.dumps(doc)]) == {"x.large": 0.5}
@@ -184,9 +209,14 @@ def test_offline_catalog_is_the_shipped_linux_subset() -> None:
     assert hw["c4.large"].gpus == 0 and hw["c4.large"].gpu_name == ""
 
 
-@pytest.mark.parametrize(("zone", "region"), [
-    ("us-east-1a", "us-east-1"), ("eu-central-1c", "eu-central-1"),
-    ("us-east-1-bos-1a", "us-east-1"), ("ap-southeast-2b", "ap-southeast-2"),
-])
+@pytest.mark.parametrize(
+    ("zone", "region"),
+    [
+        ("us-east-1a", "us-east-1"),
+        ("eu-central-1c", "eu-central-1"),
+        ("us-east-1-bos-1a", "us-east-1"),
+        ("ap-southeast-2b", "ap-southeast-2"),
+    ],
+)
 def test_zone_region(zone: str, region: str) -> None:
     assert zone_region(zone) == region

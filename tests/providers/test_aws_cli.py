@@ -43,9 +43,9 @@ def _json(app: typer.Typer, *args: str) -> Any:
 
 
 # ---- AWS on moto -----------------------------------------------------------------------------
-def test_aws_prices_sorted_with_on_demand_joined_and_cached(app: typer.Typer, db: str,
-                                                            spot_prices: Any,
-                                                            pricing_api: Any) -> None:
+def test_aws_prices_sorted_with_on_demand_joined_and_cached(
+    app: typer.Typer, db: str, spot_prices: Any, pricing_api: Any
+) -> None:
     out = _json(app, "prices", "--provider", "aws", "--region", "us-east-1")
     rows = out["prices"]
     assert out["source"] == "live" and out["on_demand_source"] == "pricing-api"
@@ -75,41 +75,50 @@ def test_aws_prices_market_and_type_filters(app: typer.Typer, db: str, spot_pric
 
 
 def test_aws_price_history(app: typer.Typer, db: str, spot_prices: Any) -> None:
-    out = _json(app, "prices", "-p", "aws", "-r", "us-east-1", "-t", "m5.4xlarge",
-                "--history", "7h")
+    out = _json(
+        app, "prices", "-p", "aws", "-r", "us-east-1", "-t", "m5.4xlarge", "--history", "7h"
+    )
     times = [r["observed_at"] for r in out["prices"]]
     assert len(times) == 9 and times == sorted(times)
     assert out["history"]["end"] - out["history"]["start"] == pytest.approx(7 * 3600)
 
 
-@pytest.mark.parametrize(("args", "error", "match"), [
-    (("-r", "us-eats-1"), NotFoundError, "did you mean 'us-east-1'"),
-    (("-r", "us-east-1", "-t", "m5.xlarg"), NotFoundError, "did you mean 'm5.xlarge'"),
-    (("-r", "us-east-1", "--history", "6h"), SpecError, "needs --instance-type"),
-    (("-r", "us-east-1", "-t", "c4.large", "--history", "six hours"), SpecError, "duration"),
-])
-def test_aws_prices_bad_input_is_one_clear_error(app: typer.Typer, db: str, spot_prices: Any,
-                                                 args: tuple[str, ...], error: type,
-                                                 match: str) -> None:
+@pytest.mark.parametrize(
+    ("args", "error", "match"),
+    [
+        (("-r", "us-eats-1"), NotFoundError, "did you mean 'us-east-1'"),
+        (("-r", "us-east-1", "-t", "m5.xlarg"), NotFoundError, "did you mean 'm5.xlarge'"),
+        (("-r", "us-east-1", "--history", "6h"), SpecError, "needs --instance-type"),
+        (("-r", "us-east-1", "-t", "c4.large", "--history", "six hours"), SpecError, "duration"),
+    ],
+)
+def test_aws_prices_bad_input_is_one_clear_error(
+    app: typer.Typer, db: str, spot_prices: Any, args: tuple[str, ...], error: type, match: str
+) -> None:
     res = _run(app, "prices", "-p", "aws", *args)
     assert isinstance(res.exception, error)
     assert match in str(res.exception) and "\n" not in str(res.exception)
 
 
-def test_aws_prices_fall_back_to_the_cache(app: typer.Typer, db: str, spot_prices: Any,
-                                           monkeypatch: pytest.MonkeyPatch) -> None:
+def test_aws_prices_fall_back_to_the_cache(
+    app: typer.Typer, db: str, spot_prices: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     live = _json(app, "prices", "-p", "aws", "-r", "us-east-1", "--spot")
     monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")  # AWS unreachable now
     from botocore.config import Config
 
     from spotwise.providers import aws
 
-    monkeypatch.setattr(aws, "_config", lambda *a, **k: Config(
-        connect_timeout=0.5, read_timeout=0.5, retries={"max_attempts": 1}))
+    monkeypatch.setattr(
+        aws,
+        "_config",
+        lambda *a, **k: Config(connect_timeout=0.5, read_timeout=0.5, retries={"max_attempts": 1}),
+    )
     cached = _json(app, "prices", "-p", "aws", "-r", "us-east-1", "--spot")
     assert cached["source"] == "cache" and "spot prices" in cached["error"]
     assert [(r["zone"], r["instance_type"], r["price_per_hour"]) for r in cached["prices"]] == [
-        (r["zone"], r["instance_type"], r["price_per_hour"]) for r in live["prices"]]
+        (r["zone"], r["instance_type"], r["price_per_hour"]) for r in live["prices"]
+    ]
 
 
 def test_aws_catalog_gpu_filter(app: typer.Typer, spot_prices: Any) -> None:
@@ -121,8 +130,9 @@ def test_aws_catalog_gpu_filter(app: typer.Typer, spot_prices: Any) -> None:
     assert isinstance(res.exception, NotFoundError) and "did you mean" in str(res.exception)
 
 
-def test_aws_check_names_the_source_and_account_never_the_key(app: typer.Typer,
-                                                             aws_env: str) -> None:
+def test_aws_check_names_the_source_and_account_never_the_key(
+    app: typer.Typer, aws_env: str
+) -> None:
     from awsfakes import FAKE_KEY_ID, FAKE_SECRET
 
     res = _run(app, "check", "--provider", "aws", "--json")
@@ -135,8 +145,9 @@ def test_aws_check_names_the_source_and_account_never_the_key(app: typer.Typer,
         assert FAKE_KEY_ID not in text and FAKE_SECRET not in text
 
 
-def test_aws_check_without_credentials(app: typer.Typer, aws_env: str,
-                                       monkeypatch: pytest.MonkeyPatch) -> None:
+def test_aws_check_without_credentials(
+    app: typer.Typer, aws_env: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.delenv("AWS_ACCESS_KEY_ID")
     monkeypatch.delenv("AWS_SECRET_ACCESS_KEY")
     res = _run(app, "check", "--provider", "aws", "--json")
@@ -164,8 +175,12 @@ def test_local_prices_and_catalog(app: typer.Typer, db: str) -> None:
 def test_local_history_and_tables(app: typer.Typer, db: str) -> None:
     hist = _json(app, "prices", "-t", "p3.2xlarge", "--history", "1h", "-r", "us-west-2")
     assert hist["prices"] and {r["region"] for r in hist["prices"]} == {"us-west-2"}
-    for args in (("prices", "--limit", "3"), ("catalog",), ("check", "-p", "local"),
-                 ("prices", "-t", "p3.2xlarge", "--history", "30m")):
+    for args in (
+        ("prices", "--limit", "3"),
+        ("catalog",),
+        ("check", "-p", "local"),
+        ("prices", "-t", "p3.2xlarge", "--history", "30m"),
+    ):
         res = _run(app, *args)
         assert res.exit_code == 0, (args, res.output, res.exception)
         assert res.output.strip()

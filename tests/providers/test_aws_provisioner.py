@@ -54,8 +54,9 @@ TRIAL = textwrap.dedent("""
 """)
 
 
-def _offer(market: Market = Market.SPOT, zone: str = "us-east-1b",
-           itype: str = "c5.xlarge") -> Offer:
+def _offer(
+    market: Market = Market.SPOT, zone: str = "us-east-1b", itype: str = "c5.xlarge"
+) -> Offer:
     price = 0.0824 if market is Market.SPOT else 0.17
     return Offer("aws", "us-east-1", zone, itype, market, price, 0.17, vcpus=4, memory_gb=8.0)
 
@@ -65,19 +66,34 @@ def _prov(bucket: str, **options: str) -> Any:
     return open_provisioner(ProviderConfig(name="aws", regions=("us-east-1",), options=opts))
 
 
-def _request(tmp_path: Path, market: Market = Market.SPOT, env: dict[str, str] | None = None,
-             job: str = "job-1", trial: str = "trial-1", attempt: int = 1,
-             tags: dict[str, str] | None = None) -> LaunchRequest:
+def _request(
+    tmp_path: Path,
+    market: Market = Market.SPOT,
+    env: dict[str, str] | None = None,
+    job: str = "job-1",
+    trial: str = "trial-1",
+    attempt: int = 1,
+    tags: dict[str, str] | None = None,
+) -> LaunchRequest:
     script = tmp_path / "trial.py"
     script.write_text(TRIAL)
     launch = uuid.uuid4().hex[:16]
-    full_env = {"SPOTWISE_JOB_ID": job, "SPOTWISE_TRIAL_ID": trial,
-                "SPOTWISE_ATTEMPT": str(attempt),
-                "SPOTWISE_EVENTS_FILE": str(tmp_path / "orchestrator-events.jsonl"),
-                "SPOTWISE_STOP_FILE": str(tmp_path / f"stop-{attempt}"), **(env or {})}
-    return LaunchRequest(_offer(market), (sys.executable, str(script)), full_env,
-                         tags if tags is not None else our_tags(job, trial, launch), launch,
-                         str(tmp_path))
+    full_env = {
+        "SPOTWISE_JOB_ID": job,
+        "SPOTWISE_TRIAL_ID": trial,
+        "SPOTWISE_ATTEMPT": str(attempt),
+        "SPOTWISE_EVENTS_FILE": str(tmp_path / "orchestrator-events.jsonl"),
+        "SPOTWISE_STOP_FILE": str(tmp_path / f"stop-{attempt}"),
+        **(env or {}),
+    }
+    return LaunchRequest(
+        _offer(market),
+        (sys.executable, str(script)),
+        full_env,
+        tags if tags is not None else our_tags(job, trial, launch),
+        launch,
+        str(tmp_path),
+    )
 
 
 def _raw(instance_id: str) -> dict[str, Any]:
@@ -97,8 +113,9 @@ def _user_data(instance_id: str) -> str:
 
 
 # ---- what a launch sends ------------------------------------------------------------------------
-def test_spot_launch_is_tagged_imdsv2_only_and_starts_the_agent(bucket: str,
-                                                                 tmp_path: Path) -> None:
+def test_spot_launch_is_tagged_imdsv2_only_and_starts_the_agent(
+    bucket: str, tmp_path: Path
+) -> None:
     prov = _prov(bucket)
     req = _request(tmp_path, env={"WANDB_MODE": "offline"})
     inst = prov.launch(req)
@@ -111,13 +128,19 @@ def test_spot_launch_is_tagged_imdsv2_only_and_starts_the_agent(bucket: str,
     assert raw["Placement"]["AvailabilityZone"] == "us-east-1b"
     assert raw["ClientToken"] == req.client_token
     assert raw["MetadataOptions"]["HttpTokens"] == "required"
-    assert inst.offer.market is Market.SPOT and inst.state in (InstanceState.PENDING,
-                                                                InstanceState.RUNNING)
+    assert inst.offer.market is Market.SPOT and inst.state in (
+        InstanceState.PENDING,
+        InstanceState.RUNNING,
+    )
     text = _user_data(inst.instance_id)
     assert text.startswith("#!/bin/bash") and "-m spotwise.providers.aws_agent" in text
     cfg = parse_user_data(text)
-    assert (cfg.job_id, cfg.trial_id, cfg.attempt, cfg.launch_id) == ("job-1", "trial-1", 1,
-                                                                      req.client_token)
+    assert (cfg.job_id, cfg.trial_id, cfg.attempt, cfg.launch_id) == (
+        "job-1",
+        "trial-1",
+        1,
+        req.client_token,
+    )
     assert cfg.argv[0] == "python"  # the orchestrator's interpreter path means nothing there
     assert cfg.env["WANDB_MODE"] == "offline"
     assert "SPOTWISE_EVENTS_FILE" not in cfg.env and "SPOTWISE_STOP_FILE" not in cfg.env
@@ -132,8 +155,11 @@ def test_on_demand_launch_has_no_market_options(bucket: str, tmp_path: Path) -> 
 
 
 def test_collapsed_s3_checkpoint_uri_is_repaired(bucket: str, tmp_path: Path) -> None:
-    prov = open_provisioner(ProviderConfig(name="aws", regions=("us-east-1",),
-                                           options={"image": "ami-12c6146b", "poll_s": "0"}))
+    prov = open_provisioner(
+        ProviderConfig(
+            name="aws", regions=("us-east-1",), options={"image": "ami-12c6146b", "poll_s": "0"}
+        )
+    )
     ckpt = f"s3:/{bucket}/ckpt/job-1/trial-1"  # what str(Path("s3://b/...")) gives
     inst = prov.launch(_request(tmp_path, env={"SPOTWISE_CHECKPOINT_URI": ckpt}))
     cfg = parse_user_data(_user_data(inst.instance_id))
@@ -141,15 +167,23 @@ def test_collapsed_s3_checkpoint_uri_is_repaired(bucket: str, tmp_path: Path) ->
     assert cfg.artifacts == f"s3://{bucket}/ckpt/job-1/trial-1"  # events beside checkpoints
 
 
-@pytest.mark.parametrize(("options", "env", "tags", "match"), [
-    ({"image": ""}, {}, None, "no machine image"),
-    ({"artifacts": ""}, {"SPOTWISE_CHECKPOINT_URI": "/home/me/ckpt"}, None, "not in S3"),
-    ({}, {"AWS_SECRET_ACCESS_KEY": FAKE_SECRET}, None, "instance profile"),
-    ({}, {}, {"owner": "me"}, "without spotwise tags"),
-])
-def test_unsafe_launches_are_refused(bucket: str, tmp_path: Path, options: dict[str, str],
-                                     env: dict[str, str], tags: dict[str, str] | None,
-                                     match: str) -> None:
+@pytest.mark.parametrize(
+    ("options", "env", "tags", "match"),
+    [
+        ({"image": ""}, {}, None, "no machine image"),
+        ({"artifacts": ""}, {"SPOTWISE_CHECKPOINT_URI": "/home/me/ckpt"}, None, "not in S3"),
+        ({}, {"AWS_SECRET_ACCESS_KEY": FAKE_SECRET}, None, "instance profile"),
+        ({}, {}, {"owner": "me"}, "without spotwise tags"),
+    ],
+)
+def test_unsafe_launches_are_refused(
+    bucket: str,
+    tmp_path: Path,
+    options: dict[str, str],
+    env: dict[str, str],
+    tags: dict[str, str] | None,
+    match: str,
+) -> None:
     prov = _prov(bucket, **options)
     with pytest.raises(ProviderError, match=match) as err:
         prov.launch(_request(tmp_path, env=env, tags=tags))
@@ -164,16 +198,24 @@ def test_a_retried_launch_finds_the_first_instance(bucket: str, tmp_path: Path) 
     assert again.instance_id == first.instance_id
 
 
-def test_capacity_errors_map_to_capacity_error(bucket: str, tmp_path: Path,
-                                               monkeypatch: pytest.MonkeyPatch) -> None:
+def test_capacity_errors_map_to_capacity_error(
+    bucket: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from botocore.exceptions import ClientError
 
     prov = _prov(bucket)
     ec2 = prov._ec2("us-east-1")
 
     def no_capacity(**kwargs: Any) -> Any:
-        raise ClientError({"Error": {"Code": "InsufficientInstanceCapacity",
-                                     "Message": "no c5.xlarge in us-east-1b"}}, "RunInstances")
+        raise ClientError(
+            {
+                "Error": {
+                    "Code": "InsufficientInstanceCapacity",
+                    "Message": "no c5.xlarge in us-east-1b",
+                }
+            },
+            "RunInstances",
+        )
 
     monkeypatch.setattr(ec2, "run_instances", no_capacity)
     with pytest.raises(CapacityError, match="no capacity"):
@@ -194,7 +236,8 @@ def test_terminated_by_us_vs_reclaimed_by_aws(bucket: str, tmp_path: Path) -> No
     backend.terminate_instances([taken.instance_id])
     backend.get_instance(taken.instance_id).state_reason = StateReason(
         "Server.SpotInstanceTermination: Spot instance termination",
-        "Server.SpotInstanceTermination")
+        "Server.SpotInstanceTermination",
+    )
     states = {i.instance_id: i for i in prov.describe({TAG_JOB: "job-1"})}
     assert states[ours.instance_id].state is InstanceState.TERMINATED
     assert states[taken.instance_id].state is InstanceState.REVOKED
@@ -214,8 +257,9 @@ def test_describe_is_rate_limited_by_poll_s(bucket: str, tmp_path: Path) -> None
 
 
 # ---- the trial path, through the emulator --------------------------------------------------------
-def test_events_notice_exit_and_reclaim_travel_through_s3(bucket: str, tmp_path: Path,
-                                                          emulator: Any) -> None:
+def test_events_notice_exit_and_reclaim_travel_through_s3(
+    bucket: str, tmp_path: Path, emulator: Any
+) -> None:
     prov = _prov(bucket)
     req = _request(tmp_path)
     inst = prov.launch(req)
@@ -225,19 +269,29 @@ def test_events_notice_exit_and_reclaim_travel_through_s3(bucket: str, tmp_path:
     notice = wait_for(lambda: next(iter(prov.notices()), None), 20, "the notice")
     assert notice.kind is NoticeKind.INTERRUPTION and notice.instance_id == inst.instance_id
     assert notice.deadline == pytest.approx(deadline, abs=1.0)
-    done = wait_for(lambda: next((i for i in prov.describe({TAG_LAUNCH: req.client_token})
-                                  if i.exit_code is not None), None), 20, "the trial's exit")
+    done = wait_for(
+        lambda: next(
+            (i for i in prov.describe({TAG_LAUNCH: req.client_token}) if i.exit_code is not None),
+            None,
+        ),
+        20,
+        "the trial's exit",
+    )
     assert done.exit_code == 0
     rest = prov.progress(inst.instance_id)
     assert rest and rest[-1]["type"] == "stopping" and rest[-1]["reason"] == "signal"
-    gone = wait_for(lambda: next((i for i in prov.describe() if i.state.is_terminal()), None),
-                    20, "EC2 to take the instance back")
+    gone = wait_for(
+        lambda: next((i for i in prov.describe() if i.state.is_terminal()), None),
+        20,
+        "EC2 to take the instance back",
+    )
     assert gone.state is InstanceState.REVOKED
     assert "IMDS unreachable" not in emulator.log_of(inst.instance_id)
 
 
-def test_a_stop_request_reaches_the_trial_on_the_instance(bucket: str, tmp_path: Path,
-                                                          emulator: Any) -> None:
+def test_a_stop_request_reaches_the_trial_on_the_instance(
+    bucket: str, tmp_path: Path, emulator: Any
+) -> None:
     prov = _prov(bucket)
     req = _request(tmp_path)
     inst = prov.launch(req)
@@ -251,8 +305,9 @@ def test_a_stop_request_reaches_the_trial_on_the_instance(bucket: str, tmp_path:
 
     wait_for(stopped, 30, "the trial to see the stop file")
     assert next(e for e in seen if e["type"] == "stopping")["reason"] == "stop_file"
-    exited = wait_for(lambda: next((i for i in prov.describe() if i.exit_code is not None), None),
-                      20, "the exit")
+    exited = wait_for(
+        lambda: next((i for i in prov.describe() if i.exit_code is not None), None), 20, "the exit"
+    )
     assert exited.exit_code == 0 and not exited.state.is_terminal()  # ours to terminate
     prov.terminate([inst.instance_id])
     assert wait_for(lambda: prov.describe()[0].state is InstanceState.TERMINATED, 10, "terminate")
@@ -262,8 +317,9 @@ def test_a_failing_trial_reports_its_exit_code(bucket: str, tmp_path: Path, emul
     prov = _prov(bucket)
     req = _request(tmp_path, env={"STEPS": "3", "EXIT": "3"})
     inst = prov.launch(req)
-    done = wait_for(lambda: next((i for i in prov.describe() if i.exit_code is not None), None),
-                    30, "the exit")
+    done = wait_for(
+        lambda: next((i for i in prov.describe() if i.exit_code is not None), None), 30, "the exit"
+    )
     assert done.exit_code == 3
     kinds = [e["type"] for e in prov.progress(inst.instance_id)]
     assert kinds == ["report", "report", "report", "done"]
@@ -274,18 +330,25 @@ def test_a_failing_trial_reports_its_exit_code(bucket: str, tmp_path: Path, emul
 def _s3_get(bucket: str, key: str) -> bytes:
     import boto3
 
-    return bytes(boto3.client("s3", region_name="us-east-1").get_object(
-        Bucket=bucket, Key=key)["Body"].read())
+    return bytes(
+        boto3.client("s3", region_name="us-east-1")
+        .get_object(Bucket=bucket, Key=key)["Body"]
+        .read()
+    )
 
 
-def test_a_rebalance_recommendation_stops_the_trial_without_a_notice(bucket: str, tmp_path: Path,
-                                                                     emulator: Any) -> None:
+def test_a_rebalance_recommendation_stops_the_trial_without_a_notice(
+    bucket: str, tmp_path: Path, emulator: Any
+) -> None:
     prov = _prov(bucket)
     inst = prov.launch(_request(tmp_path))
     wait_for(lambda: prov.progress(inst.instance_id), 30, "the trial to start")
     emulator.rebalance(inst.instance_id)
-    done = wait_for(lambda: next((i for i in prov.describe() if i.exit_code is not None), None),
-                    30, "the trial to checkpoint and exit")
+    done = wait_for(
+        lambda: next((i for i in prov.describe() if i.exit_code is not None), None),
+        30,
+        "the trial to checkpoint and exit",
+    )
     assert done.exit_code == 0 and not done.state.is_terminal()  # EC2 does not take it
     assert prov.notices() == []  # no deadline: not an interruption
     assert prov.progress(inst.instance_id)[-1]["reason"] == "signal"
@@ -293,13 +356,17 @@ def test_a_rebalance_recommendation_stops_the_trial_without_a_notice(bucket: str
     assert [n["kind"] for n in status["notices"]] == ["rebalance"]
 
 
-def test_rebalance_ignore_keeps_the_trial_running(bucket: str, tmp_path: Path,
-                                                  emulator: Any) -> None:
+def test_rebalance_ignore_keeps_the_trial_running(
+    bucket: str, tmp_path: Path, emulator: Any
+) -> None:
     prov = _prov(bucket, rebalance="ignore")
     inst = prov.launch(_request(tmp_path, env={"STEPS": "60"}))
     wait_for(lambda: prov.progress(inst.instance_id), 30, "the trial to start")
     emulator.rebalance(inst.instance_id)
-    done = wait_for(lambda: next((i for i in prov.describe() if i.exit_code is not None), None),
-                    30, "the trial to finish")
+    done = wait_for(
+        lambda: next((i for i in prov.describe() if i.exit_code is not None), None),
+        30,
+        "the trial to finish",
+    )
     assert done.exit_code == 0
     assert prov.progress(inst.instance_id)[-1]["type"] == "done"

@@ -29,9 +29,16 @@ def test_put_get_latest_and_retention(bucket: str) -> None:
     assert data == b"state 15" and manifest["step"] == 15
     assert [m["step"] for m in store.list()] == [10, 15]  # keep=2
     keys = {o["Key"] for o in _s3().list_objects_v2(Bucket=bucket, Prefix="ckpt/")["Contents"]}
-    assert keys == {f"ckpt/job/trial/{k}" for k in (
-        "ckpt-00000010.pt", "ckpt-00000010.json", "ckpt-00000015.pt", "ckpt-00000015.json",
-        "LATEST")}
+    assert keys == {
+        f"ckpt/job/trial/{k}"
+        for k in (
+            "ckpt-00000010.pt",
+            "ckpt-00000010.json",
+            "ckpt-00000015.pt",
+            "ckpt-00000015.json",
+            "LATEST",
+        )
+    }
 
 
 def test_a_corrupt_newest_checkpoint_falls_back(bucket: str) -> None:

@@ -20,10 +20,12 @@ pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
 class TestAwsContract(ProviderContract):
     @pytest.fixture
-    def provider(self, spot_prices: Any, pricing_api: Any, bucket: str,
-                 emulator: Any) -> CatalogAndProvisioner:
+    def provider(
+        self, spot_prices: Any, pricing_api: Any, bucket: str, emulator: Any
+    ) -> CatalogAndProvisioner:
         config = ProviderConfig(
-            name="aws", regions=("us-east-1",),
+            name="aws",
+            regions=("us-east-1",),
             options={"image": "ami-12c6146b", "artifacts": f"s3://{bucket}/runs", "poll_s": "0"},
         )
         return open_catalog(config), open_provisioner(config)
@@ -41,9 +43,18 @@ class TestAwsContract(ProviderContract):
         import boto3
 
         ec2 = boto3.client("ec2", region_name="us-east-1")
-        resp = ec2.run_instances(ImageId="ami-12c6146b", InstanceType="t3.micro", MinCount=1,
-                                 MaxCount=1, TagSpecifications=[{"ResourceType": "instance",
-                                 "Tags": [{"Key": "spotwise:job", "Value": "not-really"}]}])
+        resp = ec2.run_instances(
+            ImageId="ami-12c6146b",
+            InstanceType="t3.micro",
+            MinCount=1,
+            MaxCount=1,
+            TagSpecifications=[
+                {
+                    "ResourceType": "instance",
+                    "Tags": [{"Key": "spotwise:job", "Value": "not-really"}],
+                }
+            ],
+        )
         return str(resp["Instances"][0]["InstanceId"])
 
     @pytest.fixture
@@ -67,8 +78,9 @@ def test_the_foreign_instance_survives_a_refused_terminate(
     from spotwise.errors import ProviderError
 
     ec2 = boto3.client("ec2", region_name="us-east-1")
-    iid = ec2.run_instances(ImageId="ami-12c6146b", InstanceType="t3.micro", MinCount=1,
-                            MaxCount=1)["Instances"][0]["InstanceId"]
+    iid = ec2.run_instances(
+        ImageId="ami-12c6146b", InstanceType="t3.micro", MinCount=1, MaxCount=1
+    )["Instances"][0]["InstanceId"]
     prov = open_provisioner(ProviderConfig(name="aws", regions=("us-east-1",)))
     with pytest.raises(ProviderError, match="refusing to terminate"):
         prov.terminate([iid])

@@ -30,8 +30,11 @@ FIXTURES = ROOT / "tests" / "fixtures" / "aws"
 BUCKET = "spotwise-digits-example"  # the bucket job-aws.yaml names
 KEY_ID, SECRET = "AKIASMOKETESTKEY0042", "smoke/Test+Secret/NeverPrintMe0042"
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(600),
-              pytest.mark.filterwarnings("ignore::DeprecationWarning")]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.timeout(600),
+    pytest.mark.filterwarnings("ignore::DeprecationWarning"),
+]
 
 
 @pytest.fixture(scope="module")
@@ -57,8 +60,13 @@ def moto_url() -> Iterator[str]:
 def _client(service: str, url: str) -> Any:
     import boto3
 
-    return boto3.client(service, region_name="us-east-1", endpoint_url=url,
-                        aws_access_key_id=KEY_ID, aws_secret_access_key=SECRET)
+    return boto3.client(
+        service,
+        region_name="us-east-1",
+        endpoint_url=url,
+        aws_access_key_id=KEY_ID,
+        aws_secret_access_key=SECRET,
+    )
 
 
 def _has_checkpoint(s3: Any, uri: str) -> bool:
@@ -78,28 +86,44 @@ def test_tune_on_moto_survives_an_interruption_and_leaves_nothing_running(
     _client("iam", moto_url).create_instance_profile(InstanceProfileName="spotwise-trial")
     prices = SpotPrices(load_spot_rows(shift_to=time.time() - 60)).install()
     next(prices)
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("SPOTWISE_", "AWS_"))}
-    env.update({
-        "AWS_ENDPOINT_URL": moto_url, "AWS_ACCESS_KEY_ID": KEY_ID, "AWS_SECRET_ACCESS_KEY": SECRET,
-        "AWS_DEFAULT_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true",
-        "AWS_CONFIG_FILE": str(tmp_path / "none"),
-        "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "none"),
-        "SPOTWISE_DB": f"sqlite:///{tmp_path / 'spotwise.db'}",
-        "SPOTWISE_HOME": str(tmp_path / "home"),
-        "SPOTWISE_AWS_POLL_S": "0.3",
-    })
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SPOTWISE_", "AWS_"))}
+    env.update(
+        {
+            "AWS_ENDPOINT_URL": moto_url,
+            "AWS_ACCESS_KEY_ID": KEY_ID,
+            "AWS_SECRET_ACCESS_KEY": SECRET,
+            "AWS_DEFAULT_REGION": "us-east-1",
+            "AWS_EC2_METADATA_DISABLED": "true",
+            "AWS_CONFIG_FILE": str(tmp_path / "none"),
+            "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "none"),
+            "SPOTWISE_DB": f"sqlite:///{tmp_path / 'spotwise.db'}",
+            "SPOTWISE_HOME": str(tmp_path / "home"),
+            "SPOTWISE_AWS_POLL_S": "0.3",
+        }
+    )
     digits = str(ROOT / "examples" / "digits")
     interrupted: str | None = None
     try:
-        with PricingServer() as pricing, InstanceEmulator(
-            moto_url, tmp_path / "instances", env=env, agent_poll_s=0.2, kill_grace_s=20.0,
-            paths={"/opt/spotwise/examples/digits": digits},
-        ) as emu:
+        with (
+            PricingServer() as pricing,
+            InstanceEmulator(
+                moto_url,
+                tmp_path / "instances",
+                env=env,
+                agent_poll_s=0.2,
+                kill_grace_s=20.0,
+                paths={"/opt/spotwise/examples/digits": digits},
+            ) as emu,
+        ):
             env["AWS_ENDPOINT_URL_PRICING"] = pricing.url
-            proc = subprocess.Popen([sys.executable, "-m", "spotwise.cli.app", "tune", str(EXAMPLE),
-                                     "--json"], env=env, cwd=tmp_path, text=True,
-                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "spotwise.cli.app", "tune", str(EXAMPLE), "--json"],
+                env=env,
+                cwd=tmp_path,
+                text=True,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+            )
             deadline = time.monotonic() + 180
             while proc.poll() is None and interrupted is None and time.monotonic() < deadline:
                 for iid, machine in list(emu.machines.items()):
@@ -130,46 +154,76 @@ def test_tune_on_moto_survives_an_interruption_and_leaves_nothing_running(
 
     # the interrupted trial was relaunched and resumed from its S3 checkpoint
     lost = machines[interrupted].config
-    again = [m for m in machines.values()
-             if m.config.trial_id == lost.trial_id and m.config.attempt > lost.attempt]
+    again = [
+        m
+        for m in machines.values()
+        if m.config.trial_id == lost.trial_id and m.config.attempt > lost.attempt
+    ]
     assert again, f"trial {lost.trial_id} was not relaunched: {list(machines)}"
     resumed = logs[again[0].instance_id]
     assert "resumed from step" in resumed, resumed[-2000:]
     assert "notice" in logs[interrupted] and "trial exited with 0" in logs[interrupted]
 
     # every instance of the job is gone; the interrupted one was taken by "EC2" (revoked)
-    tagged = [i for r in ec2.describe_instances(Filters=[
-        {"Name": "tag:spotwise:job", "Values": [summary["job_id"]]}])["Reservations"]
-        for i in r["Instances"]]
+    tagged = [
+        i
+        for r in ec2.describe_instances(
+            Filters=[{"Name": "tag:spotwise:job", "Values": [summary["job_id"]]}]
+        )["Reservations"]
+        for i in r["Instances"]
+    ]
     assert len(tagged) == len(machines) >= 3
     assert [i["InstanceId"] for i in tagged if i["State"]["Name"] in ("pending", "running")] == []
     reasons = {i["InstanceId"]: i.get("StateReason", {}).get("Code") for i in tagged}
     assert reasons[interrupted] == "Server.SpotInstanceTermination"
 
     # credentials appear nowhere: output, agent logs, the database
-    blobs = [out, err, *logs.values()] + [p.read_bytes().decode("latin-1")
-                                          for p in tmp_path.glob("spotwise.db*")]
+    blobs = [out, err, *logs.values()] + [
+        p.read_bytes().decode("latin-1") for p in tmp_path.glob("spotwise.db*")
+    ]
     assert not [b for b in blobs if KEY_ID in b or SECRET in b]
 
 
-def test_prices_cli_against_moto_is_sorted_with_on_demand_joined(moto_url: str,
-                                                                tmp_path: Path) -> None:
+def test_prices_cli_against_moto_is_sorted_with_on_demand_joined(
+    moto_url: str, tmp_path: Path
+) -> None:
     """`spotwise prices --provider aws --region us-east-1 --json`, a subprocess, moto server."""
     from awsfakes import PricingServer, SpotPrices, load_spot_rows
 
     prices = SpotPrices(load_spot_rows(shift_to=time.time() - 60)).install()
     next(prices)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SPOTWISE_", "AWS_"))}
-    env.update({"AWS_ENDPOINT_URL": moto_url, "AWS_ACCESS_KEY_ID": KEY_ID,
-                "AWS_SECRET_ACCESS_KEY": SECRET, "AWS_DEFAULT_REGION": "us-east-1",
-                "AWS_EC2_METADATA_DISABLED": "true",
-                "SPOTWISE_DB": f"sqlite:///{tmp_path / 'spotwise.db'}"})
+    env.update(
+        {
+            "AWS_ENDPOINT_URL": moto_url,
+            "AWS_ACCESS_KEY_ID": KEY_ID,
+            "AWS_SECRET_ACCESS_KEY": SECRET,
+            "AWS_DEFAULT_REGION": "us-east-1",
+            "AWS_EC2_METADATA_DISABLED": "true",
+            "SPOTWISE_DB": f"sqlite:///{tmp_path / 'spotwise.db'}",
+        }
+    )
     try:
         with PricingServer() as pricing:
             env["AWS_ENDPOINT_URL_PRICING"] = pricing.url
-            res = subprocess.run([sys.executable, "-m", "spotwise.cli.app", "prices", "--provider",
-                                  "aws", "--region", "us-east-1", "--json"], env=env,
-                                 capture_output=True, text=True, timeout=180, check=False)
+            res = subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "spotwise.cli.app",
+                    "prices",
+                    "--provider",
+                    "aws",
+                    "--region",
+                    "us-east-1",
+                    "--json",
+                ],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=180,
+                check=False,
+            )
     finally:
         with pytest.raises(StopIteration):
             next(prices)
