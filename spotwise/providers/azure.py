@@ -26,11 +26,11 @@ import os
 import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from spotwise.errors import CapacityError, ProviderError, ProviderUnavailable, SpecError
 from spotwise.providers.base import Market
-from spotwise.providers.registry import INSTALL_HINT, CheckResult, ProviderConfig
+from spotwise.providers.registry import INSTALL_HINT, CheckResult, OptionsMixin, ProviderConfig
 
 NAME = "azure"
 ARM_SCOPE = "https://management.azure.com/.default"
@@ -46,25 +46,15 @@ _CAPACITY = {
 
 
 @dataclass(frozen=True)
-class AzureSettings:
+class AzureSettings(OptionsMixin):
+    provider_label: ClassVar[str] = "azure"
+
     subscription_id: str
     regions: tuple[str, ...] = ()
     zones: tuple[str, ...] = ()
     instance_types: tuple[str, ...] = ()
     markets: tuple[Market, ...] = (Market.SPOT, Market.ON_DEMAND)
     options: Mapping[str, str] = field(default_factory=dict)
-
-    def opt(self, key: str, default: str = "") -> str:
-        return str(self.options.get(key, default))
-
-    def require(self, key: str, example: str) -> str:
-        value = self.opt(key)
-        if not value:
-            raise SpecError(
-                f"providers[].options.{key}: required for azure",
-                hint=f"add `{key}: {example}` under the azure provider's options",
-            )
-        return value
 
 
 def settings_from(config: ProviderConfig) -> AzureSettings:

@@ -28,11 +28,11 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from spotwise.errors import ProviderError, ProviderUnavailable, SpecError
 from spotwise.providers.base import TAG_MANAGED, Market
-from spotwise.providers.registry import INSTALL_HINT, CheckResult, ProviderConfig
+from spotwise.providers.registry import INSTALL_HINT, CheckResult, OptionsMixin, ProviderConfig
 
 NAME = "gcp"
 SCOPES = ("https://www.googleapis.com/auth/cloud-platform",)
@@ -42,25 +42,15 @@ _LABEL_OK = re.compile(r"[^a-z0-9_-]")
 
 # ---- settings -------------------------------------------------------------------------------
 @dataclass(frozen=True)
-class GcpSettings:
+class GcpSettings(OptionsMixin):
+    provider_label: ClassVar[str] = "gcp"
+
     project: str
     regions: tuple[str, ...] = ()
     zones: tuple[str, ...] = ()
     instance_types: tuple[str, ...] = ()
     markets: tuple[Market, ...] = (Market.SPOT, Market.ON_DEMAND)
     options: Mapping[str, str] = field(default_factory=dict)
-
-    def opt(self, key: str, default: str = "") -> str:
-        return str(self.options.get(key, default))
-
-    def require(self, key: str, example: str) -> str:
-        value = self.opt(key)
-        if not value:
-            raise SpecError(
-                f"providers[].options.{key}: required for gcp",
-                hint=f"add `{key}: {example}` under the gcp provider's options",
-            )
-        return value
 
 
 def settings_from(config: ProviderConfig, *, project: str | None = None) -> GcpSettings:

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import ModuleType
+from typing import ClassVar
 
 from spotwise.errors import ProviderUnavailable, SpecError, did_you_mean
 
@@ -34,6 +35,25 @@ class ProviderConfig:
     instance_types: tuple[str, ...] = ()
     markets: tuple[str, ...] = ("spot", "on-demand")
     options: Mapping[str, str] = field(default_factory=dict)
+
+
+class OptionsMixin:
+    """``opt``/``require`` over a provider settings dataclass holding ``options``."""
+
+    provider_label: ClassVar[str] = ""
+    options: Mapping[str, str]
+
+    def opt(self, key: str, default: str = "") -> str:
+        return str(self.options.get(key, default))
+
+    def require(self, key: str, example: str) -> str:
+        value = self.opt(key)
+        if not value:
+            raise SpecError(
+                f"providers[].options.{key}: required for {self.provider_label}",
+                hint=f"add `{key}: {example}` under the {self.provider_label} provider's options",
+            )
+        return value
 
 
 @dataclass(frozen=True)
