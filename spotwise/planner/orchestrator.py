@@ -32,7 +32,13 @@ from spotwise.planner.policy import (
     TrialAdded,
     get_policy,
 )
-from spotwise.planner.report import best_trial, life_cost, snapshot, summary
+from spotwise.planner.report import (
+    best_trial,
+    life_cost,
+    release_is_cheaper,
+    snapshot,
+    summary,
+)
 from spotwise.planner.runstate import Life, TrialRun, build_view, on_signals, trial_argv, trial_env
 from spotwise.planner.search import Search
 from spotwise.planner.trialbook import MAX_FAILURES, TrialBook
@@ -238,6 +244,11 @@ class Orchestrator(TrialBook):
                 elif life.notice_deadline is None:
                     prov.terminate([iid])  # left on its own and no notice: release it now
                     self._bill(t, life, InstanceState.TERMINATED, now)
+                elif self._release_is_cheaper(life, now):
+                    # noticed, trial gone, and waiting for the provider would cost more (past
+                    # the free first hour on AWS, always on Azure): release it ourselves
+                    prov.terminate([iid])
+                    self._bill(t, life, InstanceState.TERMINATED, now, released=True)
             elif t.stopping and life.stop_wall is not None and self._stop_overdue(life):
                 prov.terminate([iid])
         return events
@@ -352,17 +363,43 @@ class Orchestrator(TrialBook):
         )
 
     # ---- money --------------------------------------------------------------------------
-    def _bill(self, t: TrialRun, life: Life, state: InstanceState, ended_at: float) -> None:
+    def _release_is_cheaper(self, life: Life, now: float) -> bool:
+        deadline = life.notice_deadline
+        if deadline is None or now >= deadline:
+            return False  # the provider is taking it now; its report bills the life
+        seg = self.backend.segments
+        return release_is_cheaper(
+            self.backend.rule,
+            seg(life.offer, life.launched_at, now),
+            seg(life.offer, life.launched_at, deadline),
+        )
+
+    def _bill(
+        self,
+        t: TrialRun,
+        life: Life,
+        state: InstanceState,
+        ended_at: float,
+        *,
+        released: bool = False,
+    ) -> None:
+        """Record the end of a life and its bill; ``released``: terminated by us after a notice."""
         self.lives.pop(life.instance_id, None)
         segs = self.backend.segments(life.offer, life.launched_at, ended_at)
         revoked = state is InstanceState.REVOKED
-        kept = t.checkpoint_step if revoked else t.step
+        kept = t.checkpoint_step if revoked or released else t.step
         cost, od, seconds = life_cost(life, segs, self.backend.rule, revoked, kept)
         t.cost_usd += cost
         t.on_demand_cost_usd += od
         self.spent_usd += cost
         self.on_demand_usd += od
-        reason = "revoked" if revoked else ("completed" if t.state == "completed" else "stopped")
+        reason = (
+            "revoked"
+            if revoked
+            else "released on notice"
+            if released
+            else ("completed" if t.state == "completed" else "stopped")
+        )
         self.store.update_instance(
             life.launch_id,
             state=state.value,

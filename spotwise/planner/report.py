@@ -47,6 +47,23 @@ def life_cost(
     return cost, useful_s * life.offer.on_demand_price_per_hour / 3600.0, seconds
 
 
+def release_is_cheaper(
+    rule: BillingRule,
+    until_now: list[tuple[float, float]],
+    until_deadline: list[tuple[float, float]],
+) -> bool:
+    """After an interruption notice, with the trial already gone: is terminating the instance
+    ourselves now no dearer than letting the provider take it at the notice deadline?
+
+    Waiting pays for the rest of the notice but may earn the provider's refund (AWS: a spot
+    instance it interrupts within its first hour is free); terminating ourselves never does.
+    Ties go to terminating now (the capacity is released sooner). The simulator applies the
+    same rule.
+    """
+    now = rule.charge(until_now, revoked_by_provider=False)
+    return now <= rule.charge(until_deadline, revoked_by_provider=True)
+
+
 def summary(
     job_id: str,
     state: str,

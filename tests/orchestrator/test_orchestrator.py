@@ -46,16 +46,16 @@ def metric(step: int) -> float:
     return 1.0 - 1.0 / (step + 1)
 
 
-def write_trace(path: Path) -> None:
+def write_trace(path: Path, avail_ticks: int = AVAIL_TICKS, ticks: int = TRACE_TICKS) -> None:
     with path.open("w", newline="") as fh:
         w = csv.writer(fh)
         w.writerow(
             ["timestamp", "availability_zone", "instance_type", "spot_available",
              "spot_price_usd_per_hour", "on_demand_price_usd_per_hour"]
         )  # fmt: skip
-        for i in range(TRACE_TICKS):
+        for i in range(ticks):
             stamp = (T0 + timedelta(seconds=GAP_S * i)).strftime("%Y-%m-%d %H:%M:%S")
-            w.writerow([stamp, "us-east-1a", "p3.2xlarge", int(i < AVAIL_TICKS), "1.0", "5.0"])
+            w.writerow([stamp, "us-east-1a", "p3.2xlarge", int(i < avail_ticks), "1.0", "5.0"])
             w.writerow([stamp, "us-east-1b", "p3.2xlarge", 1, "2.0", "5.0"])
 
 
@@ -160,6 +160,43 @@ def test_revoked_trial_resumes_elsewhere_and_the_bill_is_honest(tmp_path: Path) 
 
 def tiny_spec(tmp_path: Path, steps: int, **env: str) -> dict[str, Any]:
     return spec_dict(tmp_path, command=["python", str(TINY)], steps=steps, env=env)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(420)
+def test_after_the_free_first_hour_a_noticed_instance_is_released_at_once(tmp_path: Path) -> None:
+    """Past AWS's first hour a provider revocation is billed to the second, so once the trial has
+    checkpointed and left, terminating the noticed instance ourselves is cheaper than paying for
+    the rest of the notice: the orchestrator must do that (the simulator's rule).
+
+    At 60x, us-east-1a is taken 140 ticks (4,200 market s, 70 wall s) after the start: past the
+    first hour, while the trial (400 steps x 0.25 wall s) still runs. The notice comes 120
+    market s = 2 wall s before, time for the trial to checkpoint and leave and for the
+    orchestrator to release the instance before the provider's deadline.
+    """
+    avail, steps = 140, 400
+    write_trace(tmp_path / "trace.csv", avail_ticks=avail, ticks=avail + 900)
+    spec = spec_dict(tmp_path, steps=steps)
+    spec["providers"][0]["replay"]["speedup"] = 60.0
+    db = f"sqlite:///{tmp_path / 'spotwise.db'}"
+    summary = jobs.tune(write_spec(tmp_path, spec), db=db, run_root=tmp_path / "runs")
+
+    assert summary["state"] == "succeeded", summary
+    assert summary["revocations"] == 1
+    with Store.open_existing(db) as store:
+        job = store.get_job(summary["job_id"])
+        (trial,) = store.list_trials(job.id)
+        first, second = store.list_instances(job.id)
+    assert trial.revocations == 1 and trial.final_metric == pytest.approx(metric(steps))
+    assert (first.zone, first.state, first.end_reason) == (
+        "us-east-1a", "terminated", "released on notice",
+    )  # fmt: skip
+    # ended by us after the first hour and before the provider's deadline (avail·GAP after the
+    # start of the trace; the launch came a little after the start)
+    assert 3600 < first.market_seconds < avail * GAP_S
+    # billed to the second at $1/h like any terminated life: no refund, no notice tail
+    assert first.cost_usd == pytest.approx(math.ceil(first.market_seconds) * 1.0 / 3600, abs=1e-9)
+    assert (second.zone, second.end_reason) == ("us-east-1b", "completed")
 
 
 @pytest.mark.timeout(180)

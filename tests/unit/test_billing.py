@@ -84,3 +84,25 @@ def test_rule_validates_its_numbers() -> None:
         BillingRule("x", 0.0, 0.0, 0.0, 0.0, "src")
     with pytest.raises(ValueError, match=">= 0"):
         BillingRule("x", 1.0, -1.0, 0.0, 0.0, "src")
+
+
+def test_release_after_a_notice_waits_for_the_free_first_hour_on_aws() -> None:
+    from spotwise.planner.report import release_is_cheaper
+
+    aws = rule_for("aws")
+    # 50 min in, taken at 52 min: the provider's revocation is free, ours would cost $0.83
+    assert not release_is_cheaper(aws, [(3000.0, 1.0)], [(3120.0, 1.0)])
+    # 2 h in: waiting pays 120 s more for nothing
+    assert release_is_cheaper(aws, [(7200.0, 1.0)], [(7320.0, 1.0)])
+    # the deadline falls just past the hour: the refund is lost either way, release now
+    assert release_is_cheaper(aws, [(3550.0, 1.0)], [(3670.0, 1.0)])
+
+
+def test_release_after_a_notice_on_gcp_and_azure() -> None:
+    from spotwise.planner.report import release_is_cheaper
+
+    # GCP refunds only a first minute: inside it wait (free), after it release
+    assert not release_is_cheaper(rule_for("gcp"), [(20.0, 2.0)], [(50.0, 2.0)])
+    assert release_is_cheaper(rule_for("gcp"), [(600.0, 2.0)], [(630.0, 2.0)])
+    # Azure never refunds: always release
+    assert release_is_cheaper(rule_for("azure"), [(5.0, 2.0)], [(35.0, 2.0)])
