@@ -27,7 +27,7 @@ RESULTS = ROOT / "bench" / "results"
 
 TRACES = SHARED / "spot/skynomad-v100-2023"
 CURVES = SHARED / "curves/lcbench"
-CBL = SHARED / "spot/cant-be-late-availability"
+CBL = SHARED / "spot/cant-be-late-availability/availability/1-node/aws-02-15-2023"
 TUNING = f"simulate --traces {TRACES} --curves {CURVES}"
 FIVE = "--policy on-demand,spot-greedy,asha,spottune,spotwise"
 DEADLINE = (

@@ -7,7 +7,8 @@ Two formats are read:
   on_demand_price_usd_per_hour``;
 * a folder of Can't Be Late JSON files ``<zone>_<key>.json`` holding
   ``{"metadata": {"gap_seconds": N}, "data": [counts...]}`` (no timestamps, no prices: ticks
-  start at :data:`CBL_EPOCH` and prices are NaN unless the caller supplies them).
+  start at the set's ``start_date`` in a ``trace_index.csv`` beside or above the folder when
+  there is one, else at :data:`CBL_EPOCH`; prices are NaN unless the caller supplies them).
 
 Everything downstream (replay market, revocation predictor, simulator) uses :class:`TraceSet`.
 """
@@ -90,11 +91,11 @@ def load_traces(path: str | Path) -> TraceSet:
         )
     if p.is_dir():
         csvs = sorted([*p.glob("*.csv.gz"), *p.glob("*.csv")])
-        csvs = [c for c in csvs if "summary" not in c.name]
+        # side files (a price summary, a data set's trace_index.csv) are not traces
+        csvs = [c for c in csvs if "summary" not in c.name and "index" not in c.name]
         if csvs:
             return load_skynomad_csv(csvs[0])
-        jsons = sorted(p.rglob("*.json"))
-        if jsons:
+        if any(p.rglob("*.json")):
             return load_cbl_folder(p)
         raise SpecError(f"--traces: {p} holds no .csv(.gz) or .json trace files")
     if p.suffix == ".json":
@@ -168,10 +169,23 @@ def load_skynomad_csv(path: Path) -> TraceSet:
 
 
 def load_cbl_folder(folder: Path, pattern: str = "*.json") -> TraceSet:
+    """The JSON traces of one set: the folder itself or the single folder under it holding them.
+
+    A folder whose JSON files sit in several sub-folders (the Can't Be Late root holds sets of
+    other dates, gaps and lengths) is refused with the list of sets, so a command never picks one
+    silently.
+    """
     files = sorted(folder.rglob(pattern))
     if not files:
         raise SpecError(f"--traces: no JSON files under {folder}")
-    # one set of traces must share a gap and length: take the group of the first file's shape
+    sets = sorted({f.parent for f in files})
+    if len(sets) > 1:
+        shown = ", ".join(str(s.relative_to(folder)) for s in sets[:6])
+        more = f" and {len(sets) - 6} more" if len(sets) > 6 else ""
+        raise SpecError(
+            f"--traces: {folder} holds {len(sets)} trace sets ({shown}{more}); "
+            f"pass one of those folders, e.g. {sets[0]}"
+        )
     return load_cbl_files(files)
 
 
@@ -190,12 +204,19 @@ def load_cbl_files(files: list[Path]) -> TraceSet:
                 f'({{"metadata": {{"gap_seconds": N}}, "data": [...]}}): {e}'
             ) from None
         series.append((f.stem, data, gap))
-    gap0, n0 = series[0][2], len(series[0][1])
-    same = [s for s in series if s[2] == gap0 and len(s[1]) == n0]
+    gaps = sorted({s[2] for s in series})
+    if len(gaps) > 1:
+        raise SpecError(
+            f"--traces: {files[0].parent} mixes tick gaps {gaps} s; pass files of one set"
+        )
+    # every file of a set starts at the set's start (tick i = start + i * gap); files that end
+    # earlier (the 16-node set) are aligned by cutting all to the shortest
+    gap0, n0 = gaps[0], min(len(s[1]) for s in series)
+    same = [(stem, data[:n0], gap) for stem, data, gap in series]
     counts = np.array([s[1] for s in same])
     return TraceSet(
         zones=[s[0] for s in same],
-        times=CBL_EPOCH + gap0 * np.arange(n0),
+        times=_cbl_start(files) + gap0 * np.arange(n0),
         available=counts > 0,
         price=np.full(counts.shape, np.nan),
         instance_type=_cbl_key(same[0][0]),
@@ -203,6 +224,32 @@ def load_cbl_files(files: list[Path]) -> TraceSet:
         source=str(files[0].parent),
         counts=counts,
     )
+
+
+def _cbl_start(files: list[Path]) -> float:
+    """The set's start time from a ``trace_index.csv`` beside it or up to 3 folders above
+    (``path``, ``start_date`` columns, as in ../shared/data), else :data:`CBL_EPOCH`.
+
+    The JSON files carry no timestamps; without an index the day of week is synthetic.
+    """
+    for folder in [files[0].parent, *list(files[0].parent.parents)[:3]]:
+        index = folder / "trace_index.csv"
+        if not index.is_file():
+            continue
+        try:
+            with index.open(newline="") as fh:
+                starts = {
+                    (folder / row["path"]).resolve(): row["start_date"]
+                    for row in csv.DictReader(fh)
+                    if row.get("path") and row.get("start_date")
+                }
+            found = {starts.get(f.resolve()) for f in files}
+            if len(found) == 1 and None not in found:
+                return _parse_ts(str(found.pop()))
+        except (OSError, KeyError, ValueError, csv.Error):
+            pass  # an index that does not describe these files: keep the default
+        break
+    return CBL_EPOCH
 
 
 def _cbl_key(stem: str) -> str:

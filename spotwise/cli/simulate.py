@@ -210,7 +210,7 @@ def deadline(
         raise SpecError(
             "simulate deadline: --traces is required",
             hint="spotwise simulate deadline --traces "
-            "../shared/data/spot/cant-be-late-availability",
+            "../shared/data/spot/cant-be-late-availability/availability/1-node/aws-02-15-2023",
         )
     names = parse_policies(policy)
     try:

@@ -38,8 +38,9 @@ def test_tuning_on_skynomad_and_lcbench() -> None:
 
 
 def test_deadline_replica_on_cant_be_late_traces() -> None:
+    traces = SHARED / "spot" / "cant-be-late-availability" / "availability" / "1-node"
     res = runner.invoke(app, [
-        "deadline", "--traces", str(SHARED / "spot" / "cant-be-late-availability"),
+        "deadline", "--traces", str(traces / "aws-02-15-2023"),
         "--starts", "3", "--revocation-model", "base-rate", "--workers", "1", "--json",
     ])  # fmt: skip
     assert res.exit_code == 0, res.output

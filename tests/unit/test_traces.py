@@ -148,3 +148,49 @@ def test_missing_path_and_empty_folder(tmp_path: Path) -> None:
         load_traces(tmp_path / "nope")
     with pytest.raises(SpecError, match="holds no"):
         load_traces(tmp_path)
+
+
+def test_a_folder_of_several_trace_sets_is_refused_with_the_list(tmp_path: Path) -> None:
+    # like the Can't Be Late root: sets of other dates side by side, and an index file
+    _cbl(tmp_path / "availability" / "1-node" / "aws-a" / "us-west-2a_v100_1.json", 600, [1, 0])
+    _cbl(tmp_path / "availability" / "1-node" / "aws-b" / "us-east-1a_v100_1.json", 195, [1, 1])
+    (tmp_path / "trace_index.csv").write_text("path,start_date\n")
+    with pytest.raises(SpecError) as info:
+        load_traces(tmp_path)
+    msg = str(info.value)
+    assert "holds 2 trace sets" in msg and "availability/1-node/aws-a" in msg
+    assert "pass one of those folders" in msg and "\n" not in msg
+    # one of them loads
+    assert load_traces(tmp_path / "availability" / "1-node" / "aws-b").gap_seconds == 195
+
+
+def test_a_trace_index_gives_the_set_its_real_start(tmp_path: Path) -> None:
+    folder = tmp_path / "availability" / "1-node" / "aws-10-26-2022"
+    _cbl(folder / "us-west-2a_v100_1.json", 600, [1, 0, 1])
+    _cbl(folder / "us-west-2b_v100_1.json", 600, [1, 1, 1])
+    (tmp_path / "trace_index.csv").write_text(
+        "path,kind,start_date\n"
+        "availability/1-node/aws-10-26-2022/us-west-2a_v100_1.json,availability,2022-10-26\n"
+        "availability/1-node/aws-10-26-2022/us-west-2b_v100_1.json,availability,2022-10-26\n"
+    )
+    ts = load_traces(folder)
+    start = datetime(2022, 10, 26, tzinfo=UTC).timestamp()
+    np.testing.assert_array_equal(ts.times, start + 600 * np.arange(3))
+    # an index that does not list the files leaves the documented default
+    (tmp_path / "trace_index.csv").write_text("path,start_date\nother.json,2021-01-01\n")
+    assert load_traces(folder).times[0] == CBL_EPOCH
+
+
+def test_files_of_one_set_that_end_early_are_aligned_and_mixed_gaps_refused(
+    tmp_path: Path,
+) -> None:
+    _cbl(tmp_path / "a" / "us-east-2b_v100_1.json", 300, [3, 2, 0])
+    _cbl(tmp_path / "a" / "us-west-2a_v100_1.json", 300, [16, 16, 15, 14, 0])
+    ts = load_traces(tmp_path / "a")
+    assert ts.zones == ["us-east-2b_v100_1", "us-west-2a_v100_1"] and ts.n_ticks == 3
+    assert ts.counts is not None
+    np.testing.assert_array_equal(ts.counts, [[3, 2, 0], [16, 16, 15]])
+    _cbl(tmp_path / "b" / "us-east-2b_v100_1.json", 300, [1, 1])
+    _cbl(tmp_path / "b" / "us-west-2a_v100_1.json", 600, [1, 1])
+    with pytest.raises(SpecError, match="mixes tick gaps"):
+        load_traces(tmp_path / "b")
