@@ -42,10 +42,18 @@ from spotwise.planner.report import (
 from spotwise.planner.runstate import Life, TrialRun, build_view, on_signals, trial_argv, trial_env
 from spotwise.planner.search import Search
 from spotwise.planner.trialbook import MAX_FAILURES, TrialBook
-from spotwise.providers.base import TAG_JOB, InstanceState, LaunchRequest, Offer, our_tags
+from spotwise.providers.base import (
+    TAG_JOB,
+    InstanceState,
+    LaunchRequest,
+    NoticeKind,
+    Offer,
+    our_tags,
+)
 from spotwise.spec import JobSpec
 from spotwise.store.models import new_id
 
+REBALANCE_AVOID_S = 600.0  # market seconds a pool with a rebalance recommendation is avoided
 STOP_TIMEOUT_WALL_S = 30.0  # a trial asked to stop that has not exited by then is terminated
 
 
@@ -220,6 +228,13 @@ class Orchestrator(TrialBook):
             if n.instance_id not in self.lives:
                 continue
             t, life = self.lives[n.instance_id]
+            if n.kind is NoticeKind.REBALANCE:
+                # no deadline and nothing is taken; the agent may stop the trial to move it
+                life.rebalanced = True
+                key = life.offer.key
+                self.blocked[key] = max(self.blocked.get(key, 0.0), now + REBALANCE_AVOID_S)
+                self._event("rebalance", now, t, zone=life.offer.zone)
+                continue
             life.notice_deadline = n.deadline
             self.blocked[life.offer.key] = n.deadline + self._tick_s()
             self._event("notice", now, t, deadline=n.deadline)

@@ -26,6 +26,7 @@ class Life:
     start_step: int  # the checkpoint step it resumed from
     attempt: int
     notice_deadline: float | None = None
+    rebalanced: bool = False  # AWS rebalance recommendation: elevated risk, no deadline
     exited: bool = False  # the trial process left this instance
     max_step: int = 0
     first_report_at: float | None = None

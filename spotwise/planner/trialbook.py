@@ -94,6 +94,7 @@ class TrialBook:
             code is not None
             and (code != 0 or t.stopping is None)  # exit 0 with steps left, unasked: a crash too
             and life.notice_deadline is None
+            and not life.rebalanced  # the agent stopped it to move it: migrate, not a failure
             and state is not InstanceState.REVOKED
         ):
             t.failures += 1

@@ -65,11 +65,11 @@ class TrialFiles:
         return out
 
     def take_notices(self) -> list[Notice]:
-        """New interruption notices. A rebalance recommendation is not reported: it has no
-        deadline and EC2 does not take the instance, so a caller waiting for the instance to
-        end would wait forever. The agent acts on it (option ``rebalance: stop`` SIGTERMs the
-        trial, which checkpoints and exits: an ordinary exit the orchestrator migrates)."""
-        out = [n for n in self.notices[self.reported :] if n.kind is NoticeKind.INTERRUPTION]
+        """New notices: interruptions (with EC2's deadline) and rebalance recommendations
+        (kind ``REBALANCE``, deadline ``inf``: EC2 does not take the instance). The agent acts
+        on a rebalance (option ``rebalance: stop`` SIGTERMs the trial, which checkpoints and
+        exits); the orchestrator needs the notice to tell that exit from a crash."""
+        out = list(self.notices[self.reported :])
         self.reported = len(self.notices)
         return out
 

@@ -337,7 +337,7 @@ def _s3_get(bucket: str, key: str) -> bytes:
     )
 
 
-def test_a_rebalance_recommendation_stops_the_trial_without_a_notice(
+def test_a_rebalance_recommendation_stops_the_trial_and_is_reported_without_a_deadline(
     bucket: str, tmp_path: Path, emulator: Any
 ) -> None:
     prov = _prov(bucket)
@@ -350,7 +350,10 @@ def test_a_rebalance_recommendation_stops_the_trial_without_a_notice(
         "the trial to checkpoint and exit",
     )
     assert done.exit_code == 0 and not done.state.is_terminal()  # EC2 does not take it
-    assert prov.notices() == []  # no deadline: not an interruption
+    (notice,) = prov.notices()  # reported, so the orchestrator can tell this exit from a crash
+    assert notice.kind is NoticeKind.REBALANCE and notice.deadline == float("inf")
+    assert notice.instance_id == inst.instance_id
+    assert prov.notices() == []  # each notice once
     assert prov.progress(inst.instance_id)[-1]["reason"] == "signal"
     status = json.loads(_s3_get(bucket, "runs/job-1/trial-1/agent-1.json"))
     assert [n["kind"] for n in status["notices"]] == ["rebalance"]

@@ -19,6 +19,7 @@ import sys
 import time
 import urllib.request
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -75,13 +76,29 @@ def _has_checkpoint(s3: Any, uri: str) -> bool:
     return any(o["Key"].endswith(".json") for o in resp.get("Contents", []))
 
 
-def test_tune_on_moto_survives_an_interruption_and_leaves_nothing_running(
-    moto_url: str, tmp_path: Path
-) -> None:
+@dataclass
+class Run:
+    """One `spotwise tune` of job-aws.yaml against moto, with one notice injected."""
+
+    returncode: int
+    out: str
+    err: str
+    logs: dict[str, str]
+    machines: dict[str, Any]
+    errors: list[str]
+    hit: str | None  # the instance that got the notice
+
+
+def _tune_with_one_notice(moto_url: str, tmp_path: Path, kind: str) -> Run:
+    """Run the job; once a trial has a checkpoint in S3, inject ``kind`` into its instance:
+    ``interruption`` (EC2 takes it 5 s later) or ``rebalance`` (a recommendation, no deadline)."""
     from awsfakes import PricingServer, SpotPrices, load_spot_rows
     from ec2_emulator import InstanceEmulator
 
-    s3, ec2 = _client("s3", moto_url), _client("ec2", moto_url)
+    urllib.request.urlopen(
+        urllib.request.Request(f"{moto_url}/moto-api/reset", method="POST")
+    ).close()
+    s3 = _client("s3", moto_url)
     s3.create_bucket(Bucket=BUCKET)
     _client("iam", moto_url).create_instance_profile(InstanceProfileName="spotwise-trial")
     prices = SpotPrices(load_spot_rows(shift_to=time.time() - 60)).install()
@@ -102,7 +119,7 @@ def test_tune_on_moto_survives_an_interruption_and_leaves_nothing_running(
         }
     )
     digits = str(ROOT / "examples" / "digits")
-    interrupted: str | None = None
+    hit: str | None = None
     try:
         with (
             PricingServer() as pricing,
@@ -125,12 +142,15 @@ def test_tune_on_moto_survives_an_interruption_and_leaves_nothing_running(
                 stderr=subprocess.PIPE,
             )
             deadline = time.monotonic() + 180
-            while proc.poll() is None and interrupted is None and time.monotonic() < deadline:
+            while proc.poll() is None and hit is None and time.monotonic() < deadline:
                 for iid, machine in list(emu.machines.items()):
                     uri = machine.config.env.get("SPOTWISE_CHECKPOINT_URI", "")
                     if uri.startswith("s3://") and _has_checkpoint(s3, uri):
-                        emu.interrupt(iid, lead_s=5.0)
-                        interrupted = iid
+                        if kind == "interruption":
+                            emu.interrupt(iid, lead_s=5.0)
+                        else:
+                            emu.rebalance(iid)
+                        hit = iid
                         break
                 time.sleep(0.1)
             try:
@@ -140,48 +160,95 @@ def test_tune_on_moto_survives_an_interruption_and_leaves_nothing_running(
                 out, err = proc.communicate()
                 pytest.fail(f"spotwise tune did not finish: {err[-3000:]}\n{emu.errors}")
             logs = {iid: emu.log_of(iid) for iid in emu.machines}
-            machines = dict(emu.machines)
-            errors = list(emu.errors)
+            run = Run(proc.returncode, out, err, logs, dict(emu.machines), list(emu.errors), hit)
     finally:
         with pytest.raises(StopIteration):
             next(prices)
+    return run
 
-    assert proc.returncode == 0, f"tune failed:\n{err[-4000:]}\nemulator: {errors}"
+
+def _tagged(moto_url: str, job_id: str) -> list[dict[str, Any]]:
+    return [
+        i
+        for r in _client("ec2", moto_url).describe_instances(
+            Filters=[{"Name": "tag:spotwise:job", "Values": [job_id]}]
+        )["Reservations"]
+        for i in r["Instances"]
+    ]
+
+
+def _relaunched_and_resumed(run: Run) -> None:
+    assert run.hit is not None
+    lost = run.machines[run.hit].config
+    again = [
+        m
+        for m in run.machines.values()
+        if m.config.trial_id == lost.trial_id and m.config.attempt > lost.attempt
+    ]
+    assert again, f"trial {lost.trial_id} was not relaunched: {list(run.machines)}"
+    resumed = run.logs[again[0].instance_id]
+    assert "resumed from step" in resumed, resumed[-2000:]
+
+
+def test_tune_on_moto_survives_an_interruption_and_leaves_nothing_running(
+    moto_url: str, tmp_path: Path
+) -> None:
+    run = _tune_with_one_notice(moto_url, tmp_path, "interruption")
+    interrupted, logs = run.hit, run.logs
+    assert run.returncode == 0, f"tune failed:\n{run.err[-4000:]}\nemulator: {run.errors}"
     assert interrupted is not None, "no trial reached a checkpoint to interrupt"
-    summary = json.loads(out)
+    summary = json.loads(run.out)
     assert summary["state"] == "succeeded", summary
     assert summary["completed"] == 2 and summary["revocations"] >= 1, summary
 
     # the interrupted trial was relaunched and resumed from its S3 checkpoint
-    lost = machines[interrupted].config
-    again = [
-        m
-        for m in machines.values()
-        if m.config.trial_id == lost.trial_id and m.config.attempt > lost.attempt
-    ]
-    assert again, f"trial {lost.trial_id} was not relaunched: {list(machines)}"
-    resumed = logs[again[0].instance_id]
-    assert "resumed from step" in resumed, resumed[-2000:]
+    _relaunched_and_resumed(run)
     assert "notice" in logs[interrupted] and "trial exited with 0" in logs[interrupted]
 
     # every instance of the job is gone; the interrupted one was taken by "EC2" (revoked)
-    tagged = [
-        i
-        for r in ec2.describe_instances(
-            Filters=[{"Name": "tag:spotwise:job", "Values": [summary["job_id"]]}]
-        )["Reservations"]
-        for i in r["Instances"]
-    ]
-    assert len(tagged) == len(machines) >= 3
+    tagged = _tagged(moto_url, summary["job_id"])
+    assert len(tagged) == len(run.machines) >= 3
     assert [i["InstanceId"] for i in tagged if i["State"]["Name"] in ("pending", "running")] == []
     reasons = {i["InstanceId"]: i.get("StateReason", {}).get("Code") for i in tagged}
     assert reasons[interrupted] == "Server.SpotInstanceTermination"
 
     # credentials appear nowhere: output, agent logs, the database
-    blobs = [out, err, *logs.values()] + [
+    blobs = [run.out, run.err, *logs.values()] + [
         p.read_bytes().decode("latin-1") for p in tmp_path.glob("spotwise.db*")
     ]
     assert not [b for b in blobs if KEY_ID in b or SECRET in b]
+
+
+def test_a_rebalance_recommendation_moves_the_trial_without_counting_a_failure(
+    moto_url: str, tmp_path: Path
+) -> None:
+    """The agent stops a trial on a rebalance recommendation (its default, ``rebalance: stop``):
+    the trial checkpoints and exits 0 with steps left, EC2 takes nothing. That exit must be a
+    migration (relaunch elsewhere, resume), not a crash, and spotwise must terminate the
+    instance itself since no provider deadline will."""
+    from spotwise.store import Store
+
+    run = _tune_with_one_notice(moto_url, tmp_path, "rebalance")
+    assert run.returncode == 0, f"tune failed:\n{run.err[-4000:]}\nemulator: {run.errors}"
+    assert run.hit is not None, "no trial reached a checkpoint to hit"
+    summary = json.loads(run.out)
+    assert summary["state"] == "succeeded", summary
+    assert (summary["completed"], summary["revocations"]) == (2, 0), summary
+    assert summary["migrations"] >= 1, summary
+    _relaunched_and_resumed(run)
+    assert "rebalance" in run.logs[run.hit] and "trial exited with 0" in run.logs[run.hit]
+
+    with Store.open_existing(f"sqlite:///{tmp_path / 'spotwise.db'}") as store:
+        job_id = summary["job_id"]
+        assert len(store.events(job_id, kind="rebalance")) == 1
+        assert store.events(job_id, kind="error") == []  # not counted as a crash
+        trials = store.list_trials(job_id)
+    assert all(t.state.value == "completed" for t in trials)
+
+    tagged = _tagged(moto_url, job_id)
+    assert [i["InstanceId"] for i in tagged if i["State"]["Name"] in ("pending", "running")] == []
+    reasons = {i["InstanceId"]: i.get("StateReason", {}).get("Code") for i in tagged}
+    assert reasons[run.hit] != "Server.SpotInstanceTermination"  # we released it, not EC2
 
 
 def test_prices_cli_against_moto_is_sorted_with_on_demand_joined(
