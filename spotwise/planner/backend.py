@@ -159,7 +159,12 @@ def reconcile(spec: JobSpec, job_id: str) -> list[str]:
 
     p = spec.providers[0]
     if p.name == "local":
-        return []  # local trials are children of the orchestrator and die with its session
+        # On Linux a local trial's first process dies with its orchestrator (PR_SET_PDEATHSIG),
+        # but what it started lives on in its process group, and elsewhere nothing kills it:
+        # kill what the pid records show is still ours (never a reused pid).
+        from spotwise.providers.local_records import reconcile_job
+
+        return reconcile_job(job_id)
     prov: Provisioner = cloud_module(p.name).open_provisioner(provider_config(p))
     live = [i.instance_id for i in prov.describe({TAG_JOB: job_id}) if not i.state.is_terminal()]
     if live:

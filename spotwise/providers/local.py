@@ -9,7 +9,17 @@ fraction of a wall second, the notice lasts at least ``notice_floor_wall_s`` wal
 (default 1 s) so a trial has time to write its checkpoint; the instance is still billed only up
 to the market revocation time.
 
-Trial commands run as argv lists in a new session (never through a shell).
+Trial commands run as argv lists in a new session (never through a shell); the provider signals
+the whole process group. No trial outlives its orchestrator unnoticed:
+
+* each trial starts through :mod:`spotwise.providers.local_exec`, which on Linux sets
+  ``PR_SET_PDEATHSIG`` = SIGKILL (so the trial dies with the orchestrator, even on SIGKILL)
+  and then execs the command, keeping its pid;
+* before the command runs, the provisioner records its pid, process group and start time in a
+  small JSON file (:mod:`spotwise.providers.local_records`, which explains why there), removed
+  when the process ends; after a crash, ``spotwise cancel`` kills what is left of the recorded
+  groups with :func:`~spotwise.providers.local_records.reconcile_job` — never a process whose
+  start time does not match its record.
 """
 
 from __future__ import annotations
@@ -19,6 +29,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -26,7 +37,9 @@ from pathlib import Path
 from typing import IO
 
 from spotwise.errors import CapacityError, ProviderError
+from spotwise.providers import local_exec
 from spotwise.providers.base import (
+    TAG_JOB,
     Instance,
     InstanceState,
     LaunchRequest,
@@ -34,6 +47,14 @@ from spotwise.providers.base import (
     Notice,
     NoticeKind,
     is_ours,
+)
+from spotwise.providers.local_records import (
+    MARKER_ENV,
+    ProcRecord,
+    process_start,
+    records_root,
+    remove_record,
+    write_record,
 )
 from spotwise.providers.replay import MarketClock, ReplayMarket
 
@@ -48,6 +69,7 @@ class _Proc:
     notice_at: float | None
     noticed_wall: float | None = None
     kill_wall: float | None = None
+    record: Path | None = None  # see local_records; removed once the process has ended
     events_pos: int = 0
     pending: list[Notice] = field(default_factory=list)
 
@@ -66,6 +88,7 @@ class LocalProvisioner:
         notice_floor_wall_s: float = 1.0,
         logs_dir: Path | None = None,
         kill_grace_s: float = 5.0,
+        records_dir: Path | None = None,
     ) -> None:
         self.market = market
         self.clock = clock
@@ -73,6 +96,7 @@ class LocalProvisioner:
         self.notice_floor_wall_s = notice_floor_wall_s
         self.logs_dir = logs_dir
         self.kill_grace_s = kill_grace_s
+        self.records_dir = records_dir or records_root()  # where each trial's pid is recorded
         self._procs: dict[str, _Proc] = {}
         self._by_token: dict[str, str] = {}
         self._notices: list[Notice] = []
@@ -96,20 +120,13 @@ class LocalProvisioner:
             log = open(self.logs_dir / f"{instance_id}.log", "ab")  # noqa: SIM115 (closed on exit)
         env = {k: v for k, v in os.environ.items() if not k.startswith("SPOTWISE_")}
         env.update(request.env)
+        env[MARKER_ENV] = instance_id
         try:
-            popen = subprocess.Popen(
-                list(request.argv),
-                cwd=request.workdir or None,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=log if log is not None else subprocess.DEVNULL,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        except OSError as e:
+            popen, record = self._start(request, instance_id, env, log)
+        except ProviderError:
             if log is not None:
                 log.close()
-            raise ProviderError(f"local: cannot start {request.argv[0]!r}: {e.strerror}") from None
+            raise
         revoke_at = self.market.next_revocation(offer.zone, now) if spot else None
         notice_at = None if revoke_at is None else max(now, revoke_at - self.notice_lead_s)
         inst = Instance(
@@ -117,7 +134,7 @@ class LocalProvisioner:
         )
         events = request.env.get("SPOTWISE_EVENTS_FILE")
         self._procs[instance_id] = _Proc(
-            inst, popen, log, Path(events) if events else None, revoke_at, notice_at
+            inst, popen, log, Path(events) if events else None, revoke_at, notice_at, record=record
         )
         self._by_token[request.client_token] = instance_id
         return inst
@@ -170,6 +187,71 @@ class LocalProvisioner:
             if isinstance(rec, dict):
                 out.append(rec)
         return out
+
+    # ---- starting a process ---------------------------------------------------------------
+    def _start(
+        self, request: LaunchRequest, instance_id: str, env: dict[str, str], log: IO[bytes] | None
+    ) -> tuple[subprocess.Popen[bytes], Path]:
+        """Fork the exec helper, record its pid, then let it exec the trial's argv."""
+        argv = list(request.argv)
+        go_r, go_w = os.pipe()
+        status_r, status_w = os.pipe()
+        with open(go_w, "wb") as go, open(status_r, "rb") as status:
+            try:
+                helper = [sys.executable, "-I", "-S", local_exec.__file__]
+                popen = subprocess.Popen(
+                    [*helper, str(go_r), str(status_w), str(os.getpid())],
+                    pass_fds=(go_r, status_w),
+                    cwd=request.workdir or None,
+                    env=env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log if log is not None else subprocess.DEVNULL,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+            except OSError as e:
+                raise ProviderError(f"local: cannot start {argv[0]!r}: {e.strerror}") from None
+            finally:
+                os.close(go_r)
+                os.close(status_w)
+            try:
+                record = self._record(popen.pid, instance_id, request)
+            except (OSError, ProviderError) as e:
+                popen.kill()  # still the helper, waiting for its argv: nothing else to kill
+                popen.wait()
+                raise ProviderError(f"local: cannot record {instance_id} before start: {e}") from e
+            try:
+                go.write(json.dumps({"argv": argv, "env": env}).encode())
+                go.close()
+                failure = status.read().decode(errors="replace")  # end of file once exec'd
+            except BrokenPipeError:  # the helper died before reading its argv
+                failure = "0:the exec helper exited before starting it"
+        if failure:
+            popen.wait()
+            remove_record(record)
+            raise ProviderError(f"local: cannot start {argv[0]!r}: {failure.partition(':')[2]}")
+        return popen, record
+
+    def _record(self, pid: int, instance_id: str, request: LaunchRequest) -> Path:
+        start = process_start(pid)
+        if start is None:
+            raise ProviderError(f"process {pid} ended before it could be recorded")
+        try:
+            pgid = os.getpgid(pid)
+        except ProcessLookupError:
+            pgid = pid
+        rec = ProcRecord(
+            instance_id=instance_id,
+            job_id=request.tags[TAG_JOB],
+            pid=pid,
+            pgid=pgid,
+            start=start,
+            tags=dict(request.tags),
+            argv=list(request.argv),
+            launcher_pid=os.getpid(),
+            created_at=time.time(),
+        )
+        return write_record(self.records_dir, rec)
 
     # ---- the emulated market ------------------------------------------------------------
     def poll(self) -> None:
@@ -232,5 +314,9 @@ class LocalProvisioner:
 
     @staticmethod
     def _close_log(p: _Proc) -> None:
+        """The process has ended: close its log and drop its record."""
         if p.log is not None and not p.log.closed:
             p.log.close()
+        if p.record is not None:
+            remove_record(p.record)
+            p.record = None

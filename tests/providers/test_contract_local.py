@@ -22,7 +22,12 @@ class TestLocalContract(ProviderContract):
     def provider(self, market: ReplayMarket, tmp_path: Path) -> Iterator[CatalogAndProvisioner]:
         clock = MarketClock(market.start_time, speedup=1.0)
         prov = LocalProvisioner(
-            market, clock, notice_floor_wall_s=0.2, logs_dir=tmp_path / "logs", kill_grace_s=2.0
+            market,
+            clock,
+            notice_floor_wall_s=0.2,
+            logs_dir=tmp_path / "logs",
+            kill_grace_s=2.0,
+            records_dir=tmp_path / "records",
         )
         yield market, prov
         prov.shutdown()

@@ -104,7 +104,7 @@ def prov(market: ReplayMarket, wall: FakeWall, tmp_path: Path) -> Iterator[Local
     clock = MarketClock(T0, SPEEDUP, wall=wall)
     p = LocalProvisioner(
         market, clock, notice_lead_s=LEAD, notice_floor_wall_s=FLOOR,
-        logs_dir=tmp_path / "logs", kill_grace_s=0.5,
+        logs_dir=tmp_path / "logs", kill_grace_s=0.5, records_dir=tmp_path / "records",
     )  # fmt: skip
     yield p
     p.shutdown()

@@ -1,0 +1,230 @@
+"""Records of the local provider's trial processes, and cleaning up after a dead orchestrator.
+
+On Linux a local trial dies with its orchestrator (``PR_SET_PDEATHSIG``, see
+:mod:`spotwise.providers.local_exec`), but only the trial's first process does: what it started
+stays alive in its process group. On other platforms nothing kills the trial at all. So every
+launch leaves a record that ``spotwise cancel`` can act on (:func:`reconcile_job`).
+
+Where and what. One small JSON file per instance, ``<root>/<job id>/<instance id>.json``, with
+``root`` = ``$SPOTWISE_HOME/local`` (else the user data directory's ``local/``, beside
+``runs/``). Not the store: the process id is known only after the fork, when the store's launch
+row is already written and the orchestrator (not the provider) owns it; and not the run
+directory: ``spotwise cancel`` is given only the job id, and a run root chosen by the caller is
+recorded nowhere. Not the instance id either: it is fixed (``local-<client token>``) before
+the launch so that launches stay idempotent. The record is written after the fork but before
+the trial's command runs (the first process waits for it), and removed when the provider sees
+the process end.
+
+Never a stranger. A pid is signalled only when the live process holding it has the recorded
+start time (Linux: boot id + field 22 of ``/proc/<pid>/stat``; elsewhere ``ps``'s start time),
+is still the leader of the recorded process group, and, where the environment is readable,
+carries :data:`MARKER_ENV` = the instance id. When the leader is gone (Linux), the group is
+signalled only if a live member carries the marker: Linux does not reuse a pid while a process
+group of that number exists, so such a group is the one our trial started.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from spotwise.providers.base import TAG_JOB, is_ours
+
+#: Set in every local trial's environment to its instance id (not ``SPOTWISE_*``: that prefix
+#: is the trial's contract with :mod:`spotwise.sdk`).
+MARKER_ENV = "_SPOTWISE_LOCAL_INSTANCE"
+LINUX = sys.platform.startswith("linux")
+_PROC = Path("/proc")
+
+
+def records_root() -> Path:
+    home = os.environ.get("SPOTWISE_HOME")
+    if home:
+        return Path(home) / "local"
+    import platformdirs
+
+    return Path(platformdirs.user_data_dir("spotwise")) / "local"
+
+
+@dataclass(frozen=True)
+class ProcRecord:
+    instance_id: str
+    job_id: str
+    pid: int
+    pgid: int
+    start: str  # see process_start()
+    tags: dict[str, str]
+    argv: list[str]
+    launcher_pid: int
+    created_at: float
+
+
+def _safe(name: str) -> str:
+    """A file name for an id: anything but ``[A-Za-z0-9._-]`` becomes ``_``; never ``..``."""
+    out = re.sub(r"[^A-Za-z0-9._-]", "_", name)
+    return out if out.strip(".") else f"_{out}"
+
+
+def record_path(root: Path, job_id: str, instance_id: str) -> Path:
+    return root / _safe(job_id) / f"{_safe(instance_id)}.json"
+
+
+def write_record(root: Path, rec: ProcRecord) -> Path:
+    """Write ``rec`` atomically (temporary file, fsync, rename); returns its path."""
+    path = record_path(root, rec.job_id, rec.instance_id)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".tmp-{os.getpid()}")
+    with open(tmp, "w") as fh:
+        json.dump(asdict(rec), fh)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+    return path
+
+
+def remove_record(path: Path) -> None:
+    path.unlink(missing_ok=True)
+    with contextlib.suppress(OSError):  # the job's directory, once empty
+        path.parent.rmdir()
+
+
+def read_records(root: Path, job_id: str) -> list[tuple[Path, ProcRecord]]:
+    """The job's records; unreadable or malformed files are skipped (and left alone)."""
+    d = root / _safe(job_id)
+    out: list[tuple[Path, ProcRecord]] = []
+    for path in sorted(d.glob("*.json")) if d.is_dir() else []:
+        try:
+            out.append((path, ProcRecord(**json.loads(path.read_text()))))
+        except (OSError, ValueError, TypeError):
+            continue
+    return out
+
+
+# ---- processes ----------------------------------------------------------------------------
+def _stat_fields(pid: int) -> list[str] | None:
+    """Fields 3.. of ``/proc/<pid>/stat`` (state first), or None if there is no such process."""
+    try:
+        text = (_PROC / str(pid) / "stat").read_text()
+    except OSError:  # no such process (any more)
+        return None
+    return text[text.rfind(")") + 2 :].split()
+
+
+def _boot_id() -> str:
+    try:
+        return (_PROC / "sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return ""
+
+
+def process_start(pid: int) -> str | None:
+    """When ``pid``'s process started, as an opaque token; None if none is running (a zombie
+    counts as gone). Linux: ``<boot id>:<start time in clock ticks>``; else ``ps``'s lstart."""
+    if LINUX:
+        fields = _stat_fields(pid)
+        if fields is None or fields[0] in ("Z", "X", "x"):
+            return None
+        return f"{_boot_id()}:{fields[19]}"  # field 22: starttime
+    try:
+        out = subprocess.run(
+            ["ps", "-o", "stat=,lstart=", "-p", str(pid)],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    stat, _, start = out.partition(" ")
+    return None if not start or stat.startswith("Z") else start.strip()
+
+
+def _carries_marker(pid: int, instance_id: str) -> bool | None:
+    """Whether ``pid``'s environment marks it as ``instance_id``; None if it cannot be read."""
+    if not LINUX:
+        return None
+    try:
+        environ = (_PROC / str(pid) / "environ").read_bytes()
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    except OSError:  # another user's process
+        return None
+    return f"{MARKER_ENV}={instance_id}".encode() in environ.split(b"\0")
+
+
+def _group_members(pgid: int) -> list[int]:
+    """Linux: the live (not zombie) processes in process group ``pgid``."""
+    out = []
+    for entry in _PROC.iterdir():
+        if entry.name.isdigit():
+            fields = _stat_fields(int(entry.name))
+            if fields and fields[0] not in ("Z", "X", "x") and fields[2] == str(pgid):
+                out.append(int(entry.name))
+    return out
+
+
+def _group_alive(pgid: int) -> bool:
+    if LINUX:
+        return bool(_group_members(pgid))
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def is_ours_now(rec: ProcRecord) -> bool:
+    """Whether ``rec``'s process group is, right now, provably the one its launch started."""
+    start = process_start(rec.pid)
+    if start is not None:  # a live process holds the pid: ours only if it is the same one
+        try:
+            same_group = os.getpgid(rec.pid) == rec.pgid
+        except ProcessLookupError:
+            return False
+        return (
+            start == rec.start
+            and same_group
+            and _carries_marker(rec.pid, rec.instance_id) is not False
+        )
+    if not LINUX or rec.pgid != rec.pid:
+        return False
+    return any(_carries_marker(m, rec.instance_id) for m in _group_members(rec.pgid))
+
+
+def _terminate_group(rec: ProcRecord, grace_s: float) -> None:
+    """SIGTERM the group, wait up to ``grace_s``, then SIGKILL it if it is still provably ours."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(rec.pgid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while _group_alive(rec.pgid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if _group_alive(rec.pgid) and is_ours_now(rec):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(rec.pgid, signal.SIGKILL)
+
+
+def reconcile_job(job_id: str, root: Path | None = None, *, grace_s: float = 5.0) -> list[str]:
+    """Kill the process group of every recorded local instance of ``job_id`` that is still
+    running and provably ours (see the module docstring); returns their instance ids.
+
+    Records of processes that are gone, or whose pid now belongs to a stranger, are removed
+    without signalling anything.
+    """
+    killed: list[str] = []
+    for path, rec in read_records(root or records_root(), job_id):
+        if rec.job_id != job_id or not is_ours(rec.tags) or rec.tags.get(TAG_JOB) != job_id:
+            continue
+        if is_ours_now(rec):
+            _terminate_group(rec, grace_s)
+            killed.append(rec.instance_id)
+        remove_record(path)
+    return killed
