@@ -68,6 +68,9 @@ def replay_risk(traces: TraceSet) -> Callable[[list[Offer], float], dict[str, fl
     return risk
 
 
+NO_PROGRESS_CHANNEL = ("gcp", "azure")  # see open_backend
+
+
 def open_backend(
     spec: JobSpec, base_dir: Path, run_dir: Path, *, forecast: bool = False
 ) -> Backend:
@@ -84,6 +87,15 @@ def open_backend(
             assert isinstance(backend.catalog, ReplayMarket)
             backend.risk = replay_risk(backend.catalog.traces)
         return backend
+    if p.name in NO_PROGRESS_CHANNEL:
+        # Their trials cannot report steps, completion or checkpoints back yet (no GCS / Blob
+        # channel), so the orchestrator would take every finished trial for a lost one and
+        # relaunch it, paying again each time. Refuse rather than spend money in a loop.
+        raise SpecError(
+            f"spec field 'providers': spotwise tune on {p.name} is not supported yet (a trial "
+            f"there cannot report its progress back, so finished trials would be relaunched); "
+            f"use aws or local to tune, `spotwise cloud check/catalog/prices` work on {p.name}"
+        )
     return _cloud(p)
 
 

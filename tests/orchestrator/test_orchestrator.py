@@ -276,3 +276,22 @@ def test_a_missing_trace_writes_nothing(tmp_path: Path) -> None:
     assert store.list_jobs() == []
     store.close()
     assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("provider", ["gcp", "azure"])
+def test_tune_on_a_cloud_without_a_progress_channel_is_refused_and_writes_nothing(
+    tmp_path: Path, provider: str
+) -> None:
+    """GCP/Azure trials cannot report progress back yet: the orchestrator would take each
+    finished trial for a lost one and relaunch it. `tune` must refuse before anything exists."""
+    spec = spec_dict(tmp_path, providers=[{"name": provider, "regions": ["us-east1"]}])
+    db = f"sqlite:///{tmp_path / 'spotwise.db'}"
+    with pytest.raises(SpecError) as info:
+        jobs.tune(write_spec(tmp_path, spec), db=db, run_root=tmp_path / "runs")
+    msg = str(info.value)
+    assert f"tune on {provider} is not supported yet" in msg and "use aws or local" in msg
+    assert "\n" not in msg
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+    if (tmp_path / "spotwise.db").exists():
+        with Store.open_existing(db) as store:
+            assert store.list_jobs() == []
