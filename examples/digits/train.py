@@ -65,7 +65,8 @@ def load_data() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
     spec = importlib.util.find_spec("sklearn")
     if spec is None or not spec.submodule_search_locations:
         raise SystemExit("scikit-learn is not installed: it ships the digits data")
-    path = Path(list(spec.submodule_search_locations)[0]) / "datasets" / "data" / "digits.csv.gz"
+    sklearn_dir = Path(next(iter(spec.submodule_search_locations)))
+    path = sklearn_dir / "datasets" / "data" / "digits.csv.gz"
     data = np.loadtxt(path, delimiter=",")
     x = (data[:, :-1] / 16.0).astype(np.float32)
     y = data[:, -1].astype(np.int64)
@@ -204,8 +205,12 @@ def main() -> int:
             f"lr={optimizer.lr:.4g} ({time.perf_counter() - t0:.3f}s)",
             flush=True,
         )
-        stop = sdk.should_stop()  # read once: a request arriving later is seen next step
-        if stop or sdk.checkpoint_due(step):
+        due = sdk.checkpoint_due(step)  # periodic, or a stop was requested
+        # decided once, before saving: a stop seen now is saved at this step and obeyed; one
+        # arriving later is seen (and saved) at the next step, so the newest checkpoint is
+        # always the step at which the trial noticed the stop
+        stop = sdk.should_stop()
+        if due or stop:
             sdk.save_checkpoint(
                 {
                     "step": step,

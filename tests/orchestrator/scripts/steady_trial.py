@@ -30,9 +30,11 @@ def main() -> None:
     for step in range(start + 1, total + 1):
         time.sleep(step_s)
         sdk.report(step, metric(step))
-        if sdk.checkpoint_due(step):
+        due = sdk.checkpoint_due(step)
+        stop = sdk.should_stop()  # decided once, before saving: never leave unsaved
+        if due or stop:
             sdk.save_checkpoint({"step": step, "metric": metric(step)}, step)
-        if sdk.should_stop():
+        if stop:
             raise SystemExit(0)
     sdk.done(total)
 
