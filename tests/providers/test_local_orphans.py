@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import contract
 import numpy as np
 import pytest
 
@@ -79,14 +80,7 @@ time.sleep(120)
 
 
 def wait_for(predicate: Callable[[], Any], what: str, timeout: float = WAIT) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(0.05)
+    return contract.wait_for(predicate, timeout, what)
 
 
 def running(pid: int, start: str) -> bool:
