@@ -14,6 +14,9 @@ a migration. Everything passes through environment variables — this is the who
 ``SPOTWISE_CHECKPOINT_EVERY``  int >= 1: steps between periodic checkpoints
 ``SPOTWISE_EVENTS_FILE``       path of a JSON-lines file the SDK appends events to
 ``SPOTWISE_STOP_FILE``         path; once it exists, :func:`should_stop` is True
+``SPOTWISE_CONTROL_FILE``      optional path of a JSON file ``{"checkpoint_every": N}`` the
+                               orchestrator may (re)write at any time; while it exists and holds
+                               an int >= 1 it overrides ``SPOTWISE_CHECKPOINT_EVERY``
 =============================  =====================================================================
 
 Events, one JSON object per line, each line flushed and fsynced (``time`` is epoch seconds)::
@@ -31,6 +34,12 @@ flag (it never raises inside the training loop); :func:`should_stop` then return
 script saves a checkpoint and exits 0. The ``stopping`` event is written once, when the script
 first observes the request.
 
+Live settings: the orchestrator may change a running trial's checkpoint interval (a policy's
+``SetCheckpointEvery``) by replacing the control file atomically (temp file + rename; on AWS the
+instance agent relays it from S3). :func:`checkpoint_every` stats the file on each call and
+parses it only when its identity, size or mtime changed; a missing file means the environment's
+value, a malformed or partial one (or a value < 1) keeps the last good value — never an error.
+
 A training loop::
 
     from spotwise import sdk
@@ -40,11 +49,18 @@ A training loop::
     for step in range(start + 1, sdk.steps() + 1):
         ...train one step...
         sdk.report(step, val_accuracy)
-        if sdk.checkpoint_due(step):
+        due = sdk.checkpoint_due(step)          # periodic, or a stop was requested
+        stop = sdk.should_stop()                # read once, before saving (see below)
+        if due or stop:
             sdk.save_checkpoint({"step": step, "model": model.state_dict(), ...}, step)
-        if sdk.should_stop():
+        if stop:
             raise SystemExit(0)
     sdk.done(sdk.steps())
+
+Read :func:`should_stop` once per step, before the decision to save, and leave only after saving:
+a SIGTERM can land between any two calls, and a loop that asks again after saving may leave
+without a checkpoint of the step it stopped at (a request seen later is saved and obeyed at the
+next step).
 
 Run by hand (no ``SPOTWISE_*`` variables) the SDK works standalone: empty params, no events,
 checkpoints in ``./spotwise-checkpoints`` — so ``python train.py`` just trains (and resumes from
@@ -82,9 +98,11 @@ ENV_CHECKPOINT_URI = "SPOTWISE_CHECKPOINT_URI"
 ENV_CHECKPOINT_EVERY = "SPOTWISE_CHECKPOINT_EVERY"
 ENV_EVENTS_FILE = "SPOTWISE_EVENTS_FILE"
 ENV_STOP_FILE = "SPOTWISE_STOP_FILE"
+ENV_CONTROL_FILE = "SPOTWISE_CONTROL_FILE"
 
 STANDALONE_CHECKPOINT_DIR = "spotwise-checkpoints"
 DEFAULT_CHECKPOINT_EVERY = 5
+CONTROL_MAX_BYTES = 4096  # a control file is a few bytes; never read a huge one
 
 
 class _Runtime:
@@ -95,6 +113,9 @@ class _Runtime:
         self.handler_installed = False
         self.stopping_emitted = False
         self.last_step = 0  # the newest step the script reported, saved or resumed from
+        # the control file as last parsed: (path, inode, size, mtime_ns), and its last good value
+        self.control_seen: tuple[str, int, int, int] | None = None
+        self.control_every: int | None = None
 
 
 _runtime = _Runtime()
@@ -139,8 +160,46 @@ def trial_id() -> str:
 
 
 def checkpoint_every() -> int:
-    """Steps between periodic checkpoints (``SPOTWISE_CHECKPOINT_EVERY``, default 5)."""
+    """Steps between periodic checkpoints: the control file's value when it exists and is
+    valid, else ``SPOTWISE_CHECKPOINT_EVERY`` (default 5)."""
+    live = _control_every()
+    if live is not None:
+        return live
     return _env_int(ENV_CHECKPOINT_EVERY, DEFAULT_CHECKPOINT_EVERY, minimum=1)
+
+
+def _control_every() -> int | None:
+    """The control file's ``checkpoint_every`` (cached by the file's identity, size and mtime);
+    None when there is no control file, or it never held a valid value."""
+    path = os.environ.get(ENV_CONTROL_FILE, "").strip()
+    if not path:
+        return None
+    try:
+        st = os.stat(path)
+    except OSError:  # not written (yet), or removed: the environment's value
+        _runtime.control_seen, _runtime.control_every = None, None
+        return None
+    seen = (path, st.st_ino, st.st_size, st.st_mtime_ns)
+    if seen != _runtime.control_seen:
+        _runtime.control_seen = seen
+        value = _read_control(path)
+        if value is not None:
+            _runtime.control_every = value
+    return _runtime.control_every
+
+
+def _read_control(path: str) -> int | None:
+    """The valid ``checkpoint_every`` in the control file at ``path``, or None (never raises)."""
+    try:
+        with open(path, "rb") as fh:
+            raw = fh.read(CONTROL_MAX_BYTES + 1)
+        doc = json.loads(raw) if len(raw) <= CONTROL_MAX_BYTES else None
+    except (OSError, ValueError, RecursionError):  # bad JSON or UTF-8 (a partial write), ...
+        return None
+    value = doc.get("checkpoint_every") if isinstance(doc, dict) else None
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+        return value
+    return None
 
 
 def checkpoint_store() -> CheckpointStore:

@@ -241,3 +241,111 @@ def test_import_is_cheap() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+# ---- the live control file (SPOTWISE_CONTROL_FILE) -------------------------------------------
+def _write_control(path: Path, body: str | bytes) -> None:
+    """What the orchestrator (and the AWS agent) do: a temp file renamed over the control file
+    (a new inode, so the SDK sees a change even within the file system's mtime granularity)."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(body.encode() if isinstance(body, str) else body)
+    os.replace(tmp, path)
+
+
+@pytest.fixture
+def control(trial_env: dict[str, Path], monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    path = tmp_path / "control-2.json"
+    monkeypatch.setenv("SPOTWISE_CONTROL_FILE", str(path))
+    return path
+
+
+def _due(steps: range) -> list[int]:
+    return [s for s in steps if sdk.checkpoint_due(s)]
+
+
+def test_checkpoint_every_from_the_env_alone(trial_env: dict[str, Path]) -> None:
+    assert sdk.checkpoint_every() == 4
+    assert _due(range(1, 13)) == [4, 8, 12]
+
+
+def test_no_control_file_yet_means_the_env(control: Path) -> None:
+    assert not control.exists()
+    assert sdk.checkpoint_every() == 4
+    assert _due(range(1, 9)) == [4, 8]
+
+
+def test_the_control_file_overrides_the_env(control: Path) -> None:
+    _write_control(control, '{"checkpoint_every": 3}')
+    assert sdk.checkpoint_every() == 3
+    assert _due(range(1, 13)) == [3, 6, 9, 12]
+
+
+def test_a_control_file_updated_mid_run_changes_checkpoint_due(control: Path) -> None:
+    due = _due(range(1, 9))  # no file yet: every 4 (env)
+    _write_control(control, '{"checkpoint_every": 5}')
+    due += _due(range(9, 21))
+    _write_control(control, '{"checkpoint_every": 7}')
+    due += _due(range(21, 36))
+    assert due == [4, 8, 10, 15, 20, 21, 28, 35]
+    control.unlink()  # removed: back to the environment's value
+    assert sdk.checkpoint_every() == 4
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"checkpoint_every": ',  # a partial write
+        b"",
+        b"not json",
+        b"[6]",
+        b'{"checkpoint_every": 0}',
+        b'{"checkpoint_every": -2}',
+        b'{"checkpoint_every": 2.5}',
+        b'{"checkpoint_every": "6"}',
+        b'{"checkpoint_every": true}',
+        b'{"every": 6}',
+        b"\xff\xfe{",  # not UTF-8
+        b'{"checkpoint_every": 6}' + b" " * 5000,  # far too big for a control file
+        b"[" * 4000,  # nested too deep for the JSON parser
+    ],
+)
+def test_a_bad_control_file_keeps_the_last_good_value_and_never_raises(
+    control: Path, body: bytes
+) -> None:
+    _write_control(control, '{"checkpoint_every": 6}')
+    assert sdk.checkpoint_every() == 6
+    _write_control(control, body)
+    assert sdk.checkpoint_every() == 6
+    assert _due(range(1, 13)) == [6, 12]
+    _write_control(control, '{"checkpoint_every": 2}')  # good again: taken
+    assert sdk.checkpoint_every() == 2
+
+
+def test_a_bad_control_file_without_a_good_one_before_means_the_env(control: Path) -> None:
+    _write_control(control, '{"checkpoint_every": 0}')
+    assert sdk.checkpoint_every() == 4
+
+
+def test_an_unchanged_control_file_is_not_read_again(
+    control: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import builtins
+
+    reads: list[str] = []
+    real_open = builtins.open
+
+    def counting_open(file: Any, *args: Any, **kwargs: Any) -> Any:
+        if str(file) == str(control):
+            reads.append(str(file))
+        return real_open(file, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "open", counting_open)
+    _write_control(control, '{"checkpoint_every": 3}')
+    assert _due(range(1, 101)) == list(range(3, 101, 3))
+    assert len(reads) == 1  # 100 calls, one read: later calls only stat the file
+    _write_control(control, '{"checkpoint_every": 9}')
+    assert sdk.checkpoint_every() == 9 and sdk.checkpoint_every() == 9
+    assert len(reads) == 2
+    _write_control(control, "{")  # a bad file is read once too, not on every call
+    assert sdk.checkpoint_every() == 9 and sdk.checkpoint_every() == 9
+    assert len(reads) == 3

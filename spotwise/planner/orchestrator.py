@@ -39,7 +39,16 @@ from spotwise.planner.report import (
     snapshot,
     summary,
 )
-from spotwise.planner.runstate import Life, TrialRun, build_view, on_signals, trial_argv, trial_env
+from spotwise.planner.runstate import (
+    Life,
+    TrialRun,
+    build_view,
+    control_file,
+    on_signals,
+    trial_argv,
+    trial_env,
+    write_control,
+)
 from spotwise.planner.search import Search
 from spotwise.planner.trialbook import MAX_FAILURES, TrialBook
 from spotwise.providers.base import (
@@ -300,7 +309,17 @@ class Orchestrator(TrialBook):
             elif isinstance(action, StopEarly):
                 self._close_trial(t, "stopped_early", now)
         elif isinstance(action, SetCheckpointEvery):
-            t.checkpoint_every = max(1, action.every)  # takes effect at the next launch
+            self._set_checkpoint_every(t, max(1, action.every), now)
+
+    def _set_checkpoint_every(self, t: TrialRun, every: int, now: float) -> None:
+        """A relaunch starts with ``every`` (its env); a running trial gets it now through its
+        control file (``SPOTWISE_CONTROL_FILE``; on AWS the provisioner relays it via S3)."""
+        if every == t.checkpoint_every:
+            return  # what the trial already uses: nothing to rewrite
+        t.checkpoint_every = every
+        if t.phase is Phase.RUNNING and t.life is not None:
+            write_control(control_file(self._trial_dir(t), t.attempt), every)
+            self._event("checkpoint_every", now, t, every=every)
 
     def _request_stop(self, t: TrialRun, reason: str) -> None:
         assert t.life is not None

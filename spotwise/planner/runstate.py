@@ -1,9 +1,11 @@
-"""The orchestrator's mutable bookkeeping of trials and instance lives, and the frozen views
-it hands to the policy. No I/O here."""
+"""The orchestrator's mutable bookkeeping of trials and instance lives, the frozen views it
+hands to the policy, and a trial attempt's file contract (its environment, its control file).
+The only I/O here is :func:`write_control`."""
 
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sys
 from collections.abc import Callable, Mapping
@@ -144,7 +146,22 @@ def trial_env(
         "SPOTWISE_CHECKPOINT_EVERY": str(t.checkpoint_every),
         "SPOTWISE_EVENTS_FILE": str(trial_dir / f"events-{attempt}.jsonl"),
         "SPOTWISE_STOP_FILE": str(trial_dir / f"stop-{attempt}"),
+        "SPOTWISE_CONTROL_FILE": str(control_file(trial_dir, attempt)),
     }
+
+
+def control_file(trial_dir: Path, attempt: int) -> Path:
+    """Where the orchestrator writes the live settings of one trial attempt (the SDK reads it)."""
+    return trial_dir / f"control-{attempt}.json"
+
+
+def write_control(path: Path, checkpoint_every: int) -> None:
+    """Replace the control file atomically (temp file + rename): a trial that reads it at any
+    moment sees the old content or the new one, never a partial file."""
+    data = json.dumps({"checkpoint_every": int(checkpoint_every)}).encode()
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
 
 
 def trial_argv(command: list[str]) -> tuple[str, ...]:

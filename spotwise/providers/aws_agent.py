@@ -11,6 +11,9 @@ and every ``poll_s`` seconds:
   recommendation.)
 * relays a stop request: when ``<artifacts>/stop-<attempt>`` appears in S3 (the provisioner
   puts it when the orchestrator asks the trial to stop) the local stop file is created.
+* relays live settings: when ``<artifacts>/control-<attempt>.json`` is new or changed (a
+  conditional ``GET`` on its last ETag) the trial's control file (``SPOTWISE_CONTROL_FILE``,
+  e.g. ``{"checkpoint_every": N}``) is replaced with it atomically.
 * syncs the trial's events file to ``<artifacts>/events-<attempt>.jsonl``, and its own status
   (notices seen, exit code) to ``<artifacts>/agent-<attempt>.json``. The events are always
   uploaded before a status that says the trial exited, so a reader who sees the exit has
@@ -207,6 +210,7 @@ class Agent:
         self.dir = base / cfg.job_id / cfg.trial_id
         self.events = self.dir / f"events-{cfg.attempt}.jsonl"
         self.stop_file = self.dir / f"stop-{cfg.attempt}"
+        self.control_file = self.dir / f"control-{cfg.attempt}.json"
         self.status: dict[str, Any] = {
             "launch_id": cfg.launch_id,
             "attempt": cfg.attempt,
@@ -221,6 +225,7 @@ class Agent:
         self._term_at: float | None = None
         self._imds_down_logged = False
         self._stop_relayed = False
+        self._control_etag = ""
         self._shutting_down = False
 
     def _key(self, name: str) -> str:
@@ -264,6 +269,31 @@ class Agent:
             return False
         return True
 
+    def relay_control(self) -> bool:
+        """Replace the trial's control file with ``control-<attempt>.json`` from S3 when that is
+        new or changed (``IfNoneMatch`` on the last ETag); True when the file was written."""
+        args = {"Bucket": self.bucket, "Key": self._key(f"control-{self.cfg.attempt}.json")}
+        if self._control_etag:
+            args["IfNoneMatch"] = self._control_etag
+        try:
+            resp = self.s3.get_object(**args)
+            data = resp["Body"].read()
+        except Exception as e:
+            code = getattr(e, "response", {}).get("Error", {}).get("Code")
+            if code not in ("304", "NotModified", "404", "NoSuchKey", "NotFound"):
+                log.warning("cannot read the control file: %s", e)
+            return False
+        tmp = self.control_file.with_name(f".{self.control_file.name}.tmp")
+        try:
+            tmp.write_bytes(data)
+            os.replace(tmp, self.control_file)  # the trial sees the old file or the new one
+        except OSError as e:  # the old ETag is kept: fetched and tried again next poll
+            log.warning("cannot write the control file: %s", e)
+            return False
+        self._control_etag = str(resp.get("ETag", ""))
+        log.info("control file updated: %s", data[:200].decode(errors="replace"))
+        return True
+
     # ---- the trial ----------------------------------------------------------------------
     def start(self) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -272,6 +302,7 @@ class Agent:
             **self.cfg.env,
             "SPOTWISE_EVENTS_FILE": str(self.events),
             "SPOTWISE_STOP_FILE": str(self.stop_file),
+            "SPOTWISE_CONTROL_FILE": str(self.control_file),
         }
         env.pop(CONFIG_VAR, None)
         argv = [
@@ -337,6 +368,7 @@ class Agent:
             self.stop_file.touch()
             self._stop_relayed = True
             log.info("stop requested by the orchestrator")
+        self.relay_control()
         if self._term_at is not None and time.monotonic() - self._term_at > self.cfg.kill_grace_s:
             self.signal_trial(signal.SIGKILL)
         code = self.proc.poll()

@@ -17,7 +17,9 @@ trial's events, its notices and the exit code to S3 under the trial's *artifacts
 default: the trial's ``SPOTWISE_CHECKPOINT_URI``, which must then be ``s3://``). ``progress``,
 ``notices`` and ``describe`` read them back, at most once per ``poll_s`` per instance (option,
 default 2 s) so a fast orchestrator loop cannot flood the APIs. A stop request (the
-orchestrator creating the trial's local stop file) is relayed as ``stop-<attempt>`` in S3.
+orchestrator creating the trial's local stop file) is relayed as ``stop-<attempt>`` in S3, and
+the trial's local control file (live settings, ``SPOTWISE_CONTROL_FILE``) as
+``control-<attempt>.json`` each time its content changes.
 
 Provider options (``providers[].options`` in the job spec): ``image`` (AMI id or
 ``resolve:ssm:/parameter``, required to launch), ``setup`` (shell run before the agent, e.g.
@@ -110,6 +112,7 @@ class AwsProvisioner:
         self._regions.add(region)
         existing = self._find_launch(region, request.client_token)
         if existing is not None:
+            self._track_files(existing, request.env)
             return existing
         image = self.config.options.get("image", "")
         if not image:
@@ -187,7 +190,7 @@ class AwsProvisioner:
         inst = self._to_instance(resp["Instances"][0], region)
         inst.tags = {**inst.tags, **tags}  # RunInstances may answer before tags show
         inst.offer = offer
-        self._track(inst, request.env.get("SPOTWISE_STOP_FILE"))
+        self._track_files(inst, request.env)
         self._cache.clear()
         return inst
 
@@ -262,7 +265,7 @@ class AwsProvisioner:
     def _sync(self, track: TrialFiles, force: bool = False) -> None:
         track.sync(self._s3(), self.poll_s, self._clock(), force)
 
-    def _track(self, inst: Instance, stop_file: str | None = None) -> TrialFiles | None:
+    def _track(self, inst: Instance) -> TrialFiles | None:
         track = self._tracks.get(inst.instance_id)
         if track is None:
             uri = inst.tags.get(TAG_ARTIFACTS)
@@ -270,9 +273,17 @@ class AwsProvisioner:
                 return None
             track = TrialFiles.at(inst.instance_id, uri, inst.tags.get(TAG_ATTEMPT, "0"))
             self._tracks[inst.instance_id] = track
-        if stop_file:
-            track.stop_file = Path(stop_file)
         return track
+
+    def _track_files(self, inst: Instance, env: Mapping[str, str]) -> None:
+        """Relay the launch's local stop and control files (orchestrator side) to its trial."""
+        track = self._track(inst)
+        if track is None:
+            return
+        if env.get("SPOTWISE_STOP_FILE"):
+            track.stop_file = Path(env["SPOTWISE_STOP_FILE"])
+        if env.get("SPOTWISE_CONTROL_FILE"):
+            track.control_file = Path(env["SPOTWISE_CONTROL_FILE"])
 
     def _artifacts(self, request: LaunchRequest) -> str:
         base = self.config.options.get("artifacts", "")
@@ -297,7 +308,7 @@ class AwsProvisioner:
         ckpt = env.get("SPOTWISE_CHECKPOINT_URI", "")
         if ckpt.startswith("s3:"):
             env["SPOTWISE_CHECKPOINT_URI"] = aws.s3_uri(*aws.parse_s3_uri(ckpt))
-        for local_only in ("SPOTWISE_EVENTS_FILE", "SPOTWISE_STOP_FILE"):
+        for local_only in ("SPOTWISE_EVENTS_FILE", "SPOTWISE_STOP_FILE", "SPOTWISE_CONTROL_FILE"):
             env.pop(local_only, None)  # the agent sets instance-local paths
         argv = [
             ("python" if i == 0 and a == sys.executable else a) for i, a in enumerate(request.argv)

@@ -7,8 +7,13 @@ artifacts location ``s3://bucket/prefix/<job>/<trial>``:
 * ``agent-<attempt>.json`` — its status: notices seen, and the exit code once the trial ends.
   The events are uploaded before a status that says the trial exited.
 
-and the provisioner writes ``stop-<attempt>`` when the orchestrator asks the trial to stop (it
-creates the trial's local stop file; the agent turns the S3 marker into the instance's one).
+and the provisioner writes
+
+* ``stop-<attempt>`` when the orchestrator asks the trial to stop (it creates the trial's local
+  stop file; the agent turns the S3 marker into the instance's one);
+* ``control-<attempt>.json`` whenever the content of the trial's local control file (live
+  settings such as ``{"checkpoint_every": N}``, see :mod:`spotwise.sdk`) changed since the last
+  upload; the agent replaces the instance's control file with it.
 
 :class:`TrialFiles` reads the status first and the events second, so whenever it sees the
 exit it has every event. Reads are conditional (``IfNoneMatch`` on the last ETag) and happen
@@ -39,6 +44,8 @@ class TrialFiles:
     attempt: str
     stop_file: Path | None = None
     stop_sent: bool = False
+    control_file: Path | None = None
+    control_sent: bytes | None = None  # the control file's content as last uploaded
     events_pos: int = 0
     events_etag: str = ""
     status_etag: str = ""
@@ -74,13 +81,15 @@ class TrialFiles:
         return out
 
     def sync(self, s3: Any, poll_s: float, now: float, force: bool = False) -> None:
-        """Relay a stop request, then read the agent's status and new events."""
+        """Relay a stop request and changed live settings, then read the agent's status and
+        new events."""
         if not force and time.monotonic() - self.last_sync < poll_s:
             return
         self.last_sync = time.monotonic()
         if self.stop_file is not None and not self.stop_sent and self.stop_file.exists():
             s3.put_object(Bucket=self.bucket, Key=self.key(f"stop-{self.attempt}"), Body=b"")
             self.stop_sent = True
+        self._relay_control(s3)
         status, self.status_etag = self._get(s3, f"agent-{self.attempt}.json", self.status_etag)
         if status is not None:
             self._read_status(status, now)
@@ -94,6 +103,28 @@ class TrialFiles:
                     continue
                 if isinstance(rec, dict):
                     self.buffer.append(rec)
+
+    def _relay_control(self, s3: Any) -> None:
+        """Upload the local control file when its content differs from the last upload (the
+        orchestrator replaces it atomically, so a read sees a whole file)."""
+        if self.control_file is None:
+            return
+        try:
+            data = self.control_file.read_bytes()
+        except OSError:  # not written: nothing to relay
+            return
+        if data == self.control_sent:
+            return
+        name = f"control-{self.attempt}.json"
+        try:
+            s3.put_object(
+                Bucket=self.bucket, Key=self.key(name), Body=data, ContentType="application/json"
+            )
+        except Exception as e:
+            if not aws.is_sdk_error(e):
+                raise
+            raise aws.provider_error(e, f"writing {name} of {self.instance_id} to S3") from None
+        self.control_sent = data
 
     def _read_status(self, raw: bytes, now: float) -> None:
         try:

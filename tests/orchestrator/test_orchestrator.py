@@ -18,6 +18,7 @@ first: otherwise those seconds would come out of the window.
 from __future__ import annotations
 
 import csv
+import json
 import math
 from collections import defaultdict
 from datetime import UTC, datetime, timedelta
@@ -30,6 +31,16 @@ import yaml
 
 from spotwise import jobs
 from spotwise.errors import SpecError
+from spotwise.planner import policy as policy_registry
+from spotwise.planner.policies.greedy import SpotGreedy
+from spotwise.planner.policy import (
+    Action,
+    Event,
+    Phase,
+    PlannerView,
+    Progress,
+    SetCheckpointEvery,
+)
 from spotwise.store import Store
 
 SCRIPT = Path(__file__).parent / "scripts" / "steady_trial.py"
@@ -156,6 +167,73 @@ def test_revoked_trial_resumes_elsewhere_and_the_bill_is_honest(tmp_path: Path) 
     assert resume <= before[-1]
     assert after == list(range(resume + 1, STEPS + 1))
     assert job.on_demand_cost_usd == pytest.approx(summary["on_demand_cost_usd"], abs=1e-6)
+
+
+SWITCH_AT, OLD_EVERY, NEW_EVERY, LIVE_STEPS = 9, 2, 5, 40
+
+
+class LiveEvery:
+    """spot-greedy, plus: once the running trial has reported step SWITCH_AT (odd, so that no
+    checkpoint is due there under either interval), set its checkpoint interval to NEW_EVERY."""
+
+    name = "test-live-every"
+
+    def __init__(self) -> None:
+        self.greedy = SpotGreedy()
+
+    def decide(self, view: PlannerView, event: Event) -> list[Action]:
+        actions = self.greedy.decide(view, event)
+        if isinstance(event, Progress) and event.step >= SWITCH_AT:
+            t = view.trial(event.trial_id)
+            if t.phase is Phase.RUNNING and t.checkpoint_every != NEW_EVERY:
+                actions.append(SetCheckpointEvery(t.trial_id, NEW_EVERY))
+        return actions
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_set_checkpoint_every_reaches_a_running_trial(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The new interval reaches the trial through its control file within the same attempt:
+    checkpoints every OLD_EVERY steps up to some step after SWITCH_AT, every NEW_EVERY after."""
+    monkeypatch.setitem(policy_registry._POLICIES, LiveEvery.name, LiveEvery)
+    write_trace(tmp_path / "trace.csv", avail_ticks=TRACE_TICKS)  # never revoked
+    spec = spec_dict(tmp_path, steps=LIVE_STEPS, checkpoint={
+        "every": OLD_EVERY, "location": str(tmp_path / "ckpt")
+    })  # fmt: skip
+    db = f"sqlite:///{tmp_path / 'spotwise.db'}"
+    summary = jobs.tune(
+        write_spec(tmp_path, spec), db=db, policy=LiveEvery.name, run_root=tmp_path / "runs"
+    )
+
+    assert summary["state"] == "succeeded", summary
+    assert (summary["completed"], summary["revocations"], summary["migrations"]) == (1, 0, 0)
+    with Store.open_existing(db) as store:
+        (trial,) = store.list_trials(summary["job_id"])
+        (instance,) = store.list_instances(summary["job_id"])
+        launches = store.events(summary["job_id"], kind="launch")
+        changes = store.events(summary["job_id"], kind="checkpoint_every")
+    assert [e.detail["attempt"] for e in launches] == [0]  # one attempt: no relaunch
+    assert [(e.detail["every"], e.instance_id) for e in changes] == [(NEW_EVERY, instance.id)]
+    assert trial.checkpoint_step == LIVE_STEPS
+
+    trial_dir = tmp_path / "runs" / summary["job_id"] / trial.id
+    assert json.loads((trial_dir / "control-0.json").read_text()) == {"checkpoint_every": NEW_EVERY}
+    assert sorted(p.name for p in trial_dir.glob("events-*.jsonl")) == ["events-0.jsonl"]
+    records = [json.loads(line) for line in (trial_dir / "events-0.jsonl").read_text().splitlines()]
+    saved = [r["step"] for r in records if r["type"] == "checkpoint"]
+    assert not any(r["type"] == "stopping" for r in records)
+    # every OLD_EVERY steps from the start, then (from the first step the new value was read)
+    # every NEW_EVERY steps to the end
+    n_old = next(i for i, step in enumerate([*saved, -1]) if step != OLD_EVERY * (i + 1))
+    before, after = saved[:n_old], saved[n_old:]
+    assert before == list(range(OLD_EVERY, OLD_EVERY * n_old + 1, OLD_EVERY))
+    assert before[-1] >= SWITCH_AT - 1  # nothing changed before the policy asked
+    first_new = (before[-1] // NEW_EVERY + 1) * NEW_EVERY
+    assert after == list(range(first_new, LIVE_STEPS + 1, NEW_EVERY)), saved
+    # the new interval was in force for a while: some step saved only an interval of 5 saves
+    assert any(step % OLD_EVERY for step in after), saved
 
 
 def tiny_spec(tmp_path: Path, steps: int, **env: str) -> dict[str, Any]:

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 import urllib.error
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -127,3 +128,59 @@ def test_agent_main_needs_a_config(monkeypatch: pytest.MonkeyPatch) -> None:
         timeout=60,
     )
     assert res.returncode == 2 and "SPOTWISE_AGENT_CONFIG" in res.stderr
+
+
+def test_the_agent_relays_the_control_file_and_hands_the_trial_its_path(
+    bucket: str, tmp_path: Path
+) -> None:
+    """``control-<attempt>.json`` in S3 → the trial's local control file, replaced whole, only
+    when the object changed (a conditional GET on its ETag); the trial's env names that file."""
+    import boto3
+
+    from spotwise.providers.aws_agent import Agent
+
+    s3 = boto3.client("s3", region_name="us-east-1")
+    seen = tmp_path / "trial-saw"
+    cfg = _config(
+        artifacts=f"s3://{bucket}/p/j/t",
+        state_dir=str(tmp_path / "instance"),
+        # a controller-side path in the launch env must not reach the instance's trial
+        env={"SPOTWISE_CONTROL_FILE": "/orchestrator/control-2.json"},
+        argv=[
+            sys.executable,
+            "-c",
+            "import os, sys; open(sys.argv[1], 'w').write(os.environ['SPOTWISE_CONTROL_FILE'])",
+            str(seen),
+        ],
+    )
+    agent = Agent(cfg, s3=s3, imds=Imds("http://127.0.0.1:9", timeout=0.2))
+    local = tmp_path / "instance" / "j" / "t" / "control-2.json"
+    assert agent.control_file == local
+    agent.start()
+    assert agent.proc is not None and agent.proc.wait(60) == 0
+    assert seen.read_text() == str(local)
+
+    assert agent.relay_control() is False and not local.exists()  # nothing in S3 yet
+    gets: list[dict[str, Any]] = []
+    real_get = s3.get_object
+
+    def recording_get(**kw: Any) -> Any:
+        gets.append(kw)
+        return real_get(**kw)
+
+    s3.get_object = recording_get
+    key = "p/j/t/control-2.json"
+    s3.put_object(Bucket=bucket, Key=key, Body=b'{"checkpoint_every": 8}')
+    assert agent.relay_control() is True
+    assert local.read_bytes() == b'{"checkpoint_every": 8}'
+    inode = local.stat().st_ino
+    assert agent.relay_control() is False  # unchanged in S3: 304, the file is left alone
+    assert local.stat().st_ino == inode
+    etag = s3.head_object(Bucket=bucket, Key=key)["ETag"]
+    assert [g.get("IfNoneMatch") for g in gets] == [None, etag]  # asked only for a change
+    s3.put_object(Bucket=bucket, Key=key, Body=b'{"checkpoint_every": 3}')
+    assert agent.relay_control() is True
+    assert local.read_bytes() == b'{"checkpoint_every": 3}'
+    assert sorted(p.name for p in local.parent.iterdir() if "control" in p.name) == [
+        "control-2.json"
+    ]  # no temp file left behind

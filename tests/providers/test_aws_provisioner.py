@@ -36,6 +36,7 @@ pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 TRIAL = textwrap.dedent("""
     import json, os, signal, sys, time
     events = os.environ["SPOTWISE_EVENTS_FILE"]; stop = os.environ["SPOTWISE_STOP_FILE"]
+    control = os.environ.get("SPOTWISE_CONTROL_FILE", ""); seen = ""
     steps = int(os.environ.get("STEPS", "1000")); why = []
     signal.signal(signal.SIGTERM, lambda *a: why.append("signal"))
     def emit(**rec):
@@ -43,6 +44,10 @@ TRIAL = textwrap.dedent("""
             fh.write(json.dumps({**rec, "time": time.time()}) + "\\n")
     for step in range(1, steps + 1):
         emit(type="report", step=step, metric=step / 10)
+        if control and os.path.exists(control):
+            body = open(control).read()
+            if body != seen:
+                seen = body; emit(type="control", step=step, path=control, body=body)
         if os.path.exists(stop):
             why.append("stop_file")
         if why:
@@ -84,6 +89,7 @@ def _request(
         "SPOTWISE_ATTEMPT": str(attempt),
         "SPOTWISE_EVENTS_FILE": str(tmp_path / "orchestrator-events.jsonl"),
         "SPOTWISE_STOP_FILE": str(tmp_path / f"stop-{attempt}"),
+        "SPOTWISE_CONTROL_FILE": str(tmp_path / f"control-{attempt}.json"),
         **(env or {}),
     }
     return LaunchRequest(
@@ -143,7 +149,8 @@ def test_spot_launch_is_tagged_imdsv2_only_and_starts_the_agent(
     )
     assert cfg.argv[0] == "python"  # the orchestrator's interpreter path means nothing there
     assert cfg.env["WANDB_MODE"] == "offline"
-    assert "SPOTWISE_EVENTS_FILE" not in cfg.env and "SPOTWISE_STOP_FILE" not in cfg.env
+    local_only = ("SPOTWISE_EVENTS_FILE", "SPOTWISE_STOP_FILE", "SPOTWISE_CONTROL_FILE")
+    assert not [k for k in local_only if k in cfg.env]  # the agent sets instance paths
     assert FAKE_SECRET not in text and FAKE_KEY_ID not in text
 
 
@@ -311,6 +318,79 @@ def test_a_stop_request_reaches_the_trial_on_the_instance(
     assert exited.exit_code == 0 and not exited.state.is_terminal()  # ours to terminate
     prov.terminate([inst.instance_id])
     assert wait_for(lambda: prov.describe()[0].state is InstanceState.TERMINATED, 10, "terminate")
+
+
+def _replace(path: Path, body: str) -> None:
+    """What the orchestrator does to change a running trial's settings (atomic replace)."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(body)
+    tmp.replace(path)
+
+
+def test_a_control_file_change_reaches_the_trial_on_the_instance(
+    bucket: str, tmp_path: Path, emulator: Any
+) -> None:
+    prov = _prov(bucket)
+    req = _request(tmp_path)
+    inst = prov.launch(req)
+    wait_for(lambda: prov.progress(inst.instance_id), 30, "the trial to start")
+    local = Path(req.env["SPOTWISE_CONTROL_FILE"])  # the orchestrator's side
+    seen: list[dict[str, object]] = []
+
+    def control_bodies() -> list[object]:
+        seen.extend(e for e in prov.progress(inst.instance_id) if e["type"] == "control")
+        return [e["body"] for e in seen]
+
+    for n, every in enumerate((7, 3), start=1):
+        _replace(local, json.dumps({"checkpoint_every": every}))
+        wait_for(lambda n=n: len(control_bodies()) >= n, 30, f"the trial to see every={every}")
+    assert [json.loads(str(b)) for b in control_bodies()] == [
+        {"checkpoint_every": 7},
+        {"checkpoint_every": 3},
+    ]
+    steps = [int(str(e["step"])) for e in seen]
+    assert steps[0] < steps[1]  # seen while running, one change after the other
+    # the trial read its own file on the instance, not the orchestrator's path
+    on_instance = {str(e["path"]) for e in seen}
+    assert on_instance == {
+        str(emulator.state_dir / inst.instance_id / "job-1" / "trial-1" / "control-1.json")
+    }
+    assert json.loads(_s3_get(bucket, "runs/job-1/trial-1/control-1.json")) == {
+        "checkpoint_every": 3
+    }
+    prov.terminate([inst.instance_id])
+
+
+def test_the_control_file_is_uploaded_only_when_its_content_changes(
+    bucket: str, tmp_path: Path
+) -> None:
+    import boto3
+
+    from spotwise.providers.aws_trialfiles import TrialFiles
+
+    s3 = boto3.client("s3", region_name="us-east-1")
+    puts: list[tuple[str, bytes]] = []
+    real_put = s3.put_object
+
+    def counting_put(**kw: Any) -> Any:
+        puts.append((kw["Key"], kw["Body"]))
+        return real_put(**kw)
+
+    s3.put_object = counting_put
+    track = TrialFiles.at("i-1", f"s3://{bucket}/runs/j/t", "4")
+    track.control_file = tmp_path / "control-4.json"
+    track.sync(s3, 0.0, time.time(), force=True)
+    assert puts == []  # no control file yet: nothing to relay
+    _replace(track.control_file, '{"checkpoint_every": 6}')
+    track.sync(s3, 0.0, time.time(), force=True)
+    track.sync(s3, 0.0, time.time(), force=True)
+    _replace(track.control_file, '{"checkpoint_every": 6}')  # rewritten, same content
+    track.sync(s3, 0.0, time.time(), force=True)
+    assert puts == [("runs/j/t/control-4.json", b'{"checkpoint_every": 6}')]
+    _replace(track.control_file, '{"checkpoint_every": 2}')
+    track.sync(s3, 0.0, time.time(), force=True)
+    assert [body for _, body in puts] == [b'{"checkpoint_every": 6}', b'{"checkpoint_every": 2}']
+    assert _s3_get(bucket, "runs/j/t/control-4.json") == b'{"checkpoint_every": 2}'
 
 
 def test_a_failing_trial_reports_its_exit_code(bucket: str, tmp_path: Path, emulator: Any) -> None:
