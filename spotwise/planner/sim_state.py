@@ -195,11 +195,8 @@ def frozen(cls: type[_V], **fields: Any) -> _V:
 
 
 def price_matrix(market: ReplayMarket) -> np.ndarray:
-    """(Z, T) spot price the market charges (``spot_prices`` when the market exposes it)."""
-    prices = getattr(market, "spot_prices", None)
-    if prices is None:
-        prices = market._price  # the replay market's own (override-aware) price table
-    return prices
+    """(Z, T) spot price the market charges (override-aware, read-only)."""
+    return market.spot_prices
 
 
 def iid(life: Life) -> str:

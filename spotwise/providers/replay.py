@@ -17,10 +17,14 @@ import time
 from collections.abc import Callable, Sequence
 from functools import cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from spotwise.errors import NotFoundError, SpecError, did_you_mean
 from spotwise.providers.base import InstanceType, Market, Offer, PricePoint
 from spotwise.traces import TraceSet, load_traces
+
+if TYPE_CHECKING:
+    import numpy as np
 
 _DATA = Path(__file__).resolve().parent.parent / "data"
 BUILTIN_TRACES = {"skynomad-v100-2023": _DATA / "skynomad-v100-2023"}
@@ -112,6 +116,15 @@ class ReplayMarket:
             price[:] = spot_price if spot_price is not None else CBL_SPOT_PRICE
         self._price = price
         self._zindex = {z: i for i, z in enumerate(traces.zones)}
+
+    @property
+    def spot_prices(self) -> np.ndarray:
+        """(zones × ticks) spot price in USD/h that this market charges: the trace's, or the
+        override (``spot_price``, or the Can't Be Late constant for traces without prices).
+        A read-only view: the market's prices do not change under it."""
+        view = self._price.view()
+        view.flags.writeable = False
+        return view
 
     # ---- Catalog -----------------------------------------------------------------------
     def regions(self) -> list[str]:

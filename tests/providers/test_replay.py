@@ -189,3 +189,21 @@ def test_market_clock_maps_wall_to_market_time() -> None:
     assert clock.wall_seconds(120.0) == 4.0
     with pytest.raises(ValueError, match="speedup"):
         MarketClock(0.0, 0.0)
+
+
+def test_spot_prices_are_the_charged_table_read_only() -> None:
+    traces = TraceSet(
+        zones=["us-east-1a", "us-east-1b"],
+        times=np.arange(3) * 60.0,
+        available=np.ones((2, 3), bool),
+        price=np.array([[1.0, 1.5, 2.0], [0.5, 0.5, 0.5]]),
+        on_demand_price=3.0,
+        gap_seconds=60.0,
+    )
+    market = ReplayMarket(traces)
+    np.testing.assert_array_equal(market.spot_prices, traces.price)
+    with pytest.raises(ValueError, match="read-only"):
+        market.spot_prices[0, 0] = 9.0
+    # an override is what the market charges, and what it reports
+    flat = ReplayMarket(traces, spot_price=0.7)
+    assert (flat.spot_prices == 0.7).all() and (traces.price != 0.7).all()
