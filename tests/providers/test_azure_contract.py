@@ -3,71 +3,27 @@ Resource Manager fake and the Retail Prices API, served through `responses` (no 
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from collections.abc import Callable, Iterator
-from pathlib import Path
-from types import ModuleType
+from collections.abc import Callable
 from typing import Any
 
 import pytest
-import responses
-from contract import CatalogAndProvisioner, ProviderContract
+from cloudfakes import AzureCredential, FakeCloudContract, azure_config, fake_arm
+from contract import CatalogAndProvisioner
 
 from spotwise.providers import azure
-from spotwise.providers.registry import ProviderConfig
 
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "azure"
-
-
-def _load(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        f"_spotwise_fixture_{name}", FIXTURES / f"{name}.py"
-    )
-    assert spec and spec.loader
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
+TOKEN = "contract-test-token"
 
 
-fake_arm = _load("fake_arm")
-
-
-class _Credential:
-    def get_token(self, *scopes: str, **kwargs: Any) -> Any:
-        from azure.core.credentials import AccessToken
-
-        return AccessToken("contract-test-token", 4_102_444_800)
-
-
-class TestAzureContract(ProviderContract):
-    @pytest.fixture
-    def fake(self) -> Iterator[Any]:
-        with responses.RequestsMock(assert_all_requests_are_fired=False) as rs:
-            yield fake_arm.FakeARM().install(rs)
+class TestAzureContract(FakeCloudContract):
+    fake_class = fake_arm.FakeARM
 
     @pytest.fixture
     def provider(self, fake: Any) -> CatalogAndProvisioner:
-        subnet = (
-            f"/subscriptions/{fake.subscription}/resourceGroups/{fake.group}/providers/"
-            "Microsoft.Network/virtualNetworks/vnet/subnets/default"
-        )
-        cfg = ProviderConfig(
-            "azure",
-            regions=("eastus",),
-            options={
-                "subscription_id": fake.subscription,
-                "resource_group": fake.group,
-                "subnet_id": subnet,
-                "image": "Canonical:ubuntu-24_04-lts:server:latest",
-                "ssh_public_key": "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAITEST you@host",
-                "polling_interval": "0",
-            },
-        )
+        cfg = azure_config(fake)
         return (
-            azure.open_catalog(cfg, credential=_Credential()),
-            azure.open_provisioner(cfg, credential=_Credential()),
+            azure.open_catalog(cfg, credential=AzureCredential(TOKEN)),
+            azure.open_provisioner(cfg, credential=AzureCredential(TOKEN)),
         )
 
     @pytest.fixture
@@ -78,7 +34,3 @@ class TestAzureContract(ProviderContract):
     @pytest.fixture
     def inject_notice(self, fake: Any) -> Callable[[str], None]:
         return fake.evict
-
-    @pytest.fixture
-    def settle_s(self) -> float:
-        return 2.0

@@ -2,18 +2,27 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import logging
 import sys
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 from urllib.parse import unquote_plus
 
 import pytest
-import responses
+from cloudfakes import (
+    GCP_FIXTURES,
+    Launches,
+    assert_import_loads_no_sdk,
+    assert_registry_finds,
+    fake_gce,
+    gcp_config,
+    gcp_credentials,
+    gcp_provisioner,
+    serve,
+)
 
 from spotwise.errors import CapacityError, ProviderError, ProviderUnavailable, SpecError
 from spotwise.providers import gcp, gcp_prices
@@ -23,7 +32,6 @@ from spotwise.providers.base import (
     LaunchRequest,
     Market,
     NoticeKind,
-    Offer,
     is_ours,
     our_tags,
 )
@@ -32,86 +40,37 @@ from spotwise.providers.gcp_launch import instance_name, request_id
 from spotwise.providers.gcp_provisioner import GcpProvisioner
 from spotwise.providers.registry import ProviderConfig
 
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "gcp"
 SECRET = "ya29.SPOTWISE-TEST-TOKEN-must-never-appear"
-
-
-def _load(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        f"_spotwise_fixture_{name}", FIXTURES / f"{name}.py"
-    )
-    assert spec and spec.loader
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-fake_gce = _load("fake_gce")
-
-
-class FakeCredentials:
-    """A google.auth-style credentials object holding a token we can search for."""
-
-    def __init__(self) -> None:
-        from google.auth import credentials as ga
-
-        class _C(ga.Credentials):
-            def refresh(self, request: Any) -> None:
-                self.token = SECRET
-
-            @property
-            def expired(self) -> bool:
-                return False
-
-            @property
-            def valid(self) -> bool:
-                return True
-
-        self.creds = _C()
-        self.creds.token = SECRET
-
-
-def config(**options: str) -> ProviderConfig:
-    opts = {"project": "proj-1", "image": "projects/debian-cloud/global/images/family/debian-12"}
-    opts.update(options)
-    return ProviderConfig(name="gcp", options=opts)
+LAUNCHES = Launches(
+    "gcp",
+    zone="us-central1-a",
+    instance_type="g2-standard-4",
+    price_per_hour=0.28184,
+    on_demand_price_per_hour=0.70683,
+    vcpus=4,
+    memory_gb=16.0,
+    gpu_name="L4",
+    job="Job-A",
+    argv=("python", "train.py", "--lr", "0.1; rm -rf / $(whoami)"),
+    env={"SPOTWISE_TRIAL": "t1", "QUOTE": 'it\'s "quoted"'},
+)
+offer = LAUNCHES.offer
+request = LAUNCHES.request
 
 
 @pytest.fixture
-def fake() -> Any:
-    with responses.RequestsMock(assert_all_requests_are_fired=False) as rs:
-        yield fake_gce.FakeGCE().install(rs)
+def fake() -> Iterator[Any]:
+    yield from serve(fake_gce.FakeGCE)
 
 
 @pytest.fixture
 def catalog(fake: Any) -> GcpCatalog:
-    return gcp.open_catalog(config(), credentials=FakeCredentials().creds)
+    return gcp.open_catalog(gcp_config(), credentials=gcp_credentials(SECRET))
 
 
 @pytest.fixture
 def prov(fake: Any) -> GcpProvisioner:
-    p = gcp.open_provisioner(config(), credentials=FakeCredentials().creds)
-    p.poll_interval_s = 0.0
-    return p
-
-
-def offer(
-    zone: str = "us-central1-a", itype: str = "g2-standard-4", market: Market = Market.SPOT
-) -> Offer:
-    return Offer(
-        "gcp", zone.rsplit("-", 1)[0], zone, itype, market, 0.28184, 0.70683, 4, 16.0, 1, "L4"
-    )
-
-
-def request(token: str = "launch-0001", market: Market = Market.SPOT, **kw: Any) -> LaunchRequest:
-    return LaunchRequest(
-        offer=offer(market=market, **kw),
-        argv=("python", "train.py", "--lr", "0.1; rm -rf / $(whoami)"),
-        env={"SPOTWISE_TRIAL": "t1", "QUOTE": 'it\'s "quoted"'},
-        tags=our_tags("Job-A", "t1", token),
-        client_token=token,
-    )
+    return gcp_provisioner(gcp_config(), gcp_credentials(SECRET))
 
 
 # ---- catalog ------------------------------------------------------------------------------------
@@ -129,11 +88,11 @@ def test_instance_types_follow_pagination_and_read_gpus(catalog: GcpCatalog, fak
 
 
 def test_named_instance_types_are_listed_even_without_a_price(fake: Any) -> None:
-    cfg = config()
+    cfg = gcp_config()
     cfg = ProviderConfig(
         "gcp", instance_types=("t2a-standard-4", "c3-standard-4"), options=cfg.options
     )
-    cat = gcp.open_catalog(cfg, credentials=FakeCredentials().creds)
+    cat = gcp.open_catalog(cfg, credentials=gcp_credentials(SECRET))
     types = {t.name: t for t in cat.instance_types()}
     assert types["t2a-standard-4"].architecture == "arm64"
     assert types["c3-standard-4"].on_demand_price_per_hour is None
@@ -182,7 +141,9 @@ def test_shipped_prices_are_dated_and_sourced() -> None:
 
 
 def test_refresh_joins_bundled_gpus_and_drops_unpriced(tmp_path: Path) -> None:
-    dest = gcp_prices.refresh(tmp_path / "p.csv", source=str(FIXTURES / "skypilot_vms_sample.csv"))
+    dest = gcp_prices.refresh(
+        tmp_path / "p.csv", source=str(GCP_FIXTURES / "skypilot_vms_sample.csv")
+    )
     table = gcp_prices.load(dest)
     g2 = table.lookup("g2-standard-4", "us-central1")
     assert g2 is not None and (g2.on_demand, g2.spot, g2.gpus, g2.gpu_name) == (
@@ -281,7 +242,7 @@ def test_describe_lists_only_ours_with_exact_tags(prov: GcpProvisioner, fake: An
     assert len(prov.describe()) == 2
     (only,) = prov.describe({"spotwise:launch": "b"})
     assert only.tags["spotwise:launch"] == "b"
-    fresh = gcp.open_provisioner(config(), credentials=FakeCredentials().creds)
+    fresh = gcp.open_provisioner(gcp_config(), credentials=gcp_credentials(SECRET))
     assert {i.instance_id for i in fresh.describe({TAG_JOB: "Job-A"})} == {
         i.instance_id for i in prov.describe()
     }
@@ -302,10 +263,7 @@ def test_terminate_refuses_foreign_and_unknown_ids(prov: GcpProvisioner, fake: A
 
 @pytest.mark.parametrize("action", ["DELETE", "STOP"])
 def test_preemption_is_a_notice_and_a_revocation(fake: Any, action: str) -> None:
-    prov = gcp.open_provisioner(
-        config(termination_action=action), credentials=FakeCredentials().creds
-    )
-    prov.poll_interval_s = 0.0
+    prov = gcp_provisioner(gcp_config(termination_action=action), gcp_credentials(SECRET))
     inst = prov.launch(request())
     assert prov.notices() == []
     fake.preempt("us-central1-a", instance_name("launch-0001"))  # DELETE: gone; STOP: TERMINATED
@@ -319,10 +277,7 @@ def test_preemption_is_a_notice_and_a_revocation(fake: Any, action: str) -> None
 
 
 def test_the_registry_finds_the_adapter() -> None:
-    from spotwise.providers.registry import cloud_module
-
-    mod = cloud_module("gcp")
-    assert mod.open_catalog is gcp.open_catalog and mod.check is gcp.check
+    assert_registry_finds("gcp", gcp)
 
 
 def test_agent_guest_attribute_notice(prov: GcpProvisioner, fake: Any) -> None:
@@ -337,7 +292,7 @@ def test_agent_guest_attribute_notice(prov: GcpProvisioner, fake: Any) -> None:
 
 def test_progress_without_a_store_is_empty_and_with_a_source_is_incremental(fake: Any) -> None:
     records: list[dict[str, object]] = []
-    p = gcp.open_provisioner(config(), credentials=FakeCredentials().creds)
+    p = gcp.open_provisioner(gcp_config(), credentials=gcp_credentials(SECRET))
     assert p.progress("us-central1-a/x") == []
     p.report_source = lambda iid: records
     records += [{"type": "progress", "step": 1}, {"type": "progress", "step": 2}]
@@ -348,7 +303,7 @@ def test_progress_without_a_store_is_empty_and_with_a_source_is_incremental(fake
 
 # ---- config, check, secrets ---------------------------------------------------------------
 def test_missing_options_name_the_field(fake: Any) -> None:
-    creds = FakeCredentials().creds
+    creds = gcp_credentials(SECRET)
     with pytest.raises(SpecError, match=r"providers\[\]\.options\.project") as e:
         gcp.open_catalog(ProviderConfig("gcp"), credentials=creds)
     assert e.value.hint and "project:" in e.value.hint
@@ -412,8 +367,8 @@ def test_token_never_appears_in_logs_or_output(
     fake: Any, caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str]
 ) -> None:
     caplog.set_level(logging.DEBUG)
-    creds = FakeCredentials().creds
-    prov = gcp.open_provisioner(config(), credentials=creds)
+    creds = gcp_credentials(SECRET)
+    prov = gcp.open_provisioner(gcp_config(), credentials=creds)
     inst = prov.launch(request())
     prov.describe()
     prov.notices()
@@ -421,7 +376,7 @@ def test_token_never_appears_in_logs_or_output(
     with pytest.raises(ProviderError) as e:
         prov.launch(request("other"))
     prov.terminate([inst.instance_id])
-    gcp.open_catalog(config(), credentials=creds).offers()
+    gcp.open_catalog(gcp_config(), credentials=creds).offers()
     sent = [c.request.headers.get("Authorization") for c in fake.rs.calls]
     assert f"Bearer {SECRET}" in sent  # the token was really used ...
     out = capsys.readouterr()
@@ -430,16 +385,4 @@ def test_token_never_appears_in_logs_or_output(
 
 
 def test_importing_the_adapter_does_not_load_the_sdk() -> None:
-    import subprocess
-
-    mods = ["gcp", "gcp_catalog", "gcp_provisioner", "gcp_agent", "gcp_prices", "gcp_launch"]
-    code = "\n".join(
-        [
-            "import sys",
-            *(f"import spotwise.providers.{m}" for m in mods),
-            "sdk = ('google.cloud', 'google.auth', 'google.api_core')",
-            "bad = [m for m in sys.modules if m.startswith(sdk)]",
-            "assert not bad, bad",
-        ]
-    )
-    subprocess.run([sys.executable, "-c", code], check=True)
+    assert_import_loads_no_sdk("gcp", ("google.cloud", "google.auth", "google.api_core"))
