@@ -6,13 +6,13 @@ table, or one JSON document with ``--json``). The lead's app adds them with :fun
 
 from __future__ import annotations
 
-import json
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
 import typer
 
 from spotwise.cli.options import DbOpt, JsonOpt
+from spotwise.cli.output import emit
 
 ProviderOpt = Annotated[
     str, typer.Option("--provider", "-p", help="local (replay market), aws, gcp or azure.")
@@ -41,10 +41,7 @@ def check_cmd(
     from spotwise import cloud
 
     result = cloud.check(provider or None)
-    if json_out:
-        print(json.dumps(result))
-    else:
-        _print_check(result)
+    emit(result, json_out, _print_check)
     if provider and not all(p["usable"] for p in result["providers"]):
         raise typer.Exit(1)
 
@@ -67,10 +64,7 @@ def catalog_cmd(
     from spotwise import cloud
 
     result = cloud.catalog(provider, region, gpu=gpu, min_vcpus=min_vcpus)
-    if json_out:
-        print(json.dumps(result))
-    else:
-        _print_catalog(result)
+    emit(result, json_out, _print_catalog)
 
 
 def prices_cmd(
@@ -113,10 +107,7 @@ def prices_cmd(
 
     market = None if spot is None else (Market.SPOT if spot else Market.ON_DEMAND)
     result = cloud.prices(provider, region, instance_type, market, history=history, db=db)
-    if json_out:
-        print(json.dumps(result))
-    else:
-        _print_prices(result, limit)
+    emit(result, json_out, lambda r: _print_prices(r, limit))
 
 
 def register(app: typer.Typer) -> None:

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
+
+from spotwise.cli.options import PredictorJsonOpt
+from spotwise.cli.output import emit, print_table
 
 app = typer.Typer(
     help="Learning curves: fit EarlyCurve, predict final values, compare with baselines.",
@@ -23,7 +26,6 @@ Direction = Annotated[
     str | None,
     typer.Option("--direction", help="min or max; default from the metric name, else the data"),
 ]
-Json = Annotated[bool, typer.Option("--json", help="print one JSON document to stdout")]
 
 
 @app.command()
@@ -49,7 +51,7 @@ def fit(
         ),
     ] = None,
     direction: Direction = None,
-    as_json: Json = False,
+    as_json: PredictorJsonOpt = False,
 ) -> None:
     """Fit one curve, print the stages and the predicted final value, and draw it."""
     from spotwise.predictors.service import curve_fit
@@ -118,27 +120,19 @@ def eval_(
         str, typer.Option("--methods", help="comma-separated curve predictors")
     ] = "earlycurve,last-value,mean-last-k,power-law",
     direction: Direction = None,
-    as_json: Json = False,
+    as_json: PredictorJsonOpt = False,
 ) -> None:
     """Predict each curve's final value from its first θ: MAE, Spearman, top-10% recall."""
     from spotwise.predictors.service import curve_eval
 
     names = tuple(m.strip() for m in methods.split(",") if m.strip())
     res = curve_eval(curves, metric, theta, names, direction)
-    if as_json:
-        typer.echo(json.dumps(res))
-        return
-    from rich.console import Console
-    from rich.table import Table
+    emit(res, as_json, lambda r: _print_eval(r, metric, theta))
 
-    t = Table(
-        title=f"{metric} at θ = {theta} "
-        f"({res['rows'][0]['n_curves']} curves, {res['direction']}imize)"
-    )
-    for col in ("method", "MAE", "Spearman", "top-10% recall @25%", "band coverage", "ms/curve"):
-        t.add_column(col, justify="left" if col == "method" else "right")
-    for r in res["rows"]:
-        t.add_row(
+
+def _print_eval(res: dict[str, Any], metric: str, theta: float) -> None:
+    rows = [
+        (
             r["name"],
             f"{r['mae']:.4g}",
             f"{r['spearman']:.4f}",
@@ -146,4 +140,11 @@ def eval_(
             f"{r['band_coverage']:.3f}",
             f"{r['fit_ms_per_curve']:.2f}",
         )
-    Console().print(t)
+        for r in res["rows"]
+    ]
+    print_table(
+        f"{metric} at θ = {theta} ({res['rows'][0]['n_curves']} curves, {res['direction']}imize)",
+        ("method", "MAE", "Spearman", "top-10% recall @25%", "band coverage", "ms/curve"),
+        rows,
+        left=("method",),
+    )

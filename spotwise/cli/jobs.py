@@ -9,6 +9,7 @@ from typing import Annotated, Any
 import typer
 
 from spotwise.cli.options import DbOpt, JsonOpt
+from spotwise.cli.output import emit
 
 SpecArg = Annotated[
     Path,
@@ -18,9 +19,8 @@ SpecArg = Annotated[
         show_default=False,
     ),
 ]
-JobArg = Annotated[
-    str | None, typer.Argument(help="Job id (or a unique prefix).", show_default=False)
-]
+_JOB_ID = typer.Argument(help="Job id (or a unique prefix).", show_default=False)
+JobArg = Annotated[str | None, _JOB_ID]
 
 
 def tune(
@@ -53,12 +53,7 @@ def status(job: JobArg = None, db: DbOpt = None, json_out: JsonOpt = False) -> N
     from spotwise.cli.render import print_jobs, print_status
 
     out = jobs.status(job, db=db)
-    if json_out:
-        print(json.dumps(out))
-    elif job is None:
-        print_jobs(out["jobs"])
-    else:
-        print_status(out)
+    emit(out, json_out, print_status if job is not None else lambda o: print_jobs(o["jobs"]))
 
 
 def trials(job: JobArg = None, db: DbOpt = None, json_out: JsonOpt = False) -> None:
@@ -67,14 +62,11 @@ def trials(job: JobArg = None, db: DbOpt = None, json_out: JsonOpt = False) -> N
     from spotwise.cli.render import print_trials
 
     out = jobs.trials(job, db=db)
-    if json_out:
-        print(json.dumps(out))
-    else:
-        print_trials(out)
+    emit(out, json_out, print_trials)
 
 
 def cancel(
-    job: Annotated[str, typer.Argument(help="Job id (or a unique prefix).", show_default=False)],
+    job: Annotated[str, _JOB_ID],
     db: DbOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
@@ -82,10 +74,7 @@ def cancel(
     from spotwise import jobs
 
     out: dict[str, Any] = jobs.cancel(job, db=db)
-    if json_out:
-        print(json.dumps(out))
-    else:
-        typer.echo(f"{out['job_id']}: {out['state']} — {out['message']}")
+    emit(out, json_out, lambda o: typer.echo(f"{o['job_id']}: {o['state']} — {o['message']}"))
 
 
 def register(app: typer.Typer) -> None:

@@ -17,3 +17,5 @@ DbOpt = Annotated[
     ),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document to stdout.")]
+# ``predictor`` and ``curve`` word their help in lower case without a full stop.
+PredictorJsonOpt = Annotated[bool, typer.Option("--json", help="print one JSON document to stdout")]

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+
+from spotwise.cli.options import PredictorJsonOpt
+from spotwise.cli.output import emit, print_table
 
 app = typer.Typer(
     help="Revocation predictors: train on a spot trace, evaluate, forecast offers.",
@@ -20,7 +22,6 @@ Traces = Annotated[
     ),
 ]
 Horizon = Annotated[str, typer.Option("--horizon", help="revocation horizon: 90s, 30m, 1h, 2d …")]
-Json = Annotated[bool, typer.Option("--json", help="print one JSON document to stdout")]
 
 
 def _console() -> Any:
@@ -49,20 +50,13 @@ def train(
             "--until", help="train on the first fraction of ticks (0.7 = the eval's training part)"
         ),
     ] = 1.0,
-    as_json: Json = False,
+    as_json: PredictorJsonOpt = False,
 ) -> None:
     """Train a revocation model on a trace and save it (state dict + plain config)."""
     from spotwise.predictors.service import train_model
 
     res = train_model(traces, _seconds(horizon), out, model, until, verbose=not as_json)
-    if as_json:
-        typer.echo(json.dumps(res))
-        return
-    _console().print(
-        f"[bold]{res['model']}[/] trained on ticks "
-        f"{res['train_ticks'][0]}..{res['train_ticks'][1]} "
-        f"of {res['n_ticks']} in {res['fit_seconds']} s → {res['out']} ({res['bytes']} bytes)"
-    )
+    emit(res, as_json, _print_train)
 
 
 @app.command("eval")
@@ -83,36 +77,14 @@ def eval_(
     test_fraction: Annotated[
         float, typer.Option("--test-fraction", help="later share of ticks kept for testing")
     ] = 0.3,
-    as_json: Json = False,
+    as_json: PredictorJsonOpt = False,
 ) -> None:
     """Fit on the earlier part of the trace, score every model on the same later ticks."""
     from spotwise.predictors.service import evaluate_path
 
     names = tuple(n.strip() for n in models.split(",") if n.strip())
     res = evaluate_path(traces, _seconds(horizon), model, names, train_on, test_fraction)
-    if as_json:
-        typer.echo(json.dumps(res))
-        return
-    from rich.table import Table
-
-    t = Table(
-        title=f"revocation within {horizon} — "
-        f"test ticks {res['split']['test_ticks']} of {res['dataset']}"
-    )
-    for col in ("model", "AUC", "Brier", "log loss", "ECE", "n_test", "positives", "note"):
-        t.add_column(col, justify="left" if col in ("model", "note") else "right")
-    for r in res["rows"]:
-        t.add_row(
-            r["name"],
-            f"{r['auc']:.4f}",
-            f"{r['brier']:.4f}",
-            f"{r['log_loss']:.4f}",
-            f"{r['ece']:.4f}",
-            str(r["n_test"]),
-            str(r["positives"]),
-            r.get("note", ""),
-        )
-    _console().print(t)
+    emit(res, as_json, lambda r: _print_eval(r, horizon))
 
 
 @app.command()
@@ -134,35 +106,66 @@ def forecast(
     horizon: Annotated[
         str | None, typer.Option("--horizon", help="must match the model's horizon")
     ] = None,
-    as_json: Json = False,
+    as_json: PredictorJsonOpt = False,
 ) -> None:
     """Revocation risk of each spot offer of a provider, lowest risk first."""
     from spotwise.predictors.service import forecast as run
 
     res = run(provider, at, model, _seconds(horizon) if horizon else None)
-    if as_json:
-        typer.echo(json.dumps(res))
-        return
-    from rich.table import Table
+    emit(res, as_json, _print_forecast)
 
+
+# ---- rendering ------------------------------------------------------------------------------
+def _print_train(res: dict[str, Any]) -> None:
+    _console().print(
+        f"[bold]{res['model']}[/] trained on ticks "
+        f"{res['train_ticks'][0]}..{res['train_ticks'][1]} "
+        f"of {res['n_ticks']} in {res['fit_seconds']} s → {res['out']} ({res['bytes']} bytes)"
+    )
+
+
+def _print_eval(res: dict[str, Any], horizon: str) -> None:
+    rows = [
+        (
+            r["name"],
+            f"{r['auc']:.4f}",
+            f"{r['brier']:.4f}",
+            f"{r['log_loss']:.4f}",
+            f"{r['ece']:.4f}",
+            str(r["n_test"]),
+            str(r["positives"]),
+            r.get("note", ""),
+        )
+        for r in res["rows"]
+    ]
+    print_table(
+        f"revocation within {horizon} — "
+        f"test ticks {res['split']['test_ticks']} of {res['dataset']}",
+        ("model", "AUC", "Brier", "log loss", "ECE", "n_test", "positives", "note"),
+        rows,
+        left=("model", "note"),
+    )
+
+
+def _print_forecast(res: dict[str, Any]) -> None:
     from spotwise.predictors._units import format_duration
 
     h = res.get("horizon_s")
-    t = Table(
-        title=f"{res['provider']} spot offers at {res['at']} — "
-        f"P(revoked within {format_duration(h) if h else '?'})"
-    )
-    for col in ("zone", "instance type", "price $/h", "available", "p_revoke"):
-        t.add_column(col, justify="left" if col in ("zone", "instance type") else "right")
-    for r in res["offers"]:
-        p = "n/a" if r["p_revoke"] is None else f"{r['p_revoke']:.3f}"
-        t.add_row(
+    rows = [
+        (
             r["zone"],
             r["instance_type"],
             f"{r['price_per_hour']:.4f}",
             "yes" if r["available"] else "no",
-            p,
+            "n/a" if r["p_revoke"] is None else f"{r['p_revoke']:.3f}",
         )
-    c = _console()
-    c.print(t)
-    c.print(f"[dim]{res['note']}[/]")
+        for r in res["offers"]
+    ]
+    print_table(
+        f"{res['provider']} spot offers at {res['at']} — "
+        f"P(revoked within {format_duration(h) if h else '?'})",
+        ("zone", "instance type", "price $/h", "available", "p_revoke"),
+        rows,
+        left=("zone", "instance type"),
+    )
+    _console().print(f"[dim]{res['note']}[/]")

@@ -9,13 +9,20 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from spotwise.cli.options import JsonOpt
+from spotwise.cli.output import print_table
 from spotwise.errors import SpecError
+
+if TYPE_CHECKING:
+    from spotwise.planner.sim_suite import Risk
+    from spotwise.traces import TraceSet
 
 app = typer.Typer(
     help="Measure policies on replayed spot traces before spending money.",
@@ -58,6 +65,7 @@ StartFromOpt = Annotated[
         "(0.7: the part the shipped revocation model did not train on).",
     ),
 ]
+PolicyOpt = Annotated[str, typer.Option("--policy", help="Comma-separated policy names.")]
 WorkersOpt = Annotated[int, typer.Option("--workers", help="Processes to use.", min=1)]
 OutOpt = Annotated[
     Path | None, typer.Option("--out", help="Also write the JSON result to this file.")
@@ -74,9 +82,7 @@ def simulate(
             "--curves", help="LCBench folder or long CSV (curve_id, step, value[, lr][, seconds])."
         ),
     ] = None,
-    policy: Annotated[str, typer.Option("--policy", help="Comma-separated policy names.")] = (
-        "on-demand,spot-greedy,asha,spottune,spotwise"
-    ),
+    policy: PolicyOpt = "on-demand,spot-greedy,asha,spottune,spotwise",
     trials: Annotated[
         int, typer.Option("--trials", help="Trials per job (drawn from the curve pool).", min=1)
     ] = 100,
@@ -133,7 +139,7 @@ def simulate(
             "--curves ../shared/data/curves/lcbench --json",
         )
     from spotwise.planner.sim_curves import load_curve_pool
-    from spotwise.planner.sim_suite import Suite, parse_policies, revocation_risk, run_suite
+    from spotwise.planner.sim_suite import Suite, parse_policies, run_suite
     from spotwise.planner.simulator import SimSettings
     from spotwise.traces import load_traces
 
@@ -151,9 +157,7 @@ def simulate(
     )
     ts = _load(traces, load_traces)
     pool = load_curve_pool(curves, metric=metric, direction=direction)
-    risk = revocation_risk(
-        ts, revocation_model, _train_fraction(start_from), from_tick=int(start_from * ts.n_ticks)
-    )
+    risk = _risk(ts, revocation_model, start_from)
     result = run_suite(
         ts,
         pool,
@@ -163,7 +167,6 @@ def simulate(
         on_demand_price=on_demand_price,
         workers=workers,
     )
-    result["command"] = _command()
     _emit(result, out, as_json, _tuning_table)
     if plot is not None:
         _plot(result, plot)
@@ -181,9 +184,7 @@ def deadline(
     restart_hours: Annotated[
         float, typer.Option("--restart-hours", help="Changeover delay d.")
     ] = 0.2,
-    policy: Annotated[str, typer.Option("--policy", help="Comma-separated policy names.")] = (
-        "on-demand,greedy,uniform-progress,spotwise"
-    ),
+    policy: PolicyOpt = "on-demand,greedy,uniform-progress,spotwise",
     starts: Annotated[
         int, typer.Option("--starts", help="Random start points per zone trace.", min=1)
     ] = 300,
@@ -201,7 +202,7 @@ def deadline(
 ) -> None:
     """One long job with a deadline, many random starts (NSDI'24 "Can't Be Late")."""
     from spotwise.planner.deadline_sim import PAPER_BILLING, DeadlineJob, run_deadline_suite
-    from spotwise.planner.sim_suite import parse_policies, revocation_risk
+    from spotwise.planner.sim_suite import parse_policies
     from spotwise.providers.billing import rule_for
     from spotwise.providers.replay import CBL_ON_DEMAND_PRICE, CBL_SPOT_PRICE
     from spotwise.traces import load_cbl_folder, load_traces
@@ -213,7 +214,7 @@ def deadline(
             "../shared/data/spot/cant-be-late-availability/availability/1-node/aws-02-15-2023",
         )
     names = parse_policies(policy)
-    try:
+    with _spec_errors("simulate deadline"):
         job = DeadlineJob(
             job_hours * 3600,
             deadline_hours * 3600,
@@ -221,18 +222,13 @@ def deadline(
             spot_price if spot_price is not None else CBL_SPOT_PRICE,
             on_demand_price if on_demand_price is not None else CBL_ON_DEMAND_PRICE,
         )
-    except ValueError as e:
-        raise SpecError(f"simulate deadline: {e}") from None
     rule = PAPER_BILLING if billing == "paper" else rule_for(billing)
     ts = _load(
         traces,
         lambda p: load_cbl_folder(p) if p.is_dir() and any(p.rglob("*.json")) else load_traces(p),
     )
-    first = int(start_from * ts.n_ticks)
-    risk = None
-    if "spotwise" in names:
-        risk = revocation_risk(ts, revocation_model, _train_fraction(start_from), from_tick=first)
-    try:
+    risk = _risk(ts, revocation_model, start_from) if "spotwise" in names else None
+    with _spec_errors("simulate deadline"):
         result = run_deadline_suite(
             ts,
             job,
@@ -245,18 +241,30 @@ def deadline(
             risk_model=risk.model if risk else "none",
             workers=workers,
         )
-    except ValueError as e:
-        raise SpecError(f"simulate deadline: {e}") from None
-    result["command"] = _command()
     _emit(result, out, as_json, _deadline_table)
 
 
 # ---- helpers ------------------------------------------------------------------------------
 
 
-def _train_fraction(start_from: float) -> float:
-    """A model fitted here trains on the trace before the first start (0.7 if that is tiny)."""
-    return start_from if start_from >= 0.2 else 0.7
+def _risk(ts: TraceSet, model: str, start_from: float) -> Risk:
+    """Revocation risk from the first start point on.
+
+    A model fitted here trains on the trace before the first start (0.7 if that is tiny).
+    """
+    from spotwise.planner.sim_suite import revocation_risk
+
+    train_fraction = start_from if start_from >= 0.2 else 0.7
+    return revocation_risk(ts, model, train_fraction, from_tick=int(start_from * ts.n_ticks))
+
+
+@contextmanager
+def _spec_errors(command: str) -> Iterator[None]:
+    """A ValueError of the core becomes a one-line SpecError naming the command."""
+    try:
+        yield
+    except ValueError as e:
+        raise SpecError(f"{command}: {e}") from None
 
 
 def _load(path: Path, loader: Any) -> Any:
@@ -275,6 +283,7 @@ def _command() -> str:
 
 
 def _emit(result: dict[str, Any], out: Path | None, as_json: bool, table: Any) -> None:
+    result["command"] = _command()
     text = json.dumps(result, indent=2, default=_plain)
     if out is not None:
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -298,29 +307,9 @@ def _fmt(v: Any, spec: str = ".3g") -> str:
 
 
 def _tuning_table(r: dict[str, Any]) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
     s = r["settings"]
-    t = Table(
-        title=f"{s['trials']} trials × {len(r['seeds'])} seeds · parallel {s['parallel']} · "
-        f"{r['metric']} ({r['direction']}) · revocation model: {r['revocation_model']}"
-    )
-    cols = (
-        "policy",
-        "cost $",
-        "vs on-demand",
-        "makespan h",
-        "regret",
-        "revocations",
-        "lost h",
-        "early-stopped",
-        "completed",
-    )
-    for c in cols:
-        t.add_column(c, justify="left" if c == "policy" else "right")
-    for name, p in r["policies"].items():
-        t.add_row(
+    rows = [
+        (
             name,
             f"{p['cost_usd']:.2f}",
             _fmt(p["cost_vs_on_demand"], ".1%"),
@@ -331,32 +320,30 @@ def _tuning_table(r: dict[str, Any]) -> None:
             f"{p['early_stopped']:.1f}",
             f"{p['completed']:.1f}",
         )
-    Console().print(t)
+        for name, p in r["policies"].items()
+    ]
+    print_table(
+        f"{s['trials']} trials × {len(r['seeds'])} seeds · parallel {s['parallel']} · "
+        f"{r['metric']} ({r['direction']}) · revocation model: {r['revocation_model']}",
+        (
+            "policy",
+            "cost $",
+            "vs on-demand",
+            "makespan h",
+            "regret",
+            "revocations",
+            "lost h",
+            "early-stopped",
+            "completed",
+        ),
+        rows,
+        left=("policy",),
+    )
 
 
 def _deadline_table(r: dict[str, Any]) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    t = Table(
-        title=f"{r['job_hours']:g} h job, {r['deadline_hours']:g} h deadline, d = "
-        f"{r['restart_hours']:g} h · {r['starts_per_zone']} starts × {len(r['zones'])} zones · "
-        f"cost / on-demand cost"
-    )
-    for c in (
-        "policy",
-        "mean",
-        "p25",
-        "p50",
-        "p75",
-        "misses",
-        "spot h",
-        "on-demand h",
-        "changeovers",
-    ):
-        t.add_column(c, justify="left" if c == "policy" else "right")
-    for name, p in r["policies"].items():
-        t.add_row(
+    rows = [
+        (
             name,
             f"{p['mean_cost']:.3f}",
             f"{p['p25_cost']:.3f}",
@@ -367,7 +354,26 @@ def _deadline_table(r: dict[str, Any]) -> None:
             f"{p['mean_on_demand_hours']:.1f}",
             f"{p['mean_changeovers']:.1f}",
         )
-    Console().print(t)
+        for name, p in r["policies"].items()
+    ]
+    print_table(
+        f"{r['job_hours']:g} h job, {r['deadline_hours']:g} h deadline, d = "
+        f"{r['restart_hours']:g} h · {r['starts_per_zone']} starts × {len(r['zones'])} zones · "
+        f"cost / on-demand cost",
+        (
+            "policy",
+            "mean",
+            "p25",
+            "p50",
+            "p75",
+            "misses",
+            "spot h",
+            "on-demand h",
+            "changeovers",
+        ),
+        rows,
+        left=("policy",),
+    )
 
 
 def _plot(r: dict[str, Any], path: Path) -> None:
