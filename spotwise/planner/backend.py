@@ -94,7 +94,7 @@ def open_backend(
         raise SpecError(
             f"spec field 'providers': spotwise tune on {p.name} is not supported yet (a trial "
             f"there cannot report its progress back, so finished trials would be relaunched); "
-            f"use aws or local to tune, `spotwise cloud check/catalog/prices` work on {p.name}"
+            f"use aws or local to tune (spotwise check, catalog and prices work on {p.name})"
         )
     return _cloud(p)
 
