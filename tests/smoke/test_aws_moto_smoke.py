@@ -70,6 +70,22 @@ def _client(service: str, url: str) -> Any:
     )
 
 
+def _aws_env(moto_url: str) -> dict[str, str]:
+    """This process's environment without any SPOTWISE_/AWS_ variable, plus moto's endpoint and
+    the fake keys: a subprocess sees only what the test gives it."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SPOTWISE_", "AWS_"))}
+    env.update(
+        {
+            "AWS_ENDPOINT_URL": moto_url,
+            "AWS_ACCESS_KEY_ID": KEY_ID,
+            "AWS_SECRET_ACCESS_KEY": SECRET,
+            "AWS_DEFAULT_REGION": "us-east-1",
+            "AWS_EC2_METADATA_DISABLED": "true",
+        }
+    )
+    return env
+
+
 def _has_checkpoint(s3: Any, uri: str) -> bool:
     bucket, _, prefix = uri.removeprefix("s3://").partition("/")
     resp = s3.list_objects_v2(Bucket=bucket, Prefix=f"{prefix.rstrip('/')}/ckpt-")
@@ -103,14 +119,9 @@ def _tune_with_one_notice(moto_url: str, tmp_path: Path, kind: str) -> Run:
     _client("iam", moto_url).create_instance_profile(InstanceProfileName="spotwise-trial")
     prices = SpotPrices(load_spot_rows(shift_to=time.time() - 60)).install()
     next(prices)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SPOTWISE_", "AWS_"))}
+    env = _aws_env(moto_url)
     env.update(
         {
-            "AWS_ENDPOINT_URL": moto_url,
-            "AWS_ACCESS_KEY_ID": KEY_ID,
-            "AWS_SECRET_ACCESS_KEY": SECRET,
-            "AWS_DEFAULT_REGION": "us-east-1",
-            "AWS_EC2_METADATA_DISABLED": "true",
             "AWS_CONFIG_FILE": str(tmp_path / "none"),
             "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "none"),
             "SPOTWISE_DB": f"sqlite:///{tmp_path / 'spotwise.db'}",
@@ -259,17 +270,7 @@ def test_prices_cli_against_moto_is_sorted_with_on_demand_joined(
 
     prices = SpotPrices(load_spot_rows(shift_to=time.time() - 60)).install()
     next(prices)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SPOTWISE_", "AWS_"))}
-    env.update(
-        {
-            "AWS_ENDPOINT_URL": moto_url,
-            "AWS_ACCESS_KEY_ID": KEY_ID,
-            "AWS_SECRET_ACCESS_KEY": SECRET,
-            "AWS_DEFAULT_REGION": "us-east-1",
-            "AWS_EC2_METADATA_DISABLED": "true",
-            "SPOTWISE_DB": f"sqlite:///{tmp_path / 'spotwise.db'}",
-        }
-    )
+    env = {**_aws_env(moto_url), "SPOTWISE_DB": f"sqlite:///{tmp_path / 'spotwise.db'}"}
     try:
         with PricingServer() as pricing:
             env["AWS_ENDPOINT_URL_PRICING"] = pricing.url
