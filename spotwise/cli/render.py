@@ -159,17 +159,26 @@ def print_status(j: dict[str, Any]) -> None:
 
 
 def print_trials(out: dict[str, Any]) -> None:
-    t = Table(title=f"trials of {out['job_id']}")
-    for col in ("#", "trial", "params", "step", "metric", "final", "state", "revoked", "$"):
-        t.add_column(col)
+    from rich import box
+
+    # the short columns never wrap; the parameters take what width is left, folding onto more
+    # lines in a narrow terminal rather than truncating every column
+    t = Table(title=f"trials of {out['job_id']}", box=box.SIMPLE_HEAD, pad_edge=False)
+    for col in ("#", "trial"):
+        t.add_column(col, no_wrap=True)
+    t.add_column("params", overflow="fold", ratio=1)
+    for col in ("step", "metric"):  # metric: the final one once completed (JSON has both)
+        t.add_column(col, justify="right", no_wrap=True)
+    t.add_column("state", no_wrap=True)
+    for col in ("rev", "$"):
+        t.add_column(col, justify="right", no_wrap=True)
     for r in out["trials"]:
         t.add_row(
             str(r["number"]),
             r["trial"],
             _params(r["params"]),
             str(r["step"]),
-            _fmt(r["metric"]),
-            _fmt(r["final_metric"]),
+            _fmt(r["final_metric"] if r["final_metric"] is not None else r["metric"]),
             _state(r["state"]),
             str(r["revocations"]),
             f"{r['cost_usd']:.4f}",
