@@ -4,6 +4,10 @@ Each pass: read the market clock, collect interruption notices, trial progress a
 ends from the provisioner; turn them into events; ask the policy; execute its actions. Every
 launch is recorded in the store *before* the provider is called (so a crash can be reconciled
 by tags); every instance life is billed by the provider's rule when it ends.
+
+Two mixins keep this file readable: :class:`~spotwise.planner.trialbook.TrialBook` (progress
+intake, how a trial attempt ends) and :class:`~spotwise.planner.ledger.Ledger` (billing,
+releasing noticed instances, draining at the end).
 """
 
 from __future__ import annotations
@@ -17,7 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from spotwise.errors import CapacityError, ProviderError, SpotwiseError
-from spotwise.planner.backend import Backend, open_backend
+from spotwise.planner.backend import open_backend
+from spotwise.planner.ledger import STOP_TIMEOUT_WALL_S, Ledger
 from spotwise.planner.policy import (
     Action,
     Checkpoint,
@@ -34,8 +39,6 @@ from spotwise.planner.policy import (
 )
 from spotwise.planner.report import (
     best_trial,
-    life_cost,
-    release_is_cheaper,
     snapshot,
     summary,
 )
@@ -50,7 +53,7 @@ from spotwise.planner.runstate import (
     write_control,
 )
 from spotwise.planner.search import Search
-from spotwise.planner.trialbook import MAX_FAILURES, TrialBook
+from spotwise.planner.trialbook import MAX_FAILURES
 from spotwise.providers.base import (
     TAG_JOB,
     InstanceState,
@@ -63,7 +66,6 @@ from spotwise.spec import JobSpec
 from spotwise.store.models import new_id
 
 REBALANCE_AVOID_S = 600.0  # market seconds a pool with a rebalance recommendation is avoided
-STOP_TIMEOUT_WALL_S = 30.0  # a trial asked to stop that has not exited by then is terminated
 
 
 @dataclass(frozen=True)
@@ -84,7 +86,7 @@ def default_run_root() -> Path:
     return Path(root) / "runs" if root else Path(platformdirs.user_data_dir("spotwise")) / "runs"
 
 
-class Orchestrator(TrialBook):
+class Orchestrator(Ledger):
     def __init__(self, spec: JobSpec, spec_path: Path | None, store: Any, opts: RunOptions) -> None:
         self.spec, self.store, self.opts = spec, store, opts
         self.policy: Policy = get_policy(opts.policy or spec.policy)
@@ -395,90 +397,6 @@ class Orchestrator(TrialBook):
             attempt=attempt,
             resume_step=t.checkpoint_step,
         )
-
-    # ---- money --------------------------------------------------------------------------
-    def _release_is_cheaper(self, life: Life, now: float) -> bool:
-        deadline = life.notice_deadline
-        if deadline is None or now >= deadline:
-            return False  # the provider is taking it now; its report bills the life
-        seg = self.backend.segments
-        return release_is_cheaper(
-            self.backend.rule,
-            seg(life.offer, life.launched_at, now),
-            seg(life.offer, life.launched_at, deadline),
-        )
-
-    def _bill(
-        self,
-        t: TrialRun,
-        life: Life,
-        state: InstanceState,
-        ended_at: float,
-        *,
-        released: bool = False,
-    ) -> None:
-        """Record the end of a life and its bill; ``released``: terminated by us after a notice."""
-        self.lives.pop(life.instance_id, None)
-        segs = self.backend.segments(life.offer, life.launched_at, ended_at)
-        revoked = state is InstanceState.REVOKED
-        kept = t.checkpoint_step if revoked or released else t.step
-        cost, od, seconds = life_cost(life, segs, self.backend.rule, revoked, kept)
-        t.cost_usd += cost
-        t.on_demand_cost_usd += od
-        self.spent_usd += cost
-        self.on_demand_usd += od
-        reason = (
-            "revoked"
-            if revoked
-            else "released on notice"
-            if released
-            else ("completed" if t.state == "completed" else "stopped")
-        )
-        self.store.update_instance(
-            life.launch_id,
-            state=state.value,
-            ended_at=time.time(),
-            end_reason=reason,
-            cost_usd=cost,
-            on_demand_cost_usd=od,
-            market_seconds=seconds,
-        )
-        self.store.update_trial(t.trial_id, cost_usd=t.cost_usd, revocations=t.revocations)
-
-    def _running_cost(self, now: float) -> float:
-        total = 0.0
-        for _, life in self.lives.values():
-            segs = self.backend.segments(life.offer, life.launched_at, now)
-            total += sum(s * p for s, p in segs) / 3600.0
-        return total
-
-    # ---- ending -------------------------------------------------------------------------
-    def _drain(self, backend: Backend) -> None:
-        """Leave no instance behind: stop what runs, bill it, and close the backend."""
-        now = backend.now()
-        waited = time.monotonic()
-        while any(life.notice_deadline for _, life in self.lives.values()):
-            if time.monotonic() - waited > STOP_TIMEOUT_WALL_S:
-                break  # the provider is slow to take them: terminate below
-            states = {
-                i.instance_id: i for i in backend.provisioner.describe({TAG_JOB: self.job_id})
-            }
-            for iid, (t, life) in list(self.lives.items()):
-                inst = states.get(iid)
-                if inst is not None and inst.state.is_terminal():
-                    self._bill(t, life, inst.state, inst.ended_at or backend.now())
-            time.sleep(self.opts.poll_s)
-        for iid, (t, life) in list(self.lives.items()):
-            try:
-                backend.provisioner.terminate([iid])
-            except ProviderError as e:
-                self._event("error", now, t, error=f"terminate failed: {e}")
-                continue
-            self._bill(t, life, InstanceState.TERMINATED, backend.now())
-        for t in self.trials:
-            if not t.phase.is_terminal():
-                self._close_trial(t, "cancelled", now)
-        backend.close()
 
     def _totals(self) -> dict[str, float]:
         return {

@@ -1,0 +1,114 @@
+"""What the orchestrator pays, and how it leaves: billing each instance life, releasing a
+noticed instance when that is cheaper, and draining every instance at the end.
+
+A mixin of :class:`~spotwise.planner.orchestrator.Orchestrator` (over
+:class:`~spotwise.planner.trialbook.TrialBook`), kept apart so each file stays readable. Every
+dollar goes through :meth:`Ledger._bill`, under the provider's billing rule.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from spotwise.errors import ProviderError
+from spotwise.planner.backend import Backend
+from spotwise.planner.report import life_cost, release_is_cheaper
+from spotwise.planner.runstate import Life, TrialRun
+from spotwise.planner.trialbook import TrialBook
+from spotwise.providers.base import TAG_JOB, InstanceState
+
+STOP_TIMEOUT_WALL_S = 30.0  # a trial asked to stop that has not exited by then is terminated
+
+
+class Ledger(TrialBook):
+    job_id: str
+    opts: Any  # RunOptions (poll_s)
+    trials: list[TrialRun]
+    lives: dict[str, tuple[TrialRun, Life]]
+    spent_usd: float
+    on_demand_usd: float
+
+    # ---- money --------------------------------------------------------------------------
+    def _release_is_cheaper(self, life: Life, now: float) -> bool:
+        deadline = life.notice_deadline
+        if deadline is None or now >= deadline:
+            return False  # the provider is taking it now; its report bills the life
+        seg = self.backend.segments
+        return release_is_cheaper(
+            self.backend.rule,
+            seg(life.offer, life.launched_at, now),
+            seg(life.offer, life.launched_at, deadline),
+        )
+
+    def _bill(
+        self,
+        t: TrialRun,
+        life: Life,
+        state: InstanceState,
+        ended_at: float,
+        *,
+        released: bool = False,
+    ) -> None:
+        """Record the end of a life and its bill; ``released``: terminated by us after a notice."""
+        self.lives.pop(life.instance_id, None)
+        segs = self.backend.segments(life.offer, life.launched_at, ended_at)
+        revoked = state is InstanceState.REVOKED
+        kept = t.checkpoint_step if revoked or released else t.step
+        cost, od, seconds = life_cost(life, segs, self.backend.rule, revoked, kept)
+        t.cost_usd += cost
+        t.on_demand_cost_usd += od
+        self.spent_usd += cost
+        self.on_demand_usd += od
+        reason = (
+            "revoked"
+            if revoked
+            else "released on notice"
+            if released
+            else ("completed" if t.state == "completed" else "stopped")
+        )
+        self.store.update_instance(
+            life.launch_id,
+            state=state.value,
+            ended_at=time.time(),
+            end_reason=reason,
+            cost_usd=cost,
+            on_demand_cost_usd=od,
+            market_seconds=seconds,
+        )
+        self.store.update_trial(t.trial_id, cost_usd=t.cost_usd, revocations=t.revocations)
+
+    def _running_cost(self, now: float) -> float:
+        total = 0.0
+        for _, life in self.lives.values():
+            segs = self.backend.segments(life.offer, life.launched_at, now)
+            total += sum(s * p for s, p in segs) / 3600.0
+        return total
+
+    # ---- ending -------------------------------------------------------------------------
+    def _drain(self, backend: Backend) -> None:
+        """Leave no instance behind: stop what runs, bill it, and close the backend."""
+        now = backend.now()
+        waited = time.monotonic()
+        while any(life.notice_deadline for _, life in self.lives.values()):
+            if time.monotonic() - waited > STOP_TIMEOUT_WALL_S:
+                break  # the provider is slow to take them: terminate below
+            states = {
+                i.instance_id: i for i in backend.provisioner.describe({TAG_JOB: self.job_id})
+            }
+            for iid, (t, life) in list(self.lives.items()):
+                inst = states.get(iid)
+                if inst is not None and inst.state.is_terminal():
+                    self._bill(t, life, inst.state, inst.ended_at or backend.now())
+            time.sleep(self.opts.poll_s)
+        for iid, (t, life) in list(self.lives.items()):
+            try:
+                backend.provisioner.terminate([iid])
+            except ProviderError as e:
+                self._event("error", now, t, error=f"terminate failed: {e}")
+                continue
+            self._bill(t, life, InstanceState.TERMINATED, backend.now())
+        for t in self.trials:
+            if not t.phase.is_terminal():
+                self._close_trial(t, "cancelled", now)
+        backend.close()
