@@ -17,6 +17,7 @@ from awsfakes import FAKE_KEY_ID, FAKE_SECRET
 from contract import wait_for
 
 from spotwise.errors import CapacityError, ProviderError
+from spotwise.planner.runstate import write_control
 from spotwise.providers.aws import open_provisioner
 from spotwise.providers.aws_agent import parse_user_data
 from spotwise.providers.base import (
@@ -320,13 +321,6 @@ def test_a_stop_request_reaches_the_trial_on_the_instance(
     assert wait_for(lambda: prov.describe()[0].state is InstanceState.TERMINATED, 10, "terminate")
 
 
-def _replace(path: Path, body: str) -> None:
-    """What the orchestrator does to change a running trial's settings (atomic replace)."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(body)
-    tmp.replace(path)
-
-
 def test_a_control_file_change_reaches_the_trial_on_the_instance(
     bucket: str, tmp_path: Path, emulator: Any
 ) -> None:
@@ -342,7 +336,7 @@ def test_a_control_file_change_reaches_the_trial_on_the_instance(
         return [e["body"] for e in seen]
 
     for n, every in enumerate((7, 3), start=1):
-        _replace(local, json.dumps({"checkpoint_every": every}))
+        write_control(local, every)  # what the orchestrator does
         wait_for(lambda n=n: len(control_bodies()) >= n, 30, f"the trial to see every={every}")
     assert [json.loads(str(b)) for b in control_bodies()] == [
         {"checkpoint_every": 7},
@@ -381,13 +375,13 @@ def test_the_control_file_is_uploaded_only_when_its_content_changes(
     track.control_file = tmp_path / "control-4.json"
     track.sync(s3, 0.0, time.time(), force=True)
     assert puts == []  # no control file yet: nothing to relay
-    _replace(track.control_file, '{"checkpoint_every": 6}')
+    write_control(track.control_file, 6)
     track.sync(s3, 0.0, time.time(), force=True)
     track.sync(s3, 0.0, time.time(), force=True)
-    _replace(track.control_file, '{"checkpoint_every": 6}')  # rewritten, same content
+    write_control(track.control_file, 6)  # rewritten, same content
     track.sync(s3, 0.0, time.time(), force=True)
     assert puts == [("runs/j/t/control-4.json", b'{"checkpoint_every": 6}')]
-    _replace(track.control_file, '{"checkpoint_every": 2}')
+    write_control(track.control_file, 2)
     track.sync(s3, 0.0, time.time(), force=True)
     assert [body for _, body in puts] == [b'{"checkpoint_every": 6}', b'{"checkpoint_every": 2}']
     assert _s3_get(bucket, "runs/j/t/control-4.json") == b'{"checkpoint_every": 2}'
