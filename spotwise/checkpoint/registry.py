@@ -1,16 +1,11 @@
 """Open a trial's checkpoint store from its location: storage backends registered by URI scheme.
 
 ``file://`` URIs and plain paths open a :class:`~spotwise.checkpoint.local.LocalCheckpointStore`,
-``s3://bucket/prefix`` an :class:`~spotwise.checkpoint.s3.S3CheckpointStore`. A cloud backend is
+``s3://bucket/prefix`` an :class:`~spotwise.checkpoint.s3.S3CheckpointStore`, ``gs://bucket/prefix``
+a :class:`~spotwise.checkpoint.gcs.GcsCheckpointStore` and ``az://account/container/prefix`` an
+:class:`~spotwise.checkpoint.azure_blob.AzureBlobCheckpointStore`. A cloud backend is
 added with one factory that imports its module inside the function (the module imports the
-cloud SDK lazily in turn), so importing this registry stays cheap — see ``_open_s3`` below::
-
-    def _open_gs(uri: str) -> CheckpointStore:
-        from spotwise.checkpoint.gcs import open_gcs_store
-
-        return open_gcs_store(uri)
-
-    register_scheme("gs", _open_gs)
+cloud SDK lazily in turn), so importing this registry stays cheap — see ``_open_s3`` below.
 
 An unknown scheme raises :class:`~spotwise.errors.SpecError` listing the registered ones.
 """
@@ -81,5 +76,19 @@ def _open_s3(uri: str) -> CheckpointStore:
     return open_s3_store(uri)
 
 
+def _open_gs(uri: str) -> CheckpointStore:
+    from spotwise.checkpoint.gcs import open_gcs_store  # google-cloud-storage loads only when used
+
+    return open_gcs_store(uri)
+
+
+def _open_az(uri: str) -> CheckpointStore:
+    from spotwise.checkpoint.azure_blob import open_azure_blob_store  # azure-storage-blob: same
+
+    return open_azure_blob_store(uri)
+
+
 register_scheme("file", _open_file)
 register_scheme("s3", _open_s3)
+register_scheme("gs", _open_gs)
+register_scheme("az", _open_az)
