@@ -120,6 +120,17 @@ class CheckpointSpec(_Strict):
     location: str = "checkpoints"  # folder (relative to the spec) or s3://, gs://, az:// URI
     every: int = Field(default=5, ge=1)  # steps between checkpoints (policies may adapt it)
 
+    @field_validator("location")
+    @classmethod
+    def _location(cls, v: str) -> str:
+        from spotwise.checkpoint.registry import check_location
+
+        try:
+            check_location(v)
+        except SpecError as e:  # the field is named by the caller; keep the fix
+            raise ValueError(e.message + (f"; {e.hint}" if e.hint else "")) from None
+        return v
+
 
 class SearchSpec(_Strict):
     optimizer: Literal["gp", "rf", "et", "random"] = "gp"

@@ -19,7 +19,7 @@ from urllib.parse import unquote, urlsplit
 
 from spotwise.checkpoint.base import CheckpointStore
 from spotwise.checkpoint.local import LocalCheckpointStore
-from spotwise.errors import SpecError, did_you_mean
+from spotwise.errors import ProviderError, SpecError, did_you_mean
 
 StoreFactory = Callable[[str], CheckpointStore]
 
@@ -57,6 +57,48 @@ def open_checkpoint_store(uri: str) -> CheckpointStore:
             f"{did_you_mean(scheme, registered_schemes())}; valid: {valid} or a plain folder path"
         )
     return factory(uri)
+
+
+def check_location(uri: str) -> None:
+    """Raise :class:`~spotwise.errors.SpecError` (one line, with the fix) when ``uri`` cannot
+    name a checkpoint store: an unknown scheme, or a cloud URI whose bucket, container or
+    account is malformed. No I/O and no cloud SDK: a spec is checked before anything runs."""
+    if not isinstance(uri, str) or not uri.strip():
+        raise SpecError(f"checkpoint location must be a non-empty path or URI, got {uri!r}")
+    m = _SCHEME_RE.match(uri)
+    if m is None:
+        return
+    scheme = m.group(1).lower()
+    if scheme not in _SCHEMES:
+        open_checkpoint_store(uri)  # raises the unknown-scheme error
+    parse = _PARSERS.get(scheme)
+    if parse is None:
+        return
+    try:
+        parse(uri)
+    except ProviderError as e:
+        raise SpecError(f"checkpoint location: {e.message}", hint=e.hint) from None
+
+
+def _parse_s3(uri: str) -> object:
+    from spotwise.providers.aws import parse_s3_uri  # pure: boto3 is not imported
+
+    return parse_s3_uri(uri)
+
+
+def _parse_gs(uri: str) -> object:
+    from spotwise.providers.gcs_blobs import parse_gs_uri
+
+    return parse_gs_uri(uri)
+
+
+def _parse_az(uri: str) -> object:
+    from spotwise.providers.azure_blobs import parse_az_uri
+
+    return parse_az_uri(uri)
+
+
+_PARSERS: dict[str, Callable[[str], object]] = {"s3": _parse_s3, "gs": _parse_gs, "az": _parse_az}
 
 
 def _open_file(uri: str) -> CheckpointStore:

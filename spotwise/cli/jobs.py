@@ -35,16 +35,21 @@ def tune(
     db: DbOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """Run a tuning job to the end: live table of trials, then a summary ($ vs on-demand)."""
+    """Run a tuning job to the end: live table of trials, then a summary ($ vs on-demand).
+
+    Exits 2 for a bad spec (nothing written) and 1 when every trial failed."""
     from spotwise import jobs
     from spotwise.cli.render import LiveJob, print_summary
 
     if json_out:
-        print(json.dumps(jobs.tune(spec, db=db, policy=policy)))
-        return
-    with LiveJob() as live:
-        summary = jobs.tune(spec, db=db, policy=policy, on_update=live.update)
-    print_summary(summary)
+        summary = jobs.tune(spec, db=db, policy=policy)
+        print(json.dumps(summary))
+    else:
+        with LiveJob() as live:
+            summary = jobs.tune(spec, db=db, policy=policy, on_update=live.update)
+        print_summary(summary)
+    if summary["state"] == "failed":  # every trial crashed: scripts see a non-zero exit
+        raise typer.Exit(1)
 
 
 def status(job: JobArg = None, db: DbOpt = None, json_out: JsonOpt = False) -> None:

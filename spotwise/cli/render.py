@@ -54,14 +54,19 @@ class LiveJob:
         self.table = Table()
         self.live = Live(Group(self.table, self.progress), console=console, refresh_per_second=4)
 
+        self.started = False
+
     def __enter__(self) -> LiveJob:
-        self.live.__enter__()
-        return self
+        return self  # the display starts with the first snapshot: a rejected spec draws nothing
 
     def __exit__(self, *exc: object) -> None:
-        self.live.__exit__(None, None, None)
+        if self.started:
+            self.live.__exit__(None, None, None)
 
     def update(self, snap: dict[str, Any]) -> None:
+        if not self.started:
+            self.live.__enter__()
+            self.started = True
         when = datetime.fromtimestamp(snap["market_time"], UTC).strftime("%Y-%m-%d %H:%M")
         t = Table(
             title=f"job {snap['job_id']} · policy {snap['policy']} · market {when} UTC · "
@@ -90,18 +95,26 @@ def print_summary(s: dict[str, Any]) -> None:
         f"\n[bold]job {s['job_id']}[/] {_state(s['state'])} in {s['wall_seconds']:.1f} s "
         f"(policy {s['policy']})"
     )
+    if s.get("error"):
+        console.print(f"[red]{s['error']}[/]")
     if best:
         console.print(
             f"best: trial {best['number']} {_params(best['params'])} → {_fmt(best['metric'])}"
         )
-    saving = (1 - s["cost_usd"] / s["on_demand_cost_usd"]) * 100 if s["on_demand_cost_usd"] else 0.0
+    od = s["on_demand_cost_usd"]
+    if not od:  # no step finished: nothing to compare with
+        versus = "no step done to compare with on demand"
+    elif s["cost_usd"] <= od:
+        versus = f"{(1 - s['cost_usd'] / od) * 100:.0f}% saved"
+    else:
+        versus = f"{(s['cost_usd'] / od - 1) * 100:.0f}% more than on demand"
     console.print(
         f"trials {s['trials']} · completed {s['completed']} · early-stopped {s['early_stopped']} · "
         f"revocations {s['revocations']} · migrations {s['migrations']}"
     )
     console.print(
         f"cost ${s['cost_usd']:.4f} vs ${s['on_demand_cost_usd']:.4f} on demand "
-        f"({saving:.0f}% saved)\nnext: spotwise trials {s['job_id']}"
+        f"({versus})\nnext: spotwise trials {s['job_id']}"
     )
 
 

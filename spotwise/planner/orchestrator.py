@@ -141,6 +141,17 @@ class Orchestrator(Ledger):
             self.store.update_job(self.job_id, state="running", started_at=time.time(), pid=_pid())
             self._loop()
             state = "cancelled" if self.cancelled else "succeeded"
+            if (
+                state == "succeeded"
+                and self.trials
+                and all(t.state == "failed" for t in self.trials)
+            ):
+                # nothing to report but crashes: a cron job or CI must not read that as success
+                state = "failed"
+                error = (
+                    f"every trial failed ({len(self.trials)}); "
+                    f"see the trial logs in {self.run_dir / 'logs'}"
+                )
         except SpotwiseError as e:
             error = str(e)
             raise
@@ -411,7 +422,7 @@ class Orchestrator(Ledger):
         job = self.store.get_job(self.job_id)
         state = job.state.value if hasattr(job.state, "value") else str(job.state)
         direction = self.spec.metric.direction
-        return summary(
+        out = summary(
             self.job_id,
             state,
             self.policy.name,
@@ -420,6 +431,9 @@ class Orchestrator(Ledger):
             self._totals(),
             wall_seconds,
         )
+        if job.error:
+            out["error"] = job.error
+        return out
 
     def snapshot(self, now: float) -> dict[str, Any]:
         cost = self.spent_usd + self._running_cost(now)

@@ -1,4 +1,6 @@
-"""The trials table stays readable in a narrow terminal: every column shown, nothing cut."""
+"""What the CLI renders: the trials table stays readable in a narrow terminal (every column
+shown, nothing cut); the job summary compares with on demand honestly; a job whose every trial
+failed exits 1 and says why."""
 
 from __future__ import annotations
 
@@ -39,3 +41,63 @@ def test_trials_table_shows_every_column_whole(monkeypatch: pytest.MonkeyPatch, 
     for value in ("t-00000002", "completed", "running", "1.0005", "0.9582", "0.71"):
         assert value in text, value  # ids, states and numbers are never cut or wrapped
     assert "hidden=111" in text and "weight_decay=" in text
+
+
+SUMMARY = {
+    "job_id": "j-1234abcd",
+    "state": "succeeded",
+    "policy": "spot-greedy",
+    "best": None,
+    "trials": 2,
+    "completed": 2,
+    "early_stopped": 0,
+    "revocations": 1,
+    "migrations": 1,
+    "wall_seconds": 3.5,
+}
+
+
+@pytest.mark.parametrize(
+    ("cost", "on_demand", "words"),
+    [
+        (1.0, 4.0, "(75% saved)"),
+        (5.0, 4.0, "(25% more than on demand)"),
+        (0.03, 0.0, "(no step done to compare with on demand)"),
+    ],
+)
+def test_summary_compares_with_on_demand_honestly(
+    monkeypatch: pytest.MonkeyPatch, cost: float, on_demand: float, words: str
+) -> None:
+    console = Console(width=120, record=True, color_system=None)
+    monkeypatch.setattr(render, "console", console)
+    render.print_summary({**SUMMARY, "cost_usd": cost, "on_demand_cost_usd": on_demand})
+    assert words in console.export_text()
+
+
+def test_tune_exits_1_and_says_why_when_every_trial_failed(monkeypatch: pytest.MonkeyPatch) -> None:
+    from typer.testing import CliRunner
+
+    from spotwise import jobs
+    from spotwise.cli.app import app
+
+    failed = {
+        **SUMMARY,
+        "state": "failed",
+        "completed": 0,
+        "cost_usd": 0.03,
+        "on_demand_cost_usd": 0.0,
+        "error": "every trial failed (2); see the trial logs in /runs/j-1234abcd/logs",
+    }
+    monkeypatch.setattr(jobs, "tune", lambda *a, **k: failed)
+    runner = CliRunner()
+    res = runner.invoke(app, ["tune", "spec.yaml", "--json"])
+    assert res.exit_code == 1 and '"state": "failed"' in res.output
+    console = Console(width=120, record=True, color_system=None)
+    monkeypatch.setattr(render, "console", console)
+    res = runner.invoke(app, ["tune", "spec.yaml"])
+    assert res.exit_code == 1
+    assert "every trial failed (2); see the trial logs in /runs/j-1234abcd/logs" in (
+        console.export_text()
+    )
+    monkeypatch.setattr(jobs, "tune", lambda *a, **k: {**failed, "state": "succeeded"})
+    assert runner.invoke(app, ["tune", "spec.yaml", "--json"]).exit_code == 0

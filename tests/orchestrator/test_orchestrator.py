@@ -287,6 +287,10 @@ def test_a_trial_that_exits_0_before_its_last_step_fails_instead_of_looping(
     summary = jobs.tune(spec, db=db, run_root=tmp_path / "runs")
     assert (summary["trials"], summary["completed"], summary["revocations"]) == (1, 0, 0)
     assert summary["best"] is None
+    # a job whose every trial failed is a failed job, not a success with nothing in it
+    assert summary["state"] == "failed"
+    logs = tmp_path / "runs" / summary["job_id"] / "logs"
+    assert summary["error"] == f"every trial failed (1); see the trial logs in {logs.resolve()}"
     with Store.open_existing(db) as store:
         (trial,) = store.list_trials(summary["job_id"])
         instances = store.list_instances(summary["job_id"])

@@ -130,6 +130,31 @@ def test_load_spec_reads_yaml_and_resolves_base_dir(tmp_path: Path) -> None:
             "'providers.0'",
             "replay is only valid for the local provider",
         ),
+        (
+            {"checkpoint": {"location": "gcs://bucket/ckpt"}},
+            "'checkpoint.location'",
+            "unknown scheme 'gcs://' (did you mean 'gs'?); valid: az://, file://, gs://, s3://",
+        ),
+        (
+            {"checkpoint": {"location": "gs://Bad_Bucket/ckpt"}},
+            "'checkpoint.location'",
+            "invalid bucket name 'Bad_Bucket'",
+        ),
+        (
+            {"checkpoint": {"location": "s3://x/ckpt"}},
+            "'checkpoint.location'",
+            "is not an S3 location; expected s3://bucket/prefix",
+        ),
+        (
+            {"checkpoint": {"location": "az://acct/x"}},
+            "'checkpoint.location'",
+            "names container 'x'",
+        ),
+        (
+            {"checkpoint": {"location": "az://acct"}},
+            "'checkpoint.location'",
+            "expected az://<account>/<container>[/<prefix>]",
+        ),
     ],
     ids=lambda v: v if isinstance(v, str) else None,
 )
@@ -139,6 +164,36 @@ def test_invalid_field_is_named_on_one_line(
     message = spec_error(spec_with(**changes))
     assert field in message
     assert words in message
+
+
+@pytest.mark.parametrize(
+    "where",
+    [
+        "ckpt",
+        "/abs/ckpt",
+        "file:///abs/ckpt",
+        "s3://my-bucket/p",
+        "gs://my-bucket",
+        "az://acct1/box/p",
+    ],
+)
+def test_valid_checkpoint_locations_are_kept_as_written(where: str) -> None:
+    spec = JobSpec.model_validate(spec_with(checkpoint={"location": where}))
+    assert spec.checkpoint.location == where
+
+
+def test_checking_a_location_loads_no_cloud_sdk() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from spotwise.checkpoint.registry import check_location\n"
+        "for u in ('s3://my-bucket/p', 'gs://my-bucket/p', 'az://acct1/box/p'): check_location(u)\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('boto3', 'azure') "
+        "or m.startswith('google.cloud')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
 
 
 def test_duplicate_providers_are_refused() -> None:
