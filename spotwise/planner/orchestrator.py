@@ -383,9 +383,10 @@ class Orchestrator(Ledger):
             state="running",
             launched_at=time.time(),
         )
-        if attempt > 0:
+        if attempt > 0 and not t.retrying:  # moved after a notice, loss or rebalance
             t.migrations += 1
             self.migrations += 1
+        t.retrying = False
         t.attempt = attempt
         t.life = Life(
             launch_id, inst.instance_id, offer, inst.launched_at or now, t.checkpoint_step, attempt

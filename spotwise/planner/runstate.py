@@ -56,6 +56,7 @@ class TrialRun:
     revocations: int = 0
     migrations: int = 0
     failures: int = 0
+    retrying: bool = False  # the next launch retries a crash: not a migration
     stopping: str | None = None  # reason the trial was asked to leave its instance
     predicted_final: float | None = None
     seconds_per_step: float | None = None  # market seconds per step, observed

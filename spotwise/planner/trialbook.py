@@ -103,6 +103,7 @@ class TrialBook:
                 self._close_trial(t, "failed", now)
             else:
                 self._to_waiting(t)
+                t.retrying = True
         else:  # revoked, noticed, or migrated: resume from the checkpoint elsewhere
             self._to_waiting(t)
         if life.notice_deadline is not None or state is InstanceState.REVOKED:

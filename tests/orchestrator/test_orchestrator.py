@@ -286,6 +286,7 @@ def test_a_trial_that_exits_0_before_its_last_step_fails_instead_of_looping(
     spec = write_spec(tmp_path, tiny_spec(tmp_path, 10, TINY_TRIAL_LAST_STEP="3"))
     summary = jobs.tune(spec, db=db, run_root=tmp_path / "runs")
     assert (summary["trials"], summary["completed"], summary["revocations"]) == (1, 0, 0)
+    assert summary["migrations"] == 0  # a retry after a crash is not a migration
     assert summary["best"] is None
     # a job whose every trial failed is a failed job, not a success with nothing in it
     assert summary["state"] == "failed"
