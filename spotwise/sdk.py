@@ -35,10 +35,11 @@ script saves a checkpoint and exits 0. The ``stopping`` event is written once, w
 first observes the request.
 
 Live settings: the orchestrator may change a running trial's checkpoint interval (a policy's
-``SetCheckpointEvery``) by replacing the control file atomically (temp file + rename; on AWS the
-instance agent relays it from S3). :func:`checkpoint_every` stats the file on each call and
-parses it only when its identity, size or mtime changed; a missing file means the environment's
-value, a malformed or partial one (or a value < 1) keeps the last good value — never an error.
+``SetCheckpointEvery``) by replacing the control file atomically (temp file + rename; on a cloud
+the instance agent relays it from the trial's artifacts folder). :func:`checkpoint_every` stats
+the file on each call and parses it only when its identity, size or mtime changed; a missing file
+means the environment's value, a malformed or partial one (or a value < 1) keeps the last good
+value — never an error.
 
 A training loop::
 

@@ -114,6 +114,10 @@ def test_providers_import_cloud_sdks_lazily() -> None:
         "spotwise.checkpoint.registry",
         "spotwise.cloud",
         "spotwise.providers.aws_agent",
+        "spotwise.providers.trial_agent",
+        "spotwise.providers.blobs_open",
+        "spotwise.providers.channel",
+        "spotwise.providers.trialfiles",
     ],
 )
 def test_importing_loads_no_cloud_sdk(module: str) -> None:

@@ -1,7 +1,9 @@
 """Open the market a job trades on: the catalog, the provisioner, the clock and the bill.
 
 For ``local`` this is the replay market on a :class:`MarketClock` with the local provisioner;
-for a cloud it is the adapter's catalog and provisioner on wall-clock time.
+for a cloud it is the adapter's catalog and provisioner on wall-clock time, once the job is
+known to have a trial channel its instances can reach (the checkpoint location or the
+provider's ``artifacts`` option; :func:`spotwise.providers.channel.check_reachable`).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from pathlib import Path
 from spotwise.errors import SpecError
 from spotwise.providers.base import Catalog, Market, Offer, Provisioner
 from spotwise.providers.billing import BillingRule, rule_for
+from spotwise.providers.channel import check_reachable
 from spotwise.providers.registry import ProviderConfig
 from spotwise.providers.replay import ReplayMarket
 from spotwise.spec import JobSpec, ProviderSpec, ReplaySpec
@@ -68,9 +71,6 @@ def replay_risk(traces: TraceSet) -> Callable[[list[Offer], float], dict[str, fl
     return risk
 
 
-NO_PROGRESS_CHANNEL = ("gcp", "azure")  # see open_backend
-
-
 def open_backend(
     spec: JobSpec, base_dir: Path, run_dir: Path, *, forecast: bool = False
 ) -> Backend:
@@ -87,15 +87,10 @@ def open_backend(
             assert isinstance(backend.catalog, ReplayMarket)
             backend.risk = replay_risk(backend.catalog.traces)
         return backend
-    if p.name in NO_PROGRESS_CHANNEL:
-        # Their trials cannot report steps, completion or checkpoints back yet (no GCS / Blob
-        # channel), so the orchestrator would take every finished trial for a lost one and
-        # relaunch it, paying again each time. Refuse rather than spend money in a loop.
-        raise SpecError(
-            f"spec field 'providers': spotwise tune on {p.name} is not supported yet (a trial "
-            f"there cannot report its progress back, so finished trials would be relaunched); "
-            f"use aws or local to tune (spotwise check, catalog and prices work on {p.name})"
-        )
+    # A cloud trial reports through a folder its instance can reach (see
+    # spotwise.providers.channel); without one the orchestrator would take every finished
+    # trial for a lost one and relaunch it. Refuse before anything is bought or written.
+    check_reachable(p.name, p.options, spec.checkpoint.location)
     return _cloud(p)
 
 

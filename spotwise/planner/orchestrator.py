@@ -326,7 +326,8 @@ class Orchestrator(Ledger):
 
     def _set_checkpoint_every(self, t: TrialRun, every: int, now: float) -> None:
         """A relaunch starts with ``every`` (its env); a running trial gets it now through its
-        control file (``SPOTWISE_CONTROL_FILE``; on AWS the provisioner relays it via S3)."""
+        control file (``SPOTWISE_CONTROL_FILE``; on a cloud the provisioner relays it through the
+        trial's artifacts folder)."""
         if every == t.checkpoint_every:
             return  # what the trial already uses: nothing to rewrite
         t.checkpoint_every = every

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import os
 import re
-import sys
 import time
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
@@ -44,7 +43,6 @@ from spotwise.errors import ProviderError
 from spotwise.providers import aws
 from spotwise.providers.aws_agent import AgentConfig, render_user_data
 from spotwise.providers.aws_catalog import zone_region
-from spotwise.providers.aws_trialfiles import TrialFiles
 from spotwise.providers.base import (
     TAG_JOB,
     TAG_LAUNCH,
@@ -58,7 +56,11 @@ from spotwise.providers.base import (
     Offer,
     is_ours,
 )
+from spotwise.providers.channel import artifacts_uri
 from spotwise.providers.registry import ProviderConfig
+from spotwise.providers.s3_blobs import S3Blobs
+from spotwise.providers.trial_agent import instance_argv, instance_env
+from spotwise.providers.trialfiles import TrialFiles
 
 TAG_MARKET, TAG_PRICE, TAG_OD_PRICE = "spotwise:market", "spotwise:price", "spotwise:od-price"
 TAG_ARTIFACTS, TAG_ATTEMPT = "spotwise:artifacts", "spotwise:attempt"
@@ -261,9 +263,9 @@ class AwsProvisioner:
         self._sync(track)
         return track.take_events()
 
-    # ---- S3 side -----------------------------------------------------------------------
+    # ---- the trial's files in S3 (see spotwise.providers.trialfiles) ------------------------
     def _sync(self, track: TrialFiles, force: bool = False) -> None:
-        track.sync(self._s3(), self.poll_s, self._clock(), force)
+        track.sync(self.poll_s, self._clock(), force)
 
     def _track(self, inst: Instance) -> TrialFiles | None:
         track = self._tracks.get(inst.instance_id)
@@ -271,7 +273,8 @@ class AwsProvisioner:
             uri = inst.tags.get(TAG_ARTIFACTS)
             if not uri:
                 return None
-            track = TrialFiles.at(inst.instance_id, uri, inst.tags.get(TAG_ATTEMPT, "0"))
+            blobs = S3Blobs.from_uri(uri, client=self._s3())
+            track = TrialFiles(inst.instance_id, blobs, inst.tags.get(TAG_ATTEMPT, "0"))
             self._tracks[inst.instance_id] = track
         return track
 
@@ -286,19 +289,9 @@ class AwsProvisioner:
             track.control_file = Path(env["SPOTWISE_CONTROL_FILE"])
 
     def _artifacts(self, request: LaunchRequest) -> str:
-        base = self.config.options.get("artifacts", "")
-        if base:
-            bucket, prefix = aws.parse_s3_uri(base)
-            job, trial = request.tags[TAG_JOB], request.tags[TAG_TRIAL]
-            return aws.s3_uri(bucket, "/".join(p for p in (prefix, job, trial) if p))
         ckpt = request.env.get("SPOTWISE_CHECKPOINT_URI", "")
-        if ckpt.startswith("s3:"):
-            return aws.s3_uri(*aws.parse_s3_uri(ckpt))
-        raise ProviderError(
-            f"aws: the trial's checkpoint location {ckpt or '(none)'!r} is not in S3, and an EC2 "
-            "instance cannot reach it; set the job's checkpoint.location to s3://bucket/prefix "
-            "(or providers[].options.artifacts for events only)"
-        )
+        job, trial = request.tags[TAG_JOB], request.tags[TAG_TRIAL]
+        return artifacts_uri("aws", self.config.options, ckpt, job, trial)
 
     def _agent_config(
         self, request: LaunchRequest, artifacts: str, region: str, attempt: str
@@ -308,11 +301,8 @@ class AwsProvisioner:
         ckpt = env.get("SPOTWISE_CHECKPOINT_URI", "")
         if ckpt.startswith("s3:"):
             env["SPOTWISE_CHECKPOINT_URI"] = aws.s3_uri(*aws.parse_s3_uri(ckpt))
-        for local_only in ("SPOTWISE_EVENTS_FILE", "SPOTWISE_STOP_FILE", "SPOTWISE_CONTROL_FILE"):
-            env.pop(local_only, None)  # the agent sets instance-local paths
-        argv = [
-            ("python" if i == 0 and a == sys.executable else a) for i, a in enumerate(request.argv)
-        ]
+        env = instance_env(env)  # the agent sets instance-local paths
+        argv = instance_argv(request.argv)
         return AgentConfig(
             job_id=request.tags[TAG_JOB],
             trial_id=request.tags[TAG_TRIAL],

@@ -16,7 +16,12 @@ launch also ``resource_group``, ``subnet_id`` (a subnet resource id), ``image`` 
 ``max_price`` (``-1``: up to the on-demand price), ``os_disk_size_gb`` (``64``),
 ``public_ip`` (``false``), ``prices_source`` (``live``: Retail Prices API, or ``catalog``),
 ``prices`` (a catalog CSV), ``base_url`` (an ARM endpoint for a fake server),
-``polling_interval`` (seconds between LRO polls, ``5``).
+``polling_interval`` (seconds between LRO polls, ``5``); for the trial channel (see
+:mod:`spotwise.providers.channel`): ``artifacts`` (``az://account/container/prefix`` or a shared
+``file:///path``; default: the trial's checkpoint location, which must then be one of those),
+``poll_s`` (seconds between reads of the API and of each trial's files, default
+``$SPOTWISE_AZURE_POLL_S`` or 2), ``agent_poll_s`` (the VM agent's), ``workdir`` (the trial's
+folder on the VM).
 """
 
 from __future__ import annotations

@@ -4,14 +4,23 @@ Started by the VM's cloud-init custom data::
 
     python3 -m spotwise.providers.azure_agent --launch /var/lib/spotwise/launch.json
 
-It runs the trial (argv list, own session) and polls the Instance Metadata Service's Scheduled
-Events (``GET /metadata/scheduledevents?api-version=2020-07-01``, header ``Metadata: true``).
-On an ``EventType: "Preempt"`` event (a Spot eviction; ``NotBefore`` is at least 30 s away) it
-appends a ``notice`` record to the trial's ``SPOTWISE_EVENTS_FILE`` (what a progress store would
-carry to the controller) and sends SIGTERM to the trial's process group so it checkpoints.
+It polls the Instance Metadata Service's Scheduled Events
+(``GET /metadata/scheduledevents?api-version=2020-07-01``, header ``Metadata: true``). On an
+``EventType: "Preempt"`` event (a Spot eviction; ``NotBefore`` is at least 30 s away) the notice
+(deadline = ``NotBefore``) goes to the controller and the trial's process group gets SIGTERM so
+it checkpoints.
 
-The IMDS base URL is ``$SPOTWISE_AZURE_IMDS_URL`` (default ``http://169.254.169.254``). Only the
-standard library is used.
+* With an ``artifacts`` folder in the launch spec (what :class:`AzureProvisioner` always sends)
+  the trial runs under :class:`~spotwise.providers.trial_agent.TrialAgent` (see
+  :func:`spotwise.providers.gcp_agent.run_channel`): its events, the notice and its exit code
+  go to the folder (``az://`` through :mod:`spotwise.providers.azure_blobs`, which needs
+  ``azure-storage-blob`` on the image and the VM's managed identity; ``file://`` needs
+  nothing), a stop marker and live settings come back from it.
+* Without one it only runs the trial and appends a ``notice`` record to the trial's
+  ``SPOTWISE_EVENTS_FILE``, if the spec names one.
+
+The IMDS base URL is ``$SPOTWISE_AZURE_IMDS_URL`` (default ``http://169.254.169.254``), read
+with the standard library.
 """
 
 from __future__ import annotations
@@ -27,7 +36,8 @@ from collections.abc import Callable, Sequence
 from email.utils import parsedate_to_datetime
 from typing import Any
 
-from spotwise.providers.gcp_agent import parse_launch, run_trial
+from spotwise.providers.channel import parse_launch
+from spotwise.providers.gcp_agent import run_channel, run_trial
 
 DEFAULT_IMDS_URL = "http://169.254.169.254"
 API_VERSION = "2020-07-01"
@@ -77,6 +87,8 @@ def main(args: Sequence[str] | None = None) -> int:
     with open(ns.launch, encoding="utf-8") as fh:
         spec = parse_launch(fh.read())
     base = imds_base()
+    if spec["artifacts"]:
+        return run_channel(spec, lambda: watch(base), lambda at, deadline: None, ns.poll)
     return run_trial(
         spec["argv"],
         spec["env"],

@@ -1,10 +1,14 @@
 """What an Azure launch sends: the VM name and the ``virtualMachines`` PUT body (plain JSON).
 
-The trial's argv/env/workdir become JSON, base64-encoded into a fixed cloud-init script
+The launch spec (:func:`spotwise.providers.channel.launch_spec`: the trial's argv/env/workdir,
+its artifacts folder and attempt) becomes JSON, base64-encoded into a fixed cloud-init script
 (``osProfile.customData``); the only text placed into that script is the base64 alphabet inside
 single quotes, checked before use, so nothing of the request reaches a shell as code. The NIC
 is created with the VM (``networkInterfaceConfigurations``) and, like the OS disk, deleted with
 it. Spot VMs get ``priority: Spot``, an ``evictionPolicy`` and ``billingProfile.maxPrice``.
+ARM never returns ``customData``, so the artifacts folder and the attempt are also tags
+(``spotwise:artifacts`` when it fits Azure's 256-character tag values, ``spotwise:attempt``):
+a restarted controller reads the trial's channel from them.
 """
 
 from __future__ import annotations
@@ -19,9 +23,12 @@ from spotwise.errors import ProviderError
 from spotwise.providers.azure import AzureSettings
 from spotwise.providers.azure_catalog import split_zone
 from spotwise.providers.base import LaunchRequest, Market
+from spotwise.providers.channel import launch_spec
 
 TAG_PRICE = "spotwise:price"  # the offer's price at launch, to rebuild the Offer in describe
 TAG_ON_DEMAND = "spotwise:on-demand-price"
+TAG_ARTIFACTS, TAG_ATTEMPT = "spotwise:artifacts", "spotwise:attempt"
+TAG_VALUE_LIMIT = 256
 _B64 = re.compile(r"^[A-Za-z0-9+/=]*$")
 CUSTOM_DATA = """#!/bin/sh
 # spotwise trial launcher (generated). The launch spec is base64 of JSON: data, never shell code.
@@ -39,9 +46,8 @@ def vm_name(client_token: str) -> str:
     return f"sw-{slug}-{digest}" if slug else f"sw-{digest}"
 
 
-def custom_data(request: LaunchRequest) -> str:
-    """Base64 of the cloud-init script that starts the agent with this launch's spec."""
-    spec = {"argv": list(request.argv), "env": dict(request.env), "workdir": request.workdir}
+def custom_data(spec: dict[str, Any]) -> str:
+    """Base64 of the cloud-init script that starts the agent with this launch spec."""
     payload = base64.b64encode(json.dumps(spec, sort_keys=True).encode()).decode()
     if not _B64.match(payload):  # cannot happen; guards the one substitution into shell text
         raise ProviderError("azure: launch spec encoding produced non-base64 text")
@@ -60,8 +66,11 @@ def image_reference(image: str) -> dict[str, str]:
     return dict(zip(("publisher", "offer", "sku", "version"), parts, strict=True))
 
 
-def vm_body(settings: AzureSettings, name: str, request: LaunchRequest) -> dict[str, Any]:
+def vm_body(
+    settings: AzureSettings, name: str, request: LaunchRequest, artifacts: str
+) -> dict[str, Any]:
     s, offer = settings, request.offer
+    spec = launch_spec(request, artifacts, s.options)
     region, zone = split_zone(offer.zone)
     user = s.opt("admin_username", "spotwise")
     ip_config: dict[str, Any] = {"subnet": {"id": s.opt("subnet_id")}, "primary": True}
@@ -73,6 +82,9 @@ def vm_body(settings: AzureSettings, name: str, request: LaunchRequest) -> dict[
     tags = dict(request.tags)
     tags[TAG_PRICE] = repr(offer.price_per_hour)
     tags[TAG_ON_DEMAND] = repr(offer.on_demand_price_per_hour)
+    tags[TAG_ATTEMPT] = str(spec["attempt"])
+    if artifacts and len(artifacts) <= TAG_VALUE_LIMIT:
+        tags[TAG_ARTIFACTS] = artifacts
     props: dict[str, Any] = {
         "hardwareProfile": {"vmSize": offer.instance_type},
         "storageProfile": {
@@ -87,7 +99,7 @@ def vm_body(settings: AzureSettings, name: str, request: LaunchRequest) -> dict[
         "osProfile": {
             "computerName": name,
             "adminUsername": user,
-            "customData": custom_data(request),
+            "customData": custom_data(spec),
             "linuxConfiguration": {
                 "disablePasswordAuthentication": True,
                 "ssh": {

@@ -3,30 +3,51 @@
 * ``launch`` PUTs one VM (``priority: Spot``, ``evictionPolicy``, ``billingProfile.maxPrice``;
   tags = our tags) and waits for the ARM long-running operation. The VM name derives from
   ``client_token``; a VM already carrying that launch tag is returned instead of re-created.
+  The launch spec (the trial's argv/env, its artifacts folder and attempt) goes into the VM's
+  custom data for :mod:`spotwise.providers.azure_agent`; a launch whose trial has no folder a VM
+  can reach (option ``artifacts``, or an ``az://`` / shared ``file://`` checkpoint location;
+  :mod:`spotwise.providers.channel`) is refused before anything is created.
 * ``describe`` lists the resource group's VMs with their instance view and keeps those carrying
   our tags. VMs this object saw that disappear stay listed (REVOKED for Spot: eviction with the
-  ``Delete`` policy removes the VM; TERMINATED otherwise).
+  ``Delete`` policy removes the VM; TERMINATED otherwise). Each VM's ``exit_code`` is the one
+  its agent wrote to the artifacts folder (:class:`~spotwise.providers.trialfiles.TrialFiles`;
+  the folder and the attempt are read back from the ``spotwise:artifacts`` /
+  ``spotwise:attempt`` tags after a restart).
 * ``notices``: Azure announces an eviction only inside the VM (Scheduled Events ``Preempt``,
-  read by :mod:`spotwise.providers.azure_agent`), so the controller reports (a) agent records
-  from an optional ``report_source`` and (b) evictions it observes itself: a Spot VM of ours
-  deallocated or gone without our asking (deadline = when it was seen).
-* ``progress`` returns ``report_source`` records; without an Azure Blob store (not built yet)
-  it returns ``[]``.
+  read by the agent, which writes it to its status in the artifacts folder with the event's
+  ``NotBefore`` as deadline); the controller also reports evictions it observes itself: a Spot
+  VM of ours deallocated or gone without our asking (deadline = when it was seen). Each VM's
+  eviction is reported once.
+* ``progress`` returns the trial's new events from the artifacts folder. A stop request (the
+  trial's local stop file) and the local control file are relayed there, as on AWS.
+
+Reads (the listing, each trial's files) happen at most once per ``poll_s`` (option, default
+``$SPOTWISE_AZURE_POLL_S`` or 2 s); our own launches and deletions refresh the listing at once.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from spotwise.errors import ProviderError
 from spotwise.providers.azure import NAME, AzureSettings, api_error
 from spotwise.providers.azure_catalog import split_zone, zone_name
-from spotwise.providers.azure_launch import TAG_ON_DEMAND, TAG_PRICE, vm_body, vm_name
+from spotwise.providers.azure_launch import (
+    TAG_ARTIFACTS,
+    TAG_ATTEMPT,
+    TAG_ON_DEMAND,
+    TAG_PRICE,
+    vm_body,
+    vm_name,
+)
 from spotwise.providers.base import (
+    TAG_JOB,
     TAG_LAUNCH,
+    TAG_TRIAL,
     Instance,
     InstanceState,
     LaunchRequest,
@@ -36,12 +57,10 @@ from spotwise.providers.base import (
     Offer,
     is_ours,
 )
+from spotwise.providers.channel import artifacts_uri, attempt_of
 from spotwise.providers.gcp_prices import PriceTable
+from spotwise.providers.trialfiles import Tracks
 
-# ``report_source(instance_id)`` returns *all* records the trial has written so far (its
-# SPOTWISE_EVENTS_FILE lines, e.g. synced to object storage); ``type == "notice"`` records
-# are notices, the rest progress. The provisioner remembers how many it has returned.
-ReportSource = Callable[[str], Iterable[Mapping[str, object]]]
 _NAME_OK = re.compile(r"^[A-Za-z0-9][A-Za-z0-9-]{0,63}$")
 _POWER = {
     "running": InstanceState.RUNNING,
@@ -62,20 +81,22 @@ class AzureProvisioner:
         client: Any,
         prices: PriceTable,
         *,
-        report_source: ReportSource | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.settings = settings
         self.client = client
         self.prices = prices
-        self.report_source = report_source
         self.clock = clock
         self.group = settings.opt("resource_group")
+        self.poll_s = float(
+            settings.opt("poll_s") or os.environ.get("SPOTWISE_AZURE_POLL_S") or 2.0
+        )
+        self.tracks = Tracks(self.poll_s, clock)
         self._known: dict[str, Instance] = {}
         self._terminated: set[str] = set()
         self._evicted: dict[str, float] = {}
         self._noticed: set[str] = set()
-        self._progress_seen: dict[str, int] = {}
+        self._cache: dict[tuple[tuple[str, str], ...], tuple[float, list[Instance]]] = {}
 
     def _lro_kwargs(self) -> dict[str, Any]:
         return {"polling_interval": float(self.settings.opt("polling_interval", "5"))}
@@ -87,15 +108,22 @@ class AzureProvisioner:
         offer = request.offer
         if offer.provider != NAME:
             raise ProviderError(f"azure: cannot launch a {offer.provider!r} offer")
+        ckpt = request.env.get("SPOTWISE_CHECKPOINT_URI", "")
+        job, trial = request.tags[TAG_JOB], request.tags[TAG_TRIAL]
+        artifacts = artifacts_uri(NAME, self.settings.options, ckpt, job, trial)
+        attempt = str(attempt_of(request.env))
         name = vm_name(request.client_token)
+        self._cache.clear()
         existing = self._get(name)
         if existing is not None and existing.tags.get(TAG_LAUNCH) == request.client_token:
             self._known[name] = existing
+            self.tracks.add(name, artifacts, attempt, request.env)
             return existing  # the same launch, retried
         what = f"launching {offer.instance_type} in {offer.zone}"
+        body = vm_body(self.settings, name, request, artifacts)
         try:
             poller = self.client.virtual_machines.begin_create_or_update(
-                self.group, name, vm_body(self.settings, name, request), **self._lro_kwargs()
+                self.group, name, body, **self._lro_kwargs()
             )
             raw = poller.result()
         except Exception as e:
@@ -104,6 +132,7 @@ class AzureProvisioner:
         if inst.state is InstanceState.PENDING and _v(raw.provisioning_state) == "Succeeded":
             inst.state = InstanceState.RUNNING
         self._known[name] = inst
+        self.tracks.add(name, artifacts, attempt, request.env)
         return inst
 
     # ---- describe -------------------------------------------------------------------------
@@ -130,6 +159,10 @@ class AzureProvisioner:
 
     def describe(self, tags: Mapping[str, str] | None = None) -> list[Instance]:
         want = dict(tags or {})
+        key = tuple(sorted(want.items()))
+        hit = self._cache.get(key)
+        if hit is not None and time.monotonic() - hit[0] < self.poll_s:
+            return hit[1]
         live = self._list()
         now = self.clock()
         for iid, inst in live.items():
@@ -153,7 +186,18 @@ class AzureProvisioner:
             else:
                 inst.state = InstanceState.TERMINATED
             inst.ended_at = now
-        return [i for i in self._known.values() if all(i.tags.get(k) == v for k, v in want.items())]
+        out = [i for i in self._known.values() if all(i.tags.get(k) == v for k, v in want.items())]
+        for inst in out:
+            self._follow(inst)
+            self.tracks.observe(inst)
+        self._cache[key] = (time.monotonic(), out)
+        return out
+
+    def _follow(self, inst: Instance) -> None:
+        """Track a VM's trial from its tags (after a restart)."""
+        uri = inst.tags.get(TAG_ARTIFACTS)
+        if uri and inst.instance_id not in self.tracks.by_id:
+            self.tracks.add(inst.instance_id, uri, inst.tags.get(TAG_ATTEMPT, "0"))
 
     def _to_instance(self, raw: Any) -> Instance:
         tags = dict(raw.tags or {})
@@ -206,6 +250,7 @@ class AzureProvisioner:
                 f"(no spotwise tags) in resource group {self.group}"
             )
         now = self.clock()
+        self._cache.clear()
         for iid in targets:
             try:  # start the deletion; NIC and OS disk go with the VM (deleteOption: Delete)
                 self.client.virtual_machines.begin_delete(self.group, iid, polling=False)
@@ -218,32 +263,27 @@ class AzureProvisioner:
                 known.state, known.ended_at = InstanceState.TERMINATED, now
 
     # ---- notices / progress ----------------------------------------------------------------
-    def _reported(self, iid: str) -> list[dict[str, object]]:
-        return [dict(r) for r in self.report_source(iid)] if self.report_source else []
-
     def notices(self) -> list[Notice]:
-        ours = {i.instance_id: i for i in self.describe()}
-        out = []
-        for iid in ours:
-            if iid in self._noticed or iid in self._terminated:
+        out: list[Notice] = []
+        for n in self.tracks.notices():  # the agent's Preempt, with its NotBefore
+            if n.instance_id in self._noticed or n.instance_id in self._terminated:
                 continue
-            rec = next((r for r in self._reported(iid) if r.get("type") == "notice"), None)
-            if rec is not None:
-                at = float(rec.get("received_at") or self.clock())  # type: ignore[arg-type]
-                deadline = float(rec.get("deadline") or at)  # type: ignore[arg-type]
-            elif iid in self._evicted:
-                at = deadline = self._evicted[iid]
-            else:
+            self._noticed.add(n.instance_id)
+            out.append(n)
+        for iid in {i.instance_id for i in self.describe()}:
+            if iid in self._noticed or iid in self._terminated or iid not in self._evicted:
                 continue
-            out.append(Notice(iid, NoticeKind.INTERRUPTION, at, max(at, deadline)))
+            at = self._evicted[iid]
+            out.append(Notice(iid, NoticeKind.INTERRUPTION, at, at))
             self._noticed.add(iid)
         return out
 
     def progress(self, instance_id: str) -> list[dict[str, object]]:
-        recs = [r for r in self._reported(instance_id) if r.get("type") != "notice"]
-        seen = self._progress_seen.get(instance_id, 0)
-        self._progress_seen[instance_id] = len(recs)
-        return recs[seen:]
+        """The trial's events written to its artifacts folder since the last call."""
+        known = self._known.get(instance_id)
+        if known is not None:
+            self._follow(known)
+        return self.tracks.progress(instance_id)
 
 
 def _state(raw: Any) -> InstanceState:

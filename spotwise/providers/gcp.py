@@ -14,7 +14,12 @@ needed to launch), ``network`` (default ``global/networks/default``), ``subnetwo
 ``external_ip`` (``true``), ``service_account`` (``default``), ``disk_size_gb`` (``50``),
 ``termination_action`` (``DELETE`` or ``STOP``), ``prices`` (a price CSV, default the shipped
 one), ``offline`` (``true``: hardware from the price CSV, no API calls), ``api_endpoint`` (a
-fake server), ``operation_timeout_s`` (``600``).
+fake server), ``operation_timeout_s`` (``600``); for the trial channel (see
+:mod:`spotwise.providers.channel`): ``artifacts`` (``gs://bucket/prefix`` or a shared
+``file:///path``; default: the trial's checkpoint location, which must then be one of those),
+``poll_s`` (seconds between reads of the API and of each trial's files, default
+``$SPOTWISE_GCP_POLL_S`` or 2), ``agent_poll_s`` (the instance agent's), ``workdir`` (the
+trial's folder on the instance).
 
 Prices: :mod:`spotwise.providers.gcp_prices` (a dated catalog that can be refreshed; GCP has no
 spot price history API, so ``GcpCatalog.price_history`` returns the catalog's dated point).

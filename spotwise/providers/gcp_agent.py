@@ -4,19 +4,26 @@ Started by the fixed startup script of every spotwise instance::
 
     python3 -m spotwise.providers.gcp_agent --from-metadata
 
-It reads the trial's ``argv``/``env``/``workdir`` from the ``spotwise-launch`` metadata item
-(JSON; never parsed by a shell), runs the trial as a child process (argv list, own session),
-and polls ``instance/preempted`` on the metadata server. When it turns ``TRUE`` the agent
+It reads the launch spec from the ``spotwise-launch`` metadata item (JSON, never parsed by a
+shell; see :mod:`spotwise.providers.channel`) and polls ``instance/preempted`` on the metadata
+server. When it turns ``TRUE`` the notice (``{"received_at", "deadline"}``, deadline 30 s on)
+goes to the controller and the trial's process group gets SIGTERM, so ``spotwise.sdk``
+checkpoints and exits. The agent also writes the ``spotwise/notice`` guest attribute, which
+:meth:`GcpProvisioner.notices` reads as well.
 
-1. writes the ``spotwise/notice`` guest attribute (``{"received_at", "deadline"}``), which the
-   controller's :meth:`GcpProvisioner.notices` reads, and
-2. sends SIGTERM to the trial's process group so ``spotwise.sdk`` checkpoints and exits.
+* With an ``artifacts`` folder in the spec (what :class:`GcpProvisioner` always sends) the
+  trial runs under :class:`~spotwise.providers.trial_agent.TrialAgent`: its events, the
+  notice and its exit code go to the folder (``gs://`` through
+  :mod:`spotwise.providers.gcs_blobs`, which needs ``google-cloud-storage`` on the image and
+  takes the VM's service account from the metadata server; ``file://`` needs nothing), a stop
+  marker and live settings come back from it.
+* Without one (a hand-written spec) it only runs the trial (:func:`run_trial`) and appends the
+  notice to the trial's ``SPOTWISE_EVENTS_FILE``, if the spec names one.
 
 The metadata base URL is ``$SPOTWISE_GCE_METADATA_URL`` (default
-``http://metadata.google.internal``) so tests can point it at a local server. Only the
-standard library is used (the instance image needs spotwise, nothing else).
-
-:func:`run_trial` is cloud-neutral and also drives :mod:`spotwise.providers.azure_agent`.
+``http://metadata.google.internal``) so tests can point it at a local server; it is read with
+the standard library. :func:`run_trial` is cloud-neutral and also drives
+:mod:`spotwise.providers.azure_agent` without a folder.
 """
 
 from __future__ import annotations
@@ -34,8 +41,11 @@ import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from spotwise.providers.channel import parse_launch
+
 DEFAULT_METADATA_URL = "http://metadata.google.internal"
 NOTICE_LEAD_S = 30.0  # GCE gives ~30 s between the preemption notice and the stop
+KILL_GRACE_S = 25.0  # with an artifacts folder: SIGKILL this long after the notice's SIGTERM
 Watch = Callable[[], "tuple[float, float] | None"]  # → (received_at, deadline) once preempted
 
 
@@ -59,17 +69,6 @@ def read_launch(base: str | None = None) -> dict[str, Any]:
     """The launch spec the controller put in the ``spotwise-launch`` metadata item."""
     text = _request(f"{base or metadata_base()}/instance/attributes/spotwise-launch")
     return parse_launch(text)
-
-
-def parse_launch(text: str) -> dict[str, Any]:
-    spec = json.loads(text)
-    argv = spec.get("argv") if isinstance(spec, dict) else None
-    if not isinstance(argv, list) or not argv or not all(isinstance(a, str) for a in argv):
-        raise ValueError("spotwise-launch: 'argv' must be a non-empty list of strings")
-    env = spec.get("env") or {}
-    if not isinstance(env, dict) or not all(isinstance(v, str) for v in env.values()):
-        raise ValueError("spotwise-launch: 'env' must map names to strings")
-    return {"argv": argv, "env": env, "workdir": str(spec.get("workdir") or "")}
 
 
 def preempted(
@@ -155,6 +154,45 @@ def _signal_group(proc: subprocess.Popen[bytes], sig: signal.Signals) -> None:
         os.killpg(proc.pid, sig)
 
 
+def run_channel(
+    spec: Mapping[str, Any],
+    watch: Watch,
+    on_notice: Callable[[float, float], object],
+    poll_s: float,
+) -> int:
+    """Run a launch that names an artifacts folder under the cloud-neutral trial agent:
+    ``watch`` (``(received_at, deadline)`` once preempted) becomes its notice watcher."""
+    import logging
+
+    from spotwise.providers.blobs_open import open_blobs
+    from spotwise.providers.channel import trial_config
+    from spotwise.providers.trial_agent import TrialAgent
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s spotwise-agent %(message)s")
+    noticed: list[bool] = []
+
+    def watcher() -> list[dict[str, Any]]:
+        hit = None if noticed else watch()
+        if hit is None:
+            return []
+        noticed.append(True)
+        return [{"kind": "interruption", "received_at": hit[0], "deadline": hit[1]}]
+
+    agent = TrialAgent(
+        # SIGKILL a trial that ignores the notice before the VM goes (30 s on GCE and Azure)
+        trial_config(spec, poll_s=poll_s, sync_s=max(poll_s, 2.0), kill_grace_s=KILL_GRACE_S),
+        open_blobs(spec["artifacts"]),
+        watcher,
+        on_notice=lambda n: on_notice(float(n["received_at"]), float(n["deadline"])),
+    )
+    old = signal.getsignal(signal.SIGTERM)
+    agent.install_sigterm()
+    try:
+        return agent.run()
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
 def main(args: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m spotwise.providers.gcp_agent")
     src = parser.add_mutually_exclusive_group(required=True)
@@ -170,6 +208,13 @@ def main(args: Sequence[str] | None = None) -> int:
             spec = parse_launch(fh.read())
     else:
         spec = read_launch(base)
+    if spec["artifacts"]:
+        return run_channel(
+            spec,
+            lambda: preempted(base),
+            lambda at, deadline: report_notice(at, deadline, base),
+            ns.poll,
+        )
     return run_trial(
         spec["argv"],
         spec["env"],

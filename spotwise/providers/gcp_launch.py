@@ -1,8 +1,11 @@
 """What a GCP launch sends: the instance name, requestId and the ``Instance`` resource.
 
 Pure functions over plain data (no SDK import), so tests can read exactly what is sent. The
-trial's argv/env travel as JSON in the ``spotwise-launch`` metadata item; the startup script is
-the same fixed text for every launch and only starts :mod:`spotwise.providers.gcp_agent`.
+launch spec (:func:`spotwise.providers.channel.launch_spec`: the trial's argv/env/workdir, its
+artifacts folder and attempt) travels as JSON in the ``spotwise-launch`` metadata item, where
+the agent reads it and the provisioner reads the artifacts folder back after a restart; the
+startup script is the same fixed text for every launch and only starts
+:mod:`spotwise.providers.gcp_agent`.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from typing import Any
 
 from spotwise.errors import ProviderError
 from spotwise.providers.base import LaunchRequest, Market, Offer
+from spotwise.providers.channel import launch_spec
 from spotwise.providers.gcp import SCOPES, GcpSettings, tags_to_labels
 
 META_LAUNCH = "spotwise-launch"
@@ -42,11 +46,13 @@ def request_id(client_token: str, verb: str = "insert") -> str:
     return str(uuid.uuid5(uuid.NAMESPACE_URL, f"spotwise:gcp:{verb}:{client_token}"))
 
 
-def instance_body(settings: GcpSettings, name: str, request: LaunchRequest) -> dict[str, Any]:
+def instance_body(
+    settings: GcpSettings, name: str, request: LaunchRequest, artifacts: str
+) -> dict[str, Any]:
     """The ``Instance`` resource for a launch (plain data; visible in tests)."""
     s, offer = settings, request.offer
     spot = offer.market is Market.SPOT
-    launch = {"argv": list(request.argv), "env": dict(request.env), "workdir": request.workdir}
+    launch = launch_spec(request, artifacts, s.options)
     scheduling: dict[str, Any] = {
         "provisioning_model": "SPOT" if spot else "STANDARD",
         "automatic_restart": not spot,
@@ -107,3 +113,12 @@ def json_dict(text: str | None) -> dict[str, Any]:
     except json.JSONDecodeError:
         return {}
     return value if isinstance(value, dict) else {}
+
+
+def channel_of(launch_json: str | None) -> tuple[str, str] | None:
+    """``(artifacts, attempt)`` of the ``spotwise-launch`` item; None without a folder."""
+    launch = json_dict(launch_json)
+    artifacts = launch.get("artifacts")
+    if not isinstance(artifacts, str) or not artifacts:
+        return None
+    return artifacts, str(launch.get("attempt", 0))

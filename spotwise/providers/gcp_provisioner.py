@@ -4,29 +4,42 @@
   ``instance_termination_action``; ``STANDARD`` for on-demand) with our tags as labels, waits on
   the zone operation with its own ``ZoneOperationsClient`` and returns the instance. The
   instance name and the insert's ``requestId`` (a UUID5 of ``client_token``) make a retried
-  launch idempotent. The trial's argv/env travel as JSON in the ``spotwise-launch`` metadata
-  item; the fixed startup script only starts :mod:`spotwise.providers.gcp_agent`, which reads
-  it — nothing is interpolated into shell text.
+  launch idempotent. The launch spec (the trial's argv/env, its artifacts folder and attempt;
+  :func:`spotwise.providers.channel.launch_spec`) travels as JSON in the ``spotwise-launch``
+  metadata item; the fixed startup script only starts :mod:`spotwise.providers.gcp_agent`,
+  which reads it — nothing is interpolated into shell text. A launch whose trial has no folder
+  an instance can reach (option ``artifacts``, or a ``gs://`` / shared ``file://`` checkpoint
+  location; :mod:`spotwise.providers.channel`) is refused before anything is inserted.
 * ``describe`` lists instances through a server-side label filter; exact tags come back from
-  the ``spotwise-tags`` metadata item. Instances this object saw that are gone (a Spot VM is
-  deleted on preemption) stay listed as REVOKED or TERMINATED.
-* ``notices`` reads preemption from two places: ``compute.instances.preempted`` operations, and
-  the ``spotwise/notice`` guest attribute the trial agent writes when the metadata server's
-  ``instance/preempted`` turns TRUE.
-* ``progress`` returns what an optional ``report_source`` yields; without an object-storage
-  store for GCS (not built yet) it returns ``[]``.
+  the ``spotwise-tags`` metadata item, the trial's artifacts folder from ``spotwise-launch``.
+  Instances this object saw that are gone (a Spot VM is deleted on preemption) stay listed as
+  REVOKED or TERMINATED. Each instance's ``exit_code`` is the one its agent wrote to the
+  artifacts folder (:class:`~spotwise.providers.trialfiles.TrialFiles`).
+* ``notices`` reads the agent's status in the artifacts folder (the agent polls the metadata
+  server's ``instance/preempted``), plus two signals of its own: ``compute.instances.preempted``
+  operations, and the ``spotwise/notice`` guest attribute the agent also writes. Each
+  instance's interruption is reported once.
+* ``progress`` returns the trial's new events from the artifacts folder. A stop request (the
+  trial's local stop file) and the local control file are relayed there, as on AWS.
+
+Reads (the listing, the preemption scan, each trial's files) happen at most once per
+``poll_s`` (option, default ``$SPOTWISE_GCP_POLL_S`` or 2 s), so a fast orchestrator loop
+cannot flood the APIs; our own launches and deletions refresh the listing at once.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
 from spotwise.errors import CapacityError, ProviderError
 from spotwise.providers.base import (
+    TAG_JOB,
+    TAG_TRIAL,
     Instance,
     InstanceState,
     LaunchRequest,
@@ -37,6 +50,7 @@ from spotwise.providers.base import (
     is_ours,
 )
 from spotwise.providers.billing import rule_for
+from spotwise.providers.channel import artifacts_uri, attempt_of
 from spotwise.providers.gcp import (
     NAME,
     GcpClients,
@@ -49,40 +63,29 @@ from spotwise.providers.gcp import (
 )
 from spotwise.providers.gcp_launch import (
     GUEST_NAMESPACE,
+    META_LAUNCH,
     META_OFFER,
     META_TAGS,
+    channel_of,
     instance_body,
     instance_name,
     json_dict,
     request_id,
 )
 from spotwise.providers.gcp_prices import PriceTable
-
-# ``report_source(instance_id)`` returns *all* records the trial has written so far (its
-# SPOTWISE_EVENTS_FILE lines, e.g. synced to object storage); ``type == "notice"`` records
-# are notices, the rest progress. The provisioner remembers how many it has returned.
-ReportSource = Callable[[str], Iterable[Mapping[str, object]]]
+from spotwise.providers.trialfiles import Tracks
 
 _CAPACITY = (
-    "ZONE_RESOURCE_POOL_EXHAUSTED",
-    "RESOURCE_POOL_EXHAUSTED",
-    "STOCKOUT",
-    "RESOURCE_NOT_AVAILABLE",
-)
+    "ZONE_RESOURCE_POOL_EXHAUSTED", "RESOURCE_POOL_EXHAUSTED", "STOCKOUT", "RESOURCE_NOT_AVAILABLE",
+)  # fmt: skip
+_P, _R, _S, _T = (
+    InstanceState.PENDING, InstanceState.RUNNING, InstanceState.STOPPING, InstanceState.TERMINATED,
+)  # fmt: skip
 _STATE = {
-    "PROVISIONING": InstanceState.PENDING,
-    "STAGING": InstanceState.PENDING,
-    "PENDING": InstanceState.PENDING,
-    "REPAIRING": InstanceState.PENDING,
-    "RUNNING": InstanceState.RUNNING,
-    "STOPPING": InstanceState.STOPPING,
-    "SUSPENDING": InstanceState.STOPPING,
-    "PENDING_STOP": InstanceState.STOPPING,
-    "DEPROVISIONING": InstanceState.STOPPING,
-    "STOPPED": InstanceState.TERMINATED,
-    "SUSPENDED": InstanceState.TERMINATED,
-    "TERMINATED": InstanceState.TERMINATED,
-}
+    "PROVISIONING": _P, "STAGING": _P, "PENDING": _P, "REPAIRING": _P, "RUNNING": _R,
+    "STOPPING": _S, "SUSPENDING": _S, "PENDING_STOP": _S, "DEPROVISIONING": _S,
+    "STOPPED": _T, "SUSPENDED": _T, "TERMINATED": _T,
+}  # fmt: skip
 _ID = re.compile(r"^([a-z]+-[a-z]+\d+-[a-z])/([a-z][-a-z0-9]{0,62})$")
 
 
@@ -101,20 +104,22 @@ class GcpProvisioner:
         clients: GcpClients,
         prices: PriceTable,
         *,
-        report_source: ReportSource | None = None,
         poll_interval_s: float = 2.0,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.settings = settings
         self.clients = clients
         self.prices = prices
-        self.report_source = report_source
-        self.poll_interval_s = poll_interval_s
+        self.poll_interval_s = poll_interval_s  # between waits on a zone operation
+        self.poll_s = float(settings.opt("poll_s") or os.environ.get("SPOTWISE_GCP_POLL_S") or 2)
         self.clock = clock
+        self.tracks = Tracks(self.poll_s, clock)
         self._known: dict[str, Instance] = {}
+        self._channels: dict[str, tuple[str, str]] = {}  # id → (artifacts, attempt)
         self._terminated: set[str] = set()
         self._noticed: set[str] = set()
-        self._progress_seen: dict[str, int] = {}
+        self._cache: dict[tuple[tuple[str, str], ...], tuple[float, list[Instance]]] = {}
+        self._last_scan = -1e18
 
     # ---- launch ---------------------------------------------------------------------------
     def launch(self, request: LaunchRequest) -> Instance:
@@ -123,14 +128,18 @@ class GcpProvisioner:
         offer = request.offer
         if offer.provider != NAME:
             raise ProviderError(f"gcp: cannot launch a {offer.provider!r} offer")
+        ckpt = request.env.get("SPOTWISE_CHECKPOINT_URI", "")
+        job, trial = request.tags[TAG_JOB], request.tags[TAG_TRIAL]
+        artifacts = artifacts_uri(NAME, self.settings.options, ckpt, job, trial)
         name = instance_name(request.client_token)
         instances = self.clients.get("InstancesClient")
+        self._cache.clear()
         try:
             op = instances.insert(
                 request={
                     "project": self.settings.project,
                     "zone": offer.zone,
-                    "instance_resource": instance_body(self.settings, name, request),
+                    "instance_resource": instance_body(self.settings, name, request, artifacts),
                     "request_id": request_id(request.client_token),
                 }
             )
@@ -144,6 +153,8 @@ class GcpProvisioner:
         if inst is None:
             raise ProviderError(f"gcp: instance {offer.zone}/{name} vanished right after launch")
         self._known[inst.instance_id] = inst
+        attempt = str(attempt_of(request.env))
+        self.tracks.add(inst.instance_id, artifacts, attempt, request.env)
         return inst
 
     def _launch_error(self, e: Exception, offer: Offer) -> ProviderError:
@@ -203,29 +214,41 @@ class GcpProvisioner:
 
     def describe(self, tags: Mapping[str, str] | None = None) -> list[Instance]:
         want = dict(tags or {})
+        key = tuple(sorted(want.items()))
+        hit = self._cache.get(key)
+        if hit is not None and time.monotonic() - hit[0] < self.poll_s:
+            return hit[1]
         live = self._list(want)
         gone = [i for i in self._known if i not in live and not self._known[i].state.is_terminal()]
         stopped = [i for i, x in live.items() if x.state is InstanceState.TERMINATED]
         preempted = self._preempted() if (gone or stopped) else {}
         now = self.clock()
         for iid, inst in live.items():
+            taken = iid in preempted or self.tracks.interrupted(iid)
             if iid in self._terminated:
                 inst.state = InstanceState.TERMINATED
-            elif inst.state is InstanceState.TERMINATED and iid in preempted:
+            elif inst.state is InstanceState.TERMINATED and taken:
                 inst.state = InstanceState.REVOKED
             if inst.state.is_terminal() and inst.ended_at is None:
                 inst.ended_at = preempted.get(iid, now)
             self._known[iid] = inst
         for iid in gone:
             inst = self._known[iid]
-            revoked = iid in preempted and iid not in self._terminated
+            taken = iid in preempted or self.tracks.interrupted(iid)
+            revoked = taken and iid not in self._terminated
             inst.state = InstanceState.REVOKED if revoked else InstanceState.TERMINATED
             inst.ended_at = preempted.get(iid, now)
-        return [
-            inst
-            for inst in self._known.values()
-            if all(inst.tags.get(k) == v for k, v in want.items())
-        ]
+        out = [i for i in self._known.values() if all(i.tags.get(k) == v for k, v in want.items())]
+        for inst in out:
+            self._follow(inst.instance_id)
+            self.tracks.observe(inst)
+        self._cache[key] = (time.monotonic(), out)
+        return out
+
+    def _follow(self, iid: str) -> None:
+        """Track an instance's trial from the launch spec in its metadata (after a restart)."""
+        if iid not in self.tracks.by_id and iid in self._channels:
+            self.tracks.add(iid, *self._channels[iid])
 
     def _to_instance(self, raw: Any) -> Instance:
         zone = raw.zone.rsplit("/", 1)[-1]
@@ -233,6 +256,9 @@ class GcpProvisioner:
         tags = json_dict(meta.get(META_TAGS)) or labels_to_tags(dict(raw.labels))
         offer = self._offer_of(raw, zone, json_dict(meta.get(META_OFFER)))
         state = _STATE.get(raw.status, InstanceState.PENDING)
+        channel = channel_of(meta.get(META_LAUNCH))
+        if channel is not None:
+            self._channels[f"{zone}/{raw.name}"] = channel
         return Instance(
             instance_id=f"{zone}/{raw.name}",
             offer=offer,
@@ -285,6 +311,7 @@ class GcpProvisioner:
             )
         client = self.clients.get("InstancesClient")
         now = self.clock()
+        self._cache.clear()
         for iid, zone, name in targets:
             try:
                 client.delete(
@@ -325,9 +352,18 @@ class GcpProvisioner:
         return out
 
     def notices(self) -> list[Notice]:
+        out: list[Notice] = []
+        for n in self.tracks.notices():  # what the agents wrote: the deadline they were given
+            if n.kind is NoticeKind.INTERRUPTION:
+                if n.instance_id in self._noticed:
+                    continue
+                self._noticed.add(n.instance_id)
+            out.append(n)
+        if time.monotonic() - self._last_scan < self.poll_s:
+            return out
+        self._last_scan = time.monotonic()
         lead = rule_for(NAME).notice_lead_s
         ours = {i.instance_id: i for i in self.describe()}
-        out: list[Notice] = []
         for iid, at in self._preempted().items():
             if iid in ours and iid not in self._noticed:
                 out.append(Notice(iid, NoticeKind.INTERRUPTION, at, at + lead))
@@ -335,7 +371,7 @@ class GcpProvisioner:
         for iid, inst in ours.items():
             if iid in self._noticed or inst.state is not InstanceState.RUNNING:
                 continue
-            rec = self._guest_notice(iid) or self._reported_notice(iid)
+            rec = self._guest_notice(iid)
             if rec is not None:
                 at = float(rec.get("received_at") or self.clock())  # type: ignore[arg-type]
                 deadline = float(rec.get("deadline") or at + lead)  # type: ignore[arg-type]
@@ -363,20 +399,7 @@ class GcpProvisioner:
                 return json_dict(entry.value) or {}
         return None
 
-    def _reported(self, iid: str) -> list[dict[str, object]]:
-        if self.report_source is None:
-            return []
-        return [dict(r) for r in self.report_source(iid)]
-
-    def _reported_notice(self, iid: str) -> dict[str, object] | None:
-        for rec in self._reported(iid):
-            if rec.get("type") == "notice":
-                return rec
-        return None
-
     def progress(self, instance_id: str) -> list[dict[str, object]]:
-        """Events from ``report_source`` not returned before; ``[]`` without one."""
-        recs = [r for r in self._reported(instance_id) if r.get("type") != "notice"]
-        seen = self._progress_seen.get(instance_id, 0)
-        self._progress_seen[instance_id] = len(recs)
-        return recs[seen:]
+        """The trial's events written to its artifacts folder since the last call."""
+        self._follow(instance_id)
+        return self.tracks.progress(instance_id)

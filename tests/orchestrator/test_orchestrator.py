@@ -30,7 +30,7 @@ import skopt  # noqa: F401  (see below)
 import yaml
 
 from spotwise import jobs
-from spotwise.errors import SpecError
+from spotwise.errors import ProviderError, SpecError
 from spotwise.planner import policy as policy_registry
 from spotwise.planner.policies.greedy import SpotGreedy
 from spotwise.planner.policy import (
@@ -361,18 +361,20 @@ def test_a_missing_trace_writes_nothing(tmp_path: Path) -> None:
     assert not (tmp_path / "runs").exists()
 
 
-@pytest.mark.parametrize("provider", ["gcp", "azure"])
-def test_tune_on_a_cloud_without_a_progress_channel_is_refused_and_writes_nothing(
+@pytest.mark.parametrize("provider", ["gcp", "azure", "aws"])
+def test_tune_on_a_cloud_its_trials_cannot_report_from_is_refused_and_writes_nothing(
     tmp_path: Path, provider: str
 ) -> None:
-    """GCP/Azure trials cannot report progress back yet: the orchestrator would take each
-    finished trial for a lost one and relaunch it. `tune` must refuse before anything exists."""
+    """A cloud trial reports through its artifacts folder; with a plain local checkpoint folder
+    and no ``artifacts`` option it could not, and the orchestrator would take each finished
+    trial for a lost one. `tune` must refuse before any cloud call and before anything exists."""
     spec = spec_dict(tmp_path, providers=[{"name": provider, "regions": ["us-east1"]}])
     db = f"sqlite:///{tmp_path / 'spotwise.db'}"
-    with pytest.raises(SpecError) as info:
+    with pytest.raises(ProviderError) as info:
         jobs.tune(write_spec(tmp_path, spec), db=db, run_root=tmp_path / "runs")
     msg = str(info.value)
-    assert f"tune on {provider} is not supported yet" in msg and "use aws or local" in msg
+    assert msg.startswith(f"{provider}: the trial's checkpoint location")
+    assert "checkpoint.location" in msg and "providers[].options.artifacts" in msg
     assert "\n" not in msg
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
     if (tmp_path / "spotwise.db").exists():

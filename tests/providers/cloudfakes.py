@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,6 +42,7 @@ import fake_arm  # noqa: E402 (needs the path above)
 import fake_gce  # noqa: E402 (needs the path above)
 
 __all__ = [
+    "ARTIFACTS",
     "AZURE_FIXTURES",
     "GCP_FIXTURES",
     "AzureCredential",
@@ -109,11 +111,17 @@ class AzureCredential:
 
 # ---- configs ------------------------------------------------------------------------------------
 GCP_IMAGE = "projects/debian-cloud/global/images/family/debian-12"
+# Every launch needs a trial channel folder an instance can reach. The requests these tests send
+# name no checkpoint location, so the configs name this shared folder (nothing is written there
+# unless a test relays a stop or control file; tests of the channel pass their own folder).
+ARTIFACTS = (Path(tempfile.gettempdir()) / "spotwise-cloudfakes-artifacts").as_uri()
 
 
 def gcp_config(project: str = "proj-1", **options: str) -> ProviderConfig:
-    """A GCP provider config for the fake's project (``FakeGCE.project`` is ``proj-1``)."""
-    return ProviderConfig("gcp", options={"project": project, "image": GCP_IMAGE, **options})
+    """A GCP provider config for the fake's project (``FakeGCE.project`` is ``proj-1``); every
+    read is fresh (``poll_s`` 0)."""
+    opts = {"project": project, "image": GCP_IMAGE, "artifacts": ARTIFACTS, "poll_s": "0"}
+    return ProviderConfig("gcp", options={**opts, **options})
 
 
 def gcp_provisioner(config: ProviderConfig, credentials: Any) -> Any:
@@ -125,7 +133,7 @@ def gcp_provisioner(config: ProviderConfig, credentials: Any) -> Any:
 
 def azure_config(fake: Any, **options: str) -> ProviderConfig:
     """An Azure provider config (eastus) for the fake's subscription and resource group; the
-    long-running operations are polled without a pause."""
+    long-running operations are polled without a pause and every read is fresh."""
     opts = {
         "subscription_id": fake.subscription,
         "resource_group": fake.group,
@@ -134,6 +142,8 @@ def azure_config(fake: Any, **options: str) -> ProviderConfig:
         "image": "Canonical:ubuntu-24_04-lts:server:latest",
         "ssh_public_key": "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAITEST you@host",
         "polling_interval": "0",
+        "artifacts": ARTIFACTS,
+        "poll_s": "0",
     }
     opts.update(options)
     return ProviderConfig("azure", regions=("eastus",), options=opts)

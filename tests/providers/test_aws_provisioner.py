@@ -360,7 +360,8 @@ def test_the_control_file_is_uploaded_only_when_its_content_changes(
 ) -> None:
     import boto3
 
-    from spotwise.providers.aws_trialfiles import TrialFiles
+    from spotwise.providers.s3_blobs import S3Blobs
+    from spotwise.providers.trialfiles import TrialFiles
 
     s3 = boto3.client("s3", region_name="us-east-1")
     puts: list[tuple[str, bytes]] = []
@@ -371,18 +372,18 @@ def test_the_control_file_is_uploaded_only_when_its_content_changes(
         return real_put(**kw)
 
     s3.put_object = counting_put
-    track = TrialFiles.at("i-1", f"s3://{bucket}/runs/j/t", "4")
+    track = TrialFiles("i-1", S3Blobs.from_uri(f"s3://{bucket}/runs/j/t", client=s3), "4")
     track.control_file = tmp_path / "control-4.json"
-    track.sync(s3, 0.0, time.time(), force=True)
+    track.sync(0.0, time.time(), force=True)
     assert puts == []  # no control file yet: nothing to relay
     write_control(track.control_file, 6)
-    track.sync(s3, 0.0, time.time(), force=True)
-    track.sync(s3, 0.0, time.time(), force=True)
+    track.sync(0.0, time.time(), force=True)
+    track.sync(0.0, time.time(), force=True)
     write_control(track.control_file, 6)  # rewritten, same content
-    track.sync(s3, 0.0, time.time(), force=True)
+    track.sync(0.0, time.time(), force=True)
     assert puts == [("runs/j/t/control-4.json", b'{"checkpoint_every": 6}')]
     write_control(track.control_file, 2)
-    track.sync(s3, 0.0, time.time(), force=True)
+    track.sync(0.0, time.time(), force=True)
     assert [body for _, body in puts] == [b'{"checkpoint_every": 6}', b'{"checkpoint_every": 2}']
     assert _s3_get(bucket, "runs/j/t/control-4.json") == b'{"checkpoint_every": 2}'
 

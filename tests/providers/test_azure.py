@@ -8,6 +8,7 @@ import logging
 import re
 import sys
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ from cloudfakes import (
 )
 
 from spotwise.errors import CapacityError, ProviderError, ProviderUnavailable, SpecError
+from spotwise.planner.runstate import write_control
 from spotwise.providers import azure, azure_prices
 from spotwise.providers.azure_catalog import AzureCatalog
 from spotwise.providers.azure_launch import vm_name
@@ -36,6 +38,7 @@ from spotwise.providers.base import (
     NoticeKind,
     is_ours,
 )
+from spotwise.providers.file_blobs import FileBlobs
 from spotwise.providers.registry import ProviderConfig
 
 SECRET = "eyJ0eXAiOiJKV1Qi.SPOTWISE-AZURE-TEST-TOKEN.must-never-appear"
@@ -255,19 +258,90 @@ def test_the_registry_finds_the_adapter() -> None:
     assert_registry_finds("azure", azure)
 
 
-def test_agent_reported_preempt_is_a_notice_with_its_deadline(fake: Any) -> None:
-    records: list[dict[str, object]] = []
-    prov = azure.open_provisioner(azure_config(fake), credential=AzureCredential(SECRET))
-    prov.report_source = lambda iid: records
-    inst = prov.launch(request())
-    records += [
-        {"type": "report", "step": 1, "metric": 0.5},
-        {"type": "notice", "received_at": 10.0, "deadline": 45.0},
-    ]
+def _launched_spec(fake: Any) -> dict[str, Any]:
+    put = next(c for c in fake.rs.calls if c.request.method == "PUT")
+    custom = json.loads(put.request.body)["properties"]["osProfile"]["customData"]
+    script = base64.b64decode(custom).decode()
+    payload = re.search(r"echo '([A-Za-z0-9+/=]+)' \| base64 -d", script).group(1)  # type: ignore[union-attr]
+    return dict(json.loads(base64.b64decode(payload)))
+
+
+def test_the_trial_channel_carries_events_notices_the_exit_and_stop_requests(
+    fake: Any, tmp_path: Path
+) -> None:
+    """What the agent writes to the trial's artifacts folder comes back through progress,
+    notices and describe (the agent's Preempt with its NotBefore deadline); the local stop and
+    control files go the other way; a restarted controller finds the folder in the tags."""
+    cfg = azure_config(fake, artifacts=tmp_path.as_uri())
+    prov = azure.open_provisioner(cfg, credential=AzureCredential(SECRET))
+    stop, control = tmp_path / "stop-1", tmp_path / "control-1.json"
+    local = {"SPOTWISE_STOP_FILE": str(stop), "SPOTWISE_CONTROL_FILE": str(control)}
+    req = replace(request(), env={**LAUNCHES.env, "SPOTWISE_ATTEMPT": "1", **local})
+    inst = prov.launch(req)
+    folder = FileBlobs(tmp_path / "job-a" / "t1")
+    spec = _launched_spec(fake)
+    assert (spec["artifacts"], spec["attempt"], spec["trial_id"]) == (folder.uri, 1, "t1")
+    assert not set(local) & set(spec["env"])
+    assert inst.tags["spotwise:artifacts"] == folder.uri and inst.tags["spotwise:attempt"] == "1"
+    assert prov.progress(inst.instance_id) == [] and prov.notices() == []
+
+    folder.put("events-1.jsonl", b'{"type": "report", "step": 1, "metric": 0.5}\n')
+    assert prov.progress(inst.instance_id) == [{"type": "report", "step": 1, "metric": 0.5}]
+    stop.touch()
+    write_control(control, 3)
+    assert prov.progress(inst.instance_id) == []
+    assert folder.exists("stop-1") and folder.get("control-1.json")[0] == b'{"checkpoint_every": 3}'
+
+    notice = {"kind": "interruption", "received_at": 10.0, "deadline": 45.0}
+    status = {"state": "exited", "exit_code": 0, "notices": [notice]}
+    folder.put("agent-1.json", json.dumps(status).encode())
     (n,) = prov.notices()
     assert (n.instance_id, n.received_at, n.deadline) == (inst.instance_id, 10.0, 45.0)
-    assert prov.progress(inst.instance_id) == [{"type": "report", "step": 1, "metric": 0.5}]
-    assert prov.progress(inst.instance_id) == []
+    assert prov.describe()[0].exit_code == 0
+    fresh = azure.open_provisioner(cfg, credential=AzureCredential(SECRET))
+    assert fresh.describe()[0].exit_code == 0
+    fake.evict(inst.instance_id)
+    assert prov.notices() == []  # the eviction the controller sees itself is the same one
+    (gone,) = prov.describe()
+    assert gone.state is InstanceState.REVOKED and gone.exit_code == 0
+
+
+@pytest.mark.parametrize(
+    ("checkpoint", "artifacts", "match"),
+    [
+        ("/home/me/ckpt/j/t", "", "checkpoint.location"),
+        ("gs://bucket/ckpt/j/t", "", "checkpoint.location"),
+        ("az://acct/cont/p", "s3://b/p", "options.artifacts"),
+    ],
+)
+def test_a_launch_no_vm_can_report_from_is_refused_before_the_put(
+    fake: Any, checkpoint: str, artifacts: str, match: str
+) -> None:
+    prov = azure.open_provisioner(
+        azure_config(fake, artifacts=artifacts), credential=AzureCredential(SECRET)
+    )
+    req = replace(request(), env={**LAUNCHES.env, "SPOTWISE_CHECKPOINT_URI": checkpoint})
+    with pytest.raises(ProviderError, match=re.escape(match)) as e:
+        prov.launch(req)
+    assert "\n" not in str(e.value) and SECRET not in str(e.value)
+    assert artifacts or "Azure Blob storage nor a shared file:// folder" in str(e.value)
+    assert fake.vms == {} and not [c for c in fake.rs.calls if c.request.method == "PUT"]
+
+
+def test_an_az_checkpoint_location_is_the_default_artifacts_folder(fake: Any) -> None:
+    prov = azure.open_provisioner(
+        azure_config(fake, artifacts=""), credential=AzureCredential(SECRET)
+    )
+    ckpt = "az://acct1/cont1/ckpt/job-a/t1"
+    prov.launch(replace(request(), env={**LAUNCHES.env, "SPOTWISE_CHECKPOINT_URI": ckpt}))
+    assert _launched_spec(fake)["artifacts"] == ckpt
+
+
+def test_a_launch_env_with_a_credential_is_refused(prov: AzureProvisioner, fake: Any) -> None:
+    req = replace(request(), env={**LAUNCHES.env, "AWS_SECRET_ACCESS_KEY": SECRET})
+    with pytest.raises(ProviderError, match="refusing to put") as e:
+        prov.launch(req)
+    assert SECRET not in str(e.value) and fake.vms == {}
 
 
 # ---- config, check, secrets ------------------------------------------------------------------

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import sys
 import uuid
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote_plus
@@ -25,6 +27,7 @@ from cloudfakes import (
 )
 
 from spotwise.errors import CapacityError, ProviderError, ProviderUnavailable, SpecError
+from spotwise.planner.runstate import write_control
 from spotwise.providers import gcp, gcp_prices
 from spotwise.providers.base import (
     TAG_JOB,
@@ -35,6 +38,7 @@ from spotwise.providers.base import (
     is_ours,
     our_tags,
 )
+from spotwise.providers.file_blobs import FileBlobs
 from spotwise.providers.gcp_catalog import GcpCatalog
 from spotwise.providers.gcp_launch import instance_name, request_id
 from spotwise.providers.gcp_provisioner import GcpProvisioner
@@ -290,15 +294,101 @@ def test_agent_guest_attribute_notice(prov: GcpProvisioner, fake: Any) -> None:
     assert (n.received_at, n.deadline) == (100.0, 130.0)
 
 
-def test_progress_without_a_store_is_empty_and_with_a_source_is_incremental(fake: Any) -> None:
-    records: list[dict[str, object]] = []
-    p = gcp.open_provisioner(gcp_config(), credentials=gcp_credentials(SECRET))
-    assert p.progress("us-central1-a/x") == []
-    p.report_source = lambda iid: records
-    records += [{"type": "progress", "step": 1}, {"type": "progress", "step": 2}]
-    assert [r["step"] for r in p.progress("us-central1-a/x")] == [1, 2]
-    records.append({"type": "progress", "step": 3})
-    assert [r["step"] for r in p.progress("us-central1-a/x")] == [3]
+def test_the_trial_channel_carries_events_notices_the_exit_and_stop_requests(
+    fake: Any, tmp_path: Path
+) -> None:
+    """What the agent writes to the trial's artifacts folder comes back through progress,
+    notices and describe; the local stop and control files go the other way."""
+    p = gcp_provisioner(gcp_config(artifacts=tmp_path.as_uri()), gcp_credentials(SECRET))
+    stop, control = tmp_path / "stop-2", tmp_path / "control-2.json"
+    local = {"SPOTWISE_STOP_FILE": str(stop), "SPOTWISE_CONTROL_FILE": str(control)}
+    req = replace(request(), env={**LAUNCHES.env, "SPOTWISE_ATTEMPT": "2", **local})
+    inst = p.launch(req)
+    folder = FileBlobs(tmp_path / "Job-A" / "t1")
+    body = fake.instances[("us-central1-a", instance_name("launch-0001"))]
+    spec = json.loads({i["key"]: i["value"] for i in body["metadata"]["items"]}["spotwise-launch"])
+    assert (spec["artifacts"], spec["attempt"], spec["job_id"], spec["trial_id"]) == (
+        folder.uri,
+        2,
+        "Job-A",
+        "t1",
+    )
+    assert spec["launch_id"] == "launch-0001" and not set(local) & set(spec["env"])
+    assert p.progress(inst.instance_id) == [] and p.notices() == []
+
+    folder.put("events-2.jsonl", b'{"type": "report", "step": 1, "metric": 0.5}\n')
+    folder.put("agent-2.json", json.dumps({"state": "running", "notices": []}).encode())
+    assert p.progress(inst.instance_id) == [{"type": "report", "step": 1, "metric": 0.5}]
+    stop.touch()
+    write_control(control, 5)
+    assert p.progress(inst.instance_id) == []
+    assert folder.exists("stop-2") and folder.get("control-2.json")[0] == b'{"checkpoint_every": 5}'
+
+    notice = {"kind": "interruption", "received_at": 10.0, "deadline": 40.0}
+    status = {"state": "exited", "exit_code": 0, "notices": [notice]}
+    folder.put("agent-2.json", json.dumps(status).encode())
+    (n,) = p.notices()
+    assert (n.instance_id, n.kind, n.received_at, n.deadline) == (
+        inst.instance_id,
+        NoticeKind.INTERRUPTION,
+        10.0,
+        40.0,
+    )
+    (running,) = p.describe()
+    assert running.exit_code == 0 and running.state is InstanceState.RUNNING
+    fresh = gcp_provisioner(gcp_config(artifacts=tmp_path.as_uri()), gcp_credentials(SECRET))
+    assert fresh.describe()[0].exit_code == 0  # a restarted controller reads the metadata
+    fake.preempt("us-central1-a", instance_name("launch-0001"))
+    assert p.notices() == []  # the same interruption, seen again in the operations: once
+    (gone,) = p.describe()
+    assert gone.state is InstanceState.REVOKED and gone.exit_code == 0
+
+
+@pytest.mark.parametrize(
+    ("checkpoint", "artifacts", "expected"),
+    [
+        ("gs://bkt/ckpt/Job-A/t1/", "", "gs://bkt/ckpt/Job-A/t1"),
+        ("file:///shared/ckpt/Job-A/t1", "", "file:///shared/ckpt/Job-A/t1"),
+        ("/home/me/ckpt/Job-A/t1", "gs://bkt/runs/", "gs://bkt/runs/Job-A/t1"),
+    ],
+)
+def test_the_artifacts_folder_defaults_to_a_reachable_checkpoint_location(
+    fake: Any, checkpoint: str, artifacts: str, expected: str
+) -> None:
+    p = gcp_provisioner(gcp_config(artifacts=artifacts), gcp_credentials(SECRET))
+    req = replace(request(), env={**LAUNCHES.env, "SPOTWISE_CHECKPOINT_URI": checkpoint})
+    p.launch(req)
+    body = next(iter(fake.instances.values()))
+    meta = {i["key"]: i["value"] for i in body["metadata"]["items"]}
+    assert json.loads(meta["spotwise-launch"])["artifacts"] == expected
+
+
+@pytest.mark.parametrize(
+    ("checkpoint", "artifacts", "match"),
+    [
+        ("/home/me/ckpt/j/t", "", "checkpoint.location"),
+        ("s3://bucket/ckpt/j/t", "", "checkpoint.location"),
+        ("", "", "'(none)'"),
+        ("gs://b/c", "az://acct/cont/p", "options.artifacts"),
+    ],
+)
+def test_a_launch_no_instance_can_report_from_is_refused_before_the_insert(
+    fake: Any, checkpoint: str, artifacts: str, match: str
+) -> None:
+    p = gcp_provisioner(gcp_config(artifacts=artifacts), gcp_credentials(SECRET))
+    req = replace(request(), env={**LAUNCHES.env, "SPOTWISE_CHECKPOINT_URI": checkpoint})
+    with pytest.raises(ProviderError, match=re.escape(match)) as e:
+        p.launch(req)
+    assert "\n" not in str(e.value) and SECRET not in str(e.value)
+    assert fake.instances == {} and not [c for c in fake.rs.calls if c.request.method == "POST"]
+
+
+def test_a_launch_env_with_a_credential_is_refused(fake: Any) -> None:
+    p = gcp_provisioner(gcp_config(), gcp_credentials(SECRET))
+    req = replace(request(), env={**LAUNCHES.env, "AZURE_CLIENT_SECRET": SECRET})
+    with pytest.raises(ProviderError, match="refusing to put") as e:
+        p.launch(req)
+    assert SECRET not in str(e.value) and fake.instances == {}
 
 
 # ---- config, check, secrets ---------------------------------------------------------------

@@ -187,3 +187,130 @@ def test_no_metadata_server_means_no_notice(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setenv("SPOTWISE_AZURE_IMDS_URL", "http://127.0.0.1:9")
     assert gcp_agent.preempted() is None
     assert azure_agent.watch() is None
+
+
+# ---- with an artifacts folder: the trial channel ------------------------------------------------
+CHANNEL_TRIAL = """
+import json, os, signal, sys, time
+events, stop = os.environ["SPOTWISE_EVENTS_FILE"], os.environ["SPOTWISE_STOP_FILE"]
+control = os.environ["SPOTWISE_CONTROL_FILE"]
+why = []
+signal.signal(signal.SIGTERM, lambda *a: why.append("signal"))
+def emit(**rec):
+    with open(events, "a") as fh:
+        fh.write(json.dumps(rec) + "\\n")
+for step in range(1, 600):
+    emit(type="report", step=step, metric=step / 10)
+    if step == 1 and os.path.exists(control):
+        emit(type="control", step=step, body=open(control).read(), path=control)
+    if os.path.exists(stop):
+        why.append("stop_file")
+    if why:
+        emit(type="stopping", reason=why[0], step=step)
+        sys.exit(0)
+    time.sleep(0.05)
+sys.exit(3)
+"""
+
+
+def _channel_spec(tmp_path: Path, **extra: Any) -> dict[str, Any]:
+    return {
+        "argv": [sys.executable, "-c", CHANNEL_TRIAL],
+        # the controller's own paths must not reach the trial: the agent sets the instance's
+        "env": {"SPOTWISE_EVENTS_FILE": "/controller/events-0.jsonl", "SPOTWISE_TRIAL_ID": "t1"},
+        "workdir": str(tmp_path),
+        "artifacts": (tmp_path / "art" / "j1" / "t1").as_uri(),
+        "attempt": 0,
+        "job_id": "j1",
+        "trial_id": "t1",
+        "launch_id": "l1",
+        "poll_s": 0.05,
+        "sync_s": 0.1,
+        "shutdown_after_s": -1,
+        **extra,
+    }
+
+
+def _read_back(tmp_path: Path) -> Any:
+    from spotwise.providers.trialfiles import TrialFiles
+
+    track = TrialFiles.at("vm", (tmp_path / "art" / "j1" / "t1").as_uri(), "0")
+    track.sync(0.0, 0.0, force=True)
+    return track
+
+
+def test_gce_agent_with_artifacts_reports_through_the_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The notice, the events and the exit code reach the folder the controller reads; the
+    guest attribute is written too."""
+    spec = _channel_spec(tmp_path)
+    uploaded = tmp_path / "art" / "j1" / "t1" / "events-0.jsonl"
+
+    def handle(method: str, path: str, headers: dict[str, str], body: bytes) -> tuple[int, str]:
+        if path == "/computeMetadata/v1/instance/attributes/spotwise-launch":
+            return 200, json.dumps(spec)
+        if path == "/computeMetadata/v1/instance/preempted":
+            return 200, "TRUE" if uploaded.exists() else "FALSE"  # once events have travelled
+        return (200, "") if method == "PUT" else (404, "not found")
+
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))  # the agent's state folder
+    with Server(handle) as server:
+        monkeypatch.setenv("SPOTWISE_GCE_METADATA_URL", server.url)
+        code = gcp_agent.main(["--from-metadata", "--poll", "0.05"])
+    assert code == 0
+    track = _read_back(tmp_path)
+    assert track.exit_code == 0
+    (notice,) = track.take_notices()
+    assert notice.kind.value == "interruption" and notice.deadline - notice.received_at == 30.0
+    events = track.take_events()
+    assert events[0] == {"type": "report", "step": 1, "metric": 0.1}
+    assert events[-1]["type"] == "stopping" and events[-1]["reason"] == "signal"
+    assert [r for r in server.requests if r[0] == "PUT" and r[1].endswith("/spotwise/notice")]
+    on_instance = tmp_path / "home" / ".spotwise-agent" / "j1" / "t1" / "events-0.jsonl"
+    assert on_instance.exists() and not Path("/controller/events-0.jsonl").exists()
+
+
+def test_azure_agent_with_artifacts_relays_the_stop_marker_and_the_control_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from spotwise.providers.file_blobs import FileBlobs
+
+    folder = FileBlobs(tmp_path / "art" / "j1" / "t1")
+    folder.put("control-0.json", b'{"checkpoint_every": 9}')
+    launch = tmp_path / "launch.json"
+    launch.write_text(json.dumps(_channel_spec(tmp_path)))
+
+    def handle(method: str, path: str, headers: dict[str, str], body: bytes) -> tuple[int, str]:
+        events = folder.exists("events-0.jsonl")
+        if events and not folder.exists("stop-0"):
+            folder.put("stop-0", b"")  # what the controller does to stop the trial
+        return 200, json.dumps({"DocumentIncarnation": 1, "Events": []})
+
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    with Server(handle) as server:
+        monkeypatch.setenv("SPOTWISE_AZURE_IMDS_URL", server.url)
+        code = azure_agent.main(["--launch", str(launch), "--poll", "0.05"])
+    assert code == 0
+    track = _read_back(tmp_path)
+    assert track.exit_code == 0 and track.take_notices() == []
+    events = track.take_events()
+    (control,) = [e for e in events if e["type"] == "control"]
+    assert control["body"] == '{"checkpoint_every": 9}'
+    assert control["path"] == str(tmp_path / "home" / ".spotwise-agent/j1/t1/control-0.json")
+    assert events[-1]["type"] == "stopping" and events[-1]["reason"] == "stop_file"
+
+
+def test_a_launch_spec_with_a_channel_is_validated() -> None:
+    spec = gcp_agent.parse_launch(
+        json.dumps({"argv": ["a"], "artifacts": "gs://b/p", "attempt": 2, "poll_s": 1})
+    )
+    assert (spec["artifacts"], spec["attempt"], spec["poll_s"], spec["job_id"]) == (
+        "gs://b/p",
+        2,
+        1.0,
+        "",
+    )
+    for bad in ({"artifacts": 3}, {"attempt": -1}, {"attempt": "2"}, {"poll_s": "fast"}):
+        with pytest.raises(ValueError):
+            gcp_agent.parse_launch(json.dumps({"argv": ["a"], **bad}))

@@ -1,0 +1,213 @@
+"""Where a cloud trial's channel lives: its *artifacts* folder, and whether an instance can
+reach it.
+
+The agent on an instance and the controller exchange a trial's events, status, stop marker and
+live settings through one folder per trial (see :mod:`spotwise.providers.trialfiles`):
+
+* ``providers[].options.artifacts`` + ``/<job>/<trial>`` when that option is set, else
+* the trial's checkpoint location (``SPOTWISE_CHECKPOINT_URI``), the events beside the
+  checkpoints — when an instance of that cloud can reach it: ``s3://`` on AWS, ``gs://`` or a
+  shared ``file://`` folder on GCP, ``az://`` or a shared ``file://`` folder on Azure.
+
+Anything else (a plain local folder, another cloud's bucket) is refused with a one-line
+:class:`~spotwise.errors.ProviderError` naming the field to set — at launch, and before a job
+starts (:func:`check_reachable`, called when the job's market is opened) so a job that cannot
+hear from its trials never buys an instance.
+
+The launch spec of GCP and Azure (the ``spotwise-launch`` metadata item, the VM's
+``launch.json``) is defined here too: :func:`launch_spec` writes it, :func:`parse_launch` reads
+it on the instance and :func:`trial_config` turns it into the agent's
+:class:`~spotwise.providers.trial_agent.TrialConfig`. It is JSON, never shell text::
+
+    {"argv": [...], "env": {...}, "workdir": "...",          # the trial
+     "artifacts": "gs://b/p/<job>/<trial>", "attempt": 1,    # its channel ("" = none)
+     "job_id": "...", "trial_id": "...", "launch_id": "...",
+     "poll_s": 1.0}                                          # optional agent settings
+
+``env`` never holds the controller's local paths (``SPOTWISE_EVENTS_FILE``, ``..._STOP_FILE``,
+``..._CONTROL_FILE``): the agent sets the instance's own.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from spotwise.errors import ProviderError
+from spotwise.providers.base import TAG_JOB, TAG_TRIAL, LaunchRequest
+from spotwise.providers.blobs_open import scheme_of
+from spotwise.providers.trial_agent import TrialConfig, instance_argv, instance_env
+
+AGENT_NUMBERS = ("poll_s", "sync_s", "kill_grace_s", "shutdown_after_s")
+SECRET_ENV = frozenset({
+    "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN",
+    "AZURE_CLIENT_SECRET", "AZURE_CLIENT_CERTIFICATE_PASSWORD", "AZURE_PASSWORD",
+    "AZURE_STORAGE_KEY", "AZURE_STORAGE_CONNECTION_STRING", "AZURE_STORAGE_SAS_TOKEN",
+    "GOOGLE_OAUTH_ACCESS_TOKEN", "CLOUDSDK_AUTH_ACCESS_TOKEN",
+})  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Reach:
+    """What the instances of one cloud can read and write without extra credentials."""
+
+    schemes: tuple[str, ...]
+    storage: str  # for messages: "S3", "GCS", ...
+    machine: str  # "an EC2 instance", ...
+    example: str  # the checkpoint.location to suggest
+
+
+REACH = {
+    "aws": Reach(("s3",), "S3", "an EC2 instance", "s3://bucket/prefix"),
+    "gcp": Reach(("gs", "file"), "GCS", "a GCE instance", "gs://bucket/prefix"),
+    "azure": Reach(
+        ("az", "file"), "Azure Blob storage", "an Azure VM", "az://account/container/prefix"
+    ),
+}
+
+
+def normalized(uri: str) -> str:
+    """The URI without a trailing ``/`` (``s3:/b/p``, as ``pathlib`` collapses it, repaired)."""
+    uri = uri.strip()
+    if scheme_of(uri) == "s3":
+        from spotwise.providers import aws
+
+        return aws.s3_uri(*aws.parse_s3_uri(uri))
+    return uri.rstrip("/")
+
+
+def _reachable(cloud: str, uri: str) -> bool:
+    scheme = scheme_of(uri)
+    if scheme not in REACH[cloud].schemes:
+        return False
+    if scheme != "file":
+        return True
+    if not uri.startswith("file:"):
+        return False  # a plain path is a folder of this machine, not a shared one
+    from spotwise.providers.file_blobs import path_of
+
+    try:
+        path_of(uri)
+    except ProviderError:
+        return False
+    return True
+
+
+def _unreachable(cloud: str, what: str) -> ProviderError:
+    r = REACH[cloud]
+    shared = " nor a shared file:// folder" if "file" in r.schemes else ""
+    where = f"neither in {r.storage}{shared}" if shared else f"not in {r.storage}"
+    return ProviderError(
+        f"{cloud}: the trial's checkpoint location {what or '(none)'!r} is {where}, and "
+        f"{r.machine} cannot reach it; set the job's checkpoint.location to {r.example} "
+        "(or providers[].options.artifacts for events only)"
+    )
+
+
+def _base(cloud: str, options: Mapping[str, str]) -> str:
+    base = str(options.get("artifacts", "") or "")
+    if base and not _reachable(cloud, base.strip()):
+        r = REACH[cloud]
+        forms = " or ".join(f"{s}://..." for s in r.schemes)
+        raise ProviderError(
+            f"{cloud}: providers[].options.artifacts {base!r} is not a location {r.machine} "
+            f"can reach; use {forms}"
+        )
+    return normalized(base) if base else ""
+
+
+def artifacts_uri(
+    cloud: str, options: Mapping[str, str], checkpoint_uri: str, job: str, trial: str
+) -> str:
+    """The artifacts folder of one trial (see the module docstring); ProviderError if none."""
+    base = _base(cloud, options)
+    if base:
+        return f"{base}/{job}/{trial}"
+    if checkpoint_uri and _reachable(cloud, checkpoint_uri.strip()):
+        return normalized(checkpoint_uri)
+    raise _unreachable(cloud, checkpoint_uri)
+
+
+def check_reachable(cloud: str, options: Mapping[str, str], checkpoint_location: str) -> None:
+    """Before a job starts: ProviderError unless its trials will have an artifacts folder."""
+    if cloud not in REACH or _base(cloud, options):
+        return
+    if not _reachable(cloud, checkpoint_location.strip()):
+        raise _unreachable(cloud, checkpoint_location)
+
+
+def attempt_of(env: Mapping[str, str]) -> int:
+    raw = str(env.get("SPOTWISE_ATTEMPT", "0"))
+    return int(raw) if raw.isdigit() else 0
+
+
+def launch_spec(
+    request: LaunchRequest, artifacts: str, options: Mapping[str, str]
+) -> dict[str, Any]:
+    """What a GCP/Azure instance's agent is told (see the module docstring). A launch env that
+    holds a credential variable is refused: instances get theirs from their own identity."""
+    leaked = sorted(k for k in request.env if k in SECRET_ENV)
+    if leaked:
+        raise ProviderError(
+            f"{request.offer.provider}: refusing to put {leaked} in the launch spec; instances "
+            "get credentials from their service account or managed identity"
+        )
+    spec: dict[str, Any] = {
+        "argv": instance_argv(request.argv),
+        "env": instance_env(dict(request.env)),
+        "workdir": str(options.get("workdir") or request.workdir),
+        "artifacts": artifacts,
+        "attempt": attempt_of(request.env),
+        "job_id": request.tags.get(TAG_JOB, ""),
+        "trial_id": request.tags.get(TAG_TRIAL, ""),
+        "launch_id": request.client_token,
+    }
+    if options.get("agent_poll_s"):
+        spec["poll_s"] = float(options["agent_poll_s"])
+    return spec
+
+
+def parse_launch(text: str) -> dict[str, Any]:
+    """A launch spec, validated; ValueError naming the bad field."""
+    spec = json.loads(text)
+    argv = spec.get("argv") if isinstance(spec, dict) else None
+    if not isinstance(argv, list) or not argv or not all(isinstance(a, str) for a in argv):
+        raise ValueError("spotwise-launch: 'argv' must be a non-empty list of strings")
+    env = spec.get("env") or {}
+    if not isinstance(env, dict) or not all(isinstance(v, str) for v in env.values()):
+        raise ValueError("spotwise-launch: 'env' must map names to strings")
+    out: dict[str, Any] = {"argv": argv, "env": env, "workdir": str(spec.get("workdir") or "")}
+    for key in ("artifacts", "job_id", "trial_id", "launch_id"):
+        value = spec.get(key) or ""
+        if not isinstance(value, str):
+            raise ValueError(f"spotwise-launch: {key!r} must be a string")
+        out[key] = value
+    attempt = spec.get("attempt") or 0
+    if isinstance(attempt, bool) or not isinstance(attempt, int) or attempt < 0:
+        raise ValueError("spotwise-launch: 'attempt' must be an int >= 0")
+    out["attempt"] = attempt
+    for key in AGENT_NUMBERS:
+        if spec.get(key) is not None:
+            if isinstance(spec[key], bool) or not isinstance(spec[key], int | float):
+                raise ValueError(f"spotwise-launch: {key!r} must be a number")
+            out[key] = float(spec[key])
+    return out
+
+
+def trial_config(spec: Mapping[str, Any], **defaults: float | str) -> TrialConfig:
+    """The agent's settings for a parsed launch spec; ``defaults`` for what it leaves out
+    (the spec's own values win)."""
+    cfg = TrialConfig(
+        job_id=spec["job_id"] or "job",
+        trial_id=spec["trial_id"] or "trial",
+        attempt=int(spec["attempt"]),
+        launch_id=spec["launch_id"],
+        argv=list(spec["argv"]),
+        env=dict(spec["env"]),
+        workdir=spec["workdir"],
+    )
+    for key, value in {**defaults, **{k: spec[k] for k in AGENT_NUMBERS if k in spec}}.items():
+        setattr(cfg, key, value)
+    return cfg

@@ -1,0 +1,122 @@
+"""A :class:`~spotwise.providers.blobs.Blobs` folder in S3: ``s3://bucket/prefix``.
+
+Every call goes through one boto3 S3 client (:func:`spotwise.providers.aws.s3_client`, made on
+first use unless one is given), so boto3 is imported only when S3 is really used. The version
+token of :meth:`S3Blobs.get` is the object's ETag: a read that names it is a conditional
+``GET`` (``IfNoneMatch``), answered ``304`` without the body while the object is unchanged.
+botocore errors become :class:`~spotwise.errors.ProviderError` through
+:func:`spotwise.providers.aws.provider_error` (one line, no credentials).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from spotwise.providers import aws
+from spotwise.providers.blobs import check_name, join_key
+
+_UNCHANGED = ("304", "NotModified")
+_MISSING = ("NoSuchKey", "404", "NotFound")
+
+
+class S3Blobs:
+    """The objects directly under ``s3://bucket/prefix``."""
+
+    def __init__(
+        self,
+        bucket: str,
+        prefix: str = "",
+        *,
+        client: Any = None,
+        region: str | None = None,
+        profile: str | None = None,
+    ) -> None:
+        self.bucket = bucket
+        self.prefix = prefix.strip("/")
+        self._client = client
+        self._region = region
+        self._profile = profile
+
+    @classmethod
+    def from_uri(
+        cls, uri: str, *, client: Any = None, region: str | None = None, profile: str | None = None
+    ) -> S3Blobs:
+        """``s3://bucket/prefix`` (also the ``s3:/bucket/...`` that ``pathlib`` collapses)."""
+        bucket, prefix = aws.parse_s3_uri(uri)
+        return cls(bucket, prefix, client=client, region=region, profile=profile)
+
+    def __repr__(self) -> str:
+        return f"S3Blobs({self.uri!r})"
+
+    @property
+    def uri(self) -> str:
+        return aws.s3_uri(self.bucket, self.prefix)
+
+    @property
+    def client(self) -> Any:
+        if self._client is None:
+            self._client = aws.s3_client(self._region, self._profile)
+        return self._client
+
+    def location(self, name: str) -> str:
+        return f"{self.uri}/{check_name(name)}"
+
+    def _key(self, name: str) -> str:
+        return join_key(self.prefix, check_name(name))
+
+    def _error(self, e: Exception, action: str) -> Exception:
+        if not aws.is_sdk_error(e):
+            return e
+        return aws.provider_error(e, f"{action} {self.uri}")
+
+    def put(self, name: str, data: bytes, content_type: str = "application/octet-stream") -> None:
+        try:
+            self.client.put_object(
+                Bucket=self.bucket, Key=self._key(name), Body=data, ContentType=content_type
+            )
+        except Exception as e:
+            raise self._error(e, f"writing {name} to") from None
+
+    def get(self, name: str, token: str = "") -> tuple[bytes | None, str]:
+        args = {"Bucket": self.bucket, "Key": self._key(name)}
+        if token:
+            args["IfNoneMatch"] = token
+        try:
+            resp = self.client.get_object(**args)
+            data = bytes(resp["Body"].read())
+        except Exception as e:
+            if aws.error_code(e) in _UNCHANGED + _MISSING:
+                return None, token
+            raise self._error(e, f"reading {name} from") from None
+        return data, str(resp.get("ETag", ""))
+
+    def exists(self, name: str) -> bool:
+        try:
+            self.client.head_object(Bucket=self.bucket, Key=self._key(name))
+        except Exception as e:
+            if aws.error_code(e) in _MISSING:
+                return False
+            raise self._error(e, f"looking for {name} in") from None
+        return True
+
+    def names(self) -> list[str]:
+        base = f"{self.prefix}/" if self.prefix else ""
+        out: list[str] = []
+        try:
+            pages = self.client.get_paginator("list_objects_v2")
+            for page in pages.paginate(Bucket=self.bucket, Prefix=base, Delimiter="/"):
+                for obj in page.get("Contents", []):
+                    name = str(obj["Key"])[len(base) :]
+                    if name and "/" not in name:
+                        out.append(name)
+        except Exception as e:
+            raise self._error(e, "listing") from None
+        return sorted(out)
+
+    def delete(self, name: str) -> None:
+        try:
+            self.client.delete_object(Bucket=self.bucket, Key=self._key(name))
+        except Exception as e:
+            if aws.error_code(e) in _MISSING:
+                return
+            raise self._error(e, f"deleting {name} from") from None

@@ -1,0 +1,301 @@
+"""The cloud-neutral trial agent: what runs a trial on a cloud instance and keeps its channel.
+
+:class:`TrialAgent` runs the trial command (an argv list, never a shell) with the
+``SPOTWISE_*`` environment of its launch, plus the instance-local paths it owns:
+``SPOTWISE_EVENTS_FILE``, ``SPOTWISE_STOP_FILE`` and ``SPOTWISE_CONTROL_FILE`` under
+``<state_dir>/<job>/<trial>/`` (whatever the controller's launch env said about those is
+overridden: they are the controller's paths). A leading ``python``/``python3`` becomes this
+interpreter. Every ``poll_s`` seconds it
+
+* asks its *notice watcher* (a callable returning new notices,
+  ``{"kind": "interruption" | "rebalance", "received_at", "deadline", ...}``) — IMDSv2 on EC2
+  (:mod:`~spotwise.providers.aws_agent`), ``instance/preempted`` on GCE
+  (:mod:`~spotwise.providers.gcp_agent`), Scheduled Events on Azure
+  (:mod:`~spotwise.providers.azure_agent`). A notice is written to the status at once and
+  turned into SIGTERM for the trial's process group — the SDK's contract: checkpoint and exit
+  (a rebalance only with ``rebalance: stop``); SIGKILL follows ``kill_grace_s`` later;
+* relays a stop request: when ``stop-<attempt>`` appears in the artifacts folder the local
+  stop file is created;
+* relays live settings: when ``control-<attempt>.json`` is new or changed (a conditional read
+  on its last version token) the trial's control file is replaced with it atomically;
+* syncs the trial's events file to ``events-<attempt>.jsonl`` (whole lines, every ``sync_s``),
+  and its own status (notices seen, exit code) to ``agent-<attempt>.json``. The events are
+  always uploaded before a status that says the trial exited, so a reader who sees the exit has
+  every event.
+
+The artifacts folder is any :class:`~spotwise.providers.blobs.Blobs` (S3, GCS, Azure Blob, a
+shared ``file://`` folder); the controller reads it with
+:class:`~spotwise.providers.trialfiles.TrialFiles`. When the agent itself gets SIGTERM (the
+machine is going down) it SIGTERMs the trial, waits up to ``kill_grace_s``, and uploads what
+the trial wrote. ``shutdown_after_s`` after the trial ended (``< 0``: never) it powers the
+machine off, so a lost controller cannot leave it running. Storage failures are logged and
+retried at the next poll; they never stop the trial.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from spotwise.errors import ProviderError
+from spotwise.providers.blobs import Blobs
+
+log = logging.getLogger("spotwise.agent")
+
+NoticeWatcher = Callable[[], list[dict[str, Any]]]
+LOCAL_PATHS = ("SPOTWISE_EVENTS_FILE", "SPOTWISE_STOP_FILE", "SPOTWISE_CONTROL_FILE")
+FINAL_TRIES = 30  # polls spent retrying the final upload before giving up
+
+
+@dataclass
+class TrialConfig:
+    """What one trial attempt on one instance needs (cloud-neutral)."""
+
+    job_id: str
+    trial_id: str
+    attempt: int
+    launch_id: str
+    argv: list[str]
+    env: dict[str, str]
+    workdir: str = ""
+    poll_s: float = 2.0
+    sync_s: float = 5.0
+    rebalance: str = "stop"  # stop | ignore
+    shutdown_after_s: float = 600.0  # power off this long after the trial ends (< 0: never)
+    state_dir: str = ""  # where the trial's events, stop and control files live on the instance
+    kill_grace_s: float = 100.0  # SIGKILL the trial this long after a notice's SIGTERM
+
+
+def instance_argv(argv: Sequence[str]) -> list[str]:
+    """The controller's interpreter path means nothing on an instance: ``python`` instead."""
+    return [("python" if i == 0 and a == sys.executable else a) for i, a in enumerate(argv)]
+
+
+def instance_env(env: dict[str, str]) -> dict[str, str]:
+    """The launch env without the controller-local paths (the agent sets its own)."""
+    return {k: v for k, v in env.items() if k not in LOCAL_PATHS}
+
+
+class TrialAgent:
+    """Runs one trial attempt and keeps its channel (see the module docstring)."""
+
+    def __init__(
+        self,
+        cfg: TrialConfig,
+        blobs: Blobs,
+        watch: NoticeWatcher,
+        *,
+        on_notice: Callable[[dict[str, Any]], object] | None = None,
+        scrub_env: Sequence[str] = (),
+    ) -> None:
+        self.cfg = cfg
+        self.blobs = blobs
+        self.watch = watch
+        self.on_notice = on_notice
+        self.scrub_env = tuple(scrub_env)  # the agent's own variables, not the trial's
+        base = Path(cfg.state_dir or Path.home() / ".spotwise-agent")
+        self.dir = base / cfg.job_id / cfg.trial_id
+        self.events = self.dir / f"events-{cfg.attempt}.jsonl"
+        self.stop_file = self.dir / f"stop-{cfg.attempt}"
+        self.control_file = self.dir / f"control-{cfg.attempt}.json"
+        self.status: dict[str, Any] = {
+            "launch_id": cfg.launch_id,
+            "attempt": cfg.attempt,
+            "state": "starting",
+            "exit_code": None,
+            "notices": [],
+            "started_at": time.time(),
+        }
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._uploaded_size = -1
+        self._last_sync = 0.0
+        self._term_at: float | None = None
+        self._stop_relayed = False
+        self._control_token = ""
+        self._shutting_down = False
+        self._final_tries = 0
+
+    # ---- the channel --------------------------------------------------------------------
+    def put_status(self) -> None:
+        self.status["updated_at"] = time.time()
+        body = json.dumps(self.status, sort_keys=True).encode()
+        self.blobs.put(f"agent-{self.cfg.attempt}.json", body, "application/json")
+
+    def sync_events(self, force: bool = False) -> None:
+        if not self.events.exists():
+            return
+        data = self.events.read_bytes()
+        end = data.rfind(b"\n") + 1  # whole lines only
+        if end == self._uploaded_size and not force:
+            return
+        name = f"events-{self.cfg.attempt}.jsonl"
+        self.blobs.put(name, data[:end], "application/x-ndjson")
+        self._uploaded_size = end
+        self._last_sync = time.monotonic()
+
+    def stop_requested(self) -> bool:
+        try:
+            return self.blobs.exists(f"stop-{self.cfg.attempt}")
+        except ProviderError as e:
+            log.warning("cannot read the stop marker: %s", e)
+            return False
+
+    def relay_control(self) -> bool:
+        """Replace the trial's control file with ``control-<attempt>.json`` when that is new or
+        changed (a conditional read on the last version token); True when the file was
+        written."""
+        try:
+            data, token = self.blobs.get(f"control-{self.cfg.attempt}.json", self._control_token)
+        except ProviderError as e:
+            log.warning("cannot read the control file: %s", e)
+            return False
+        if data is None:
+            return False
+        tmp = self.control_file.with_name(f".{self.control_file.name}.tmp")
+        try:
+            tmp.write_bytes(data)
+            os.replace(tmp, self.control_file)  # the trial sees the old file or the new one
+        except OSError as e:  # the old token is kept: fetched and tried again next poll
+            log.warning("cannot write the control file: %s", e)
+            return False
+        self._control_token = token
+        log.info("control file updated: %s", data[:200].decode(errors="replace"))
+        return True
+
+    def _try(self, what: str, fn: Callable[[], None]) -> bool:
+        try:
+            fn()
+        except ProviderError as e:
+            log.warning("cannot %s: %s", what, e)
+            return False
+        return True
+
+    # ---- the trial ----------------------------------------------------------------------
+    def start(self) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        env = {
+            **os.environ,
+            **self.cfg.env,
+            "SPOTWISE_EVENTS_FILE": str(self.events),
+            "SPOTWISE_STOP_FILE": str(self.stop_file),
+            "SPOTWISE_CONTROL_FILE": str(self.control_file),
+        }
+        for name in self.scrub_env:
+            env.pop(name, None)
+        argv = [
+            sys.executable if i == 0 and a in ("python", "python3") else a
+            for i, a in enumerate(self.cfg.argv)
+        ]
+        cwd = self.cfg.workdir if self.cfg.workdir and Path(self.cfg.workdir).is_dir() else None
+        if self.cfg.workdir and cwd is None:
+            log.warning(
+                "workdir %s does not exist on this instance; running in %s",
+                self.cfg.workdir,
+                os.getcwd(),
+            )
+        log.info("starting trial %s attempt %s: %s", self.cfg.trial_id, self.cfg.attempt, argv)
+        try:
+            self.proc = subprocess.Popen(
+                argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, start_new_session=True
+            )
+        except OSError as e:
+            why = f"cannot start {argv[0]!r}: {e}"
+            log.warning("%s", why)
+            self.status.update(state="exited", exit_code=127, error=why)
+            self._try("write the status", self.put_status)
+            return
+        log.info("trial pid %d", self.proc.pid)
+        self.status.update(state="running", pid=self.proc.pid)
+        self._try("write the status", self.put_status)
+
+    def signal_trial(self, sig: signal.Signals) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.proc.pid, sig)
+
+    def check_notices(self) -> None:
+        for notice in self.watch():
+            log.info("notice: %s", notice)
+            self.status["notices"].append(notice)
+            self._try("write the status", self.put_status)  # the controller hears of it at once
+            if self.on_notice is not None:
+                self.on_notice(notice)
+            if notice.get("kind") == "interruption" or self.cfg.rebalance == "stop":
+                self.signal_trial(signal.SIGTERM)
+                self._term_at = time.monotonic()
+
+    def step(self) -> bool:
+        """One poll; False once the trial has exited and everything is uploaded."""
+        assert self.proc is not None
+        self.check_notices()
+        if not self._stop_relayed and self.stop_requested():
+            self.stop_file.touch()
+            self._stop_relayed = True
+            log.info("stop requested by the orchestrator")
+        self.relay_control()
+        if self._term_at is not None and time.monotonic() - self._term_at > self.cfg.kill_grace_s:
+            self.signal_trial(signal.SIGKILL)
+        code = self.proc.poll()
+        if code is not None:
+            self.status.update(state="exited", exit_code=code, ended_at=time.time())
+            # events first, then the exit
+            if self._try("upload the events", lambda: self.sync_events(force=True)) and self._try(
+                "write the status", self.put_status
+            ):
+                log.info("trial exited with %s", code)
+                return False
+            self._final_tries += 1
+            return self._final_tries < FINAL_TRIES
+        if time.monotonic() - self._last_sync >= self.cfg.sync_s or self.status["notices"]:
+            self._try("upload the events", self.sync_events)
+        return True
+
+    def run(self) -> int:
+        """Run the trial to its end; the trial's exit code (127: it could not start; 143: this
+        machine went down first)."""
+        self.start()
+        if self.proc is None:
+            return 127
+        while not self._shutting_down and self.step():
+            time.sleep(self.cfg.poll_s)
+        if self._shutting_down:  # the instance is going away: stop the trial, save its events
+            self.signal_trial(signal.SIGTERM)
+            try:
+                self.proc.wait(self.cfg.kill_grace_s)
+            except subprocess.TimeoutExpired:
+                self.signal_trial(signal.SIGKILL)
+                self.proc.wait()
+            self.step()
+            return 143
+        self.maybe_shutdown()
+        return int(self.proc.returncode)
+
+    def maybe_shutdown(self) -> None:
+        """Power the machine off if nobody removed it a while after the trial ended, so a lost
+        controller cannot leave it running."""
+        if self.cfg.shutdown_after_s < 0:
+            return
+        time.sleep(self.cfg.shutdown_after_s)
+        log.info(
+            "trial ended %.0f s ago and the instance is still up: shutting down",
+            self.cfg.shutdown_after_s,
+        )
+        subprocess.run(["shutdown", "-h", "now"], check=False)
+
+    def on_sigterm(self, signum: int, frame: FrameType | None) -> None:
+        self._shutting_down = True
+
+    def install_sigterm(self) -> None:
+        """Route this process's SIGTERM to :meth:`on_sigterm` (main thread only)."""
+        signal.signal(signal.SIGTERM, self.on_sigterm)

@@ -1,0 +1,208 @@
+"""The controller's side of a trial's channel: what a provisioner reads back from (and relays to)
+the trial's *artifacts* folder, on any :class:`~spotwise.providers.blobs.Blobs` (S3, GCS,
+Azure Blob, a shared ``file://`` folder).
+
+The agent on the instance (:mod:`spotwise.providers.trial_agent`) writes there:
+
+* ``events-<attempt>.jsonl`` — the trial's events (``spotwise.sdk`` records), whole lines;
+* ``agent-<attempt>.json`` — its status: notices seen, and the exit code once the trial ends.
+  The events are uploaded before a status that says the trial exited.
+
+and the provisioner writes
+
+* ``stop-<attempt>`` when the orchestrator asks the trial to stop (it creates the trial's local
+  stop file; the agent turns the marker into the instance's one);
+* ``control-<attempt>.json`` whenever the content of the trial's local control file (live
+  settings such as ``{"checkpoint_every": N}``, see :mod:`spotwise.sdk`) changed since the last
+  upload; the agent replaces the instance's control file with it.
+
+:class:`TrialFiles` reads the status first and the events second, so whenever it sees the
+exit it has every event. Reads are conditional (the version token of the last read: an ETag,
+a generation, a file's identity) and happen at most once per ``poll_s``. Storage failures are
+raised as :class:`~spotwise.errors.ProviderError`. :class:`Tracks` holds the files of every
+instance a provisioner follows.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from spotwise.errors import ProviderError
+from spotwise.providers.base import Instance, Notice, NoticeKind
+from spotwise.providers.blobs import Blobs
+
+log = logging.getLogger("spotwise.providers")
+
+
+@dataclass
+class TrialFiles:
+    """One instance's view of its trial's files."""
+
+    instance_id: str
+    blobs: Blobs
+    attempt: str
+    stop_file: Path | None = None
+    stop_sent: bool = False
+    control_file: Path | None = None
+    control_sent: bytes | None = None  # the control file's content as last uploaded
+    events_pos: int = 0
+    events_token: str = ""
+    status_token: str = ""
+    buffer: list[dict[str, object]] = field(default_factory=list)
+    notices: list[Notice] = field(default_factory=list)
+    reported: int = 0
+    exit_code: int | None = None
+    ended: bool = False  # the instance is gone: nothing more will be written
+    last_sync: float = -1e18
+
+    @classmethod
+    def at(cls, instance_id: str, uri: str, attempt: str) -> TrialFiles:
+        """The files of ``attempt`` under the artifacts URI ``uri`` (any scheme
+        :func:`~spotwise.providers.blobs_open.open_blobs` knows)."""
+        from spotwise.providers.blobs_open import open_blobs
+
+        return cls(instance_id, open_blobs(uri), attempt)
+
+    def interrupted(self) -> bool:
+        return any(n.kind is NoticeKind.INTERRUPTION for n in self.notices)
+
+    def take_events(self) -> list[dict[str, object]]:
+        out, self.buffer = self.buffer, []
+        return out
+
+    def take_notices(self) -> list[Notice]:
+        """New notices: interruptions (with the provider's deadline) and rebalance
+        recommendations (AWS only: kind ``REBALANCE``, deadline ``inf``, nothing is taken).
+        The agent acts on a rebalance (option ``rebalance: stop`` SIGTERMs the trial, which
+        checkpoints and exits); the orchestrator needs the notice to tell that exit from a
+        crash."""
+        out = list(self.notices[self.reported :])
+        self.reported = len(self.notices)
+        return out
+
+    def sync(self, poll_s: float, now: float, force: bool = False) -> None:
+        """Relay a stop request and changed live settings, then read the agent's status and
+        new events (at most once per ``poll_s`` unless ``force``)."""
+        if not force and time.monotonic() - self.last_sync < poll_s:
+            return
+        self.last_sync = time.monotonic()
+        if self.stop_file is not None and not self.stop_sent and self.stop_file.exists():
+            self.blobs.put(f"stop-{self.attempt}", b"")
+            self.stop_sent = True
+        self._relay_control()
+        name = f"agent-{self.attempt}.json"
+        status, self.status_token = self.blobs.get(name, self.status_token)
+        if status is not None:
+            self._read_status(status, now)
+        name = f"events-{self.attempt}.jsonl"
+        events, self.events_token = self.blobs.get(name, self.events_token)
+        if events is not None and len(events) > self.events_pos:
+            new, self.events_pos = events[self.events_pos :], len(events)
+            for line in new.splitlines():
+                try:
+                    rec = json.loads(line)
+                except json.JSONDecodeError:
+                    continue
+                if isinstance(rec, dict):
+                    self.buffer.append(rec)
+
+    def _relay_control(self) -> None:
+        """Upload the local control file when its content differs from the last upload (the
+        orchestrator replaces it atomically, so a read sees a whole file)."""
+        if self.control_file is None:
+            return
+        try:
+            data = self.control_file.read_bytes()
+        except OSError:  # not written: nothing to relay
+            return
+        if data == self.control_sent:
+            return
+        self.blobs.put(f"control-{self.attempt}.json", data, "application/json")
+        self.control_sent = data
+
+    def _read_status(self, raw: bytes, now: float) -> None:
+        try:
+            doc = json.loads(raw)
+        except json.JSONDecodeError:
+            return
+        if not isinstance(doc, dict):
+            return
+        for n in doc.get("notices", [])[len(self.notices) :]:
+            interruption = n.get("kind") == "interruption"
+            kind = NoticeKind.INTERRUPTION if interruption else NoticeKind.REBALANCE
+            received = float(n.get("received_at") or now)
+            deadline = n.get("deadline")
+            when = float(deadline) if deadline is not None else float("inf")  # rebalance: none
+            self.notices.append(Notice(self.instance_id, kind, received, when))
+        if doc.get("state") == "exited" and doc.get("exit_code") is not None:
+            self.exit_code = int(doc["exit_code"])
+
+
+class Tracks:
+    """The channels of one provisioner's instances: instance id → :class:`TrialFiles`, each
+    read at most once per ``poll_s``."""
+
+    def __init__(self, poll_s: float, clock: Callable[[], float] = time.time) -> None:
+        self.poll_s = poll_s
+        self.clock = clock
+        self.by_id: dict[str, TrialFiles] = {}
+
+    def add(
+        self, instance_id: str, uri: str, attempt: str, env: Mapping[str, str] | None = None
+    ) -> TrialFiles | None:
+        """Track ``instance_id``'s trial at the artifacts URI (kept if already tracked); with
+        the launch ``env``, relay its local stop and control files. None for a URI that cannot
+        be opened (logged)."""
+        track = self.by_id.get(instance_id)
+        if track is None:
+            try:
+                track = TrialFiles.at(instance_id, uri, attempt)
+            except ProviderError as e:
+                log.warning("cannot follow the trial of %s: %s", instance_id, e)
+                return None
+            self.by_id[instance_id] = track
+        if env and env.get("SPOTWISE_STOP_FILE"):
+            track.stop_file = Path(env["SPOTWISE_STOP_FILE"])
+        if env and env.get("SPOTWISE_CONTROL_FILE"):
+            track.control_file = Path(env["SPOTWISE_CONTROL_FILE"])
+        return track
+
+    def sync(self, track: TrialFiles, force: bool = False) -> None:
+        track.sync(self.poll_s, self.clock(), force)
+
+    def notices(self) -> list[Notice]:
+        """New notices of every trial still running."""
+        out: list[Notice] = []
+        for track in list(self.by_id.values()):
+            if track.exit_code is None and not track.ended:
+                self.sync(track)
+            out += track.take_notices()
+        return out
+
+    def progress(self, instance_id: str) -> list[dict[str, object]]:
+        track = self.by_id.get(instance_id)
+        if track is None:
+            return []
+        self.sync(track)
+        return track.take_events()
+
+    def interrupted(self, instance_id: str) -> bool:
+        track = self.by_id.get(instance_id)
+        return track is not None and track.interrupted()
+
+    def observe(self, inst: Instance) -> None:
+        """Give a described instance its trial's exit code; read once more when it has ended
+        (nothing is written after that)."""
+        track = self.by_id.get(inst.instance_id)
+        if track is None:
+            return
+        if not track.ended:
+            terminal = inst.state.is_terminal()
+            self.sync(track, force=terminal)
+            track.ended = terminal
+        inst.exit_code = track.exit_code
