@@ -5,7 +5,8 @@ first use unless one is given), so boto3 is imported only when S3 is really used
 token of :meth:`S3Blobs.get` is the object's ETag: a read that names it is a conditional
 ``GET`` (``IfNoneMatch``), answered ``304`` without the body while the object is unchanged.
 botocore errors become :class:`~spotwise.errors.ProviderError` through
-:func:`spotwise.providers.aws.provider_error` (one line, no credentials).
+:func:`spotwise.providers.aws.provider_error` (one line, no credentials), with the fix as hint
+for a missing bucket or denied access.
 """
 
 from __future__ import annotations
@@ -67,7 +68,16 @@ class S3Blobs:
     def _error(self, e: Exception, action: str) -> Exception:
         if not aws.is_sdk_error(e):
             return e
-        return aws.provider_error(e, f"{action} {self.uri}")
+        err = aws.provider_error(e, f"{action} {self.uri}")
+        code = aws.error_code(e)
+        if code == "NoSuchBucket":
+            err.hint = f"create it: aws s3 mb s3://{self.bucket}"
+        elif code in ("AccessDenied", "403"):
+            err.hint = (
+                "the credentials (or instance profile) need s3:GetObject, s3:PutObject, "
+                "s3:ListBucket and s3:DeleteObject"
+            )
+        return err
 
     def put(self, name: str, data: bytes, content_type: str = "application/octet-stream") -> None:
         try:
