@@ -179,6 +179,11 @@ class JobSpec(_Strict):
         names = [p.name for p in self.providers]
         if len(set(names)) != len(names):
             raise ValueError(f"providers: each provider may appear once, got {names}")
+        if "local" in names and len(names) > 1:
+            raise ValueError(
+                "providers: local (the replayed market, on its own clock) cannot be mixed with "
+                "a cloud; name only clouds, or run the local job on its own"
+            )
         return self
 
     def base_dir(self, spec_path: Path | None) -> Path:

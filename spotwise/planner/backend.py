@@ -4,6 +4,12 @@ For ``local`` this is the replay market on a :class:`MarketClock` with the local
 for a cloud it is the adapter's catalog and provisioner on wall-clock time, once the job is
 known to have a trial channel its instances can reach (the checkpoint location or the
 provider's ``artifacts`` option; :func:`spotwise.providers.channel.check_reachable`).
+
+A job naming several clouds trades on all of them at once: the union of each cloud's filtered
+offers, a :class:`~spotwise.providers.multi.MultiProvisioner` routing each call to the cloud
+that owns it, and one billing rule per cloud (:meth:`Backend.rule_of`): every instance life is
+billed by the rule of its own offer's provider. ``local`` (whose clock is the replayed
+market's) is never mixed with a cloud (refused by the spec).
 """
 
 from __future__ import annotations
@@ -13,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from spotwise.errors import SpecError
+from spotwise.errors import ProviderError, SpecError
 from spotwise.providers.base import Catalog, Market, Offer, Provisioner
 from spotwise.providers.billing import BillingRule, rule_for
 from spotwise.providers.channel import check_reachable
@@ -25,10 +31,10 @@ from spotwise.traces import TraceSet
 
 @dataclass
 class Backend:
-    provider: str
+    provider: str  # the provider's name; several clouds: their names joined by "+"
     catalog: Catalog
     provisioner: Provisioner
-    rule: BillingRule
+    rules: dict[str, BillingRule]  # offer.provider → its billing rule
     now: Callable[[], float]
     list_offers: Callable[[float], list[Offer]]
     segments: Callable[[Offer, float, float], list[tuple[float, float]]]
@@ -36,6 +42,16 @@ class Backend:
     speedup: float = 1.0  # market seconds per wall second
     risk: Callable[[list[Offer], float], dict[str, float]] | None = None
     info: dict[str, object] = field(default_factory=dict)
+
+    def rule_of(self, offer: Offer) -> BillingRule:
+        """The billing rule of the provider selling ``offer`` (refund window, notice lead)."""
+        try:
+            return self.rules[offer.provider]
+        except KeyError:
+            raise ProviderError(
+                f"no billing rule for provider {offer.provider!r} in this job "
+                f"({', '.join(self.rules)})"
+            ) from None
 
 
 def _filter(offers: list[Offer], p: ProviderSpec) -> list[Offer]:
@@ -75,13 +91,10 @@ def open_backend(
     spec: JobSpec, base_dir: Path, run_dir: Path, *, forecast: bool = False
 ) -> Backend:
     """The job's market; ``forecast`` attaches the revocation model (policies that use p)."""
-    if len(spec.providers) != 1:
-        raise SpecError(
-            "spec field 'providers': one provider per job is supported in this version; "
-            "run one job per provider"
-        )
     p = spec.providers[0]
     if p.name == "local":
+        if len(spec.providers) != 1:  # the spec refuses it too; never trade on two clocks
+            raise SpecError(_MIXED_LOCAL)
         backend = _local(p, p.replay or ReplaySpec(), base_dir, run_dir)
         if forecast:
             assert isinstance(backend.catalog, ReplayMarket)
@@ -90,8 +103,18 @@ def open_backend(
     # A cloud trial reports through a folder its instance can reach (see
     # spotwise.providers.channel); without one the orchestrator would take every finished
     # trial for a lost one and relaunch it. Refuse before anything is bought or written.
-    check_reachable(p.name, p.options, spec.checkpoint.location)
-    return _cloud(p)
+    for q in spec.providers:
+        if q.name == "local":
+            raise SpecError(_MIXED_LOCAL)
+        check_reachable(q.name, q.options, spec.checkpoint.location)
+    parts = [_cloud(q) for q in spec.providers]
+    return parts[0] if len(parts) == 1 else _several(parts)
+
+
+_MIXED_LOCAL = (
+    "spec field 'providers': local (the replayed market, on its own clock) cannot be mixed "
+    "with a cloud; name only clouds, or run the local job on its own"
+)
 
 
 def _local(p: ProviderSpec, r: ReplaySpec, base_dir: Path, run_dir: Path) -> Backend:
@@ -132,7 +155,7 @@ def _local(p: ProviderSpec, r: ReplaySpec, base_dir: Path, run_dir: Path) -> Bac
         provider="local",
         catalog=market,
         provisioner=prov,
-        rule=rule,
+        rules={market.provider: rule},
         now=clock.now,
         list_offers=lambda t: _filter(market.offers(at=t), p),
         segments=market.segments,
@@ -159,24 +182,41 @@ def provider_config(p: ProviderSpec) -> ProviderConfig:
 
 
 def reconcile(spec: JobSpec, job_id: str) -> list[str]:
-    """Terminate every instance the provider still runs with this job's tags (a crashed
-    orchestrator's leftovers); returns their ids. Only instances carrying our tags are seen."""
+    """Terminate every instance each named provider still runs with this job's tags (a crashed
+    orchestrator's leftovers); returns their ids. Only instances carrying our tags are seen.
+
+    Every provider is visited even if one fails (what can be terminated is); the failures are
+    then raised as one :class:`ProviderError` naming each provider."""
     from spotwise.providers.base import TAG_JOB
     from spotwise.providers.registry import cloud_module
 
     p = spec.providers[0]
-    if p.name == "local":
+    if p.name == "local" and len(spec.providers) == 1:
         # On Linux a local trial's first process dies with its orchestrator (PR_SET_PDEATHSIG),
         # but what it started lives on in its process group, and elsewhere nothing kills it:
         # kill what the pid records show is still ours (never a reused pid).
         from spotwise.providers.local_records import reconcile_job
 
         return reconcile_job(job_id)
-    prov: Provisioner = cloud_module(p.name).open_provisioner(provider_config(p))
-    live = [i.instance_id for i in prov.describe({TAG_JOB: job_id}) if not i.state.is_terminal()]
-    if live:
-        prov.terminate(live)
-    return live
+    done: list[str] = []
+    errors: list[str] = []
+    for q in spec.providers:
+        if q.name == "local":
+            raise SpecError(_MIXED_LOCAL)
+        try:
+            prov: Provisioner = cloud_module(q.name).open_provisioner(provider_config(q))
+            found = prov.describe({TAG_JOB: job_id})
+            live = [i.instance_id for i in found if not i.state.is_terminal()]
+            if live:
+                prov.terminate(live)  # ids this provider itself listed under our tags
+            done += live
+        except ProviderError as e:
+            errors.append(f"{q.name}: {e}")
+    if errors:
+        raise ProviderError(
+            f"reconcile: terminated {len(done)} instance(s); failed on " + "; ".join(errors)
+        )
+    return done
 
 
 def _cloud(p: ProviderSpec) -> Backend:
@@ -200,22 +240,46 @@ def _cloud(p: ProviderSpec) -> Backend:
             cache["offers"] = (t, _filter(offers, p))
         return cache["offers"][1]
 
-    def segments(offer: Offer, t0: float, t1: float) -> list[tuple[float, float]]:
-        # price at launch for the whole life: spot prices move slowly; the bill is the truth
-        price = (
-            offer.on_demand_price_per_hour
-            if offer.market is Market.ON_DEMAND
-            else offer.price_per_hour
-        )
-        return [(max(t1 - t0, 0.0), price)]
-
     return Backend(
         provider=p.name,
         catalog=catalog,
         provisioner=prov,
-        rule=rule_for(p.name),
+        rules={p.name: rule_for(p.name)},
         now=time.time,
         list_offers=list_offers,
-        segments=segments,
+        segments=_price_at_launch,
         close=lambda: None,
+    )
+
+
+def _price_at_launch(offer: Offer, t0: float, t1: float) -> list[tuple[float, float]]:
+    """A cloud life's priced segments: the price at launch for the whole life (spot prices
+    move slowly; the bill is the truth)."""
+    price = (
+        offer.on_demand_price_per_hour if offer.market is Market.ON_DEMAND else offer.price_per_hour
+    )
+    return [(max(t1 - t0, 0.0), price)]
+
+
+def _several(parts: list[Backend]) -> Backend:
+    """Several clouds as one market: the union of their (each already filtered) offers, calls
+    routed to the cloud that owns them, each cloud's own billing rule."""
+    from spotwise.providers.multi import MultiCatalog, MultiProvisioner
+
+    def list_offers(t: float) -> list[Offer]:
+        return [o for b in parts for o in b.list_offers(t)]
+
+    def close() -> None:
+        for b in parts:
+            b.close()
+
+    return Backend(
+        provider="+".join(b.provider for b in parts),
+        catalog=MultiCatalog({b.provider: b.catalog for b in parts}),
+        provisioner=MultiProvisioner({b.provider: b.provisioner for b in parts}),
+        rules={name: rule for b in parts for name, rule in b.rules.items()},
+        now=time.time,
+        list_offers=list_offers,
+        segments=_price_at_launch,
+        close=close,
     )

@@ -3,7 +3,8 @@ noticed instance when that is cheaper, and draining every instance at the end.
 
 A mixin of :class:`~spotwise.planner.orchestrator.Orchestrator` (over
 :class:`~spotwise.planner.trialbook.TrialBook`), kept apart so each file stays readable. Every
-dollar goes through :meth:`Ledger._bill`, under the provider's billing rule.
+dollar goes through :meth:`Ledger._bill`, under the billing rule of the provider that sold the
+life (:meth:`~spotwise.planner.backend.Backend.rule_of`; a job may trade on several clouds).
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ class Ledger(TrialBook):
             return False  # the provider is taking it now; its report bills the life
         seg = self.backend.segments
         return release_is_cheaper(
-            self.backend.rule,
+            self.backend.rule_of(life.offer),  # the rule of the provider that sold this life
             seg(life.offer, life.launched_at, now),
             seg(life.offer, life.launched_at, deadline),
         )
@@ -55,7 +56,8 @@ class Ledger(TrialBook):
         segs = self.backend.segments(life.offer, life.launched_at, ended_at)
         revoked = state is InstanceState.REVOKED
         kept = t.checkpoint_step if revoked or released else t.step
-        cost, od, seconds = life_cost(life, segs, self.backend.rule, revoked, kept)
+        rule = self.backend.rule_of(life.offer)  # each life by its own provider's rule
+        cost, od, seconds = life_cost(life, segs, rule, revoked, kept)
         t.cost_usd += cost
         t.on_demand_cost_usd += od
         self.spent_usd += cost

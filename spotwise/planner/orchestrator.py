@@ -3,7 +3,8 @@
 Each pass: read the market clock, collect interruption notices, trial progress and instance
 ends from the provisioner; turn them into events; ask the policy; execute its actions. Every
 launch is recorded in the store *before* the provider is called (so a crash can be reconciled
-by tags); every instance life is billed by the provider's rule when it ends.
+by tags); every instance life is billed by its own provider's rule when it ends (a job may trade on
+several clouds: :mod:`spotwise.providers.multi`).
 
 Two mixins keep this file readable: :class:`~spotwise.planner.trialbook.TrialBook` (progress
 intake, how a trial attempt ends) and :class:`~spotwise.planner.ledger.Ledger` (billing,
@@ -190,8 +191,7 @@ class Orchestrator(Ledger):
                     max_cost_usd=spec.budget.max_cost_usd,
                     started_at=self.started_at,
                     deadline=self.deadline,
-                    notice_lead_s=b.rule.notice_lead_s,
-                    free_if_revoked_within_s=b.rule.free_if_revoked_within_s,
+                    rules=b.rules,
                     tick_s=max(now - prev_now, self.opts.poll_s * b.speedup, 1.0),
                 )
                 for action in self.policy.decide(view, ev):

@@ -37,6 +37,10 @@ class OfferView:
     offer: Offer
     p_revoke: float = 0.0  # probability of revocation within ``horizon_s`` from now
     horizon_s: float = 3600.0
+    # the billing rule of the offer's provider (a job may trade on several clouds); None:
+    # the view's (single-market) values apply; read them through PlannerView.lead_of/refund_of
+    notice_lead_s: float | None = None
+    free_if_revoked_within_s: float | None = None
 
     @property
     def key(self) -> str:
@@ -97,8 +101,10 @@ class PlannerView:
     started_at: float = 0.0
     deadline: float | None = None  # market time by which every trial must be done
     restart_overhead_s: float = 60.0  # market seconds from launch to the first new step
+    # billing rule of the market; with several providers the most conservative of theirs
+    # (the shortest notice, the shortest refund window): each offer carries its own
     notice_lead_s: float = 120.0
-    free_if_revoked_within_s: float = 0.0  # billing rule of the market
+    free_if_revoked_within_s: float = 0.0
     # optional, added for the cost-aware policies (defaults keep older callers valid):
     tick_s: float = 60.0  # longest market time between two decide() calls (guards use it)
     checkpoint_s: float = 30.0  # market seconds one checkpoint write takes
@@ -114,6 +120,16 @@ class PlannerView:
             if o.key == key:
                 return o
         return None
+
+    def lead_of(self, o: OfferView | None) -> float:
+        """Interruption notice lead (market seconds) of the provider selling ``o``."""
+        lead = o.notice_lead_s if o is not None else None
+        return self.notice_lead_s if lead is None else lead
+
+    def refund_of(self, o: OfferView | None) -> float:
+        """Seconds within which a revocation by ``o``'s provider is not billed."""
+        refund = o.free_if_revoked_within_s if o is not None else None
+        return self.free_if_revoked_within_s if refund is None else refund
 
     def better(self, a: float, b: float) -> bool:
         """Whether metric ``a`` is strictly better than ``b`` in the job's direction."""

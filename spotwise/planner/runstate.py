@@ -15,6 +15,7 @@ from typing import Any
 
 from spotwise.planner.policy import OfferView, Phase, PlannerView, TrialView
 from spotwise.providers.base import Offer
+from spotwise.providers.billing import BillingRule
 
 
 @dataclass
@@ -107,16 +108,25 @@ def build_view(
     max_cost_usd: float | None,
     started_at: float,
     deadline: float | None,
-    notice_lead_s: float,
-    free_if_revoked_within_s: float,
+    rules: Mapping[str, BillingRule],
     tick_s: float = 60.0,
 ) -> PlannerView:
+    """The policy's view; ``rules``: the billing rule of each provider, by ``Offer.provider``
+    (each offer carries its own provider's notice lead and refund window)."""
     observed = [t.seconds_per_step for t in trials if t.seconds_per_step]
     default_sps = sum(observed) / len(observed) if observed else 60.0
     overheads = [t.restart_overhead_s for t in trials if t.restart_overhead_s is not None]
     return PlannerView(
         now=now,
-        offers=tuple(OfferView(o, risk.get(o.key, 0.0)) for o in offers),
+        offers=tuple(
+            OfferView(
+                o,
+                risk.get(o.key, 0.0),
+                notice_lead_s=rules[o.provider].notice_lead_s,
+                free_if_revoked_within_s=rules[o.provider].free_if_revoked_within_s,
+            )
+            for o in offers
+        ),
         trials=tuple(trial_view(t, default_sps) for t in trials),
         direction=direction,
         parallel=parallel,
@@ -126,8 +136,8 @@ def build_view(
         started_at=started_at,
         deadline=deadline,
         restart_overhead_s=sum(overheads) / len(overheads) if overheads else 60.0,
-        notice_lead_s=notice_lead_s,
-        free_if_revoked_within_s=free_if_revoked_within_s,
+        notice_lead_s=min(r.notice_lead_s for r in rules.values()),
+        free_if_revoked_within_s=min(r.free_if_revoked_within_s for r in rules.values()),
         tick_s=tick_s,
     )
 

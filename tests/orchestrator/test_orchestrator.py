@@ -380,3 +380,41 @@ def test_tune_on_a_cloud_its_trials_cannot_report_from_is_refused_and_writes_not
     if (tmp_path / "spotwise.db").exists():
         with Store.open_existing(db) as store:
             assert store.list_jobs() == []
+
+
+def test_local_mixed_with_a_cloud_is_refused_with_one_line_and_writes_nothing(
+    tmp_path: Path,
+) -> None:
+    """``local`` runs on the replayed market's clock: it cannot share a job with a cloud."""
+    spec = spec_dict(tmp_path)
+    spec["providers"] = [*spec["providers"], {"name": "gcp", "regions": ["us-central1"]}]
+    db = f"sqlite:///{tmp_path / 'spotwise.db'}"
+    with pytest.raises(SpecError) as info:
+        jobs.tune(write_spec(tmp_path, spec), db=db, run_root=tmp_path / "runs")
+    msg = str(info.value)
+    assert "providers: local" in msg and "cannot be mixed with a cloud" in msg
+    assert "name only clouds, or run the local job on its own" in msg
+    assert "\n" not in msg
+    assert not (tmp_path / "runs").exists()
+    assert not (tmp_path / "spotwise.db").exists()
+
+
+def test_every_cloud_of_a_job_must_have_a_reachable_trial_channel(tmp_path: Path) -> None:
+    """Several clouds: each is checked before anything is bought or written; the one its
+    trials could not report from is named."""
+    art = (tmp_path / "art").as_uri()
+    spec = spec_dict(
+        tmp_path,
+        providers=[
+            {"name": "gcp", "regions": ["us-central1"], "options": {"artifacts": art}},
+            {"name": "azure", "regions": ["eastus"]},
+        ],
+    )
+    db = f"sqlite:///{tmp_path / 'spotwise.db'}"
+    with pytest.raises(ProviderError) as info:
+        jobs.tune(write_spec(tmp_path, spec), db=db, run_root=tmp_path / "runs")
+    assert str(info.value).startswith("azure: the trial's checkpoint location")
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+    if (tmp_path / "spotwise.db").exists():
+        with Store.open_existing(db) as store:
+            assert store.list_jobs() == []

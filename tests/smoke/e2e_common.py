@@ -1,10 +1,12 @@
-"""What the GCP and Azure end-to-end tests share: the job they tune, the in-process CLI call
-that must refuse a job its trials cannot report from, and the checks of a finished run."""
+"""What the GCP, Azure and multi-cloud end-to-end tests share: the job they tune, the in-process
+CLI call that must refuse a job its trials cannot report from, and the checks of a finished run
+(on one emulator, or on several seen as one through :class:`Emulators`)."""
 
 from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -18,18 +20,21 @@ STEPS = 12
 TRIALS = 2
 
 
-def write_job(tmp_path: Path, provider: dict[str, Any], location: str) -> Path:
+def write_job(
+    tmp_path: Path, provider: dict[str, Any] | Sequence[dict[str, Any]], location: str
+) -> Path:
     """A small job: TRIALS trials of STEPS steps of the steady trial (0.3 s a step,
-    checkpoints every 2 steps) on ``provider``, checkpoints at ``location``."""
+    checkpoints every 2 steps) on ``provider`` (or on several), checkpoints at ``location``."""
+    providers = [provider] if isinstance(provider, dict) else list(provider)
     spec = {
-        "name": f"{provider['name']}-e2e",
+        "name": "-".join(p["name"] for p in providers) + "-e2e",
         "command": ["python", str(STEADY)],
         "metric": {"name": "score", "direction": "maximize"},
         "steps": STEPS,
         "trials": TRIALS,
         "parallel": TRIALS,
         "search_space": {"lr": {"type": "real", "low": 0.001, "high": 0.1, "log": True}},
-        "providers": [provider],
+        "providers": providers,
         "checkpoint": {"every": 2, "location": location},
         "env": {"STEADY_TRIAL_STEP_S": "0.3"},
     }
@@ -61,8 +66,41 @@ def events_of(machine: Machine) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
+class Emulators:
+    """Several clouds' emulators seen as one by :func:`check_finished_run`: their machines
+    (names must not collide), errors, the one preempted machine and each machine's log."""
+
+    def __init__(self, *emulators: VmEmulator) -> None:
+        self.emulators = emulators
+
+    @property
+    def machines(self) -> dict[str, Machine]:
+        out: dict[str, Machine] = {}
+        for e in self.emulators:
+            assert not set(out) & set(e.machines), "two clouds booted machines of one name"
+            out.update(e.machines)
+        return out
+
+    @property
+    def errors(self) -> list[str]:
+        return [err for e in self.emulators for err in e.errors]
+
+    @property
+    def hit(self) -> Machine | None:
+        hits = [e.hit for e in self.emulators if e.hit is not None]
+        assert len(hits) <= 1, "more than one machine was preempted"
+        return hits[0] if hits else None
+
+    def log_of(self, name: str) -> str:
+        return "".join(e.log_of(name) for e in self.emulators)
+
+
 def check_finished_run(
-    summary: dict[str, Any], emu: VmEmulator, db: str, secret: str, ended: tuple[str, ...]
+    summary: dict[str, Any],
+    emu: VmEmulator | Emulators,
+    db: str,
+    secret: str,
+    ended: tuple[str, ...],
 ) -> tuple[Machine, Machine]:
     """The job finished; every trial completed exactly once; the preempted trial was launched
     again and resumed from its checkpoint (not step 1); the preempted VM's life ended for one

@@ -202,6 +202,14 @@ def test_duplicate_providers_are_refused() -> None:
     assert "each provider may appear once" in message
 
 
+def test_local_cannot_be_mixed_with_a_cloud_but_several_clouds_can() -> None:
+    message = spec_error(spec_with(providers=[{"name": "local"}, {"name": "aws"}]))
+    assert "providers: local" in message and "cannot be mixed with a cloud" in message
+    assert "name only clouds, or run the local job on its own" in message
+    spec = parse_spec(spec_with(providers=[{"name": "gcp"}, {"name": "azure"}, {"name": "aws"}]))
+    assert [p.name for p in spec.providers] == ["gcp", "azure", "aws"]
+
+
 def test_several_errors_report_the_first_and_count_the_rest() -> None:
     message = spec_error(spec_with(steps="x", trials=0))
     assert "'steps'" in message and "(+1 more)" in message

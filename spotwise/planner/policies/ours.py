@@ -110,14 +110,14 @@ class Spotwise:
     def _every(self, view: PlannerView, t: TrialView, o: OfferView) -> int:
         p = o.p_revoke if o.is_spot else 0.0
         return young_daly_every(
-            t.seconds_per_step, view.checkpoint_s, p, o.horizon_s, view.notice_lead_s, t.steps_total
+            t.seconds_per_step, view.checkpoint_s, p, o.horizon_s, view.lead_of(o), t.steps_total
         )
 
     def _per_useful_s(self, view: PlannerView, t: TrialView, o: OfferView, *, fresh: bool) -> float:
         sps = max(t.seconds_per_step, 1e-9)
         p = o.p_revoke if o.is_spot else 0.0
         every = self._every(view, t, o) if fresh else max(t.checkpoint_every, 1)
-        loss = expected_loss_s(sps, every, view.checkpoint_s, view.notice_lead_s)
+        loss = expected_loss_s(sps, every, view.checkpoint_s, view.lead_of(o))
         ckpt_share = (
             view.checkpoint_s / (every * sps + view.checkpoint_s) if view.checkpoint_s > 0 else 0.0
         )
@@ -125,7 +125,7 @@ class Spotwise:
         overhead = 0.0
         if fresh:  # a new life boots, and a running trial first writes its checkpoint
             overhead = view.restart_overhead_s + (view.checkpoint_s if t.step > 0 else 0.0)
-        refund = view.free_if_revoked_within_s if (o.is_spot and fresh) else 0.0
+        refund = view.refund_of(o) if (o.is_spot and fresh) else 0.0
         return life_cost(
             price_per_hour=o.price,
             p_revoke=p,
@@ -138,10 +138,12 @@ class Spotwise:
         ).per_useful_s
 
     def _fresh_hour(self, view: PlannerView, t: TrialView) -> list[Action]:
-        if t.phase is not Phase.RUNNING or t.stopping or view.free_if_revoked_within_s <= 0:
+        if t.phase is not Phase.RUNNING or t.stopping:
             return []
         cur = view.offer(t.offer_key) if t.offer_key else None
-        if cur is None or not cur.is_spot or not crosses_first_hour(view, t):
+        if cur is None or not cur.is_spot or view.refund_of(cur) <= 0:
+            return []
+        if not crosses_first_hour(view, t):
             return []
         stay = self._per_useful_s(view, t, cur, fresh=False)
         options = [o for o in view.offers if o.available and o.is_spot]

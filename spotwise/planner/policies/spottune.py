@@ -40,7 +40,7 @@ from spotwise.planner.policy import (
 
 
 def spottune_score(view: PlannerView, trial: TrialView, offer: OfferView) -> float:
-    refund = view.free_if_revoked_within_s >= 3600.0 and offer.is_spot
+    refund = view.refund_of(offer) >= 3600.0 and offer.is_spot
     return StepCost(
         seconds_per_step=max(trial.seconds_per_step, 1e-9),
         price_per_hour=offer.price,
@@ -55,7 +55,7 @@ def crosses_first_hour(view: PlannerView, t: TrialView) -> bool:
     if t.launched_at is None or t.remaining_steps <= 1:
         return False
     age = view.now - t.launched_at
-    window = view.free_if_revoked_within_s
+    window = view.refund_of(view.offer(t.offer_key) if t.offer_key else None)
     return age < window and age + t.seconds_per_step + view.checkpoint_s > window
 
 
@@ -108,7 +108,7 @@ class SpotTune:
         if t.trial_id in skip or t.phase is not Phase.RUNNING or t.stopping:
             return []
         o = view.offer(t.offer_key) if t.offer_key else None
-        if o is None or not o.is_spot or view.free_if_revoked_within_s <= 0:
+        if o is None or not o.is_spot or view.refund_of(o) <= 0:
             return []
         if crosses_first_hour(view, t):
             return [Checkpoint(t.trial_id, "spottune: end of the first hour")]
