@@ -1,0 +1,154 @@
+"""Carrying out a policy's actions: launch a trial on an offer, ask it to stop (to migrate or
+early), change its checkpoint interval.
+
+A mixin of :class:`~spotwise.planner.orchestrator.Orchestrator` (over
+:class:`~spotwise.planner.ledger.Ledger`), kept apart so each file stays readable. A launch is
+recorded in the store *before* the provider is called, so a crash can be reconciled by tags.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from spotwise.errors import CapacityError, ProviderError
+from spotwise.planner.ledger import Ledger
+from spotwise.planner.policy import Action, Checkpoint, Launch, Phase, SetCheckpointEvery, StopEarly
+from spotwise.planner.runstate import (
+    Life,
+    TrialRun,
+    control_file,
+    trial_argv,
+    trial_env,
+    write_control,
+)
+from spotwise.planner.trialbook import MAX_FAILURES
+from spotwise.providers.base import LaunchRequest, our_tags
+
+
+class Actions(Ledger):
+    base_dir: Path
+    blocked: dict[str, float]  # offer key → market time until which it is avoided
+    cancelled: bool
+    migrations: int
+
+    def _trial_dir(self, t: TrialRun) -> Path:
+        raise NotImplementedError
+
+    def _tick_s(self) -> float:
+        tick = self.backend.info.get("tick_s", 0.0)
+        return float(tick) if isinstance(tick, int | float) else 0.0
+
+    def _execute(self, action: Action, offers: list[Any], now: float) -> None:
+        t = next((x for x in self.trials if x.trial_id == action.trial_id), None)
+        if t is None or t.phase is Phase.DONE:
+            return
+        if isinstance(action, Launch):
+            if self.cancelled or t.phase not in (Phase.QUEUED, Phase.WAITING):
+                return
+            offer = next((o for o in offers if o.key == action.offer_key), None)
+            if offer is not None:
+                self._launch(t, offer, now)
+        elif isinstance(action, Checkpoint | StopEarly):
+            if isinstance(action, StopEarly):
+                t.predicted_final = action.predicted_final
+                self._event(
+                    "stop_early", now, t, reason=action.reason, predicted=action.predicted_final
+                )
+            reason = "early" if isinstance(action, StopEarly) else "migrate"
+            if t.phase is Phase.RUNNING and t.life is not None:
+                self._request_stop(t, reason)
+            elif isinstance(action, StopEarly):
+                self._close_trial(t, "stopped_early", now)
+        elif isinstance(action, SetCheckpointEvery):
+            self._set_checkpoint_every(t, max(1, action.every), now)
+
+    def _set_checkpoint_every(self, t: TrialRun, every: int, now: float) -> None:
+        """A relaunch starts with ``every`` (its env); a running trial gets it now through its
+        control file (``SPOTWISE_CONTROL_FILE``; on a cloud the provisioner relays it through the
+        trial's artifacts folder)."""
+        if every == t.checkpoint_every:
+            return  # what the trial already uses: nothing to rewrite
+        t.checkpoint_every = every
+        if t.phase is Phase.RUNNING and t.life is not None:
+            write_control(control_file(self._trial_dir(t), t.attempt), every)
+            self._event("checkpoint_every", now, t, every=every)
+
+    def _request_stop(self, t: TrialRun, reason: str) -> None:
+        assert t.life is not None
+        if t.stopping is not None and reason == "migrate":
+            return
+        t.stopping = reason
+        t.life.stop_wall = time.monotonic()
+        stop = self._trial_dir(t) / f"stop-{t.attempt}"
+        stop.touch()
+
+    def _launch(self, t: TrialRun, offer: Any, now: float) -> None:
+        launch_id = uuid.uuid4().hex[:16]
+        tags = our_tags(self.job_id, t.trial_id, launch_id)
+        self.store.record_launch(
+            id=launch_id,
+            job_id=self.job_id,
+            trial_id=t.trial_id,
+            provider=offer.provider,
+            region=offer.region,
+            zone=offer.zone,
+            instance_type=offer.instance_type,
+            market=offer.market.value,
+            offer_key=offer.key,
+            price_per_hour=offer.price_per_hour,
+            tags_json=json.dumps(tags),
+            requested_at=time.time(),
+        )
+        attempt = t.attempt + 1
+        env = trial_env(self.job_id, t, attempt, self._trial_dir(t), self.spec.env)
+        argv = trial_argv(self.spec.command)
+        req = LaunchRequest(offer, argv, env, tags, launch_id, str(self.base_dir))
+        try:
+            inst = self.backend.provisioner.launch(req)
+        except (CapacityError, ProviderError) as e:
+            self.store.update_instance(
+                launch_id, state="failed", end_reason="failed", ended_at=time.time()
+            )
+            self.blocked[offer.key] = now + max(self._tick_s(), 1.0)
+            self._event("launch_failed", now, t, offer=offer.key, error=str(e))
+            if not isinstance(e, CapacityError):
+                t.failures += 1
+                if t.failures >= MAX_FAILURES:
+                    self._close_trial(t, "failed", now)
+            return
+        self.store.update_instance(
+            launch_id,
+            provider_instance_id=inst.instance_id,
+            state="running",
+            launched_at=time.time(),
+        )
+        if attempt > 0 and not t.retrying:  # moved after a notice, loss or rebalance
+            t.migrations += 1
+            self.migrations += 1
+        t.retrying = False
+        t.attempt = attempt
+        t.life = Life(
+            launch_id, inst.instance_id, offer, inst.launched_at or now, t.checkpoint_step, attempt
+        )
+        self.lives[inst.instance_id] = (t, t.life)
+        t.phase, t.state, t.stopping = Phase.RUNNING, "running", None
+        self.store.update_trial(
+            t.trial_id,
+            state="running",
+            started_at=time.time(),
+            migrations=t.migrations,
+            revocations=t.revocations,
+        )
+        self._event(
+            "launch",
+            now,
+            t,
+            offer=offer.key,
+            price=offer.price_per_hour,
+            attempt=attempt,
+            resume_step=t.checkpoint_step,
+        )
