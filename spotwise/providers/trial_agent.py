@@ -227,13 +227,15 @@ class TrialAgent:
     def check_notices(self) -> None:
         for notice in self.watch():
             log.info("notice: %s", notice)
-            self.status["notices"].append(notice)
-            self._try("write the status", self.put_status)  # the controller hears of it at once
-            if self.on_notice is not None:
-                self.on_notice(notice)
+            # the trial first: its checkpoint races the deadline (30 s on GCE and Azure), and a
+            # slow or retried upload below must not eat into that time
             if notice.get("kind") == "interruption" or self.cfg.rebalance == "stop":
                 self.signal_trial(signal.SIGTERM)
                 self._term_at = time.monotonic()
+            self.status["notices"].append(notice)
+            if self.on_notice is not None:
+                self.on_notice(notice)
+            self._try("write the status", self.put_status)  # the controller hears of it at once
 
     def step(self) -> bool:
         """One poll; False once the trial has exited and everything is uploaded."""

@@ -161,3 +161,31 @@ def test_trial_files_relay_stop_and_control_and_are_rate_limited(tmp_path: Path)
     write_control(track.control_file, 4)  # same content: not uploaded again
     track.sync(0.0, 0.0, force=True)
     assert (folder / "control-0.json").stat().st_mtime_ns == before
+
+
+def test_a_notice_signals_the_trial_before_any_upload(tmp_path: Path) -> None:
+    """The trial's checkpoint races the provider's deadline (30 s on GCE and Azure): a slow or
+    retried status upload must not come first."""
+    from spotwise.providers.trial_agent import TrialAgent, TrialConfig
+
+    order: list[str] = []
+
+    class SlowBlobs(FileBlobs):
+        def put(self, name: str, data: bytes, content_type: str = "") -> None:
+            order.append(f"put {name}")
+            super().put(name, data)
+
+    notice = {"kind": "interruption", "received_at": 1.0, "deadline": 31.0}
+    pending = [notice]
+    cfg = TrialConfig("j", "t", 0, "l", ["python", "-c", "pass"], {}, state_dir=str(tmp_path))
+    agent = TrialAgent(
+        cfg,
+        SlowBlobs(tmp_path / "folder"),
+        lambda: [pending.pop()] if pending else [],
+        on_notice=lambda n: order.append("on_notice"),
+    )
+    agent.signal_trial = lambda sig: order.append(f"signal {sig.name}")  # type: ignore[method-assign]
+    agent.check_notices()
+    assert order == ["signal SIGTERM", "on_notice", "put agent-0.json"]
+    status = json.loads(FileBlobs(tmp_path / "folder").get("agent-0.json")[0] or b"")
+    assert status["notices"] == [notice]
