@@ -190,18 +190,36 @@ class AzureBlobs:
         *,
         client: Any = None,
         credential: Any = None,
+        client_options: dict[str, Any] | None = None,
     ) -> None:
+        """``client_options`` go to the ``ContainerClient`` made on first use (e.g.
+        ``retry_total``: the SDK's default retries a failing call for minutes)."""
         _check_names(account, container, az_uri(account, container, prefix))
         self.account = account
         self.container = container
         self.prefix = prefix.strip("/")
         self._client = client
         self._credential = credential  # handed to the client on first use, then dropped
+        self._options = dict(client_options or {})
 
     @classmethod
-    def from_uri(cls, uri: str, *, client: Any = None, credential: Any = None) -> AzureBlobs:
+    def from_uri(
+        cls,
+        uri: str,
+        *,
+        client: Any = None,
+        credential: Any = None,
+        client_options: dict[str, Any] | None = None,
+    ) -> AzureBlobs:
         account, container, prefix = parse_az_uri(uri)
-        return cls(account, container, prefix, client=client, credential=credential)
+        return cls(
+            account,
+            container,
+            prefix,
+            client=client,
+            credential=credential,
+            client_options=client_options,
+        )
 
     def __repr__(self) -> str:
         return f"AzureBlobs({self.uri!r})"
@@ -216,7 +234,9 @@ class AzureBlobs:
     @property
     def client(self) -> Any:
         if self._client is None:
-            self._client = container_client(self.account, self.container, self._credential)
+            self._client = container_client(
+                self.account, self.container, self._credential, **self._options
+            )
             self._credential = None
         return self._client
 

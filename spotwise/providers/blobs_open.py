@@ -34,8 +34,14 @@ def scheme_of(uri: str) -> str:
     return "file" if uri.startswith("/") else ""
 
 
-def open_blobs(uri: str) -> Blobs:
-    """The folder at ``uri`` (see the module docstring)."""
+CHANNEL_RETRY_S = 10.0  # a trial channel's GCS retries (the client's default: 120 s)
+CHANNEL_AZURE_OPTIONS = {"retry_total": 2}  # and Azure's (default: 10 retries, backing off)
+
+
+def open_blobs(uri: str, *, channel: bool = False) -> Blobs:
+    """The folder at ``uri`` (see the module docstring). ``channel``: a trial channel's folder,
+    polled every few seconds — a failing call gives up after seconds rather than minutes (the
+    next poll tries again), so an agent keeps watching for notices while storage hiccups."""
     scheme = scheme_of(uri.strip()) if isinstance(uri, str) else ""
     if not scheme:
         raise ProviderError(f"{uri!r} is not a storage location spotwise can open; use {FORMS}")
@@ -45,5 +51,10 @@ def open_blobs(uri: str) -> Blobs:
     except (ImportError, AttributeError) as e:
         why = f"{module}.{name} is not available ({e})"
         raise ProviderError(f"cannot open {uri!r}: {why}") from None
-    blobs: Blobs = cls.from_uri(uri.strip())
+    kwargs: dict[str, object] = {}
+    if channel and scheme == "gs":
+        kwargs["retry_s"] = CHANNEL_RETRY_S
+    elif channel and scheme == "az":
+        kwargs["client_options"] = dict(CHANNEL_AZURE_OPTIONS)
+    blobs: Blobs = cls.from_uri(uri.strip(), **kwargs)
     return blobs

@@ -181,7 +181,7 @@ def run_channel(
     agent = TrialAgent(
         # SIGKILL a trial that ignores the notice before the VM goes (30 s on GCE and Azure)
         trial_config(spec, poll_s=poll_s, sync_s=max(poll_s, 2.0), kill_grace_s=KILL_GRACE_S),
-        open_blobs(spec["artifacts"]),
+        open_blobs(spec["artifacts"], channel=True),
         watcher,
         on_notice=lambda n: on_notice(float(n["received_at"]), float(n["deadline"])),
     )

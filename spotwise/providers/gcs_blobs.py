@@ -152,9 +152,16 @@ class GcsBlobs:
         self._retry_s = retry_s
 
     @classmethod
-    def from_uri(cls, uri: str, *, client: Any = None, project: str | None = None) -> GcsBlobs:
+    def from_uri(
+        cls,
+        uri: str,
+        *,
+        client: Any = None,
+        project: str | None = None,
+        retry_s: float | None = None,
+    ) -> GcsBlobs:
         bucket, prefix = parse_gs_uri(uri)
-        return cls(bucket, prefix, client=client, project=project)
+        return cls(bucket, prefix, client=client, project=project, retry_s=retry_s)
 
     def __repr__(self) -> str:  # never the client: it holds the credentials
         return f"GcsBlobs({self.uri!r})"

@@ -66,7 +66,7 @@ class TrialFiles:
         :func:`~spotwise.providers.blobs_open.open_blobs` knows)."""
         from spotwise.providers.blobs_open import open_blobs
 
-        return cls(instance_id, open_blobs(uri), attempt)
+        return cls(instance_id, open_blobs(uri, channel=True), attempt)
 
     def interrupted(self) -> bool:
         return any(n.kind is NoticeKind.INTERRUPTION for n in self.notices)

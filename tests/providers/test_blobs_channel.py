@@ -111,6 +111,20 @@ def test_open_blobs_opens_gcs_and_azure_lazily(uri: str, module: str, cls: str) 
     assert isinstance(blobs, getattr(mod, cls)) and blobs.uri == uri
 
 
+def test_a_channel_folder_gives_up_in_seconds_not_minutes() -> None:
+    """The channel is polled every few seconds; a call blocked in the SDK's default retries
+    (GCS: 120 s; Azure: 10 retries, backing off) would keep an agent from watching for the
+    notice, so channel folders retry briefly and leave the rest to the next poll."""
+    pytest.importorskip("spotwise.providers.gcs_blobs")
+    gcs, gcs_channel = open_blobs("gs://bucket-1/p"), open_blobs("gs://bucket-1/p", channel=True)
+    assert (gcs._retry_s, gcs_channel._retry_s) == (None, 10.0)  # type: ignore[attr-defined]
+    az = open_blobs("az://account1/container1/p")
+    az_channel = open_blobs("az://account1/container1/p", channel=True)
+    assert az._options == {} and az_channel._options == {"retry_total": 2}  # type: ignore[attr-defined]
+    track = TrialFiles.at("i-1", "gs://bucket-1/p", "0")
+    assert track.blobs._retry_s == 10.0  # type: ignore[attr-defined]
+
+
 # ---- the controller's side over a folder ----------------------------------------------------
 def _status(folder: Path, attempt: int, **doc: Any) -> None:
     FileBlobs(folder).put(f"agent-{attempt}.json", json.dumps(doc).encode())
