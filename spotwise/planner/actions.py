@@ -4,10 +4,14 @@ early), change its checkpoint interval.
 A mixin of :class:`~spotwise.planner.orchestrator.Orchestrator` (over
 :class:`~spotwise.planner.ledger.Ledger`), kept apart so each file stays readable. A launch is
 recorded in the store *before* the provider is called, so a crash can be reconciled by tags.
+A launch that fails may still have started an instance (the cloud accepted it, then waiting
+on it failed): whatever carries that launch's tag is terminated at once, and every try uses up
+its attempt number, so two instances never run (or checkpoint as) one attempt.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 import uuid
@@ -26,7 +30,7 @@ from spotwise.planner.runstate import (
     write_control,
 )
 from spotwise.planner.trialbook import MAX_FAILURES
-from spotwise.providers.base import LaunchRequest, our_tags
+from spotwise.providers.base import TAG_JOB, TAG_LAUNCH, LaunchRequest, our_tags
 
 
 class Actions(Ledger):
@@ -74,7 +78,7 @@ class Actions(Ledger):
             return  # what the trial already uses: nothing to rewrite
         t.checkpoint_every = every
         if t.phase is Phase.RUNNING and t.life is not None:
-            write_control(control_file(self._trial_dir(t), t.attempt), every)
+            write_control(control_file(self._trial_dir(t), t.life.attempt), every)
             self._event("checkpoint_every", now, t, every=every)
 
     def _request_stop(self, t: TrialRun, reason: str) -> None:
@@ -83,7 +87,7 @@ class Actions(Ledger):
             return
         t.stopping = reason
         t.life.stop_wall = time.monotonic()
-        stop = self._trial_dir(t) / f"stop-{t.attempt}"
+        stop = self._trial_dir(t) / f"stop-{t.life.attempt}"
         stop.touch()
 
     def _launch(self, t: TrialRun, offer: Any, now: float) -> None:
@@ -103,7 +107,9 @@ class Actions(Ledger):
             tags_json=json.dumps(tags),
             requested_at=time.time(),
         )
-        attempt = t.attempt + 1
+        # every try uses up its attempt number (its events/stop/control files): an instance a
+        # failed launch left behind must never share them with the next try's
+        t.attempt = attempt = t.attempt + 1
         env = trial_env(self.job_id, t, attempt, self._trial_dir(t), self.spec.env)
         argv = trial_argv(self.spec.command)
         req = LaunchRequest(offer, argv, env, tags, launch_id, str(self.base_dir))
@@ -115,22 +121,27 @@ class Actions(Ledger):
             )
             self.blocked[offer.key] = now + max(self._tick_s(), 1.0)
             self._event("launch_failed", now, t, offer=offer.key, error=str(e))
+            self._discard_launch(t, launch_id, now)
             if not isinstance(e, CapacityError):
                 t.failures += 1
                 if t.failures >= MAX_FAILURES:
                     self._close_trial(t, "failed", now)
             return
+        except BaseException:  # a crash mid-launch: leave no untracked instance, then re-raise
+            with contextlib.suppress(Exception):  # the launch's own error is the one to raise
+                self._discard_launch(t, launch_id, now)
+            raise
         self.store.update_instance(
             launch_id,
             provider_instance_id=inst.instance_id,
             state="running",
             launched_at=time.time(),
         )
-        if attempt > 0 and not t.retrying:  # moved after a notice, loss or rebalance
+        if t.lives_started > 0 and not t.retrying:  # moved after a notice, loss or rebalance
             t.migrations += 1
             self.migrations += 1
         t.retrying = False
-        t.attempt = attempt
+        t.lives_started += 1
         t.life = Life(
             launch_id, inst.instance_id, offer, inst.launched_at or now, t.checkpoint_step, attempt
         )
@@ -152,3 +163,17 @@ class Actions(Ledger):
             attempt=attempt,
             resume_step=t.checkpoint_step,
         )
+
+    # ---- leftovers ------------------------------------------------------------------------
+    def _discard_launch(self, t: TrialRun, launch_id: str, now: float) -> None:
+        """Terminate whatever a failed launch left running: the instances carrying its tag
+        (the cloud may have accepted it before the call failed). Errors become events."""
+        prov = self.backend.provisioner
+        try:
+            found = prov.describe({TAG_JOB: self.job_id, TAG_LAUNCH: launch_id})
+        except ProviderError as e:
+            self._event("error", now, t, error=f"looking for the failed launch's instance: {e}")
+            return
+        left = [i.instance_id for i in found if i.holds_resource()]
+        if left:
+            self._terminate_quietly(t, left, now, "the failed launch's instance")

@@ -1,9 +1,9 @@
 """Open the market a job trades on: the catalog, the provisioner, the clock and the bill.
 
 For ``local`` this is the replay market on a :class:`MarketClock` with the local provisioner;
-for a cloud it is the adapter's catalog and provisioner on wall-clock time, once the job is
-known to have a trial channel its instances can reach (the checkpoint location or the
-provider's ``artifacts`` option; :func:`spotwise.providers.channel.check_reachable`).
+for a cloud it is the adapter's catalog and provisioner on wall-clock time, once the job's
+checkpoint location is known to be one its instances can reach (and the provider's
+``artifacts`` option too, when set; :func:`spotwise.providers.channel.check_reachable`).
 
 A job naming several clouds trades on all of them at once: the union of each cloud's filtered
 offers, a :class:`~spotwise.providers.multi.MultiProvisioner` routing each call to the cloud
@@ -100,9 +100,10 @@ def open_backend(
             assert isinstance(backend.catalog, ReplayMarket)
             backend.risk = replay_risk(backend.catalog.traces)
         return backend
-    # A cloud trial reports through a folder its instance can reach (see
-    # spotwise.providers.channel); without one the orchestrator would take every finished
-    # trial for a lost one and relaunch it. Refuse before anything is bought or written.
+    # A cloud trial checkpoints to, and reports through, folders its instance can reach (see
+    # spotwise.providers.channel): a checkpoint on the instance's own disk goes with it (a
+    # resume would restart from 0), and without a channel the orchestrator would take every
+    # finished trial for a lost one. Refuse before anything is bought or written.
     for q in spec.providers:
         if q.name == "local":
             raise SpecError(_MIXED_LOCAL)
@@ -182,8 +183,11 @@ def provider_config(p: ProviderSpec) -> ProviderConfig:
 
 
 def reconcile(spec: JobSpec, job_id: str) -> list[str]:
-    """Terminate every instance each named provider still runs with this job's tags (a crashed
-    orchestrator's leftovers); returns their ids. Only instances carrying our tags are seen.
+    """Terminate every instance each named provider still holds with this job's tags (a crashed
+    orchestrator's leftovers), whatever its state: a VM stopped from inside or preempted with
+    ``STOP`` is terminal but still billed
+    (:meth:`~spotwise.providers.base.Instance.holds_resource`); returns their ids. Only
+    instances carrying our tags are seen.
 
     Every provider is visited even if one fails (what can be terminated is); the failures are
     then raised as one :class:`ProviderError` naming each provider."""
@@ -206,7 +210,7 @@ def reconcile(spec: JobSpec, job_id: str) -> list[str]:
         try:
             prov: Provisioner = cloud_module(q.name).open_provisioner(provider_config(q))
             found = prov.describe({TAG_JOB: job_id})
-            live = [i.instance_id for i in found if not i.state.is_terminal()]
+            live = [i.instance_id for i in found if i.holds_resource()]
             if live:
                 prov.terminate(live)  # ids this provider itself listed under our tags
             done += live

@@ -87,6 +87,16 @@ class Ledger(TrialBook):
             total += sum(s * p for s, p in segs) / 3600.0
         return total
 
+    def _terminate_quietly(self, t: TrialRun, ids: list[str], now: float, what: str) -> bool:
+        """Terminate ``ids``; a provider error becomes an "error" event (never a crash)."""
+        try:
+            self.backend.provisioner.terminate(ids)
+        except ProviderError as e:
+            self._event("error", now, t, error=f"terminating {what} {ids} failed: {e}")
+            return False
+        self._event("terminated", now, t, instances=ids, reason=what)
+        return True
+
     # ---- ending -------------------------------------------------------------------------
     def _drain(self, backend: Backend) -> None:
         """Leave no instance behind: stop what runs, bill it, and close the backend."""
@@ -102,6 +112,8 @@ class Ledger(TrialBook):
                 inst = states.get(iid)
                 if inst is not None and inst.state.is_terminal():
                     self._bill(t, life, inst.state, inst.ended_at or backend.now())
+                    if inst.holds_resource():  # stopped or deallocated, not deleted: delete it
+                        self._terminate_quietly(t, [iid], now, "the ended instance")
             time.sleep(self.opts.poll_s)
         for iid, (t, life) in list(self.lives.items()):
             try:

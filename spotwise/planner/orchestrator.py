@@ -266,6 +266,8 @@ class Orchestrator(Actions):
                     self._bill(
                         t, life, inst.state, inst.ended_at if inst.ended_at is not None else now
                     )
+                    if inst.holds_resource():  # stopped, not deleted: still billed; delete it
+                        self._terminate_quietly(t, [iid], now, "the ended instance")
                 elif life.notice_deadline is None:
                     prov.terminate([iid])  # left on its own and no notice: release it now
                     self._bill(t, life, InstanceState.TERMINATED, now)

@@ -50,7 +50,8 @@ class TrialRun:
     curve: dict[int, float] = field(default_factory=dict)
     checkpoint_step: int = 0
     checkpoint_uri: str | None = None
-    attempt: int = -1
+    attempt: int = -1  # the last attempt number used (every launch try uses up one)
+    lives_started: int = 0  # successful launches: a later one is a migration (or a retry)
     life: Life | None = None
     cost_usd: float = 0.0
     on_demand_cost_usd: float = 0.0

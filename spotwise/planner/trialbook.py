@@ -91,20 +91,27 @@ class TrialBook:
         elif t.stopping == "cancel":
             self._close_trial(t, "cancelled", now)
         elif (
-            code is not None
-            and (code != 0 or t.stopping is None)  # exit 0 with steps left, unasked: a crash too
-            and life.notice_deadline is None
+            life.notice_deadline is None
             and not life.rebalanced  # the agent stopped it to move it: migrate, not a failure
             and state is not InstanceState.REVOKED
+            # exit 0 with steps left, unasked: a crash too; and so is an instance that ended
+            # unasked without reporting any exit (an agent that could not write its channel
+            # powers the machine off: relaunching it without a cap would loop forever)
+            and (t.stopping is None or (code is not None and code != 0))
         ):
             t.failures += 1
-            self._event("error", now, t, exit_code=code, log=str(self.run_dir / "logs"))
+            detail: dict[str, Any] = {"exit_code": code, "log": str(self.run_dir / "logs")}
+            if code is None:
+                detail["error"] = (
+                    f"the instance ended ({state.value}) without reporting an exit code"
+                )
+            self._event("error", now, t, **detail)
             if t.failures >= MAX_FAILURES:
                 self._close_trial(t, "failed", now)
             else:
                 self._to_waiting(t)
                 t.retrying = True
-        else:  # revoked, noticed, or migrated: resume from the checkpoint elsewhere
+        else:  # revoked, noticed, migrated or asked to stop: resume from the checkpoint elsewhere
             self._to_waiting(t)
         if life.notice_deadline is not None or state is InstanceState.REVOKED:
             t.revocations += 1

@@ -14,7 +14,8 @@ Money safety first:
 The instance runs :mod:`spotwise.providers.aws_agent` from its user-data. The agent writes the
 trial's events, its notices and the exit code to S3 under the trial's *artifacts* location
 (provider option ``artifacts`` = ``s3://bucket/prefix``, to which ``/<job>/<trial>`` is added;
-default: the trial's ``SPOTWISE_CHECKPOINT_URI``, which must then be ``s3://``). ``progress``,
+default: the trial's ``SPOTWISE_CHECKPOINT_URI``, which must be ``s3://`` either way: a
+checkpoint on the instance's own disk would go with it). ``progress``,
 ``notices`` and ``describe`` read them back, at most once per ``poll_s`` per instance (option,
 default 2 s) so a fast orchestrator loop cannot flood the APIs. A stop request (the
 orchestrator creating the trial's local stop file) is relayed as ``stop-<attempt>`` in S3, and
@@ -60,7 +61,7 @@ from spotwise.providers.channel import artifacts_uri
 from spotwise.providers.registry import ProviderConfig
 from spotwise.providers.s3_blobs import S3Blobs
 from spotwise.providers.trial_agent import instance_argv, instance_env
-from spotwise.providers.trialfiles import TrialFiles
+from spotwise.providers.trialfiles import Tracks, TrialFiles
 
 TAG_MARKET, TAG_PRICE, TAG_OD_PRICE = "spotwise:market", "spotwise:price", "spotwise:od-price"
 TAG_ARTIFACTS, TAG_ATTEMPT = "spotwise:artifacts", "spotwise:attempt"
@@ -91,7 +92,10 @@ class AwsProvisioner:
         self.poll_s = float(opts.get("poll_s") or os.environ.get("SPOTWISE_AWS_POLL_S") or 2.0)
         self._clock = clock
         self._clients: dict[tuple[str, str], Any] = {}
-        self._tracks: dict[str, TrialFiles] = {}
+        # the trials' files, read through Tracks (rate limit, storage errors retried at the next
+        # poll, an exit held back until its notice is out); its dict is ours to fill
+        self._reader = Tracks(self.poll_s, clock)
+        self._tracks: dict[str, TrialFiles] = self._reader.by_id
         self._regions: set[str] = set(self.config.regions) or {aws.default_region(self.config)}
         self._terminated: set[str] = set()
         self._cache: dict[tuple[tuple[str, str], ...], tuple[float, list[Instance]]] = {}
@@ -210,13 +214,8 @@ class AwsProvisioner:
         ]
         out = [i for i in out if is_ours(i.tags)]
         for inst in out:
-            track = self._track(inst)
-            if track is None:
-                continue
-            if not track.ended:
-                self._sync(track, force=inst.state.is_terminal())  # a last read when it ends
-                track.ended = inst.state.is_terminal()
-            inst.exit_code = track.exit_code
+            if self._track(inst) is not None:
+                self._reader.observe(inst)  # its exit code; a last read when it ends
         self._cache[key] = (time.monotonic(), out)
         return out
 
@@ -249,23 +248,14 @@ class AwsProvisioner:
         self._cache.clear()
 
     def notices(self) -> list[Notice]:
-        out: list[Notice] = []
-        for track in self._tracks.values():
-            if track.exit_code is None and not track.ended:
-                self._sync(track)
-            out += track.take_notices()
-        return out
+        return self._reader.notices()
 
     def progress(self, instance_id: str) -> list[dict[str, object]]:
-        track = self._tracks.get(instance_id)
-        if track is None:
-            return []
-        self._sync(track)
-        return track.take_events()
+        return self._reader.progress(instance_id)
 
     # ---- the trial's files in S3 (see spotwise.providers.trialfiles) ------------------------
-    def _sync(self, track: TrialFiles, force: bool = False) -> None:
-        track.sync(self.poll_s, self._clock(), force)
+    def _sync(self, track: TrialFiles, force: bool = False) -> bool:
+        return self._reader.sync(track, force)
 
     def _track(self, inst: Instance) -> TrialFiles | None:
         track = self._tracks.get(inst.instance_id)

@@ -4,15 +4,20 @@
   tags = our tags) and waits for the ARM long-running operation. The VM name derives from
   ``client_token``; a VM already carrying that launch tag is returned instead of re-created.
   The launch spec (the trial's argv/env, its artifacts folder and attempt) goes into the VM's
-  custom data for :mod:`spotwise.providers.azure_agent`; a launch whose trial has no folder a VM
-  can reach (option ``artifacts``, or an ``az://`` / shared ``file://`` checkpoint location;
-  :mod:`spotwise.providers.channel`) is refused before anything is created.
+  custom data for :mod:`spotwise.providers.azure_agent`; a launch whose checkpoint location a
+  VM cannot reach (``az://`` or a shared ``file://`` folder), or whose trial has no channel
+  folder (option ``artifacts``, else that location; :mod:`spotwise.providers.channel`), is
+  refused before anything is created.
 * ``describe`` lists the resource group's VMs with their instance view and keeps those carrying
   our tags. VMs this object saw that disappear stay listed (REVOKED for Spot: eviction with the
-  ``Delete`` policy removes the VM; TERMINATED otherwise). Each VM's ``exit_code`` is the one
+  ``Delete`` policy removes the VM; TERMINATED otherwise). A listed VM that is ``stopped`` (powered
+  off from inside: still allocated and billed) or ``deallocated`` is terminal but still
+  ``exists`` until deleted; only a Spot VM deallocated without our asking is an eviction (an
+  eviction deallocates or deletes, it never merely stops). Each VM's ``exit_code`` is the one
   its agent wrote to the artifacts folder (:class:`~spotwise.providers.trialfiles.TrialFiles`;
   the folder and the attempt are read back from the ``spotwise:artifacts`` /
-  ``spotwise:attempt`` tags after a restart).
+  ``spotwise:attempt`` tags after a restart: for the VMs of the job a describe filters by
+  ``spotwise:job``, never for other jobs' VMs in the resource group).
 * ``notices``: Azure announces an eviction only inside the VM (Scheduled Events ``Preempt``,
   read by the agent, which writes it to its status in the artifacts folder with the event's
   ``NotBefore`` as deadline); the controller also reports evictions it observes itself: a Spot
@@ -145,7 +150,8 @@ class AzureProvisioner:
             raise api_error(f"azure: reading VM {name}", e) from None
         return self._to_instance(raw)
 
-    def _list(self) -> dict[str, Instance]:
+    def _list(self) -> dict[str, tuple[Instance, str]]:
+        """Our VMs in the resource group: id → (instance, power state: ``stopped``, ...)."""
         try:
             raws = list(self.client.virtual_machines.list(self.group, expand="instanceView"))
         except Exception as e:
@@ -154,7 +160,7 @@ class AzureProvisioner:
         for raw in raws:
             inst = self._to_instance(raw)
             if is_ours(inst.tags):
-                out[inst.instance_id] = inst
+                out[inst.instance_id] = (inst, _power(raw))
         return out
 
     def describe(self, tags: Mapping[str, str] | None = None) -> list[Instance]:
@@ -165,20 +171,26 @@ class AzureProvisioner:
             return hit[1]
         live = self._list()
         now = self.clock()
-        for iid, inst in live.items():
+        for iid, (inst, power) in live.items():
             spot = inst.offer.market is Market.SPOT
             if iid in self._terminated:
                 inst.state = InstanceState.TERMINATED
-            elif inst.state is InstanceState.TERMINATED and spot:
+                inst.exists = False  # its deletion, asked by us, is under way
+            elif spot and power == "deallocated":
                 inst.state = InstanceState.REVOKED  # deallocated by eviction, not by us
                 self._evicted.setdefault(iid, now)
-            elif inst.state is InstanceState.STOPPING and spot:
+            elif spot and power == "deallocating":
                 self._evicted.setdefault(iid, now)
+            # "stopped" / "stopping": powered off from inside (the agent's fallback shutdown, a
+            # user), not evicted; still allocated and billed: TERMINATED, and it still exists
             if inst.state.is_terminal():
                 inst.ended_at = inst.ended_at or self._evicted.get(iid, now)
             self._known[iid] = inst
         for iid, inst in self._known.items():
-            if iid in live or inst.state.is_terminal():
+            if iid in live:
+                continue
+            inst.exists = False
+            if inst.state.is_terminal():
                 continue
             if inst.offer.market is Market.SPOT and iid not in self._terminated:
                 inst.state = InstanceState.REVOKED  # Delete eviction policy: the VM is gone
@@ -187,14 +199,17 @@ class AzureProvisioner:
                 inst.state = InstanceState.TERMINATED
             inst.ended_at = now
         out = [i for i in self._known.values() if all(i.tags.get(k) == v for k, v in want.items())]
+        own_job = TAG_JOB in want  # never follow (read the folders of) other jobs' VMs
         for inst in out:
-            self._follow(inst)
+            if own_job:
+                self._follow(inst)
             self.tracks.observe(inst)
         self._cache[key] = (time.monotonic(), out)
         return out
 
     def _follow(self, inst: Instance) -> None:
-        """Track a VM's trial from its tags (after a restart)."""
+        """Track a VM's trial from its tags (after a restart); only for a VM the caller names
+        or whose job it describes."""
         uri = inst.tags.get(TAG_ARTIFACTS)
         if uri and inst.instance_id not in self.tracks.by_id:
             self.tracks.add(inst.instance_id, uri, inst.tags.get(TAG_ATTEMPT, "0"))
@@ -226,6 +241,7 @@ class AzureProvisioner:
             state=_state(raw),
             tags={str(k): str(v) for k, v in tags.items()},
             launched_at=created.timestamp() if created else 0.0,
+            exists=True,  # listed: even a stopped or deallocated VM holds billed resources
         )
 
     # ---- terminate ------------------------------------------------------------------------
@@ -259,8 +275,10 @@ class AzureProvisioner:
                     raise api_error(f"azure: deleting VM {iid}", e) from None
             self._terminated.add(iid)
             known = self._known.get(iid)
-            if known is not None and not known.state.is_terminal():
-                known.state, known.ended_at = InstanceState.TERMINATED, now
+            if known is not None:
+                known.exists = False
+                if not known.state.is_terminal():
+                    known.state, known.ended_at = InstanceState.TERMINATED, now
 
     # ---- notices / progress ----------------------------------------------------------------
     def notices(self) -> list[Notice]:
@@ -286,17 +304,25 @@ class AzureProvisioner:
         return self.tracks.progress(instance_id)
 
 
+def _power(raw: Any) -> str:
+    """The VM's power state from its instance view (``running``, ``stopped``, ...; "" if none)."""
+    view = getattr(raw, "instance_view", None)
+    for status in (getattr(view, "statuses", None) or []) if view else []:
+        code = str(status.code or "")
+        if code.startswith("PowerState/"):
+            return code.split("/", 1)[1]
+    return ""
+
+
 def _state(raw: Any) -> InstanceState:
     prov = _v(raw.provisioning_state)
     if prov == "Failed":
         return InstanceState.FAILED
     if prov == "Deleting":
         return InstanceState.STOPPING
-    view = getattr(raw, "instance_view", None)
-    for status in (getattr(view, "statuses", None) or []) if view else []:
-        code = str(status.code or "")
-        if code.startswith("PowerState/"):
-            return _POWER.get(code.split("/", 1)[1], InstanceState.PENDING)
+    power = _power(raw)
+    if power:
+        return _POWER.get(power, InstanceState.PENDING)
     return InstanceState.RUNNING if prov == "Succeeded" else InstanceState.PENDING
 
 

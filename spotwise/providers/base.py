@@ -9,7 +9,9 @@ do-everything ``Cloud`` class):
   the progress a trial reports from its instance.
 
 Every launch carries tags that mark the instance as ours (:data:`TAG_MANAGED` and friends);
-``describe`` and ``terminate`` only ever see instances carrying them.
+``describe`` and ``terminate`` only ever see instances carrying them. An instance in a terminal
+state may still hold a billed resource (a VM stopped from inside, a Spot VM preempted with
+``STOP``): :meth:`Instance.holds_resource` says whether it is still there to terminate.
 """
 
 from __future__ import annotations
@@ -111,6 +113,16 @@ class Instance:
     launched_at: float = 0.0  # epoch seconds (market clock for replay)
     ended_at: float | None = None
     exit_code: int | None = None
+    # Whether the provider still holds a resource for it that nobody asked to remove: True for
+    # a VM the listing returns (a stopped GCE VM keeps its disk; a stopped, not deallocated,
+    # Azure VM is still billed), False once it is gone or its deletion was requested; None:
+    # the provider does not say (see :meth:`holds_resource`).
+    exists: bool | None = None
+
+    def holds_resource(self) -> bool:
+        """Whether something of this instance is still there to terminate (and may be billed),
+        whatever its state: ``exists`` where the provider knows, else "has not ended"."""
+        return self.exists if self.exists is not None else not self.state.is_terminal()
 
 
 class NoticeKind(enum.StrEnum):

@@ -6,13 +6,18 @@ live settings through one folder per trial (see :mod:`spotwise.providers.trialfi
 
 * ``providers[].options.artifacts`` + ``/<job>/<trial>`` when that option is set, else
 * the trial's checkpoint location (``SPOTWISE_CHECKPOINT_URI``), the events beside the
-  checkpoints — when an instance of that cloud can reach it: ``s3://`` on AWS, ``gs://`` or a
-  shared ``file://`` folder on GCP, ``az://`` or a shared ``file://`` folder on Azure.
+  checkpoints.
 
-Anything else (a plain local folder, another cloud's bucket) is refused with a one-line
-:class:`~spotwise.errors.ProviderError` naming the field to set — at launch, and before a job
-starts (:func:`check_reachable`, called when the job's market is opened) so a job that cannot
-hear from its trials never buys an instance.
+Either way the checkpoint location itself must be one an instance of that cloud can reach:
+``s3://`` on AWS, ``gs://`` or a shared ``file://`` folder on GCP, ``az://`` or a shared
+``file://`` folder on Azure. ``artifacts`` only moves the channel: with a plain local
+checkpoint folder a trial would checkpoint to its instance's own disk, which goes with the
+instance, and a "resume" would start again from step 0 (paid twice). Anything else (a plain
+local folder, another cloud's bucket) is refused with a one-line
+:class:`~spotwise.errors.ProviderError` naming ``checkpoint.location`` — at launch, and before
+a job starts (:func:`check_reachable`, called when the job's market is opened) so such a job
+never buys an instance. (A launch that names no checkpoint location at all has nothing to
+lose: it only needs a channel.)
 
 The launch spec of GCP and Azure (the ``spotwise-launch`` metadata item, the VM's
 ``launch.json``) is defined here too: :func:`launch_spec` writes it, :func:`parse_launch` reads
@@ -95,14 +100,19 @@ def _reachable(cloud: str, uri: str) -> bool:
     return True
 
 
-def _unreachable(cloud: str, what: str) -> ProviderError:
+def _unreachable(cloud: str, what: str, artifacts: str = "") -> ProviderError:
     r = REACH[cloud]
     shared = " nor a shared file:// folder" if "file" in r.schemes else ""
     where = f"neither in {r.storage}{shared}" if shared else f"not in {r.storage}"
+    moved = (
+        " (providers[].options.artifacts only moves the trial's events; its checkpoints would "
+        "be lost with the instance)"
+        if artifacts
+        else ""
+    )
     return ProviderError(
         f"{cloud}: the trial's checkpoint location {what or '(none)'!r} is {where}, and "
-        f"{r.machine} cannot reach it; set the job's checkpoint.location to {r.example} "
-        "(or providers[].options.artifacts for events only)"
+        f"{r.machine} cannot reach it; set the job's checkpoint.location to {r.example}{moved}"
     )
 
 
@@ -121,21 +131,27 @@ def _base(cloud: str, options: Mapping[str, str]) -> str:
 def artifacts_uri(
     cloud: str, options: Mapping[str, str], checkpoint_uri: str, job: str, trial: str
 ) -> str:
-    """The artifacts folder of one trial (see the module docstring); ProviderError if none."""
+    """The artifacts folder of one trial (see the module docstring); ProviderError if none, or
+    if the trial's checkpoint location is one an instance cannot reach."""
     base = _base(cloud, options)
+    if checkpoint_uri.strip() and not _reachable(cloud, checkpoint_uri.strip()):
+        raise _unreachable(cloud, checkpoint_uri, base)
     if base:
         return f"{base}/{job}/{trial}"
-    if checkpoint_uri and _reachable(cloud, checkpoint_uri.strip()):
+    if checkpoint_uri.strip():
         return normalized(checkpoint_uri)
     raise _unreachable(cloud, checkpoint_uri)
 
 
 def check_reachable(cloud: str, options: Mapping[str, str], checkpoint_location: str) -> None:
-    """Before a job starts: ProviderError unless its trials will have an artifacts folder."""
-    if cloud not in REACH or _base(cloud, options):
+    """Before a job starts: ProviderError unless the cloud's instances can reach the job's
+    checkpoint location (whatever ``artifacts`` says: it only moves the channel) and the
+    ``artifacts`` option, when set, is a folder they can reach too."""
+    if cloud not in REACH:
         return
+    base = _base(cloud, options)
     if not _reachable(cloud, checkpoint_location.strip()):
-        raise _unreachable(cloud, checkpoint_location)
+        raise _unreachable(cloud, checkpoint_location, base)
 
 
 def attempt_of(env: Mapping[str, str]) -> int:

@@ -7,14 +7,19 @@
   launch idempotent. The launch spec (the trial's argv/env, its artifacts folder and attempt;
   :func:`spotwise.providers.channel.launch_spec`) travels as JSON in the ``spotwise-launch``
   metadata item; the fixed startup script only starts :mod:`spotwise.providers.gcp_agent`,
-  which reads it — nothing is interpolated into shell text. A launch whose trial has no folder
-  an instance can reach (option ``artifacts``, or a ``gs://`` / shared ``file://`` checkpoint
-  location; :mod:`spotwise.providers.channel`) is refused before anything is inserted.
+  which reads it — nothing is interpolated into shell text. A launch whose checkpoint location
+  an instance cannot reach (``gs://`` or a shared ``file://`` folder), or whose trial has no
+  channel folder (option ``artifacts``, else that location; :mod:`spotwise.providers.channel`),
+  is refused before anything is inserted.
 * ``describe`` lists instances through a server-side label filter; exact tags come back from
   the ``spotwise-tags`` metadata item, the trial's artifacts folder from ``spotwise-launch``.
   Instances this object saw that are gone (a Spot VM is deleted on preemption) stay listed as
-  REVOKED or TERMINATED. Each instance's ``exit_code`` is the one its agent wrote to the
-  artifacts folder (:class:`~spotwise.providers.trialfiles.TrialFiles`).
+  REVOKED or TERMINATED. A listed VM in status ``TERMINATED`` (stopped from inside, or
+  preempted with ``instanceTerminationAction: STOP``) is terminal but still ``exists``: its
+  disk is billed until it is deleted. Each instance's ``exit_code`` is the one its agent wrote
+  to the artifacts folder (:class:`~spotwise.providers.trialfiles.TrialFiles`): of the
+  instances this object launched, and of those a describe filtered by ``spotwise:job`` returns
+  (a restarted controller's own job), never of other jobs' VMs in the project.
 * ``notices`` reads the agent's status in the artifacts folder (the agent polls the metadata
   server's ``instance/preempted``), plus two signals of its own: ``compute.instances.preempted``
   operations, and the ``spotwise/notice`` guest attribute the agent also writes. Each
@@ -87,6 +92,10 @@ _STATE = {
     "STOPPED": _T, "SUSPENDED": _T, "TERMINATED": _T,
 }  # fmt: skip
 _ID = re.compile(r"^([a-z]+-[a-z]+\d+-[a-z])/([a-z][-a-z0-9]{0,62})$")
+
+
+def _has(inst: Instance, want: Mapping[str, str]) -> bool:
+    return all(inst.tags.get(k) == v for k, v in want.items())
 
 
 def _ts(rfc3339: str) -> float:
@@ -219,7 +228,8 @@ class GcpProvisioner:
         if hit is not None and time.monotonic() - hit[0] < self.poll_s:
             return hit[1]
         live = self._list(want)
-        gone = [i for i in self._known if i not in live and not self._known[i].state.is_terminal()]
+        missing = [i for i, x in self._known.items() if i not in live and _has(x, want)]
+        gone = [i for i in missing if not self._known[i].state.is_terminal()]
         stopped = [i for i, x in live.items() if x.state is InstanceState.TERMINATED]
         preempted = self._preempted() if (gone or stopped) else {}
         now = self.clock()
@@ -227,6 +237,7 @@ class GcpProvisioner:
             taken = iid in preempted or self.tracks.interrupted(iid)
             if iid in self._terminated:
                 inst.state = InstanceState.TERMINATED
+                inst.exists = False  # its deletion, asked by us, is under way
             elif inst.state is InstanceState.TERMINATED and taken:
                 inst.state = InstanceState.REVOKED
             if inst.state.is_terminal() and inst.ended_at is None:
@@ -238,15 +249,20 @@ class GcpProvisioner:
             revoked = taken and iid not in self._terminated
             inst.state = InstanceState.REVOKED if revoked else InstanceState.TERMINATED
             inst.ended_at = preempted.get(iid, now)
-        out = [i for i in self._known.values() if all(i.tags.get(k) == v for k, v in want.items())]
+        for iid in missing:
+            self._known[iid].exists = False
+        out = [i for i in self._known.values() if _has(i, want)]
+        own_job = TAG_JOB in want  # never follow (read the folders of) other jobs' VMs
         for inst in out:
-            self._follow(inst.instance_id)
+            if own_job:
+                self._follow(inst.instance_id)
             self.tracks.observe(inst)
         self._cache[key] = (time.monotonic(), out)
         return out
 
     def _follow(self, iid: str) -> None:
-        """Track an instance's trial from the launch spec in its metadata (after a restart)."""
+        """Track an instance's trial from the launch spec in its metadata (after a restart);
+        only for an instance the caller names or whose job it describes."""
         if iid not in self.tracks.by_id and iid in self._channels:
             self.tracks.add(iid, *self._channels[iid])
 
@@ -268,6 +284,7 @@ class GcpProvisioner:
             ended_at=_ts(raw.last_stop_timestamp)
             if state.is_terminal() and raw.last_stop_timestamp
             else None,
+            exists=True,  # listed: even a TERMINATED (stopped) VM keeps its disk until deleted
         )
 
     def _offer_of(self, raw: Any, zone: str, saved: Mapping[str, Any]) -> Offer:
@@ -326,9 +343,11 @@ class GcpProvisioner:
                 if getattr(e, "code", None) != 404:
                     raise api_error(f"gcp: deleting {iid} failed", e) from None
             self._terminated.add(iid)
-            if iid in self._known and not self._known[iid].state.is_terminal():
-                self._known[iid].state = InstanceState.TERMINATED
-                self._known[iid].ended_at = now
+            known = self._known.get(iid)
+            if known is not None:
+                known.exists = False
+                if not known.state.is_terminal():
+                    known.state, known.ended_at = InstanceState.TERMINATED, now
 
     # ---- notices / progress ----------------------------------------------------------------
     def _preempted(self) -> dict[str, float]:

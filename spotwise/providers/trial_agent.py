@@ -27,8 +27,9 @@ The artifacts folder is any :class:`~spotwise.providers.blobs.Blobs` (S3, GCS, A
 shared ``file://`` folder); the controller reads it with
 :class:`~spotwise.providers.trialfiles.TrialFiles`. When the agent itself gets SIGTERM (the
 machine is going down) it SIGTERMs the trial, waits up to ``kill_grace_s``, and uploads what
-the trial wrote. ``shutdown_after_s`` after the trial ended (``< 0``: never) it powers the
-machine off, so a lost controller cannot leave it running. Storage failures are logged and
+the trial wrote. ``shutdown_after_s`` after the trial ended or could not start (``< 0``: never)
+it powers the machine off, so a lost controller cannot leave it running; an end it could not
+upload is retried for ``FINAL_TRIES`` polls first. Storage failures are logged and
 retried at the next poll; they never stop the trial.
 """
 
@@ -125,6 +126,8 @@ class TrialAgent:
         self._control_token = ""
         self._shutting_down = False
         self._final_tries = 0
+        self._ended_at: float | None = None  # when the trial was first seen to have exited
+        self._start_reported = False  # the status of a trial that could not start was written
 
     # ---- the channel --------------------------------------------------------------------
     def put_status(self) -> None:
@@ -213,7 +216,7 @@ class TrialAgent:
             why = f"cannot start {argv[0]!r}: {e}"
             log.warning("%s", why)
             self.status.update(state="exited", exit_code=127, error=why)
-            self._try("write the status", self.put_status)
+            self._start_reported = self._try("write the status", self.put_status)
             return
         log.info("trial pid %d", self.proc.pid)
         self.status.update(state="running", pid=self.proc.pid)
@@ -250,15 +253,24 @@ class TrialAgent:
             self.signal_trial(signal.SIGKILL)
         code = self.proc.poll()
         if code is not None:
-            self.status.update(state="exited", exit_code=code, ended_at=time.time())
-            # events first, then the exit
-            if self._try("upload the events", lambda: self.sync_events(force=True)) and self._try(
-                "write the status", self.put_status
-            ):
-                log.info("trial exited with %s", code)
-                return False
+            if self._ended_at is None:
+                self._ended_at = time.time()
+            # events first, then the exit: the status says "exited" only once every event is
+            # uploaded (a notice's status upload on a retry poll must not say it earlier)
+            if self._try("upload the events", lambda: self.sync_events(force=True)):
+                self.status.update(state="exited", exit_code=code, ended_at=self._ended_at)
+                if self._try("write the status", self.put_status):
+                    log.info("trial exited with %s", code)
+                    return False
             self._final_tries += 1
-            return self._final_tries < FINAL_TRIES
+            if self._final_tries >= FINAL_TRIES:
+                log.warning(
+                    "trial exited with %s; giving up uploading its end after %d tries",
+                    code,
+                    self._final_tries,
+                )
+                return False
+            return True
         if time.monotonic() - self._last_sync >= self.cfg.sync_s or self.status["notices"]:
             self._try("upload the events", self.sync_events)
         return True
@@ -267,7 +279,16 @@ class TrialAgent:
         """Run the trial to its end; the trial's exit code (127: it could not start; 143: this
         machine went down first)."""
         self.start()
-        if self.proc is None:
+        if self.proc is None:  # report it like any end, then power off like after any trial
+            tries = 1
+            while not self._start_reported and not self._shutting_down and tries < FINAL_TRIES:
+                time.sleep(self.cfg.poll_s)
+                self._start_reported = self._try("write the status", self.put_status)
+                tries += 1
+            if not self._start_reported:
+                log.warning("giving up writing the status after %d tries", tries)
+            if not self._shutting_down:
+                self.maybe_shutdown()
             return 127
         while not self._shutting_down and self.step():
             time.sleep(self.cfg.poll_s)

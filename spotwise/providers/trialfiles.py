@@ -18,19 +18,24 @@ and the provisioner writes
 
 :class:`TrialFiles` reads the status first and the events second, so whenever it sees the
 exit it has every event. Reads are conditional (the version token of the last read: an ETag,
-a generation, a file's identity) and happen at most once per ``poll_s``. Storage failures are
-raised as :class:`~spotwise.errors.ProviderError`. :class:`Tracks` holds the files of every
-instance a provisioner follows.
+a generation, a file's identity) and happen at most once per ``poll_s``. A status the agent did
+not write well (a notice that is not a record, a time that is not a number, an exit code that
+is not an integer) is logged and the bad part skipped. Storage failures are raised as
+:class:`~spotwise.errors.ProviderError` by :class:`TrialFiles`; :class:`Tracks`, which holds the
+files of every instance a provisioner follows, logs them and reads again at the next poll (a
+storage outage must not end the job).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import math
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from spotwise.errors import ProviderError
 from spotwise.providers.base import Instance, Notice, NoticeKind
@@ -55,6 +60,7 @@ class TrialFiles:
     status_token: str = ""
     buffer: list[dict[str, object]] = field(default_factory=list)
     notices: list[Notice] = field(default_factory=list)
+    notices_read: int = 0  # entries of the status's notice list taken in (good or skipped)
     reported: int = 0
     exit_code: int | None = None
     ended: bool = False  # the instance is gone: nothing more will be written
@@ -70,6 +76,12 @@ class TrialFiles:
 
     def interrupted(self) -> bool:
         return any(n.kind is NoticeKind.INTERRUPTION for n in self.notices)
+
+    def exit_to_report(self) -> int | None:
+        """The trial's exit code once every notice read with it has been handed out by
+        :meth:`take_notices` (None before): an exit read together with a notice must reach the
+        orchestrator after the notice, or it would take a preemption for a crash."""
+        return self.exit_code if self.reported >= len(self.notices) else None
 
     def take_events(self) -> list[dict[str, object]]:
         out, self.buffer = self.buffer, []
@@ -95,12 +107,13 @@ class TrialFiles:
             self.blobs.put(f"stop-{self.attempt}", b"")
             self.stop_sent = True
         self._relay_control()
-        name = f"agent-{self.attempt}.json"
-        status, self.status_token = self.blobs.get(name, self.status_token)
+        # the status first, the events second; neither is taken in unless both reads worked,
+        # so an exit is never seen without the events uploaded before it
+        status, status_token = self.blobs.get(f"agent-{self.attempt}.json", self.status_token)
+        events, events_token = self.blobs.get(f"events-{self.attempt}.jsonl", self.events_token)
+        self.status_token, self.events_token = status_token, events_token
         if status is not None:
             self._read_status(status, now)
-        name = f"events-{self.attempt}.jsonl"
-        events, self.events_token = self.blobs.get(name, self.events_token)
         if events is not None and len(events) > self.events_pos:
             new, self.events_pos = events[self.events_pos :], len(events)
             for line in new.splitlines():
@@ -128,19 +141,64 @@ class TrialFiles:
     def _read_status(self, raw: bytes, now: float) -> None:
         try:
             doc = json.loads(raw)
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            log.warning("%s: the agent's status is not JSON; ignored", self.instance_id)
             return
         if not isinstance(doc, dict):
+            log.warning("%s: the agent's status is not a JSON object; ignored", self.instance_id)
             return
-        for n in doc.get("notices", [])[len(self.notices) :]:
-            interruption = n.get("kind") == "interruption"
-            kind = NoticeKind.INTERRUPTION if interruption else NoticeKind.REBALANCE
-            received = float(n.get("received_at") or now)
-            deadline = n.get("deadline")
-            when = float(deadline) if deadline is not None else float("inf")  # rebalance: none
-            self.notices.append(Notice(self.instance_id, kind, received, when))
-        if doc.get("state") == "exited" and doc.get("exit_code") is not None:
-            self.exit_code = int(doc["exit_code"])
+        entries = doc.get("notices", [])
+        if not isinstance(entries, list):
+            log.warning("%s: the agent's notices are not a list; ignored", self.instance_id)
+            entries = []
+        for entry in entries[self.notices_read :]:
+            self.notices_read += 1
+            notice = self._notice(entry, now)
+            if notice is None:
+                log.warning(
+                    "%s: malformed notice in the agent's status skipped: %.200r",
+                    self.instance_id,
+                    entry,
+                )
+            else:
+                self.notices.append(notice)
+        code = doc.get("exit_code")
+        if doc.get("state") == "exited" and code is not None:
+            if isinstance(code, int) and not isinstance(code, bool):
+                self.exit_code = code
+            else:
+                log.warning(
+                    "%s: the agent's exit code %.50r is not an integer; ignored",
+                    self.instance_id,
+                    code,
+                )
+
+    def _notice(self, entry: Any, now: float) -> Notice | None:
+        """One notice of the agent's status, or None when it is not a well-formed one: a record
+        of kind ``interruption`` or ``rebalance`` whose ``received_at`` (missing: ``now``) and
+        ``deadline`` (missing: none, ``inf``; a rebalance has none) are numbers."""
+        if not isinstance(entry, dict):
+            return None
+        kind = entry.get("kind")
+        if kind not in ("interruption", "rebalance"):
+            return None
+        received = _number(entry.get("received_at"), now)
+        when = _number(entry.get("deadline"), math.inf)
+        if received is None or when is None:
+            return None
+        notice_kind = NoticeKind.INTERRUPTION if kind == "interruption" else NoticeKind.REBALANCE
+        return Notice(self.instance_id, notice_kind, received, when)
+
+
+def _number(value: Any, missing: float) -> float | None:
+    """``value`` as a float (``missing`` for None); None when it is not a number (NaN, a
+    string, a boolean)."""
+    if value is None:
+        return missing
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    out = float(value)
+    return None if math.isnan(out) else out
 
 
 class Tracks:
@@ -151,6 +209,7 @@ class Tracks:
         self.poll_s = poll_s
         self.clock = clock
         self.by_id: dict[str, TrialFiles] = {}
+        self.failing: set[str] = set()  # instances whose last read failed (warned once)
 
     def add(
         self, instance_id: str, uri: str, attempt: str, env: Mapping[str, str] | None = None
@@ -172,8 +231,23 @@ class Tracks:
             track.control_file = Path(env["SPOTWISE_CONTROL_FILE"])
         return track
 
-    def sync(self, track: TrialFiles, force: bool = False) -> None:
-        track.sync(self.poll_s, self.clock(), force)
+    def sync(self, track: TrialFiles, force: bool = False) -> bool:
+        """Read ``track`` (see :meth:`TrialFiles.sync`); False when the storage failed: that is
+        logged once until a read works again, and the read is tried again at the next poll."""
+        iid = track.instance_id
+        try:
+            track.sync(self.poll_s, self.clock(), force)
+        except ProviderError as e:
+            if iid not in self.failing:
+                self.failing.add(iid)
+                log.warning(
+                    "cannot read the trial files of %s (trying again at each poll): %s", iid, e
+                )
+            return False
+        if iid in self.failing:
+            self.failing.discard(iid)
+            log.info("the trial files of %s can be read again", iid)
+        return True
 
     def notices(self) -> list[Notice]:
         """New notices of every trial still running."""
@@ -197,12 +271,14 @@ class Tracks:
 
     def observe(self, inst: Instance) -> None:
         """Give a described instance its trial's exit code; read once more when it has ended
-        (nothing is written after that)."""
+        (nothing is written after that; a read that failed is tried again at the next
+        describe). The code is withheld while a notice read with it has not been handed out
+        by :meth:`notices` yet: the orchestrator must hear of the notice first, or it would
+        take the trial's exit for a crash."""
         track = self.by_id.get(inst.instance_id)
         if track is None:
             return
         if not track.ended:
             terminal = inst.state.is_terminal()
-            self.sync(track, force=terminal)
-            track.ended = terminal
-        inst.exit_code = track.exit_code
+            track.ended = self.sync(track, force=terminal) and terminal
+        inst.exit_code = track.exit_to_report()

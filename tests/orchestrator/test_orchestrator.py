@@ -374,8 +374,33 @@ def test_tune_on_a_cloud_its_trials_cannot_report_from_is_refused_and_writes_not
         jobs.tune(write_spec(tmp_path, spec), db=db, run_root=tmp_path / "runs")
     msg = str(info.value)
     assert msg.startswith(f"{provider}: the trial's checkpoint location")
-    assert "checkpoint.location" in msg and "providers[].options.artifacts" in msg
+    assert "checkpoint.location" in msg and "options.artifacts" not in msg
     assert "\n" not in msg
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+    if (tmp_path / "spotwise.db").exists():
+        with Store.open_existing(db) as store:
+            assert store.list_jobs() == []
+
+
+@pytest.mark.parametrize(
+    ("provider", "artifacts"),
+    [("gcp", "gs://bkt/runs"), ("azure", "az://acct/cont/runs"), ("aws", "s3://bkt/runs")],
+)
+def test_an_artifacts_folder_does_not_excuse_a_local_checkpoint_folder(
+    tmp_path: Path, provider: str, artifacts: str
+) -> None:
+    """``artifacts`` only moves the trial's events: with a plain local checkpoint folder the
+    trials would checkpoint to their VM's own disk, which goes with it, and a "resume" would
+    start again from step 0 (paid twice). Refused with one line, before anything is written."""
+    opts = {"artifacts": artifacts}
+    spec = spec_dict(tmp_path, providers=[{"name": provider, "options": opts}])
+    db = f"sqlite:///{tmp_path / 'spotwise.db'}"
+    with pytest.raises(ProviderError) as info:
+        jobs.tune(write_spec(tmp_path, spec), db=db, run_root=tmp_path / "runs")
+    msg = str(info.value)
+    assert msg.startswith(f"{provider}: the trial's checkpoint location")
+    assert "checkpoint.location" in msg and "for events only" not in msg and "\n" not in msg
+    assert "options.artifacts only moves the trial's events" in msg
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
     if (tmp_path / "spotwise.db").exists():
         with Store.open_existing(db) as store:
@@ -402,13 +427,13 @@ def test_local_mixed_with_a_cloud_is_refused_with_one_line_and_writes_nothing(
 def test_every_cloud_of_a_job_must_have_a_reachable_trial_channel(tmp_path: Path) -> None:
     """Several clouds: each is checked before anything is bought or written; the one its
     trials could not report from is named."""
-    art = (tmp_path / "art").as_uri()
     spec = spec_dict(
         tmp_path,
         providers=[
-            {"name": "gcp", "regions": ["us-central1"], "options": {"artifacts": art}},
+            {"name": "gcp", "regions": ["us-central1"], "options": {"artifacts": "gs://bkt/runs"}},
             {"name": "azure", "regions": ["eastus"]},
         ],
+        checkpoint={"every": 2, "location": "gs://bkt/ckpt"},  # GCS: GCP's VMs only
     )
     db = f"sqlite:///{tmp_path / 'spotwise.db'}"
     with pytest.raises(ProviderError) as info:

@@ -255,6 +255,7 @@ class ProviderContract:
             assert found.tags[key] == req.tags[key]
         assert found.offer.instance_type == req.offer.instance_type
         assert found.offer.market is req.offer.market
+        assert found.holds_resource(), "a launched instance holds a resource until terminated"
         prov.terminate([inst.instance_id])
         gone = wait_for(
             lambda: _terminal(prov.describe({TAG_LAUNCH: req.client_token}), inst.instance_id),
@@ -262,6 +263,7 @@ class ProviderContract:
             "the terminated instance to show a terminal state",
         )
         assert gone.state in (InstanceState.TERMINATED, InstanceState.REVOKED)
+        assert not gone.holds_resource(), "a terminated instance must hold nothing any more"
         prov.terminate([inst.instance_id])  # terminating twice is harmless
 
     def test_launch_is_idempotent_by_client_token(

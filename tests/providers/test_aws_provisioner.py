@@ -180,6 +180,8 @@ def test_collapsed_s3_checkpoint_uri_is_repaired(bucket: str, tmp_path: Path) ->
     [
         ({"image": ""}, {}, None, "no machine image"),
         ({"artifacts": ""}, {"SPOTWISE_CHECKPOINT_URI": "/home/me/ckpt"}, None, "not in S3"),
+        # an artifacts folder only moves the events: checkpoints would be on the instance's disk
+        ({}, {"SPOTWISE_CHECKPOINT_URI": "/home/me/ckpt"}, None, "checkpoint.location"),
         ({}, {"AWS_SECRET_ACCESS_KEY": FAKE_SECRET}, None, "instance profile"),
         ({}, {}, {"owner": "me"}, "without spotwise tags"),
     ],
@@ -419,15 +421,16 @@ def test_a_rebalance_recommendation_stops_the_trial_and_is_reported_without_a_de
     inst = prov.launch(_request(tmp_path))
     wait_for(lambda: prov.progress(inst.instance_id), 30, "the trial to start")
     emulator.rebalance(inst.instance_id)
+    (notice,) = wait_for(prov.notices, 30, "the rebalance notice")
+    # reported, so the orchestrator can tell the exit that follows from a crash
+    assert notice.kind is NoticeKind.REBALANCE and notice.deadline == float("inf")
+    assert notice.instance_id == inst.instance_id
     done = wait_for(
         lambda: next((i for i in prov.describe() if i.exit_code is not None), None),
         30,
         "the trial to checkpoint and exit",
     )
     assert done.exit_code == 0 and not done.state.is_terminal()  # EC2 does not take it
-    (notice,) = prov.notices()  # reported, so the orchestrator can tell this exit from a crash
-    assert notice.kind is NoticeKind.REBALANCE and notice.deadline == float("inf")
-    assert notice.instance_id == inst.instance_id
     assert prov.notices() == []  # each notice once
     assert prov.progress(inst.instance_id)[-1]["reason"] == "signal"
     status = json.loads(_s3_get(bucket, "runs/job-1/trial-1/agent-1.json"))
@@ -441,6 +444,8 @@ def test_rebalance_ignore_keeps_the_trial_running(
     inst = prov.launch(_request(tmp_path, env={"STEPS": "60"}))
     wait_for(lambda: prov.progress(inst.instance_id), 30, "the trial to start")
     emulator.rebalance(inst.instance_id)
+    (notice,) = wait_for(prov.notices, 30, "the rebalance notice")
+    assert notice.kind is NoticeKind.REBALANCE
     done = wait_for(
         lambda: next((i for i in prov.describe() if i.exit_code is not None), None),
         30,
@@ -448,3 +453,23 @@ def test_rebalance_ignore_keeps_the_trial_running(
     )
     assert done.exit_code == 0
     assert prov.progress(inst.instance_id)[-1]["type"] == "done"
+
+
+def test_an_exit_read_with_its_notice_waits_for_the_notice(bucket: str, tmp_path: Path) -> None:
+    """AWS reads its trial files through Tracks like GCP and Azure: the orchestrator must hear
+    of a notice before the exit it caused, or it would take that exit for a crash."""
+    from spotwise.providers.s3_blobs import S3Blobs
+    from spotwise.providers.trialfiles import TrialFiles
+
+    prov = _prov(bucket)
+    blobs = S3Blobs.from_uri(f"s3://{bucket}/runs/job-9/trial-9", client=prov._s3())
+    track = TrialFiles("i-0123456789abcdef0", blobs, "0")
+    prov._tracks[track.instance_id] = track  # as a launch would
+    notice = {"kind": "interruption", "received_at": 1.0, "deadline": 121.0}
+    status = {"state": "exited", "exit_code": 0, "notices": [notice]}
+    blobs.put("agent-0.json", json.dumps(status).encode())
+    prov._reader.sync(track, force=True)
+    assert track.exit_to_report() is None  # the notice is not out yet
+    (got,) = prov.notices()
+    assert got.kind is NoticeKind.INTERRUPTION and got.deadline == 121.0
+    assert track.exit_to_report() == 0

@@ -23,6 +23,7 @@ from cloudfakes import (
     fake_arm,
     serve,
 )
+from forbidden import forbid
 
 from spotwise.errors import CapacityError, ProviderError, ProviderUnavailable, SpecError
 from spotwise.planner.runstate import write_control
@@ -37,6 +38,7 @@ from spotwise.providers.base import (
     Market,
     NoticeKind,
     is_ours,
+    our_tags,
 )
 from spotwise.providers.file_blobs import FileBlobs
 from spotwise.providers.registry import ProviderConfig
@@ -252,6 +254,62 @@ def test_eviction_is_a_notice_and_a_revocation(fake: Any, policy: str) -> None:
     assert prov.notices() == []
     (revoked,) = prov.describe()
     assert revoked.state is InstanceState.REVOKED
+    # Deallocate: the VM (its disks) is still there until it is deleted
+    assert revoked.holds_resource() is (policy == "Deallocate")
+    if policy == "Deallocate":
+        prov.terminate([inst.instance_id])
+        assert fake.vms == {} and not prov.describe()[0].holds_resource()
+
+
+@pytest.mark.parametrize("market", [Market.SPOT, Market.ON_DEMAND])
+def test_a_vm_powered_off_from_inside_is_not_an_eviction_and_is_still_billed(
+    prov: AzureProvisioner, fake: Any, market: Market
+) -> None:
+    """The agent's fallback ``shutdown -h now`` (or a user) leaves the VM ``stopped``: allocated
+    and billed, not evicted (an eviction deallocates or deletes)."""
+    inst = prov.launch(request(market=market, zone="eastus-1"))
+    fake._set_power(inst.instance_id, "stopping")
+    assert prov.notices() == []
+    assert prov.describe()[0].state is InstanceState.STOPPING
+    fake._set_power(inst.instance_id, "stopped")
+    assert prov.notices() == []
+    (stopped,) = prov.describe()
+    assert stopped.state is InstanceState.TERMINATED and stopped.holds_resource()
+    fresh = azure.open_provisioner(azure_config(fake), credential=AzureCredential(SECRET))
+    assert [i.holds_resource() for i in fresh.describe({TAG_JOB: "job-a"})] == [True]
+    assert fresh.notices() == []
+    prov.terminate([inst.instance_id])
+    assert fake.vms == {}
+    (gone,) = prov.describe()
+    assert gone.state is InstanceState.TERMINATED and not gone.holds_resource()
+
+
+def test_another_jobs_vm_and_its_failing_folder_are_never_read(
+    fake: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """notices() lists every spotwise VM of the resource group; only this job's trials are
+    followed: another job's folder answering 403 must not break this one."""
+    theirs_uri = (tmp_path / "theirs").as_uri()
+    theirs = azure.open_provisioner(
+        azure_config(fake, artifacts=theirs_uri), credential=AzureCredential(SECRET)
+    )
+    theirs.launch(replace(request("other"), tags=our_tags("job-b", "t1", "other")))
+    cfg = azure_config(fake, artifacts=(tmp_path / "mine").as_uri())
+    mine = azure.open_provisioner(cfg, credential=AzureCredential(SECRET))
+    inst = mine.launch(request())
+    calls = forbid(monkeypatch, theirs_uri)
+    assert mine.notices() == [] and mine.progress(inst.instance_id) == []
+    assert {i.tags[TAG_JOB] for i in mine.describe()} == {"job-a", "job-b"}
+    assert [i.instance_id for i in mine.describe({TAG_JOB: "job-a"})] == [inst.instance_id]
+    assert calls == []  # never opened, never read (a failing read is only logged, each poll)
+    # a restarted controller still follows its own job's trials (from the VMs' tags)
+    FileBlobs(tmp_path / "mine" / "job-a" / "t1").put(
+        "agent-0.json", json.dumps({"state": "exited", "exit_code": 0}).encode()
+    )
+    fresh = azure.open_provisioner(cfg, credential=AzureCredential(SECRET))
+    assert fresh.notices() == [] and {i.exit_code for i in fresh.describe()} == {None}
+    assert [i.exit_code for i in fresh.describe({TAG_JOB: "job-a"})] == [0]
+    assert calls == []
 
 
 def test_the_registry_finds_the_adapter() -> None:
@@ -298,8 +356,12 @@ def test_the_trial_channel_carries_events_notices_the_exit_and_stop_requests(
     (n,) = prov.notices()
     assert (n.instance_id, n.received_at, n.deadline) == (inst.instance_id, 10.0, 45.0)
     assert prov.describe()[0].exit_code == 0
+    # a restarted controller describing its job finds the folder in the tags (and hears of the
+    # notice before it is given the exit that followed it)
     fresh = azure.open_provisioner(cfg, credential=AzureCredential(SECRET))
-    assert fresh.describe()[0].exit_code == 0
+    fresh.describe({TAG_JOB: "job-a"})
+    assert [x.instance_id for x in fresh.notices()] == [inst.instance_id]
+    assert fresh.describe({TAG_JOB: "job-a"})[0].exit_code == 0
     fake.evict(inst.instance_id)
     assert prov.notices() == []  # the eviction the controller sees itself is the same one
     (gone,) = prov.describe()
@@ -311,6 +373,8 @@ def test_the_trial_channel_carries_events_notices_the_exit_and_stop_requests(
     [
         ("/home/me/ckpt/j/t", "", "checkpoint.location"),
         ("gs://bucket/ckpt/j/t", "", "checkpoint.location"),
+        # artifacts only moves the channel: the checkpoints would still be on the VM's disk
+        ("/home/me/ckpt/j/t", "az://acct/cont/runs", "checkpoint.location"),
         ("az://acct/cont/p", "s3://b/p", "options.artifacts"),
     ],
 )
@@ -324,7 +388,7 @@ def test_a_launch_no_vm_can_report_from_is_refused_before_the_put(
     with pytest.raises(ProviderError, match=re.escape(match)) as e:
         prov.launch(req)
     assert "\n" not in str(e.value) and SECRET not in str(e.value)
-    assert artifacts or "Azure Blob storage nor a shared file:// folder" in str(e.value)
+    assert "options.artifacts" in match or "Azure Blob storage nor a shared file://" in str(e.value)
     assert fake.vms == {} and not [c for c in fake.rs.calls if c.request.method == "PUT"]
 
 

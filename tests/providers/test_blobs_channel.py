@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import time
 from collections.abc import Iterator
@@ -14,11 +15,11 @@ import pytest
 
 from spotwise.errors import ProviderError
 from spotwise.planner.runstate import write_control
-from spotwise.providers.base import NoticeKind
+from spotwise.providers.base import Instance, InstanceState, Market, NoticeKind, Offer
 from spotwise.providers.blobs import Blobs
 from spotwise.providers.blobs_open import open_blobs
 from spotwise.providers.file_blobs import FileBlobs
-from spotwise.providers.trialfiles import TrialFiles
+from spotwise.providers.trialfiles import Tracks, TrialFiles
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -203,3 +204,139 @@ def test_a_notice_signals_the_trial_before_any_upload(tmp_path: Path) -> None:
     assert order == ["signal SIGTERM", "on_notice", "put agent-0.json"]
     status = json.loads(FileBlobs(tmp_path / "folder").get("agent-0.json")[0] or b"")
     assert status["notices"] == [notice]
+
+
+# ---- the controller's side: ordering, storage failures, malformed statuses ----------------------
+OFFER = Offer("gcp", "us-central1", "us-central1-a", "n1-standard-4", Market.SPOT, 0.1, 0.2)
+INTERRUPTION = {"kind": "interruption", "received_at": 50.0, "deadline": 80.0}
+
+
+def _tracks(blobs: Blobs) -> tuple[Tracks, TrialFiles]:
+    tracks = Tracks(poll_s=0.0, clock=lambda: 100.0)
+    track = tracks.by_id["vm-1"] = TrialFiles("vm-1", blobs, "0")
+    return tracks, track
+
+
+def _observed(tracks: Tracks, state: InstanceState = InstanceState.RUNNING) -> int | None:
+    inst = Instance("vm-1", OFFER, state)
+    tracks.observe(inst)
+    return inst.exit_code
+
+
+@pytest.mark.parametrize("state", [InstanceState.RUNNING, InstanceState.TERMINATED])
+def test_an_exit_read_with_a_notice_waits_until_the_notice_is_handed_out(
+    tmp_path: Path, state: InstanceState
+) -> None:
+    """The notice and the exit in one status, read outside notices() (here: by progress):
+    the orchestrator must get the notice before the exit, or it counts a preemption as a
+    crash."""
+    folder = tmp_path / "art"
+    FileBlobs(folder).put("events-0.jsonl", b'{"type": "stopping", "step": 2}\n')
+    _status(folder, 0, state="exited", exit_code=0, notices=[INTERRUPTION])
+    tracks, track = _tracks(FileBlobs(folder))
+    assert tracks.progress("vm-1") == [{"type": "stopping", "step": 2}]
+    assert track.exit_code == 0  # read, but not handed out yet
+    assert _observed(tracks, state) is None
+    assert _observed(tracks, state) is None  # still: nobody took the notice
+    (n,) = tracks.notices()
+    assert (n.kind, n.deadline) == (NoticeKind.INTERRUPTION, 80.0)
+    assert _observed(tracks, state) == 0
+
+
+class FlakyGets(FileBlobs):
+    """A folder whose reads of names starting with ``prefix`` fail the next ``fail`` times."""
+
+    def __init__(self, root: Path, fail: int, prefix: str = "") -> None:
+        super().__init__(root)
+        self.fail, self.prefix = fail, prefix
+
+    def get(self, name: str, token: str = "") -> tuple[bytes | None, str]:
+        if self.fail and name.startswith(self.prefix):
+            self.fail -= 1
+            raise ProviderError(f"reading {name} failed: 503 Service Unavailable")
+        return super().get(name, token)
+
+
+def test_a_storage_failure_is_retried_at_the_next_poll_and_warned_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A storage outage on the controller's side must not end the job: notices(), progress()
+    and describe() (observe) go on, and what the agent wrote arrives once reads work."""
+    folder = tmp_path / "art"
+    FileBlobs(folder).put("events-0.jsonl", b'{"type": "report", "step": 1}\n')
+    _status(folder, 0, state="exited", exit_code=0, notices=[])
+    blobs = FlakyGets(folder, fail=2)
+    tracks, _ = _tracks(blobs)
+    with caplog.at_level(logging.INFO, logger="spotwise.providers"):
+        assert tracks.notices() == []  # first failure
+        assert tracks.progress("vm-1") == []  # second failure
+        failing = [r for r in caplog.records if r.levelno == logging.WARNING]
+        assert len(failing) == 1 and "503" in failing[0].getMessage()  # once, not every poll
+        assert "vm-1" in failing[0].getMessage()
+        assert tracks.progress("vm-1") == [{"type": "report", "step": 1}]
+        assert _observed(tracks) == 0
+        assert "can be read again" in caplog.text
+        caplog.clear()
+        blobs.fail = 1  # a new outage is warned about again
+        assert tracks.progress("vm-1") == []
+        assert [r.levelno for r in caplog.records] == [logging.WARNING]
+
+
+def test_an_exit_is_not_taken_in_without_the_events_read_with_it(tmp_path: Path) -> None:
+    """The status read, the events read failing: the exit must wait for the events (the
+    agent uploaded them first), also on the last read of an instance that has ended."""
+    folder = tmp_path / "art"
+    FileBlobs(folder).put("events-0.jsonl", b'{"type": "report", "step": 5}\n')
+    _status(folder, 0, state="exited", exit_code=0, notices=[])
+    tracks, track = _tracks(FlakyGets(folder, fail=2, prefix="events-"))
+    assert _observed(tracks) is None and track.exit_code is None
+    assert _observed(tracks, InstanceState.TERMINATED) is None and not track.ended
+    assert _observed(tracks, InstanceState.TERMINATED) == 0 and track.ended
+    assert track.take_events() == [{"type": "report", "step": 5}]
+
+
+def test_a_malformed_status_is_skipped_not_raised(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    folder = tmp_path / "art"
+    tracks, track = _tracks(FileBlobs(folder))
+    bad_notices: list[object] = [
+        1,
+        "interruption",
+        None,
+        [INTERRUPTION],
+        {"kind": "interruption", "received_at": "soon", "deadline": 80.0},
+        {"kind": "interruption", "received_at": 50.0, "deadline": "later"},
+        {"kind": "interruption", "received_at": 50.0, "deadline": [80.0]},
+        {"kind": "interruption", "received_at": True, "deadline": 80.0},
+        {"kind": "interruption", "received_at": 50.0, "deadline": float("nan")},
+        {"kind": 7, "received_at": 50.0, "deadline": 80.0},
+        {"kind": "evacuate", "received_at": 50.0, "deadline": 80.0},
+    ]
+    raw_docs = [b"[1, 2]", b'"exited"', b"not json", b"\xff\xfe\x00", b"{}"]
+    docs: list[dict[str, Any]] = [
+        {"state": "running", "notices": "soon"},
+        {"state": "running", "notices": {"kind": "interruption"}},
+        {"state": "running", "notices": bad_notices},
+        *[
+            {"state": "exited", "exit_code": code, "notices": bad_notices}
+            for code in ("0", 1.5, True, [0], {"code": 0})
+        ],
+    ]
+    with caplog.at_level(logging.WARNING, logger="spotwise.providers"):
+        for raw in [*raw_docs, *[json.dumps(d).encode() for d in docs]]:
+            FileBlobs(folder).put("agent-0.json", raw)
+            track.status_token = ""  # read it whatever its version token
+            assert _observed(tracks) is None
+            assert tracks.notices() == [] and track.notices == []
+    assert "malformed notice" in caplog.text and "is not an integer" in caplog.text
+    # the good notices the agent appends later are read, the bad ones once skipped stay so
+    good = {"kind": "rebalance", "received_at": 60.0, "deadline": None}
+    _status(folder, 0, state="exited", exit_code=0, notices=[*bad_notices, good, INTERRUPTION])
+    track.status_token = ""
+    assert _observed(tracks) is None  # two notices not handed out yet
+    assert [(n.kind, n.received_at, n.deadline) for n in tracks.notices()] == [
+        (NoticeKind.REBALANCE, 60.0, float("inf")),
+        (NoticeKind.INTERRUPTION, 50.0, 80.0),
+    ]
+    assert _observed(tracks) == 0

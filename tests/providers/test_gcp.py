@@ -25,12 +25,14 @@ from cloudfakes import (
     gcp_provisioner,
     serve,
 )
+from forbidden import forbid
 
 from spotwise.errors import CapacityError, ProviderError, ProviderUnavailable, SpecError
 from spotwise.planner.runstate import write_control
 from spotwise.providers import gcp, gcp_prices
 from spotwise.providers.base import (
     TAG_JOB,
+    TAG_LAUNCH,
     InstanceState,
     LaunchRequest,
     Market,
@@ -225,6 +227,19 @@ def test_capacity_errors_become_capacity_error(prov: GcpProvisioner, fake: Any) 
         prov.launch(request())
 
 
+def test_a_launch_that_times_out_leaves_a_vm_its_launch_tag_finds(fake: Any) -> None:
+    """What the orchestrator relies on to clean up after a failed launch: the VM the cloud
+    accepted is listed under the launch's tag, and can be deleted."""
+    prov = gcp_provisioner(gcp_config(operation_timeout_s="0"), gcp_credentials(SECRET))
+    fake.insert_polls = 5
+    with pytest.raises(ProviderError, match="still running at the deadline"):
+        prov.launch(request())
+    (left,) = prov.describe({TAG_JOB: "Job-A", TAG_LAUNCH: "launch-0001"})
+    assert left.holds_resource()
+    prov.terminate([left.instance_id])
+    assert fake.instances == {}
+
+
 def test_on_demand_launch_is_standard(prov: GcpProvisioner, fake: Any) -> None:
     prov.launch(request(market=Market.ON_DEMAND))
     body = next(iter(fake.instances.values()))
@@ -278,6 +293,57 @@ def test_preemption_is_a_notice_and_a_revocation(fake: Any, action: str) -> None
     assert prov.notices() == []  # reported once
     (revoked,) = prov.describe()
     assert revoked.state is InstanceState.REVOKED and revoked.ended_at is not None
+    # STOP: the preempted VM is still there (its disk is billed) until it is deleted
+    assert revoked.holds_resource() is (action == "STOP")
+    if action == "STOP":
+        prov.terminate([inst.instance_id])
+        assert fake.instances == {} and not prov.describe()[0].holds_resource()
+
+
+def test_a_vm_stopped_from_inside_is_terminal_and_still_there_until_deleted(
+    prov: GcpProvisioner, fake: Any
+) -> None:
+    """The agent's fallback ``shutdown -h now`` (or a user) stops the VM: status TERMINATED, not
+    a preemption, and the VM and its disk remain."""
+    inst = prov.launch(request())
+    assert prov.describe()[0].holds_resource()
+    fake.instances[("us-central1-a", instance_name("launch-0001"))]["status"] = "TERMINATED"
+    assert prov.notices() == []
+    (stopped,) = prov.describe()
+    assert stopped.state is InstanceState.TERMINATED and stopped.holds_resource()
+    fresh = gcp_provisioner(gcp_config(), gcp_credentials(SECRET))
+    assert [i.holds_resource() for i in fresh.describe({TAG_JOB: "Job-A"})] == [True]
+    prov.terminate([inst.instance_id])
+    assert fake.instances == {}
+    (gone,) = prov.describe()
+    assert gone.state is InstanceState.TERMINATED and not gone.holds_resource()
+
+
+def test_another_jobs_vm_and_its_failing_folder_are_never_read(
+    fake: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """notices() lists every spotwise VM of the project; only this job's trials are followed:
+    another job's folder answering 403 must not break this one."""
+    creds = gcp_credentials(SECRET)
+    theirs_uri = (tmp_path / "theirs").as_uri()
+    theirs = gcp_provisioner(gcp_config(artifacts=theirs_uri), creds)
+    theirs.launch(replace(request("other"), tags=our_tags("Job-B", "t1", "other")))
+    cfg = gcp_config(artifacts=(tmp_path / "mine").as_uri())
+    mine = gcp_provisioner(cfg, creds)
+    inst = mine.launch(request())
+    calls = forbid(monkeypatch, theirs_uri)
+    assert mine.notices() == [] and mine.progress(inst.instance_id) == []
+    assert {i.tags[TAG_JOB] for i in mine.describe()} == {"Job-A", "Job-B"}
+    assert [i.instance_id for i in mine.describe({TAG_JOB: "Job-A"})] == [inst.instance_id]
+    assert calls == []  # never opened, never read (a failing read is only logged, each poll)
+    # a restarted controller still follows its own job's trials (from the VMs' metadata)
+    FileBlobs(tmp_path / "mine" / "Job-A" / "t1").put(
+        "agent-0.json", json.dumps({"state": "exited", "exit_code": 0}).encode()
+    )
+    fresh = gcp_provisioner(cfg, creds)
+    assert fresh.notices() == [] and {i.exit_code for i in fresh.describe()} == {None}
+    assert [i.exit_code for i in fresh.describe({TAG_JOB: "Job-A"})] == [0]
+    assert calls == []
 
 
 def test_the_registry_finds_the_adapter() -> None:
@@ -337,7 +403,11 @@ def test_the_trial_channel_carries_events_notices_the_exit_and_stop_requests(
     (running,) = p.describe()
     assert running.exit_code == 0 and running.state is InstanceState.RUNNING
     fresh = gcp_provisioner(gcp_config(artifacts=tmp_path.as_uri()), gcp_credentials(SECRET))
-    assert fresh.describe()[0].exit_code == 0  # a restarted controller reads the metadata
+    # a restarted controller describing its job reads the folder from the metadata (and hears
+    # of the notice before it is given the exit that followed it)
+    fresh.describe({TAG_JOB: "Job-A"})
+    assert [x.instance_id for x in fresh.notices()] == [inst.instance_id]
+    assert fresh.describe({TAG_JOB: "Job-A"})[0].exit_code == 0
     fake.preempt("us-central1-a", instance_name("launch-0001"))
     assert p.notices() == []  # the same interruption, seen again in the operations: once
     (gone,) = p.describe()
@@ -349,7 +419,7 @@ def test_the_trial_channel_carries_events_notices_the_exit_and_stop_requests(
     [
         ("gs://bkt/ckpt/Job-A/t1/", "", "gs://bkt/ckpt/Job-A/t1"),
         ("file:///shared/ckpt/Job-A/t1", "", "file:///shared/ckpt/Job-A/t1"),
-        ("/home/me/ckpt/Job-A/t1", "gs://bkt/runs/", "gs://bkt/runs/Job-A/t1"),
+        ("gs://bkt/ckpt/Job-A/t1", "gs://bkt/runs/", "gs://bkt/runs/Job-A/t1"),
     ],
 )
 def test_the_artifacts_folder_defaults_to_a_reachable_checkpoint_location(
@@ -369,6 +439,8 @@ def test_the_artifacts_folder_defaults_to_a_reachable_checkpoint_location(
         ("/home/me/ckpt/j/t", "", "checkpoint.location"),
         ("s3://bucket/ckpt/j/t", "", "checkpoint.location"),
         ("", "", "'(none)'"),
+        # artifacts only moves the channel: the checkpoints would still be on the VM's disk
+        ("/home/me/ckpt/j/t", "gs://bkt/runs", "checkpoint.location"),
         ("gs://b/c", "az://acct/cont/p", "options.artifacts"),
     ],
 )

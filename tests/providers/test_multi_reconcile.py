@@ -48,9 +48,8 @@ def fakes(monkeypatch: pytest.MonkeyPatch) -> Iterator[Fakes]:
         yield Fakes(fake_gce.FakeGCE().install(rs), fake_arm.FakeARM().install(rs))
 
 
-def test_reconcile_terminates_the_jobs_instances_on_every_cloud(fakes: Fakes) -> None:
-    gcp_opts = dict(gcp_config().options)
-    spec = parse_spec(
+def _spec(fakes: Fakes) -> Any:
+    return parse_spec(
         {
             "name": "multi",
             "command": ["python", "t.py"],
@@ -58,20 +57,26 @@ def test_reconcile_terminates_the_jobs_instances_on_every_cloud(fakes: Fakes) ->
             "steps": 2,
             "search_space": {"x": {"type": "real", "low": 0.0, "high": 1.0}},
             "providers": [
-                {"name": "gcp", "options": gcp_opts},
+                {"name": "gcp", "options": dict(gcp_config().options)},
                 {"name": "azure", "options": dict(azure_config(fakes.arm).options)},
             ],
         }
     )
+
+
+def _launch(prov: Provisioner, launches: Any, job: str, token: str) -> str:
+    req = replace(launches.request(token), tags=our_tags(job, "t1", token))
+    return prov.launch(req).instance_id
+
+
+def test_reconcile_terminates_the_jobs_instances_on_every_cloud(fakes: Fakes) -> None:
+    spec = _spec(fakes)
     g: Provisioner = gcp_provisioner(gcp_config(), gcp_credentials(TOKEN))
     a: Provisioner = azure.open_provisioner(
         azure_config(fakes.arm), credential=AzureCredential(TOKEN)
     )
 
-    def launch(prov: Provisioner, launches: Any, job: str, token: str) -> str:
-        req = replace(launches.request(token), tags=our_tags(job, "t1", token))
-        return prov.launch(req).instance_id
-
+    launch = _launch
     ours = [
         launch(g, GCP_LAUNCHES, "job-1", "launch-g1"),
         launch(a, AZURE_LAUNCHES, "job-1", "launch-a1"),
@@ -95,3 +100,28 @@ def test_reconcile_terminates_the_jobs_instances_on_every_cloud(fakes: Fakes) ->
     assert live("job-1") == []
     assert live("job-2") == sorted(other)
     assert reconcile(spec, "job-1") == []  # nothing left: nothing to do
+
+
+def test_reconcile_deletes_the_jobs_stopped_vms_too(fakes: Fakes) -> None:
+    """A VM powered off from inside (the agent's fallback shutdown, a user) is terminal but still
+    there: a stopped GCE VM keeps its disk, a stopped Azure VM stays allocated and billed, a
+    GCE Spot VM preempted with STOP stays too. `spotwise cancel` must delete them."""
+    g: Provisioner = gcp_provisioner(gcp_config(), gcp_credentials(TOKEN))
+    a: Provisioner = azure.open_provisioner(
+        azure_config(fakes.arm), credential=AzureCredential(TOKEN)
+    )
+    stopped_g = _launch(g, GCP_LAUNCHES, "job-1", "launch-g1")
+    running_a = _launch(a, AZURE_LAUNCHES, "job-1", "launch-a1")
+    stopped_a = _launch(a, AZURE_LAUNCHES, "job-1", "launch-a2")
+    other_g = _launch(g, GCP_LAUNCHES, "job-2", "launch-g9")
+    other_a = _launch(a, AZURE_LAUNCHES, "job-2", "launch-a9")
+    for iid in (stopped_g, other_g):
+        fakes.gce.instances[tuple(iid.split("/"))]["status"] = "TERMINATED"
+    for name in (stopped_a, other_a):
+        fakes.arm._set_power(name, "stopped")
+
+    assert sorted(reconcile(_spec(fakes), "job-1")) == sorted([stopped_g, running_a, stopped_a])
+
+    assert list(fakes.gce.instances) == [tuple(other_g.split("/"))]
+    assert list(fakes.arm.vms) == [other_a]  # another job's, stopped or not, is never touched
+    assert reconcile(_spec(fakes), "job-1") == []

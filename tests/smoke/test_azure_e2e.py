@@ -114,8 +114,9 @@ def cloud(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[EmulatedA
 
 
 def _provider(fake: EmulatedARM, **options: str) -> dict[str, Any]:
-    opts = {**azure_config(fake).options, "poll_s": "0.2", **options}
+    opts = {**azure_config(fake).options, "poll_s": "0.2"}
     opts.pop("artifacts", None)
+    opts.update(options)
     return {
         "name": "azure",
         "regions": ["eastus"],
@@ -125,13 +126,18 @@ def _provider(fake: EmulatedARM, **options: str) -> dict[str, Any]:
     }
 
 
+@pytest.mark.parametrize("artifacts", [False, True])
 def test_tune_with_a_local_checkpoint_folder_fails_before_any_vm_is_created(
-    cloud: EmulatedARM, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    cloud: EmulatedARM, tmp_path: Path, capsys: pytest.CaptureFixture[str], artifacts: bool
 ) -> None:
-    spec = write_job(tmp_path, _provider(cloud), str(tmp_path / "ckpt"))
+    """Even with a shared artifacts folder: it only moves the trial's events, and checkpoints
+    on the VM's own disk would be lost with it."""
+    extra = {"artifacts": (tmp_path / "art").as_uri()} if artifacts else {}
+    spec = write_job(tmp_path, _provider(cloud, **extra), str(tmp_path / "ckpt"))
     line = tune_cli_fails(spec, tmp_path, capsys)
     assert line.startswith("error: azure: the trial's checkpoint location"), line
-    assert "checkpoint.location" in line and "providers[].options.artifacts" in line
+    assert "checkpoint.location" in line and "for events only" not in line
+    assert ("only moves the trial's events" in line) is artifacts
     assert cloud.vms == {} and cloud.emulator.machines == {}
     assert not [c for c in cloud.rs.calls if c.request.method == "PUT"]
 

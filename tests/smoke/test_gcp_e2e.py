@@ -121,13 +121,18 @@ def _provider(**options: str) -> dict[str, Any]:
     }
 
 
+@pytest.mark.parametrize("artifacts", [False, True])
 def test_tune_with_a_local_checkpoint_folder_fails_before_any_insert(
-    cloud: EmulatedGCE, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    cloud: EmulatedGCE, tmp_path: Path, capsys: pytest.CaptureFixture[str], artifacts: bool
 ) -> None:
-    spec = write_job(tmp_path, _provider(), str(tmp_path / "ckpt"))
+    """Even with a shared artifacts folder: it only moves the trial's events, and checkpoints
+    on the VM's own disk would be lost with it."""
+    extra = {"artifacts": (tmp_path / "art").as_uri()} if artifacts else {}
+    spec = write_job(tmp_path, _provider(**extra), str(tmp_path / "ckpt"))
     line = tune_cli_fails(spec, tmp_path, capsys)
     assert line.startswith("error: gcp: the trial's checkpoint location"), line
-    assert "checkpoint.location" in line and "providers[].options.artifacts" in line
+    assert "checkpoint.location" in line and "for events only" not in line
+    assert ("only moves the trial's events" in line) is artifacts
     assert cloud.instances == {} and cloud.emulator.machines == {}
     assert not [c for c in cloud.rs.calls if c.request.method == "POST"]
 

@@ -1,0 +1,238 @@
+"""The real loop leaves nothing behind that a provider still bills: an instance a failed launch
+started anyway, and an ended instance that still exists (a VM stopped from inside, a Spot VM
+preempted with ``STOP``).
+
+The market is the replayed one of ``test_orchestrator`` with the local provisioner, wrapped so
+that a test can play what a cloud does: a launch the cloud accepted that then fails (a GCP
+operation wait that times out, Azure's ``poller.result()`` raising), or an instance whose trial
+ended and whose VM is stopped, not deleted (``exists=True`` in a terminal state).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_orchestrator import tiny_spec, write_spec, write_trace
+
+from spotwise import jobs
+from spotwise.errors import ProviderError
+from spotwise.planner import orchestrator
+from spotwise.providers.base import TAG_JOB, Instance, InstanceState, LaunchRequest, Notice
+from spotwise.store import Store
+
+
+class Cloudlike:
+    """The local provisioner, behaving like a cloud in the ways a test asks for."""
+
+    def __init__(
+        self,
+        inner: Any,
+        *,
+        fail_first_launch: bool = False,
+        stop_when_exited: bool = False,
+        fail_terminate: bool = False,
+    ) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self.fail_first_launch = fail_first_launch
+        self.stop_when_exited = stop_when_exited
+        self.fail_terminate = fail_terminate
+        self.log: list[tuple[str, Any]] = []
+        self.launches: list[tuple[str, str]] = []  # (instance id, SPOTWISE_ATTEMPT)
+        self.terminated: list[str] = []
+
+    def launch(self, request: LaunchRequest) -> Instance:
+        left = [i.instance_id for i in self.inner.describe() if i.holds_resource()]
+        self.log.append(("still there at launch", left))
+        inst = self.inner.launch(request)
+        self.launches.append((inst.instance_id, request.env["SPOTWISE_ATTEMPT"]))
+        if self.fail_first_launch and len(self.launches) == 1:
+            # the cloud created the VM, then waiting on it failed
+            raise ProviderError("gcp: launching: operation op-1 still running at the deadline")
+        return inst
+
+    def describe(self, tags: Mapping[str, str] | None = None) -> list[Instance]:
+        out = []
+        for inst in self.inner.describe(tags):
+            ended = inst.exit_code is not None and inst.instance_id not in self.terminated
+            if self.stop_when_exited and ended:
+                # the trial ended and its VM powered off: stopped, still there, billed
+                now = self.inner.clock.now()
+                inst = replace(inst, state=InstanceState.TERMINATED, ended_at=now, exists=True)
+            out.append(inst)
+        return out
+
+    def terminate(self, instance_ids: Sequence[str]) -> None:
+        self.log.append(("terminate", list(instance_ids)))
+        if self.fail_terminate:
+            raise ProviderError("gcp: deleting: 403 the caller does not have permission")
+        self.terminated += instance_ids
+        self.inner.terminate(instance_ids)
+
+    def notices(self) -> list[Notice]:
+        return list(self.inner.notices())
+
+    def progress(self, instance_id: str) -> list[dict[str, object]]:
+        return list(self.inner.progress(instance_id))
+
+
+def _run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, **behaviour: bool
+) -> tuple[dict[str, Any], Cloudlike, str]:
+    write_trace(tmp_path / "trace.csv")
+    seen: list[Cloudlike] = []
+    real = orchestrator.open_backend
+
+    def open_backend(*args: Any, **kwargs: Any) -> Any:
+        backend = real(*args, **kwargs)
+        backend.provisioner = Cloudlike(backend.provisioner, **behaviour)
+        seen.append(backend.provisioner)
+        return backend
+
+    monkeypatch.setattr(orchestrator, "open_backend", open_backend)
+    db = f"sqlite:///{tmp_path / 'spotwise.db'}"
+    spec = write_spec(tmp_path, tiny_spec(tmp_path, 3))
+    summary = jobs.tune(spec, db=db, run_root=tmp_path / "runs")
+    (prov,) = seen
+    return summary, prov, db
+
+
+@pytest.mark.timeout(180)
+def test_an_instance_a_failed_launch_started_is_terminated_and_its_attempt_is_used_up(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    summary, prov, db = _run(tmp_path, monkeypatch, fail_first_launch=True)
+
+    assert summary["state"] == "succeeded", summary
+    assert summary["completed"] == 1 and summary["migrations"] == 0, summary
+    (first, _), (second, _) = prov.launches
+    # the orchestrator found the failed launch's instance by its launch tag and terminated it
+    # before launching again: no instance of the job was left running (the last terminate is
+    # the usual release of the second one once its trial completed)
+    assert prov.log == [
+        ("still there at launch", []),
+        ("terminate", [first]),
+        ("still there at launch", []),
+        ("terminate", [second]),
+    ]
+    # each try has its own attempt number (events, stop and control files, checkpoint folder)
+    assert [attempt for _, attempt in prov.launches] == ["0", "1"]
+    with Store.open_existing(db) as store:
+        job = summary["job_id"]
+        rows = store.list_instances(job)
+        launches = store.events(job, kind="launch")
+        cleanup = store.events(job, kind="terminated")
+    assert [r.state for r in rows] == ["failed", "terminated"]
+    assert [e.detail["attempt"] for e in launches] == [1]
+    assert [e.detail["instances"] for e in cleanup] == [[first]]
+    assert all(not i.holds_resource() for i in prov.inner.describe({TAG_JOB: job}))
+    assert second != first
+
+
+@pytest.mark.timeout(180)
+def test_a_launch_that_fails_before_starting_anything_still_uses_up_its_attempt(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A retry after a failed launch is not a migration either (no life had started)."""
+
+    def refuse_once(self: Cloudlike, request: LaunchRequest) -> Instance:
+        if not self.launches:
+            self.launches.append(("", request.env["SPOTWISE_ATTEMPT"]))
+            raise ProviderError("gcp: launching: 500 backend error")
+        inst: Instance = self.inner.launch(request)
+        self.launches.append((inst.instance_id, request.env["SPOTWISE_ATTEMPT"]))
+        return inst
+
+    monkeypatch.setattr(Cloudlike, "launch", refuse_once)
+    summary, prov, _ = _run(tmp_path, monkeypatch)
+    assert summary["state"] == "succeeded" and summary["migrations"] == 0, summary
+    assert [attempt for _, attempt in prov.launches] == ["0", "1"]
+    # nothing carried the failed launch's tag: the only terminate is the usual release
+    assert prov.log == [("terminate", [prov.launches[1][0]])]
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("fail_terminate", [False, True])
+def test_an_ended_instance_that_still_exists_is_terminated_once_after_its_bill(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fail_terminate: bool
+) -> None:
+    summary, prov, db = _run(
+        tmp_path, monkeypatch, stop_when_exited=True, fail_terminate=fail_terminate
+    )
+
+    assert summary["state"] == "succeeded", summary
+    ((iid, _),) = prov.launches
+    assert [ids for what, ids in prov.log if what == "terminate"] == [[iid]]  # once
+    with Store.open_existing(db) as store:
+        job = summary["job_id"]
+        (row,) = store.list_instances(job)
+        errors = store.events(job, kind="error")
+        cleanup = store.events(job, kind="terminated")
+    assert (row.state, row.end_reason) == ("terminated", "completed")
+    assert row.cost_usd > 0  # billed as the life it was
+    if fail_terminate:  # an error event, never a crash
+        assert [e.detail["error"] for e in errors] == [
+            f"terminating the ended instance ['{iid}'] failed: "
+            "gcp: deleting: 403 the caller does not have permission"
+        ]
+        assert cleanup == []
+    else:
+        assert errors == [] and [e.detail["instances"] for e in cleanup] == [[iid]]
+
+
+def test_the_drain_deletes_a_noticed_instance_that_ended_stopped() -> None:
+    """At the end of a job the drain waits for noticed instances to be taken; one that ends
+    stopped or deallocated rather than deleted (GCP ``STOP``, Azure ``Deallocate``) is billed
+    and then deleted, because its provider still bills what it holds."""
+    from types import SimpleNamespace
+
+    from spotwise.planner.ledger import Ledger
+    from spotwise.planner.runstate import Life, TrialRun
+    from spotwise.providers.base import Market, Offer
+
+    offer = Offer("gcp", "us-central1", "us-central1-a", "n2-standard-4", Market.SPOT, 0.1, 0.2)
+    ended = Instance("us-central1-a/vm-1", offer, InstanceState.REVOKED, ended_at=90.0, exists=True)
+    gone = Instance("us-central1-a/vm-2", offer, InstanceState.REVOKED, ended_at=95.0, exists=False)
+
+    class Prov:
+        def __init__(self) -> None:
+            self.terminated: list[str] = []
+
+        def describe(self, tags: Mapping[str, str] | None = None) -> list[Instance]:
+            assert tags == {TAG_JOB: "j-1"}
+            return [ended, gone]
+
+        def terminate(self, ids: Sequence[str]) -> None:
+            self.terminated += ids
+
+    led = Ledger.__new__(Ledger)
+    t1, t2 = TrialRun("t-1", 0, {}, 10, 5), TrialRun("t-2", 1, {}, 10, 5)
+    led.lives = {
+        ended.instance_id: (t1, Life("l-1", ended.instance_id, offer, 0.0, 0, 0, 120.0)),
+        gone.instance_id: (t2, Life("l-2", gone.instance_id, offer, 0.0, 0, 0, 120.0)),
+    }
+    led.job_id, led.trials, led.opts = "j-1", [], SimpleNamespace(poll_s=0.0)
+    billed: list[tuple[str, InstanceState, float]] = []
+    events: list[tuple[str, dict[str, Any]]] = []
+
+    def bill(t: TrialRun, life: Life, state: InstanceState, at: float, **_: Any) -> None:
+        billed.append((life.instance_id, state, at))
+        led.lives.pop(life.instance_id)
+
+    led._bill = bill  # type: ignore[method-assign]
+    led._event = lambda kind, now, t=None, **d: events.append((kind, d))  # type: ignore[method-assign]
+    prov = Prov()
+    led.backend = SimpleNamespace(now=lambda: 100.0, provisioner=prov, close=lambda: None)  # type: ignore[assignment]
+    led._drain(led.backend)
+    assert billed == [
+        (ended.instance_id, InstanceState.REVOKED, 90.0),
+        (gone.instance_id, InstanceState.REVOKED, 95.0),
+    ]
+    assert prov.terminated == [ended.instance_id]  # the one the provider still holds, once
+    assert events == [
+        ("terminated", {"instances": [ended.instance_id], "reason": "the ended instance"})
+    ]
