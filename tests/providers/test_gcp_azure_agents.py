@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import json
 import sys
-import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from email.utils import formatdate
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
+from localhttp import LocalServer as Server
 
 from spotwise.providers import azure_agent, gcp_agent
 
@@ -28,45 +27,6 @@ ready.write_text("ready")
 time.sleep(30)
 sys.exit(3)
 """
-
-
-class Server:
-    """A tiny HTTP server whose GET/PUT answers come from a handler function."""
-
-    def __init__(
-        self, handle: Callable[[str, str, dict[str, str], bytes], tuple[int, str]]
-    ) -> None:
-        self.requests: list[tuple[str, str, dict[str, str], bytes]] = []
-        outer = self
-
-        class H(BaseHTTPRequestHandler):
-            def _do(self) -> None:
-                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                headers = {k: v for k, v in self.headers.items()}
-                outer.requests.append((self.command, self.path, headers, body))
-                status, text = handle(self.command, self.path, headers, body)
-                data = text.encode()
-                self.send_response(status)
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            do_GET = do_PUT = _do
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), H)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-
-    def __enter__(self) -> Server:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
 
 
 @pytest.fixture

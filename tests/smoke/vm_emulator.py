@@ -34,41 +34,22 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+
+from localhttp import LocalServer
 
 Handler = Callable[["Machine", str, str, bytes], tuple[int, str]]
 AGENT_SETTINGS = {"poll_s": 0.2, "sync_s": 0.2, "shutdown_after_s": -1, "kill_grace_s": 10}
 SECRET_PREFIXES = ("SPOTWISE_", "GOOGLE_", "AZURE_", "AWS_", "CLOUDSDK_")
 
 
-class MetadataServer:
+class MetadataServer(LocalServer):
     """A local HTTP server answering one machine's metadata requests through ``handle``."""
 
     def __init__(self, machine: Machine, handle: Handler) -> None:
-        class H(BaseHTTPRequestHandler):
-            def _do(self) -> None:
-                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                status, text = handle(machine, self.command, self.path, body)
-                data = text.encode()
-                self.send_response(status)
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            do_GET = do_PUT = _do
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), H)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        super().__init__(lambda command, path, _headers, body: handle(machine, command, path, body))
+        self.start()
 
 
 @dataclass
