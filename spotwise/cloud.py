@@ -10,7 +10,6 @@ provider cannot be reached, ``prices`` falls back to that cache (marked ``source
 
 from __future__ import annotations
 
-import re
 import time
 from dataclasses import asdict
 from typing import Any
@@ -24,23 +23,10 @@ from spotwise.errors import (
 )
 from spotwise.providers.base import Catalog, Market, Offer, PricePoint
 from spotwise.providers.registry import PROVIDER_NAMES, ProviderConfig, cloud_module, validate_name
+from spotwise.units import parse_duration
 
 LOCAL_TRACE = "builtin:skynomad-v100-2023"
 CACHE_MAX_AGE_S = 24 * 3600.0
-_DURATION_RE = re.compile(r"(\d+(?:\.\d+)?)\s*([smhdw])")
-_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
-
-
-def parse_duration(text: str) -> float:
-    """``"6h"``, ``"30m"``, ``"1h30m"``, ``"2d"`` → seconds."""
-    s = text.strip().lower().replace(" ", "")
-    parts = _DURATION_RE.findall(s)
-    if not s or not parts or "".join(n + u for n, u in parts) != s:
-        raise SpecError(f"--history: {text!r} is not a duration; use e.g. 90m, 6h, 2d or 1h30m")
-    seconds = sum(float(n) * _UNIT_S[u] for n, u in parts)
-    if seconds <= 0:
-        raise SpecError(f"--history: the duration must be > 0, got {text!r}")
-    return seconds
 
 
 def check(providers: list[str] | None = None) -> dict[str, Any]:
@@ -201,7 +187,7 @@ def prices(
 ) -> dict[str, Any]:
     """Current prices sorted by price (on-demand joined), or the spot price history over a
     window; current prices are cached in the store."""
-    window = parse_duration(history) if history else None
+    window = parse_duration(history, field="--history") if history else None
     if window is not None and not instance_type:
         raise SpecError("--history needs --instance-type (a price history is per instance type)")
     if window is not None and market is Market.ON_DEMAND:

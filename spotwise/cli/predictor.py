@@ -31,7 +31,7 @@ def _console() -> Any:
 
 
 def _seconds(text: str, field: str = "--horizon") -> float:
-    from spotwise.predictors._units import parse_duration
+    from spotwise.units import parse_duration
 
     return parse_duration(text, field=field)
 
@@ -148,7 +148,7 @@ def _print_eval(res: dict[str, Any], horizon: str) -> None:
 
 
 def _print_forecast(res: dict[str, Any]) -> None:
-    from spotwise.predictors._units import format_duration
+    from spotwise.units import format_duration
 
     h = res.get("horizon_s")
     rows = [

@@ -84,7 +84,7 @@ def evaluate_path(
 
 def parse_at(at: str | None, ts: TraceSet) -> float:
     """``--at``: ISO time (UTC when naive), or hours after the trace start (``36``, ``36h``)."""
-    from spotwise.predictors._units import parse_duration
+    from spotwise.units import parse_duration
 
     if at is None or at == "":
         return float(ts.times[-1])

@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 
 from spotwise.errors import SpecError
-from spotwise.predictors._units import format_duration, parse_duration
+from spotwise.units import format_duration, parse_duration
 
 
 @pytest.mark.parametrize(
