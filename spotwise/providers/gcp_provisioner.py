@@ -38,7 +38,6 @@ import os
 import re
 import time
 from collections.abc import Callable, Mapping, Sequence
-from datetime import datetime
 from typing import Any
 
 from spotwise.errors import CapacityError, ProviderError
@@ -48,7 +47,6 @@ from spotwise.providers.base import (
     Instance,
     InstanceState,
     LaunchRequest,
-    Market,
     Notice,
     NoticeKind,
     Offer,
@@ -56,22 +54,10 @@ from spotwise.providers.base import (
 )
 from spotwise.providers.billing import rule_for
 from spotwise.providers.channel import artifacts_uri, attempt_of
-from spotwise.providers.gcp import (
-    NAME,
-    GcpClients,
-    GcpSettings,
-    api_error,
-    label_filter,
-    label_key,
-    labels_to_tags,
-    zone_region,
-)
+from spotwise.providers.gcp import NAME, GcpClients, GcpSettings, api_error, label_filter, label_key
+from spotwise.providers.gcp_instances import read_instance, rfc3339_ts
 from spotwise.providers.gcp_launch import (
     GUEST_NAMESPACE,
-    META_LAUNCH,
-    META_OFFER,
-    META_TAGS,
-    channel_of,
     instance_body,
     instance_name,
     json_dict,
@@ -83,23 +69,11 @@ from spotwise.providers.trialfiles import Tracks
 _CAPACITY = (
     "ZONE_RESOURCE_POOL_EXHAUSTED", "RESOURCE_POOL_EXHAUSTED", "STOCKOUT", "RESOURCE_NOT_AVAILABLE",
 )  # fmt: skip
-_P, _R, _S, _T = (
-    InstanceState.PENDING, InstanceState.RUNNING, InstanceState.STOPPING, InstanceState.TERMINATED,
-)  # fmt: skip
-_STATE = {
-    "PROVISIONING": _P, "STAGING": _P, "PENDING": _P, "REPAIRING": _P, "RUNNING": _R,
-    "STOPPING": _S, "SUSPENDING": _S, "PENDING_STOP": _S, "DEPROVISIONING": _S,
-    "STOPPED": _T, "SUSPENDED": _T, "TERMINATED": _T,
-}  # fmt: skip
 _ID = re.compile(r"^([a-z]+-[a-z]+\d+-[a-z])/([a-z][-a-z0-9]{0,62})$")
 
 
 def _has(inst: Instance, want: Mapping[str, str]) -> bool:
     return all(inst.tags.get(k) == v for k, v in want.items())
-
-
-def _ts(rfc3339: str) -> float:
-    return datetime.fromisoformat(rfc3339.replace("Z", "+00:00")).timestamp() if rfc3339 else 0.0
 
 
 class GcpProvisioner:
@@ -267,40 +241,10 @@ class GcpProvisioner:
             self.tracks.add(iid, *self._channels[iid])
 
     def _to_instance(self, raw: Any) -> Instance:
-        zone = raw.zone.rsplit("/", 1)[-1]
-        meta = {item.key: item.value for item in raw.metadata.items}
-        tags = json_dict(meta.get(META_TAGS)) or labels_to_tags(dict(raw.labels))
-        offer = self._offer_of(raw, zone, json_dict(meta.get(META_OFFER)))
-        state = _STATE.get(raw.status, InstanceState.PENDING)
-        channel = channel_of(meta.get(META_LAUNCH))
+        inst, channel = read_instance(raw, self.prices)  # :mod:`spotwise.providers.gcp_instances`
         if channel is not None:
-            self._channels[f"{zone}/{raw.name}"] = channel
-        return Instance(
-            instance_id=f"{zone}/{raw.name}",
-            offer=offer,
-            state=state,
-            tags={str(k): str(v) for k, v in tags.items()},
-            launched_at=_ts(raw.creation_timestamp),
-            ended_at=_ts(raw.last_stop_timestamp)
-            if state.is_terminal() and raw.last_stop_timestamp
-            else None,
-            exists=True,  # listed: even a TERMINATED (stopped) VM keeps its disk until deleted
-        )
-
-    def _offer_of(self, raw: Any, zone: str, saved: Mapping[str, Any]) -> Offer:
-        if saved:
-            try:
-                return Offer(**{**saved, "market": Market(saved["market"])})
-            except (TypeError, ValueError, KeyError):
-                pass
-        itype = raw.machine_type.rsplit("/", 1)[-1]
-        spot = raw.scheduling.provisioning_model == "SPOT" or bool(raw.scheduling.preemptible)
-        market = Market.SPOT if spot else Market.ON_DEMAND
-        row = self.prices.lookup(itype, zone_region(zone), zone)
-        price = (row.price(market) or 0.0) if row else 0.0
-        return Offer(
-            NAME, zone_region(zone), zone, itype, market, price, row.on_demand if row else 0.0
-        )
+            self._channels[inst.instance_id] = channel
+        return inst
 
     # ---- terminate ------------------------------------------------------------------------
     def terminate(self, instance_ids: Sequence[str]) -> None:
@@ -367,7 +311,7 @@ class GcpProvisioner:
             parts = op.target_link.split("/")
             if "zones" in parts and "instances" in parts:
                 zone, name = parts[parts.index("zones") + 1], parts[parts.index("instances") + 1]
-                out[f"{zone}/{name}"] = _ts(op.start_time or op.insert_time) or self.clock()
+                out[f"{zone}/{name}"] = rfc3339_ts(op.start_time or op.insert_time) or self.clock()
         return out
 
     def notices(self) -> list[Notice]:
