@@ -143,7 +143,9 @@ def trials(job_id: str | None, *, db: str | None = None) -> dict[str, Any]:
 
 def cancel(job_id: str, *, db: str | None = None, wait_s: float = 60.0) -> dict[str, Any]:
     """Ask a running job's orchestrator to stop (trials checkpoint first); mark a job whose
-    orchestrator is gone as cancelled and list the instances it had recorded as active."""
+    orchestrator is gone as cancelled; in both of those cases, and for a finished job whose
+    record still holds instances (its drain could not terminate them), terminate what the
+    provider still runs with the job's tags."""
     from spotwise.store import Store
 
     store = Store.open_existing(db)
@@ -151,13 +153,17 @@ def cancel(job_id: str, *, db: str | None = None, wait_s: float = 60.0) -> dict[
         job = store.get_job(job_id)
         state = job.state.value if hasattr(job.state, "value") else job.state
         if state in ("succeeded", "failed", "cancelled"):
+            out = {"job_id": job.id, "state": state, "cancelled": False}
+            if not store.list_instances(job.id, active_only=True):
+                return {**out, "message": f"job already {state}"}
+            terminated = _release(store, job)
             return {
-                "job_id": job.id,
-                "state": state,
-                "cancelled": False,
-                "message": f"job already {state}",
+                **out,
+                "terminated_instances": terminated,
+                "message": f"job already {state}; its record still held instances: "
+                f"{len(terminated)} tagged instance(s) terminated",
             }
-        if job.pid and _alive(job.pid):
+        if job.pid and orchestrator_alive(job.pid):
             os.kill(job.pid, signal.SIGTERM)
             deadline = time.monotonic() + wait_s
             while time.monotonic() < deadline:
@@ -180,15 +186,7 @@ def cancel(job_id: str, *, db: str | None = None, wait_s: float = 60.0) -> dict[
         for t in store.list_trials(job.id):
             if not t.state.is_terminal():
                 store.update_trial(t.id, state="cancelled", ended_at=time.time())
-        # the orchestrator died: terminate what the provider still runs with this job's tags
-        from spotwise.planner.backend import reconcile
-        from spotwise.spec import JobSpec
-
-        terminated = reconcile(JobSpec.model_validate_json(job.spec_json), job.id)
-        for row in store.list_instances(job.id, active_only=True):
-            store.update_instance(
-                row.id, state="terminated", end_reason="reconciled", ended_at=time.time()
-            )
+        terminated = _release(store, job)
         return {
             "job_id": job.id,
             "state": "cancelled",
@@ -201,7 +199,21 @@ def cancel(job_id: str, *, db: str | None = None, wait_s: float = 60.0) -> dict[
         store.close()
 
 
-def _alive(pid: int) -> bool:
+def _release(store: Any, job: Any) -> list[str]:
+    """Terminate what the providers still run with the job's tags; only then close the
+    instance records (a provider error leaves them open, so a later cancel retries)."""
+    from spotwise.planner.backend import reconcile
+    from spotwise.spec import JobSpec
+
+    terminated = reconcile(JobSpec.model_validate_json(job.spec_json), job.id)
+    for row in store.list_instances(job.id, active_only=True):
+        store.update_instance(
+            row.id, state="terminated", end_reason="reconciled", ended_at=time.time()
+        )
+    return terminated
+
+
+def orchestrator_alive(pid: int) -> bool:
     """Whether ``pid`` is still a spotwise orchestrator (guards against a reused pid)."""
     try:
         os.kill(pid, 0)

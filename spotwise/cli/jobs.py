@@ -37,7 +37,8 @@ def tune(
 ) -> None:
     """Run a tuning job to the end: live table of trials, then a summary ($ vs on-demand).
 
-    Exits 2 for a bad spec (nothing written) and 1 when every trial failed."""
+    Exits 2 for a bad spec (nothing written), and 1 when every trial failed or an instance could
+    not be terminated at the end (it may still be billed: `spotwise cancel JOB` retries)."""
     from spotwise import jobs
     from spotwise.cli.render import LiveJob, print_summary
 
@@ -48,7 +49,8 @@ def tune(
         with LiveJob() as live:
             summary = jobs.tune(spec, db=db, policy=policy, on_update=live.update)
         print_summary(summary)
-    if summary["state"] == "failed":  # every trial crashed: scripts see a non-zero exit
+    # every trial crashed, or something may still be billed: scripts see a non-zero exit
+    if summary["state"] == "failed" or summary.get("leftover_instances"):
         raise typer.Exit(1)
 
 

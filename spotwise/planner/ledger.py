@@ -20,6 +20,8 @@ from spotwise.planner.trialbook import TrialBook
 from spotwise.providers.base import TAG_JOB, InstanceState
 
 STOP_TIMEOUT_WALL_S = 30.0  # a trial asked to stop that has not exited by then is terminated
+RELEASE_RETRY_WALL_S = 5.0  # a refused terminate is retried this long after
+RELEASE_TRIES = 4  # refusals before the job stops waiting; the drain tries once more, then reports
 
 
 class Ledger(TrialBook):
@@ -29,6 +31,7 @@ class Ledger(TrialBook):
     lives: dict[str, tuple[TrialRun, Life]]
     spent_usd: float
     on_demand_usd: float
+    leftover_ids: list[str]  # instances the drain could not terminate
 
     # ---- money --------------------------------------------------------------------------
     def _release_is_cheaper(self, life: Life, now: float) -> bool:
@@ -51,7 +54,12 @@ class Ledger(TrialBook):
         *,
         released: bool = False,
     ) -> None:
-        """Record the end of a life and its bill; ``released``: terminated by us after a notice."""
+        """Record the end of a life and its bill; ``released``: terminated by us after a notice.
+        A life the provider would not terminate (``state`` RUNNING, at the drain) is billed up
+        to ``ended_at`` and its record stays open: the provider may still bill it, and
+        `spotwise cancel` retries."""
+        if state is InstanceState.RUNNING:
+            self.leftover_ids.append(life.instance_id)
         self.lives.pop(life.instance_id, None)
         segs = self.backend.segments(life.offer, life.launched_at, ended_at)
         revoked = state is InstanceState.REVOKED
@@ -69,15 +77,13 @@ class Ledger(TrialBook):
             if released
             else ("completed" if t.state == "completed" else "stopped")
         )
-        self.store.update_instance(
-            life.launch_id,
-            state=state.value,
-            ended_at=time.time(),
-            end_reason=reason,
-            cost_usd=cost,
-            on_demand_cost_usd=od,
-            market_seconds=seconds,
-        )
+        bill = {"cost_usd": cost, "on_demand_cost_usd": od, "market_seconds": seconds}
+        if state is InstanceState.RUNNING:
+            self.store.update_instance(life.launch_id, end_reason="not terminated", **bill)
+        else:
+            self.store.update_instance(
+                life.launch_id, state=state.value, ended_at=time.time(), end_reason=reason, **bill
+            )
         self.store.update_trial(t.trial_id, cost_usd=t.cost_usd, revocations=t.revocations)
 
     def _running_cost(self, now: float) -> float:
@@ -86,6 +92,24 @@ class Ledger(TrialBook):
             segs = self.backend.segments(life.offer, life.launched_at, now)
             total += sum(s * p for s, p in segs) / 3600.0
         return total
+
+    def _try_release(self, t: TrialRun, iid: str, life: Life, now: float, what: str) -> bool:
+        """Terminate a life's instance; a refusal is retried after a pause, never raised."""
+        if time.monotonic() < life.release_retry_wall:
+            return False
+        try:
+            self.backend.provisioner.terminate([iid])
+            return True
+        except ProviderError as e:
+            self._event("error", now, t, error=f"terminating {what} {[iid]} failed: {e}")
+        life.release_failures += 1
+        life.release_retry_wall = time.monotonic() + RELEASE_RETRY_WALL_S
+        return False
+
+    @staticmethod
+    def _given_up(life: Life) -> bool:
+        """The trial has left and the provider keeps refusing to terminate: stop waiting."""
+        return life.exited and life.release_failures >= RELEASE_TRIES
 
     def _terminate_quietly(self, t: TrialRun, ids: list[str], now: float, what: str) -> bool:
         """Terminate ``ids``; a provider error becomes an "error" event (never a crash)."""
@@ -120,9 +144,25 @@ class Ledger(TrialBook):
                 backend.provisioner.terminate([iid])
             except ProviderError as e:
                 self._event("error", now, t, error=f"terminate failed: {e}")
+                self._bill(t, life, InstanceState.RUNNING, backend.now())  # record stays open
                 continue
             self._bill(t, life, InstanceState.TERMINATED, backend.now())
         for t in self.trials:
             if not t.phase.is_terminal():
                 self._close_trial(t, "cancelled", now)
         backend.close()
+
+    def leftovers(self) -> list[str]:
+        """After the drain: the instances the provider would not terminate, still billed."""
+        return sorted(self.leftover_ids)
+
+    def leftover_error(self, error: str | None) -> str | None:
+        """``error`` with the leftovers named after it, so the job's record says what to do."""
+        ids = self.leftovers()
+        if not ids:
+            return error
+        said = (
+            f"{len(ids)} instance(s) could not be terminated and may still be billed: "
+            f"{', '.join(ids)}; retry with `spotwise cancel {self.job_id}`"
+        )
+        return said if error is None else f"{error}; {said}"

@@ -83,6 +83,7 @@ class Orchestrator(Actions):
         self.spec_path = spec_path
         self.trials: list[TrialRun] = []
         self.lives: dict[str, tuple[TrialRun, Life]] = {}  # instance id → life not yet billed
+        self.leftover_ids: list[str] = []
         self.blocked: dict[str, float] = {}  # offer key → market time until which it is avoided
         self.cancelled = False
         self.cancel_requested = False
@@ -150,7 +151,7 @@ class Orchestrator(Actions):
         finally:
             self._drain(backend)
             restore()
-            self._finish_job(state, error)
+            self._finish_job(state, self.leftover_error(error))
         return self.summary(time.monotonic() - wall0)
 
     # ---- the loop -----------------------------------------------------------------------
@@ -202,7 +203,7 @@ class Orchestrator(Actions):
         ]
 
     def _finished(self) -> bool:
-        if self.lives:
+        if any(not self._given_up(life) for _, life in self.lives.values()):
             return False
         if self.cancelled:
             return True
@@ -269,15 +270,17 @@ class Orchestrator(Actions):
                     if inst.holds_resource():  # stopped, not deleted: still billed; delete it
                         self._terminate_quietly(t, [iid], now, "the ended instance")
                 elif life.notice_deadline is None:
-                    prov.terminate([iid])  # left on its own and no notice: release it now
-                    self._bill(t, life, InstanceState.TERMINATED, now)
-                elif self._release_is_cheaper(life, now):
+                    # left on its own and no notice: release it now
+                    if self._try_release(t, iid, life, now, "the exited instance"):
+                        self._bill(t, life, InstanceState.TERMINATED, now)
+                elif self._release_is_cheaper(life, now) and self._try_release(
+                    t, iid, life, now, "the noticed instance"
+                ):
                     # noticed, trial gone, and waiting for the provider would cost more (past
-                    # the free first hour on AWS, always on Azure): release it ourselves
-                    prov.terminate([iid])
+                    # the free first hour on AWS, always on Azure): released it ourselves
                     self._bill(t, life, InstanceState.TERMINATED, now, released=True)
             elif t.stopping and life.stop_wall is not None and self._stop_overdue(life):
-                prov.terminate([iid])
+                self._try_release(t, iid, life, now, "the instance of an overdue stop")
         return events
 
     @staticmethod
@@ -309,6 +312,8 @@ class Orchestrator(Actions):
         )
         if job.error:
             out["error"] = job.error
+        if self.leftover_ids:  # the drain could not terminate them: `tune` exits non-zero
+            out["leftover_instances"] = self.leftovers()
         return out
 
     def snapshot(self, now: float) -> dict[str, Any]:

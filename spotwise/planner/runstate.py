@@ -35,6 +35,8 @@ class Life:
     first_report_at: float | None = None
     first_report_step: int = 0
     stop_wall: float | None = None  # wall time a stop was requested (for the exit timeout)
+    release_failures: int = 0  # terminate calls the provider refused (retried, then reported)
+    release_retry_wall: float = 0.0  # wall time before which no terminate is retried
 
 
 @dataclass

@@ -133,3 +133,24 @@ def test_help_is_fast_and_lists_commands(tmp_path: Path) -> None:
         ln.split("|")[-1].strip().split(".")[0] for ln in probe.stderr.splitlines() if "|" in ln
     }
     assert not (heavy & loaded), f"heavy modules imported by --help: {heavy & loaded}"
+
+
+@pytest.mark.parametrize(
+    ("extra", "code"),
+    [({}, 0), ({"leftover_instances": ["i-0abc"]}, 1), ({"state": "failed"}, 1)],
+)
+def test_tune_exits_non_zero_when_something_may_still_be_billed(
+    monkeypatch: pytest.MonkeyPatch, extra: dict, code: int
+) -> None:
+    """A job whose drain could not terminate an instance ends "succeeded" but may still cost
+    money: cron jobs and CI must see a non-zero exit, as for a job whose every trial failed."""
+    from typer.testing import CliRunner
+
+    from spotwise import jobs
+    from spotwise.cli.app import app
+
+    summary = {"job_id": "j-1", "state": "succeeded", **extra}
+    monkeypatch.setattr(jobs, "tune", lambda *a, **k: summary)
+    done = CliRunner().invoke(app, ["tune", "job.yaml", "--json"])
+    assert done.exit_code == code, done.output
+    assert json.loads(done.stdout) == summary

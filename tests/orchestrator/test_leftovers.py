@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_orchestrator import tiny_spec, write_spec, write_trace
+from test_orchestrator import TRACE_TICKS, tiny_spec, write_spec, write_trace
 
 from spotwise import jobs
 from spotwise.errors import ProviderError
@@ -81,9 +81,10 @@ class Cloudlike:
 
 
 def _run(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, **behaviour: bool
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, calm: bool = False, **behaviour: bool
 ) -> tuple[dict[str, Any], Cloudlike, str]:
-    write_trace(tmp_path / "trace.csv")
+    """``calm``: spot stays available in every zone for the whole trace (nothing is revoked)."""
+    write_trace(tmp_path / "trace.csv", **({"avail_ticks": TRACE_TICKS} if calm else {}))
     seen: list[Cloudlike] = []
     real = orchestrator.open_backend
 
@@ -236,3 +237,79 @@ def test_the_drain_deletes_a_noticed_instance_that_ended_stopped() -> None:
     assert events == [
         ("terminated", {"instances": [ended.instance_id], "reason": "the ended instance"})
     ]
+
+
+@pytest.mark.timeout(180)
+def test_an_instance_the_drain_cannot_terminate_is_reported_and_cancel_retries_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A provider that refuses every terminate: the job still ends, but its record, its
+    summary and its error say what may still be billed, and `spotwise cancel` on the finished
+    job retries (before, it answered "job already succeeded" and released nothing)."""
+    summary, prov, db = _run(tmp_path, monkeypatch, calm=True, fail_terminate=True)
+
+    ((iid, _),) = prov.launches
+    job = summary["job_id"]
+    assert summary["state"] == "succeeded" and summary["completed"] == 1, summary
+    assert summary.get("leftover_instances") == [iid], summary
+    # tried while the job ran (a pause between tries), then once more by the drain
+    assert prov.log.count(("terminate", [iid])) == 5
+    assert summary["error"] == (
+        f"1 instance(s) could not be terminated and may still be billed: {iid}; "
+        f"retry with `spotwise cancel {job}`"
+    )
+    with Store.open_existing(db) as store:
+        (row,) = store.list_instances(job, active_only=True)
+        assert store.get_job(job).error == summary["error"]
+    # billed up to the drain (the provider may bill more), its record still open
+    assert (row.state, row.end_reason, row.ended_at) == ("running", "not terminated", None)
+    assert row.cost_usd > 0 and summary["cost_usd"] == pytest.approx(row.cost_usd, abs=1e-6)
+
+    out = jobs.cancel(job, db=db)
+    assert out["state"] == "succeeded" and out["cancelled"] is False, out
+    assert "its record still held instances" in out["message"]
+    with Store.open_existing(db) as store:
+        assert store.list_instances(job, active_only=True) == []
+        assert (store.get_instance(row.id).state, store.get_instance(row.id).end_reason) == (
+            "terminated",
+            "reconciled",
+        )
+    # nothing left to do: a second cancel says so
+    assert jobs.cancel(job, db=db)["message"] == "job already succeeded"
+
+
+def test_cancel_keeps_the_record_open_when_the_provider_still_refuses(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A release that fails leaves the instance records open, so the next cancel retries."""
+    from spotwise.planner import backend
+
+    db = f"sqlite:///{tmp_path / 'spotwise.db'}"
+    spec = write_spec(tmp_path, tiny_spec(tmp_path, 1))
+    from spotwise.spec import load_spec
+
+    parsed = load_spec(spec)
+    with Store.open(db) as store:
+        j = store.create_job("t", parsed.model_dump_json(), str(spec), "spot-greedy", "maximize")
+        store.update_job(j.id, state="succeeded")
+        t = store.add_trial(j.id, 0, {"lr": 0.1})
+        row = store.record_launch(
+            job_id=j.id,
+            trial_id=t.id,
+            provider="local",
+            region="r",
+            zone="r-a",
+            instance_type="p3.2xlarge",
+            market="spot",
+            offer_key="k",
+            price_per_hour=1.0,
+        )
+
+    def refuse(spec: Any, job_id: str) -> list[str]:
+        raise ProviderError("reconcile: terminated 0 instance(s); failed on gcp: 403")
+
+    monkeypatch.setattr(backend, "reconcile", refuse)
+    with pytest.raises(ProviderError, match="403"):
+        jobs.cancel(j.id, db=db)
+    with Store.open_existing(db) as store:
+        assert [r.id for r in store.list_instances(j.id, active_only=True)] == [row.id]
