@@ -10,7 +10,7 @@ import sys
 
 import typer
 
-from spotwise.cli import cloud, curve, jobs, predictor, simulate
+from spotwise.cli import cloud, curve, jobs, predictor, report, simulate
 from spotwise.errors import SpotwiseError
 
 app = typer.Typer(
@@ -27,6 +27,7 @@ app.add_typer(predictor.app, name="predictor")
 app.add_typer(curve.app, name="curve")
 app.add_typer(simulate.app, name="simulate")
 cloud.register(app)  # check / catalog / prices
+report.register(app)  # report
 
 
 def main() -> None:

@@ -1,0 +1,134 @@
+"""`report`: the cost report a cron job prints, and its rendering."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Annotated, Any
+
+import typer
+
+from spotwise.cli.options import DbOpt, JsonOpt
+
+
+def report_cmd(
+    since: Annotated[
+        str,
+        typer.Option(
+            "--since",
+            help="Window: lives that ended in the last 24h, 7d, 30d, … or `all`.",
+        ),
+    ] = "24h",
+    by: Annotated[
+        str,
+        typer.Option(
+            "--by", help="Group by provider, job, instance-type, zone, market or day (UTC)."
+        ),
+    ] = "provider",
+    check: Annotated[
+        bool,
+        typer.Option(
+            "--check",
+            help="Exit 1 when an instance is held by a finished job or one whose orchestrator "
+            "is not running here (may be billed: `spotwise cancel JOB` releases it).",
+        ),
+    ] = False,
+    db: DbOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Cost report for cron: spend vs on-demand per provider (or job, type, zone, day), and
+    every instance still held.
+
+    Each instance life is counted in the window in which it ended, once its bill is final;
+    lives still held are listed apart with their hourly price. Costs on the `local` provider
+    come from the replayed market and are marked simulated.
+
+    Examples: `spotwise report --since 7d --by day`, `spotwise report --check --json` (cron)."""
+    from spotwise import costs
+    from spotwise.cli.output import emit
+
+    out = costs.report(since=since, by=by, db=db)
+    emit(out, json_out, _print_report)
+    if check and out["leftovers"]:
+        raise typer.Exit(1)
+
+
+def _money(row: dict[str, Any]) -> list[str]:
+    pct = row["saved_pct"]
+    return [
+        str(row["lives"]),
+        str(row["revoked"]),
+        f"{row['hours']:.2f}",
+        f"{row['cost_usd']:.4f}",
+        f"{row['on_demand_cost_usd']:.4f}",
+        "—" if pct is None else f"{pct:.0f}%",
+    ]
+
+
+def _when(ts: float | None) -> str:
+    return "the start" if ts is None else datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M")
+
+
+def _print_report(out: dict[str, Any]) -> None:
+    from rich import box
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(highlight=False)
+    tot = out["totals"]
+    console.print(
+        f"[bold]cost report[/] · lives ended from {_when(out['since'])} to "
+        f"{_when(out['until'])} UTC · by {out['by']}"
+    )
+    if tot["lives"]:
+        t = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+        t.add_column(out["by"], no_wrap=True, overflow="fold")
+        for col in ("lives", "revoked", "hours", "$", "on-demand $", "saved"):
+            t.add_column(col, justify="right", no_wrap=True)
+        for g in out["groups"]:
+            t.add_row(g["key"], *_money(g))
+        t.add_row("[bold]total[/]", *_money(tot), end_section=True)
+        console.print(t)
+        console.print(
+            "[dim]on-demand $: the same kept work (steps not lost to a revocation) on on-demand "
+            "capacity; hours: billed instance time[/]"
+        )
+        if tot["simulated_cost_usd"]:
+            console.print(
+                f"${tot['simulated_cost_usd']:.4f} of it is simulated "
+                "(the local provider's replayed market)"
+            )
+    else:
+        console.print("no instance life ended in this window")
+    held = out["held"]
+    if not held:
+        console.print("nothing held now")
+        return
+    t = Table(title="held now", box=box.SIMPLE_HEAD, pad_edge=False)
+    for col in ("job", "state", "provider", "zone", "type", "instance"):
+        t.add_column(col, no_wrap=True, overflow="fold")
+    for col in ("$/h", "hours"):
+        t.add_column(col, justify="right", no_wrap=True)
+    t.add_column("next", overflow="fold")
+    for h in held:
+        t.add_row(
+            h["job_id"],
+            h["job_state"],
+            h["provider"],
+            h["zone"],
+            h["instance_type"],
+            h["instance_id"] or "—",
+            f"{h['usd_per_hour']:.4f}",
+            f"{h['held_hours']:.2f}",
+            f"[red]{h['next']}[/]" if h["next"] else "",
+        )
+    console.print(t)
+    if out["leftovers"]:
+        console.print(
+            f"[red]{out['leftovers']} instance(s) held by jobs that are finished or whose "
+            "orchestrator is not running here: they may still be billed.[/]"
+        )
+    console.print(f"held on clouds now: ${out['held_usd_per_hour']:.4f}/h")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("report")(report_cmd)

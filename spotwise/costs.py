@@ -1,0 +1,180 @@
+"""``spotwise report``: what was spent, on what, against on-demand, and what may still be billed.
+
+Written for cron jobs: one call reads the store, the rest is arithmetic on its rows.
+
+* Every instance life is counted once, in the window in which it **ended**: its bill is final
+  then, so a past window's numbers never change when the report is run again.
+* Lives that have not ended (a job still running, or an instance its job's drain could not
+  terminate) are listed apart as **held**, with their hourly price: they are the money that is
+  still flowing. One whose job has finished, or whose orchestrator no longer runs on this
+  machine, is a **leftover**: ``spotwise cancel JOB`` releases it.
+* Lives of jobs on the ``local`` provider were billed by a *replayed* market (their offers
+  still name the cloud the trace came from, e.g. ``aws``): their dollars are simulated, their
+  provider is shown as ``aws (replay)``, and the totals say how much of the sum is simulated.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+from spotwise.errors import SpecError
+
+GROUPS = ("provider", "job", "instance-type", "zone", "market", "day")
+_FINISHED = ("succeeded", "failed", "cancelled")
+
+
+class LifeRow(Protocol):
+    """What the report reads of an instance record (:class:`~spotwise.store.models.InstanceRow`)."""
+
+    id: str
+    job_id: str
+    provider: str
+    zone: str
+    instance_type: str
+    market: str
+    price_per_hour: float
+    provider_instance_id: str | None
+    state: str
+    requested_at: float
+    launched_at: float | None
+    ended_at: float | None
+    end_reason: str | None
+    cost_usd: float
+    on_demand_cost_usd: float
+    market_seconds: float
+
+
+@dataclass(frozen=True)
+class JobInfo:
+    """What the report needs of a job: its state, whether its orchestrator runs on this
+    machine, and whether it traded on the replayed market (simulated dollars)."""
+
+    state: str
+    running: bool
+    simulated: bool
+
+
+def group_key(row: LifeRow, by: str, simulated: bool = False) -> str:
+    """The value of ``row`` that ``--by`` groups on."""
+    provider = f"{row.provider} (replay)" if simulated else row.provider
+    if by == "provider":
+        return provider
+    if by == "job":
+        return row.job_id
+    if by == "instance-type":
+        return f"{provider}:{row.instance_type}"
+    if by == "zone":
+        return f"{provider}:{row.zone}"
+    if by == "market":
+        return row.market
+    if by == "day":
+        return datetime.fromtimestamp(row.ended_at or 0.0, UTC).strftime("%Y-%m-%d")
+    raise SpecError(f"--by: {by!r} is not a grouping; use one of {', '.join(GROUPS)}")
+
+
+def tally(rows: Iterable[LifeRow], simulated: frozenset[str] = frozenset()) -> dict[str, Any]:
+    """Totals of ended lives: cost, on-demand cost of the same seconds, what was saved;
+    ``simulated``: the jobs whose dollars come from the replayed market."""
+    rows = list(rows)
+    cost = sum(r.cost_usd for r in rows)
+    od = sum(r.on_demand_cost_usd for r in rows)
+    return {
+        "lives": len(rows),
+        "revoked": sum(1 for r in rows if r.end_reason == "revoked"),
+        "hours": sum(r.market_seconds for r in rows) / 3600.0,
+        "cost_usd": cost,
+        "on_demand_cost_usd": od,
+        "saved_usd": od - cost,
+        # no on-demand reference (nothing ran long enough to be billed): no percentage
+        "saved_pct": (1.0 - cost / od) * 100.0 if od > 0 else None,
+        "simulated_cost_usd": sum(r.cost_usd for r in rows if r.job_id in simulated),
+    }
+
+
+def summarize(
+    ended: Iterable[LifeRow],
+    held: Iterable[LifeRow],
+    jobs: Mapping[str, JobInfo],
+    *,
+    by: str,
+    since: float | None,
+    now: float,
+) -> dict[str, Any]:
+    """The report from the store's rows; ``jobs`` describes every job of those rows."""
+    sim = frozenset(j for j, info in jobs.items() if info.simulated)
+    ended = [r for r in ended if r.ended_at is not None and r.ended_at <= now]
+    groups: dict[str, list[LifeRow]] = {}
+    for r in ended:
+        groups.setdefault(group_key(r, by, r.job_id in sim), []).append(r)
+    held_rows = []
+    for r in sorted(held, key=lambda r: (r.requested_at, r.id)):
+        info = jobs.get(r.job_id, JobInfo("unknown", running=False, simulated=False))
+        leftover = info.state in _FINISHED or not info.running
+        start = r.launched_at if r.launched_at is not None else r.requested_at
+        held_rows.append(
+            {
+                "launch_id": r.id,
+                "job_id": r.job_id,
+                "job_state": info.state,
+                "provider": f"{r.provider} (replay)" if info.simulated else r.provider,
+                "simulated": info.simulated,
+                "zone": r.zone,
+                "instance_type": r.instance_type,
+                "market": r.market,
+                "instance_id": r.provider_instance_id,
+                "state": r.state,
+                "usd_per_hour": r.price_per_hour,
+                "held_hours": max(0.0, now - start) / 3600.0,
+                "leftover": leftover,
+                "next": f"spotwise cancel {r.job_id}" if leftover else None,
+            }
+        )
+    return {
+        "since": since,
+        "until": now,
+        "by": by,
+        "totals": {**tally(ended, sim), "jobs": len({r.job_id for r in ended})},
+        "groups": [{"key": k, **tally(v, sim)} for k, v in sorted(groups.items())],
+        "held": held_rows,
+        # what real clouds charge now for what is still held
+        "held_usd_per_hour": sum(h["usd_per_hour"] for h in held_rows if not h["simulated"]),
+        "leftovers": sum(1 for h in held_rows if h["leftover"]),
+    }
+
+
+def report(
+    *, since: str = "24h", by: str = "provider", db: str | None = None, now: float | None = None
+) -> dict[str, Any]:
+    """The cost report over the last ``since`` (a duration such as ``24h``/``7d``, or ``all``),
+    grouped ``by`` one of :data:`GROUPS`, with every instance still held."""
+    from spotwise.jobs import orchestrator_alive
+    from spotwise.store import Store
+    from spotwise.units import parse_duration
+
+    if by not in GROUPS:
+        raise SpecError(f"--by: {by!r} is not a grouping; use one of {', '.join(GROUPS)}")
+    now = time.time() if now is None else now
+    start = None if since.strip().lower() == "all" else now - parse_duration(since, field="--since")
+    store = Store.open_existing(db)
+    try:
+        ended = [
+            r
+            for r in store.list_instances(None, ended_since=start if start is not None else 0.0)
+            if not r.is_active()
+        ]
+        held = store.list_instances(None, active_only=True)
+        jobs: dict[str, JobInfo] = {}
+        for job_id in {r.job_id for r in [*ended, *held]}:
+            job = store.get_job(job_id)
+            jobs[job_id] = JobInfo(
+                state=str(getattr(job.state, "value", job.state)),
+                running=bool(job.pid) and orchestrator_alive(job.pid or 0),
+                simulated=all(p.get("name") == "local" for p in job.spec.get("providers", [])),
+            )
+    finally:
+        store.close()
+    return summarize(ended, held, jobs, by=by, since=start, now=now)
