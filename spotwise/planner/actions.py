@@ -58,13 +58,19 @@ class Actions(Ledger):
                 self._launch(t, offer, now)
         elif isinstance(action, Checkpoint | StopEarly):
             if isinstance(action, StopEarly):
+                if t.stopping == "early":  # asked already (a guard repeats itself each tick)
+                    self._stop_paying(t, action, now)
+                    return
                 t.predicted_final = action.predicted_final
+                t.stop_reason = action.reason
                 self._event(
                     "stop_early", now, t, reason=action.reason, predicted=action.predicted_final
                 )
             reason = "early" if isinstance(action, StopEarly) else "migrate"
             if t.phase is Phase.RUNNING and t.life is not None:
                 self._request_stop(t, reason)
+                if isinstance(action, StopEarly):
+                    self._stop_paying(t, action, now)
             elif isinstance(action, StopEarly):
                 self._close_trial(t, "stopped_early", now)
         elif isinstance(action, SetCheckpointEvery):
@@ -80,6 +86,12 @@ class Actions(Ledger):
         if t.phase is Phase.RUNNING and t.life is not None:
             write_control(control_file(self._trial_dir(t), t.life.attempt), every)
             self._event("checkpoint_every", now, t, every=every)
+
+    def _stop_paying(self, t: TrialRun, action: StopEarly, now: float) -> None:
+        """A trial stopped for the budget is abandoned: its instance is terminated at once
+        rather than billed while the trial winds down (its result is its last metric)."""
+        if action.reason == "budget" and t.life is not None and not t.life.exited:
+            self._try_release(t, t.life.instance_id, t.life, now, "the instance of a budget stop")
 
     def _request_stop(self, t: TrialRun, reason: str) -> None:
         assert t.life is not None
@@ -123,6 +135,7 @@ class Actions(Ledger):
             self._event("launch_failed", now, t, offer=offer.key, error=str(e))
             self._discard_launch(t, launch_id, now)
             if not isinstance(e, CapacityError):
+                t.last_error = str(e)
                 t.failures += 1
                 if t.failures >= MAX_FAILURES:
                     self._close_trial(t, "failed", now)

@@ -65,7 +65,7 @@ class Ledger(TrialBook):
         revoked = state is InstanceState.REVOKED
         kept = t.checkpoint_step if revoked or released else t.step
         rule = self.backend.rule_of(life.offer)  # each life by its own provider's rule
-        cost, od, seconds = life_cost(life, segs, rule, revoked, kept)
+        cost, od, seconds = life_cost(life, segs, rule, revoked, kept, t.seconds_per_step)
         t.cost_usd += cost
         t.on_demand_cost_usd += od
         self.spent_usd += cost

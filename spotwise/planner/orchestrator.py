@@ -35,6 +35,7 @@ from spotwise.planner.policy import (
 )
 from spotwise.planner.report import (
     best_trial,
+    end_state,
     snapshot,
     summary,
 )
@@ -55,6 +56,7 @@ from spotwise.spec import JobSpec
 from spotwise.store.models import new_id
 
 REBALANCE_AVOID_S = 600.0  # market seconds a pool with a rebalance recommendation is avoided
+SAVE_TOTALS_EVERY_WALL_S = 2.0  # how often a running job writes its spend to the store
 
 
 @dataclass(frozen=True)
@@ -130,18 +132,9 @@ class Orchestrator(Actions):
             )
             self.store.update_job(self.job_id, state="running", started_at=time.time(), pid=_pid())
             self._loop()
-            state = "cancelled" if self.cancelled else "succeeded"
-            if (
-                state == "succeeded"
-                and self.trials
-                and all(t.state == "failed" for t in self.trials)
-            ):
-                # nothing to report but crashes: a cron job or CI must not read that as success
-                state = "failed"
-                error = (
-                    f"every trial failed ({len(self.trials)}); "
-                    f"see the trial logs in {self.run_dir / 'logs'}"
-                )
+            state, error = end_state(
+                self.trials, self.cancelled, spec.budget.max_cost_usd, str(self.run_dir / "logs")
+            )
         except SpotwiseError as e:
             error = str(e)
             raise
@@ -157,7 +150,7 @@ class Orchestrator(Actions):
     # ---- the loop -----------------------------------------------------------------------
     def _loop(self) -> None:
         b, spec = self.backend, self.spec
-        last_update = 0.0
+        last_update = last_saved = 0.0
         prev_now = b.now()
         while True:
             if self.cancel_requested and not self.cancelled:
@@ -188,6 +181,9 @@ class Orchestrator(Actions):
             if self.opts.on_update and time.monotonic() - last_update >= self.opts.update_every_s:
                 last_update = time.monotonic()
                 self.opts.on_update(self.snapshot(now))
+            if time.monotonic() - last_saved >= SAVE_TOTALS_EVERY_WALL_S:
+                last_saved = time.monotonic()
+                self._save_totals(now)  # `spotwise status` of a running job shows its spend
             if self._finished():
                 return
             prev_now = now
@@ -321,6 +317,17 @@ class Orchestrator(Actions):
         total = self.spec.trials * self.spec.steps
         return snapshot(
             self.job_id, self.policy.name, self.trials, now, cost, self._totals(), total
+        )
+
+    def _save_totals(self, now: float) -> None:
+        """The running job's spend so far (running instances as if they ended now)."""
+        self.store.update_job(
+            self.job_id,
+            cost_usd=self.spent_usd + self._running_cost(now),
+            on_demand_cost_usd=self.on_demand_usd,
+            revocations=self.revocations,
+            migrations=self.migrations,
+            early_stopped=self.early_stopped,
         )
 
     def _finish_job(self, state: str, error: str | None) -> None:

@@ -32,18 +32,33 @@ def life_cost(
     rule: BillingRule,
     revoked: bool,
     kept_step: int,
+    seconds_per_step: float | None = None,
 ) -> tuple[float, float, float]:
     """``(cost, on_demand_reference, seconds)`` of one instance life.
 
-    The on-demand reference prices only the *useful* part of the life (the steps that were kept,
-    ``kept_step``, rather than redone after a revocation) at the on-demand price: what the same
-    progress would have cost on on-demand capacity, which is never revoked.
+    The on-demand reference prices only the *useful* part of the life at the on-demand price:
+    what the same progress would have cost on on-demand capacity, which is never revoked. Useful
+    is the steps that were kept (``kept_step``, not those redone after a revocation) at the
+    trial's measured ``seconds_per_step``, plus the start-up of the trial's first life only: an
+    on-demand run starts once, so the start-up each spot relaunch pays is not work it would
+    have paid for (counting it made every migration look like a saving). Without a measured
+    speed, the life's seconds are split by steps (start-up included). Never more than the
+    life's own seconds.
     """
     cost = rule.charge(segments, revoked_by_provider=revoked)
     seconds = sum(s for s, _ in segments)
     ran = max(life.max_step - life.start_step, 0)
     useful = max(min(life.max_step, kept_step) - life.start_step, 0)
-    useful_s = seconds * (useful / ran) if ran else 0.0
+    if not ran or not useful:
+        useful_s = 0.0
+    elif seconds_per_step and life.first_report_at is not None:
+        useful_s = useful * seconds_per_step
+        if life.start_step == 0:  # the one start-up an on-demand run pays too
+            before = (life.first_report_step - life.start_step) * seconds_per_step
+            useful_s += max(life.first_report_at - life.launched_at - before, 0.0)
+        useful_s = min(useful_s, seconds)
+    else:
+        useful_s = seconds * (useful / ran)
     return cost, useful_s * life.offer.on_demand_price_per_hour / 3600.0, seconds
 
 
@@ -94,7 +109,54 @@ def summary(
         "cost_usd": round(totals["cost_usd"], 6),
         "on_demand_cost_usd": round(totals["on_demand_cost_usd"], 6),
         "wall_seconds": round(wall_seconds, 3),
+        "limits": limits(trials),
     }
+
+
+def limits(trials: Sequence[TrialRun]) -> dict[str, dict[str, int]]:
+    """Trials the budget or the deadline stopped: how many, and how many of them never ran."""
+    out: dict[str, dict[str, int]] = {}
+    for t in trials:
+        if t.state == "stopped_early" and t.stop_reason in ("budget", "deadline"):
+            row = out.setdefault(t.stop_reason, {"stopped": 0, "never_started": 0})
+            row["stopped"] += 1
+            row["never_started"] += t.lives_started == 0
+    return out
+
+
+def end_state(
+    trials: Sequence[TrialRun], cancelled: bool, max_cost_usd: float | None, logs: str
+) -> tuple[str, str | None]:
+    """The state a job that ran to its end is left in, and the error that says why it failed:
+    nothing but crashes, or a limit that left no result, is not a success (a cron job or CI
+    must not read it as one)."""
+    if cancelled:
+        return "cancelled", None
+    if trials and all(t.state == "failed" for t in trials):
+        last = next((t.last_error for t in reversed(trials) if t.last_error), None)
+        because = f"; the last error: {last}" if last else ""
+        n = len(trials)
+        return "failed", f"every trial failed ({n}){because}; see the trial logs in {logs}"
+    why = nothing_to_show(trials, max_cost_usd)
+    return ("failed", why) if why else ("succeeded", None)
+
+
+def nothing_to_show(trials: Sequence[TrialRun], max_cost_usd: float | None) -> str | None:
+    """Why a job that ran trials has no completed one, when a limit is the reason."""
+    if not trials or any(t.state == "completed" for t in trials):
+        return None
+    reasons = {t.stop_reason for t in trials}
+    if "budget" in reasons:
+        return (
+            f"the budget (max_cost_usd {max_cost_usd}) was reached before any trial completed; "
+            "raise budget.max_cost_usd or lower steps"
+        )
+    if "deadline" in reasons:
+        return (
+            "the deadline was reached before any trial completed; "
+            "raise budget.deadline_hours or lower steps"
+        )
+    return None
 
 
 def snapshot(

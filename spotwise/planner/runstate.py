@@ -54,6 +54,8 @@ class TrialRun:
     checkpoint_uri: str | None = None
     attempt: int = -1  # the last attempt number used (every launch try uses up one)
     lives_started: int = 0  # successful launches: a later one is a migration (or a retry)
+    stop_reason: str | None = None  # why a policy stopped it early ("budget", "deadline", ...)
+    last_error: str | None = None  # its latest failure (a refused launch, a crash), for the user
     life: Life | None = None
     cost_usd: float = 0.0
     on_demand_cost_usd: float = 0.0

@@ -105,6 +105,10 @@ class TrialBook:
                 detail["error"] = (
                     f"the instance ended ({state.value}) without reporting an exit code"
                 )
+            t.last_error = detail.get("error") or (
+                f"the trial exited with code {code} at step {t.step} of {t.steps_total}"
+                + (" without being asked to stop" if code == 0 else "")
+            )
             self._event("error", now, t, **detail)
             if t.failures >= MAX_FAILURES:
                 self._close_trial(t, "failed", now)

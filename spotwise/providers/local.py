@@ -158,9 +158,13 @@ class LocalProvisioner:
             p = self._procs[iid]
             if p.instance.state.is_terminal():
                 continue
+            # billing ends with the request, as on AWS ("you stop incurring charges for an
+            # instance as soon as its state changes to shutting-down"), not after the wall
+            # seconds the trial takes to wind down (minutes of market time at 300x)
+            asked = self.clock.now()
             self._stop_process(p, graceful=True)
             p.instance.state = InstanceState.TERMINATED
-            p.instance.ended_at = self.clock.now()
+            p.instance.ended_at = asked
 
     def notices(self) -> list[Notice]:
         self.poll()

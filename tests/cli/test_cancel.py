@@ -55,6 +55,14 @@ def test_cancel_running_job_checkpoints_and_leaves_nothing(tmp_path: Path) -> No
                         break
             time.sleep(0.5)
         assert job_id is not None, proc.stderr.read() if proc.poll() is not None else "no job"
+        # a running job's spend is in the store as it happens (it read $0 until the end)
+        spend = 0.0
+        for _ in range(40):
+            spend = jobs.status(job_id, db=db)["cost_usd"]
+            if spend > 0:
+                break
+            time.sleep(0.25)
+        assert spend > 0
         done = subprocess.run(
             [sys.executable, "-m", "spotwise.cli.app", "cancel", job_id, "--json"],
             env=env,

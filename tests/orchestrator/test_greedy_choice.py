@@ -157,6 +157,38 @@ def test_budget_counts_the_running_trials_projection() -> None:
     assert actions == [Launch("t1", MARKET[1].key)]
 
 
+def test_budget_counts_the_start_up_each_launch_pays_for() -> None:
+    """Launch to first step is billed too: a replayed market at 300x turns a few wall seconds
+    of start-up into half an hour of market time (measured into ``restart_overhead_s``)."""
+    t = trial(0)  # 100 steps x 60 s at $0.918/h = $1.53, plus 1800 s of start-up = $1.989
+    policy = get_policy("spot-greedy")
+    slow = {"restart_overhead_s": 1800.0}
+    assert policy.decide(view(MARKET, [t], max_cost_usd=1.98, **slow), Tick(NOW)) == [
+        StopEarly("t0", "budget", None)
+    ]
+    assert policy.decide(view(MARKET, [t], max_cost_usd=1.99, **slow), Tick(NOW)) == [
+        Launch("t0", MARKET[1].key)
+    ]
+    # a running trial still starting up: the rest of its start-up is projected too
+    booting = trial(1, Phase.RUNNING, offer_key=MARKET[1].key, launched_at=NOW - 600.0)
+    both = view(MARKET, [booting, t], parallel=2, max_cost_usd=1.99 + 1.53 + 0.30, **slow)
+    assert policy.decide(both, Tick(NOW)) == [StopEarly("t0", "budget", None)]
+    both = view(MARKET, [booting, t], parallel=2, max_cost_usd=1.99 + 1.53 + 0.31, **slow)
+    assert policy.decide(both, Tick(NOW)) == [Launch("t0", MARKET[1].key)]
+
+
+@pytest.mark.parametrize("name", ["greedy", "uniform-progress", "spotwise", "spottune"])
+def test_every_policy_keeps_launches_within_the_budget(name: str) -> None:
+    """The deadline policies launched without looking at the budget (a 78 % overspend)."""
+    t = trial(0, curve=((3, 0.4),))
+    policy = get_policy(name)
+    tight = view(MARKET, [t], max_cost_usd=1.0, deadline=NOW + 10 * 86400.0, started_at=NOW)
+    actions = policy.decide(tight, Tick(NOW))
+    assert actions == [StopEarly("t0", "budget", 0.4)], actions
+    roomy = view(MARKET, [t], max_cost_usd=5.0, deadline=NOW + 10 * 86400.0, started_at=NOW)
+    assert [type(a) for a in policy.decide(roomy, Tick(NOW))][-1] is Launch
+
+
 def test_spent_budget_stops_every_live_trial() -> None:
     trials = [
         trial(0, Phase.RUNNING, offer_key=MARKET[1].key, curve=((5, 0.7),)),

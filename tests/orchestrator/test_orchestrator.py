@@ -291,7 +291,10 @@ def test_a_trial_that_exits_0_before_its_last_step_fails_instead_of_looping(
     # a job whose every trial failed is a failed job, not a success with nothing in it
     assert summary["state"] == "failed"
     logs = tmp_path / "runs" / summary["job_id"] / "logs"
-    assert summary["error"] == f"every trial failed (1); see the trial logs in {logs.resolve()}"
+    assert summary["error"] == (
+        "every trial failed (1); the last error: the trial exited with code 0 at step 3 of 10 "
+        f"without being asked to stop; see the trial logs in {logs.resolve()}"
+    )
     with Store.open_existing(db) as store:
         (trial,) = store.list_trials(summary["job_id"])
         instances = store.list_instances(summary["job_id"])
@@ -302,6 +305,21 @@ def test_a_trial_that_exits_0_before_its_last_step_fails_instead_of_looping(
 
 
 @pytest.mark.timeout(180)
+@pytest.mark.timeout(120)
+def test_a_command_that_cannot_start_says_why_the_job_failed(tmp_path: Path) -> None:
+    """The cause was only in the event table (the trial logs are empty: nothing started)."""
+    write_trace(tmp_path / "trace.csv")
+    db = f"sqlite:///{tmp_path / 'spotwise.db'}"
+    spec = write_spec(tmp_path, spec_dict(tmp_path, command=["nonexistent-prog-xyz"]))
+    summary = jobs.tune(spec, db=db, run_root=tmp_path / "runs")
+    assert summary["state"] == "failed"
+    logs = tmp_path / "runs" / summary["job_id"] / "logs"
+    assert summary["error"] == (
+        "every trial failed (1); the last error: local: cannot start 'nonexistent-prog-xyz': "
+        f"No such file or directory; see the trial logs in {logs.resolve()}"
+    )
+
+
 def test_a_relative_run_root_reaches_the_trial(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

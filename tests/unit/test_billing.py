@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from spotwise.errors import SpecError
@@ -106,3 +108,39 @@ def test_release_after_a_notice_on_gcp_and_azure() -> None:
     assert release_is_cheaper(rule_for("gcp"), [(600.0, 2.0)], [(630.0, 2.0)])
     # Azure never refunds: always release
     assert release_is_cheaper(rule_for("azure"), [(5.0, 2.0)], [(35.0, 2.0)])
+
+
+def _life(start_step: int, max_step: int, boot_s: float) -> Any:
+    from spotwise.planner.runstate import Life
+    from spotwise.providers.base import Market, Offer
+
+    offer = Offer("aws", "us-east-1", "us-east-1a", "p3.2xlarge", Market.SPOT, 0.918, 3.6)
+    life = Life("l-1", "i-1", offer, 0.0, start_step, attempt=1)
+    life.first_report_at, life.first_report_step = boot_s + 60.0, start_step + 1
+    life.max_step = max_step
+    return life
+
+
+def test_the_on_demand_reference_counts_one_start_up_per_trial_not_one_per_life() -> None:
+    """A resumed life's start-up (30 min of market time at 300x) is not work an on-demand run
+    would pay for; it used to be priced in, so every migration looked like a saving."""
+    from spotwise.planner.report import life_cost
+
+    rule = rule_for("aws")
+    segments = [(1800.0 + 600.0, 0.918)]  # 30 min start-up, then 10 steps of 60 s
+    # a resumed life: only the 10 kept steps
+    _, od, seconds = life_cost(_life(50, 60, 1800.0), segments, rule, False, 60, 60.0)
+    assert seconds == 2400.0
+    assert od == pytest.approx(600.0 * 3.6 / 3600.0)
+    # the trial's first life: its start-up too (an on-demand run starts once)
+    _, od, _ = life_cost(_life(0, 10, 1800.0), segments, rule, False, 10, 60.0)
+    assert od == pytest.approx(2400.0 * 3.6 / 3600.0)
+    # revoked after step 60, checkpoint at 55: 5 kept steps
+    _, od, _ = life_cost(_life(50, 60, 1800.0), segments, rule, True, 55, 60.0)
+    assert od == pytest.approx(300.0 * 3.6 / 3600.0)
+    # no measured speed yet: the life's seconds split by steps, as before
+    _, od, _ = life_cost(_life(50, 60, 1800.0), segments, rule, False, 55, None)
+    assert od == pytest.approx(1200.0 * 3.6 / 3600.0)
+    # never more than the life's own seconds
+    _, od, _ = life_cost(_life(50, 60, 1800.0), segments, rule, False, 60, 500.0)
+    assert od == pytest.approx(2400.0 * 3.6 / 3600.0)

@@ -24,15 +24,38 @@ def price_per_step(view: PlannerView, trial: TrialView, offer: OfferView) -> flo
     return trial.seconds_per_step * offer.price / 3600.0
 
 
+def launch_cost(view: PlannerView, trial: TrialView, offer: OfferView) -> float:
+    """What launching ``trial`` on ``offer`` will cost to its end: the start-up paid before its
+    first step (``restart_overhead_s``, measured from this job's launches) and its remaining
+    steps, at the offer's price."""
+    busy_s = view.restart_overhead_s + trial.remaining_steps * trial.seconds_per_step
+    return busy_s * offer.price / 3600.0
+
+
 def projected_spend(view: PlannerView) -> float:
-    """Spent so far plus what the running trials will cost to finish at their current price."""
+    """Spent so far plus what the running trials will cost to finish at their current price,
+    the rest of their start-up included."""
     total = view.spent_usd
     for t in view.trials:
         if t.phase is Phase.RUNNING and t.offer_key:
             o = view.offer(t.offer_key)
             if o is not None:
-                total += t.remaining_steps * price_per_step(view, t, o)
+                boot = 0.0
+                if t.launched_at is not None:
+                    boot = max(t.launched_at + view.restart_overhead_s - view.now, 0.0)
+                total += boot * o.price / 3600.0 + t.remaining_steps * price_per_step(view, t, o)
     return total
+
+
+def within_budget(
+    view: PlannerView, spend: float, trial: TrialView, offer: OfferView
+) -> tuple[Action, float]:
+    """``Launch`` when the projected spend plus this launch stays within ``max_cost_usd``, else
+    ``StopEarly(budget)``; with the projected spend after it."""
+    extra = launch_cost(view, trial, offer)
+    if view.max_cost_usd is not None and spend + extra > view.max_cost_usd:
+        return StopEarly(trial.trial_id, "budget", trial.last_metric), spend
+    return Launch(trial.trial_id, offer.key), spend + extra
 
 
 def burn_rate_per_s(view: PlannerView) -> float:
@@ -74,8 +97,8 @@ def place(
 
     Respects ``parallel`` (running trials count against it), the deadline (no launch that
     could not make a step before it) and the budget: a launch is made only when the projected
-    spend of the running trials plus this trial's remaining steps at the offer's price stays
-    within ``max_cost_usd``.
+    spend of the running trials plus this trial's start-up and remaining steps at the offer's
+    price stays within ``max_cost_usd`` (:func:`within_budget`).
     """
     slots = free_slots(view)
     if slots <= 0:
@@ -90,12 +113,8 @@ def place(
             actions.append(StopEarly(t.trial_id, "deadline", t.last_metric))
             continue
         best = min(candidates, key=lambda o: (score(view, t, o), o.key))
-        extra = t.remaining_steps * price_per_step(view, t, best)
-        if view.max_cost_usd is not None and spend + extra > view.max_cost_usd:
-            actions.append(StopEarly(t.trial_id, "budget", t.last_metric))
-            continue
-        spend += extra
-        actions.append(Launch(t.trial_id, best.key))
+        action, spend = within_budget(view, spend, t, best)
+        actions.append(action)
     return actions
 
 

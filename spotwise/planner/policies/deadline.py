@@ -27,12 +27,13 @@ from spotwise.planner.policies._common import (
     guards,
     needy,
     price_per_step,
+    projected_spend,
+    within_budget,
 )
 from spotwise.planner.policy import (
     Action,
     Checkpoint,
     Event,
-    Launch,
     OfferView,
     Phase,
     PlannerView,
@@ -98,9 +99,15 @@ def cheapest(view: PlannerView, spot: bool) -> OfferView | None:
 
 
 def launch_all(view: PlannerView, offer: OfferView | None) -> list[Action]:
+    """Every trial that needs an instance on ``offer``, as far as the budget allows."""
     if offer is None:
         return []
-    return [Launch(t.trial_id, offer.key) for t in needy(view)[: max(free_slots(view), 0)]]
+    actions: list[Action] = []
+    spend = projected_spend(view)
+    for t in needy(view)[: max(free_slots(view), 0)]:
+        action, spend = within_budget(view, spend, t, offer)
+        actions.append(action)
+    return actions
 
 
 @register_policy("greedy")

@@ -45,8 +45,8 @@ from spotwise.planner.policies._common import (
     guards,
     needy,
     observed,
-    price_per_step,
     projected_spend,
+    within_budget,
 )
 from spotwise.planner.policies.deadline import JobClock, job_clock
 from spotwise.planner.policies.spottune import crosses_first_hour
@@ -54,7 +54,6 @@ from spotwise.planner.policy import (
     Action,
     Checkpoint,
     Event,
-    Launch,
     OfferView,
     Phase,
     PlannerView,
@@ -225,15 +224,14 @@ class Spotwise:
             if not pool:
                 continue
             best = min(pool, key=lambda o: (self._per_useful_s(view, t, o, fresh=True), o.key))
-            extra = t.remaining_steps * price_per_step(view, t, best)
-            if view.max_cost_usd is not None and spend + extra > view.max_cost_usd:
-                actions.append(StopEarly(t.trial_id, "budget", t.last_metric))
+            action, spend = within_budget(view, spend, t, best)
+            if isinstance(action, StopEarly):
+                actions.append(action)
                 continue
-            spend += extra
             every = self._every(view, t, best)
             if every != t.checkpoint_every:
                 actions.append(SetCheckpointEvery(t.trial_id, every))
-            actions.append(Launch(t.trial_id, best.key))
+            actions.append(action)
         return actions
 
     # ---- early stopping -----------------------------------------------------------------

@@ -1,0 +1,60 @@
+"""The budget in the real loop: never spent past ``max_cost_usd``, and said so when it binds.
+
+The market of ``test_orchestrator`` (us-east-1a spot at $1.00/h, here always obtainable; 30x)
+with a trial whose steps take 10 wall s = 300 market s, slower than the 60 s per step a policy
+assumes before it has measured any: the first launch is projected at (60 s start-up + 12 x 60 s)
+= $0.217, within a $0.25 budget, but would really cost about $1. The budget guard must stop it
+before $0.25 and terminate its instance at once (before, the instance was billed until the
+trial noticed the stop at the end of its step, up to 300 market s later, past the budget). The
+second trial never runs. The local provider ends the bill when termination is asked,
+as AWS does, not once the trial has wound down.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from test_orchestrator import TRACE_TICKS, spec_dict, write_spec, write_trace
+
+from spotwise import jobs
+from spotwise.store import Store
+
+BUDGET = 0.25
+
+
+@pytest.mark.timeout(240)
+def test_the_budget_is_never_exceeded_and_the_job_says_it_bound(tmp_path: Path) -> None:
+    write_trace(tmp_path / "trace.csv", avail_ticks=TRACE_TICKS)
+    spec = spec_dict(tmp_path, steps=12, trials=2, env={"STEADY_TRIAL_STEP_S": "10"})
+    spec["budget"] = {"max_cost_usd": BUDGET}
+    db = f"sqlite:///{tmp_path / 'spotwise.db'}"
+    summary = jobs.tune(write_spec(tmp_path, spec), db=db, run_root=tmp_path / "runs")
+
+    assert 0 < summary["cost_usd"] <= BUDGET, summary
+    assert summary["completed"] == 0
+    # the second trial never ran: not created when the budget is already spent as the slot
+    # frees up, or created and stopped before a launch it cannot afford
+    n = summary["trials"]
+    assert n in (1, 2)
+    assert summary["limits"] == {"budget": {"stopped": n, "never_started": n - 1}}, summary
+    # nothing completed because of the budget: a failed job, with the fix in its error
+    assert summary["state"] == "failed"
+    assert summary["error"] == (
+        f"the budget (max_cost_usd {BUDGET}) was reached before any trial completed; "
+        "raise budget.max_cost_usd or lower steps"
+    )
+    with Store.open_existing(db) as store:
+        job = summary["job_id"]
+        (life,) = store.list_instances(job)
+        stops = [e.detail["reason"] for e in store.events(job, kind="stop_early")]
+        released = store.events(job, kind="error")
+        (launch,) = store.events(job, kind="launch")
+        first_stop = store.events(job, kind="stop_early")[0]
+    # terminated by us at the budget stop, and billed within it
+    assert (life.state, life.end_reason) == ("terminated", "stopped")
+    assert life.cost_usd == pytest.approx(summary["cost_usd"], abs=1e-6)
+    assert stops == ["budget"] * n  # once per trial, not once per tick
+    assert released == []
+    # billed to the stop (plus a poll), not to the end of the step the trial was in
+    assert life.market_seconds <= first_stop.time - launch.time + 60.0
