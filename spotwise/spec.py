@@ -24,7 +24,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from spotwise.errors import SpecError
+from spotwise.errors import SpecError, did_you_mean
 
 PROVIDERS = ("local", "aws", "gcp", "azure")
 BUILTIN_TRACE = "builtin:skynomad-v100-2023"
@@ -194,9 +194,17 @@ class JobSpec(_Strict):
 
 
 _FIXES = {
-    "extra_forbidden": "remove it (see `spotwise tune --help` for the spec reference)",
+    "extra_forbidden": "remove it (the fields are listed in the README, 'Job spec reference')",
     "missing": "add it",
     "too_short": "give at least one entry",
+}
+# fields users often write in a shorter form than the spec takes: the form it takes
+_SHAPES = {
+    "command": "write it as a list of arguments, e.g. command: [python, train.py]",
+    "metric": "write it as a mapping, e.g. metric: {name: val_accuracy, direction: maximize}",
+    "providers": "write it as a list, e.g. providers: [{name: local}]",
+    "search_space": "write it as a mapping of parameter names, e.g. "
+    "search_space: {lr: {type: real, low: 0.001, high: 0.1, log: true}}",
 }
 
 
@@ -207,6 +215,11 @@ def _format(err: ValidationError) -> str:
     fix = _FIXES.get(e["type"], "")
     if e["type"] == "extra_forbidden":
         msg = "unknown field"
+        if len(e["loc"]) == 1:  # a typo of a top-level field: name the one meant
+            msg += did_you_mean(str(e["loc"][0]), list(JobSpec.model_fields))
+    elif len(e["loc"]) == 1 and e["type"] in ("list_type", "model_type", "dict_type"):
+        fix = _SHAPES.get(str(e["loc"][0]), "")
+        msg = msg.split(" or instance of ")[0]  # pydantic's class names mean nothing here
     more = f" (+{len(err.errors()) - 1} more)" if len(err.errors()) > 1 else ""
     line = f"spec field '{loc or '<root>'}': {msg}" + (f"; {fix}" if fix else "") + more
     return line.replace("\r", "\\r").replace("\n", "\\n")  # one line, even for odd keys
@@ -216,8 +229,11 @@ _PARAM_TAGS = {"real", "int", "categorical"}
 
 
 def parse_spec(data: Any, source: str = "spec") -> JobSpec:
+    if data is None:
+        raise SpecError(f"{source}: the spec is empty; see examples/digits/job.yaml for one")
     if not isinstance(data, dict):
-        raise SpecError(f"{source}: the spec must be a YAML mapping, got {type(data).__name__}")
+        kind = {"list": "a list", "str": "a plain string"}.get(type(data).__name__, "a value")
+        raise SpecError(f"{source}: the spec must be a YAML mapping of fields, got {kind}")
     try:
         return JobSpec.model_validate(data)
     except ValidationError as err:

@@ -28,8 +28,9 @@ def tune(
     policy: Annotated[
         str | None,
         typer.Option(
-            help="Policy to run (overrides the spec): "
-            "spot-greedy, on-demand, asha, spottune, spotwise."
+            help="Policy to run (overrides the spec): spot-greedy, on-demand, asha, spottune, "
+            "spotwise, or Can't Be Late's deadline policies greedy and uniform-progress "
+            "(docs/simulation.md)."
         ),
     ] = None,
     db: DbOpt = None,
@@ -37,8 +38,9 @@ def tune(
 ) -> None:
     """Run a tuning job to the end: live table of trials, then a summary ($ vs on-demand).
 
-    Exits 2 for a bad spec (nothing written), and 1 when every trial failed or an instance could
-    not be terminated at the end (it may still be billed: `spotwise cancel JOB` retries)."""
+    Exits 2 for a bad spec (nothing written); 1 when every trial failed, when a budget or
+    deadline left no completed trial, or when an instance could not be terminated at the end
+    (it may still be billed: `spotwise cancel JOB` retries); 130 when the job was cancelled."""
     from spotwise import jobs
     from spotwise.cli.render import LiveJob, print_summary
 
@@ -52,6 +54,8 @@ def tune(
     # every trial crashed, or something may still be billed: scripts see a non-zero exit
     if summary["state"] == "failed" or summary.get("leftover_instances"):
         raise typer.Exit(1)
+    if summary["state"] == "cancelled":  # Ctrl-C or `spotwise cancel`: not a finished run
+        raise typer.Exit(130)
 
 
 def status(job: JobArg = None, db: DbOpt = None, json_out: JsonOpt = False) -> None:

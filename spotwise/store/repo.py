@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, SQLModel, col, select
 
-from spotwise.errors import NotFoundError
+from spotwise.errors import ConfigError, NotFoundError
 from spotwise.store.db import default_url, make_engine, migrate, session_scope, sqlite_path
 from spotwise.store.models import (
     INSTANCE_REQUESTED,
@@ -60,8 +60,12 @@ class Store:
         url = default_url(url)
         engine = make_engine(url)
         path = sqlite_path(engine.url)
-        if path is not None:
-            path.parent.mkdir(parents=True, exist_ok=True)
+        if path is not None and not path.parent.is_dir():
+            # a typo in --db must not create a folder tree and a fresh, empty database there
+            raise ConfigError(
+                f"--db: the folder {path.parent} does not exist",
+                hint="create it first, or fix the path in --db / SPOTWISE_DB",
+            )
         return cls._migrated(engine)
 
     @classmethod

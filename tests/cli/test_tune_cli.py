@@ -154,3 +154,41 @@ def test_tune_exits_non_zero_when_something_may_still_be_billed(
     done = CliRunner().invoke(app, ["tune", "job.yaml", "--json"])
     assert done.exit_code == code, done.output
     assert json.loads(done.stdout) == summary
+
+
+def test_tune_help_names_every_policy_it_accepts() -> None:
+    """`--policy` accepted policies its help did not list (greedy, uniform-progress)."""
+
+    from typer.testing import CliRunner
+
+    from spotwise.cli.app import app
+    from spotwise.planner.policy import policy_names
+
+    done = CliRunner().invoke(app, ["tune", "--help"], env={"COLUMNS": "400"})
+    for name in policy_names():
+        assert name in done.stdout, name
+
+
+def test_an_unexpected_exception_is_one_line_with_a_hint(tmp_path: Path) -> None:
+    """A bug still prints one error line (and how to get the traceback), not a traceback."""
+    code = (
+        "import sys; from spotwise.cli import app as a\n"
+        "def boom(): raise TypeError('Improper input')\n"
+        "a.app = boom\n"
+        "a.main()\n"
+    )
+    env = _env(tmp_path)
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True
+    )
+    assert done.returncode == 1
+    assert done.stderr.splitlines() == [
+        "error: internal error: TypeError: Improper input",
+        "hint: this is a bug in spotwise: rerun with SPOTWISE_DEBUG=1 for the traceback and "
+        "report it",
+    ]
+    env["SPOTWISE_DEBUG"] = "1"
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True
+    )
+    assert "Traceback" in done.stderr

@@ -6,11 +6,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import sqlalchemy as sa
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlmodel import SQLModel
 
+from spotwise.errors import ConfigError
 from spotwise.store import Store
 from spotwise.store.db import head_revision
 from spotwise.store.models import ALL_TABLES
@@ -82,11 +84,17 @@ def test_sqlite_is_in_wal_mode_with_foreign_keys(sqlite_store: Store) -> None:
         assert conn.exec_driver_sql("PRAGMA busy_timeout").scalar() == 30000
 
 
-def test_open_creates_missing_parent_folders(tmp_path: Path) -> None:
+def test_open_refuses_a_missing_parent_folder_and_creates_nothing(tmp_path: Path) -> None:
+    """A typo in --db used to create a folder tree and a fresh, empty database there (the user
+    then saw "no jobs"); the database file itself is still created in an existing folder."""
     db = tmp_path / "a" / "b" / "spotwise.db"
-    with Store.open(f"sqlite:///{db}"):
+    with pytest.raises(ConfigError, match=r"^--db: the folder .*/a/b does not exist$") as info:
+        Store.open(f"sqlite:///{db}")
+    assert info.value.hint == "create it first, or fix the path in --db / SPOTWISE_DB"
+    assert not (tmp_path / "a").exists()
+    with Store.open(f"sqlite:///{tmp_path / 'spotwise.db'}"):
         pass
-    assert db.exists()
+    assert (tmp_path / "spotwise.db").exists()
 
 
 def test_in_memory_sqlite_keeps_its_tables() -> None:

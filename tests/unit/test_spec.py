@@ -249,3 +249,51 @@ def test_bad_field_in_a_yaml_file_names_the_file_and_field(tmp_path: Path) -> No
 def test_an_unknown_key_with_a_newline_still_gives_one_line() -> None:
     message = spec_error({**copy.deepcopy(VALID), "bo\ngus": 1})
     assert "'bo\\ngus'" in message and "unknown field" in message
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "expected"),
+    [
+        (
+            "command",
+            "python train.py",
+            "spec field 'command': Input should be a valid list; write it as a list of "
+            "arguments, e.g. command: [python, train.py]",
+        ),
+        (
+            "metric",
+            "val_accuracy",
+            "spec field 'metric': Input should be a valid dictionary; write it as a mapping, "
+            "e.g. metric: {name: val_accuracy, direction: maximize}",
+        ),
+        (
+            "providers",
+            {"name": "local"},
+            "spec field 'providers': Input should be a valid list; write it as a list, "
+            "e.g. providers: [{name: local}]",
+        ),
+    ],
+)
+def test_a_field_in_a_shorter_form_gets_the_form_it_takes(
+    field: str, value: Any, expected: str
+) -> None:
+    """pydantic said `…or instance of Metric`: a class name users never wrote."""
+    assert spec_error(spec_with(**{field: value})) == f"spec: {expected}"
+
+
+def test_an_empty_spec_file_says_it_is_empty(tmp_path: Path) -> None:
+    path = tmp_path / "job.yaml"
+    path.write_text("# nothing yet\n")
+    with pytest.raises(SpecError) as info:
+        load_spec(path)
+    assert str(info.value) == (
+        f"{path}: the spec is empty; see examples/digits/job.yaml for one"
+    )  # was "got NoneType"
+
+
+def test_an_unknown_field_points_to_the_reference_that_lists_the_fields() -> None:
+    message = spec_error({**copy.deepcopy(VALID), "trails": 4})
+    assert message == (
+        "spec: spec field 'trails': unknown field (did you mean 'trials'?); remove it "
+        "(the fields are listed in the README, 'Job spec reference')"
+    )
