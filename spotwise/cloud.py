@@ -2,10 +2,11 @@
 
 The CLI parses, calls one of these, and renders the plain dict it gets back (ready for
 ``--json``). Providers are opened by name: ``local`` serves the replay market (the shipped
-SkyNomad p3.2xlarge trace, prices at the start of the trace); the clouds go through
-:mod:`spotwise.providers.registry`, so a cloud SDK is imported only when that cloud is asked
-for. Current prices are cached in the store with the time they were fetched; when the
-provider cannot be reached, ``prices`` falls back to that cache (marked ``source: cache``).
+SkyNomad p3.2xlarge trace; its "now" is the trace's last tick, as for ``predictor forecast``);
+the clouds go through :mod:`spotwise.providers.registry`, so a cloud SDK is imported only when
+that cloud is asked for. Current prices are cached in the store with the time they were
+fetched; when the provider cannot be reached, ``prices`` falls back to that cache (marked
+``source: cache``).
 """
 
 from __future__ import annotations
@@ -23,10 +24,17 @@ from spotwise.errors import (
 )
 from spotwise.providers.base import Catalog, Market, Offer, PricePoint
 from spotwise.providers.registry import PROVIDER_NAMES, ProviderConfig, cloud_module, validate_name
+from spotwise.providers.replay import ReplayMarket
 from spotwise.units import parse_duration
 
 LOCAL_TRACE = "builtin:skynomad-v100-2023"
 CACHE_MAX_AGE_S = 24 * 3600.0
+
+
+def _unprefixed(provider: str, reason: str) -> str:
+    """A reason without the ``gcp: `` its adapter put first: the row already names it."""
+    head = f"{provider}: "
+    return reason[len(head) :] if reason.startswith(head) else reason
 
 
 def check(providers: list[str] | None = None) -> dict[str, Any]:
@@ -50,12 +58,12 @@ def check(providers: list[str] | None = None) -> dict[str, Any]:
                 {
                     "provider": name,
                     "usable": bool(res.usable),
-                    "reason": res.reason,
+                    "reason": _unprefixed(name, res.reason),
                     "details": dict(res.details),
                 }
             )
         except ProviderUnavailable as e:
-            reason = e.message + (f"; {e.hint}" if e.hint else "")
+            reason = _unprefixed(name, e.message) + (f"; {e.hint}" if e.hint else "")
             out.append({"provider": name, "usable": False, "reason": reason, "details": {}})
         except Exception as e:  # a broken adapter must not hide the others
             out.append(
@@ -69,6 +77,15 @@ def check(providers: list[str] | None = None) -> dict[str, Any]:
     return {"providers": out}
 
 
+# Provider options that ``catalog`` and ``prices`` (which read no job spec) take from the
+# environment instead: (provider, option) -> (variable, example value).
+OPTION_ENV = {
+    ("azure", "subscription_id"): ("AZURE_SUBSCRIPTION_ID", "00000000-0000-0000-0000-000000000000"),
+    ("gcp", "project"): ("GOOGLE_CLOUD_PROJECT", "my-project-id"),
+}
+_SPEC_OPTION = "providers[].options."
+
+
 def open_catalog(provider: str, region: str | None = None) -> Catalog:
     validate_name(provider)
     if provider == "local":
@@ -76,8 +93,30 @@ def open_catalog(provider: str, region: str | None = None) -> Catalog:
 
         return ReplayMarket(load_market_traces(LOCAL_TRACE))
     config = ProviderConfig(name=provider, regions=(region,) if region else ())
-    catalog: Catalog = cloud_module(provider).open_catalog(config)
+    try:
+        catalog: Catalog = cloud_module(provider).open_catalog(config)
+    except SpecError as e:
+        raise _without_spec(provider, e) from None
     return catalog
+
+
+def _without_spec(provider: str, e: SpecError) -> SpecError:
+    """An adapter's error about a job-spec option, reworded for a command that reads no spec:
+    name the environment variable that sets it here."""
+    if not e.message.startswith(_SPEC_OPTION):
+        return e
+    option = e.message[len(_SPEC_OPTION) :].split(":", 1)[0].split(".", 1)[0]
+    known = OPTION_ENV.get((provider, option))
+    if known is None:
+        return SpecError(
+            f"{e.message} (a job-spec option: catalog and prices cannot set it)", hint=e.hint
+        )
+    env, example = known
+    return SpecError(
+        f"{provider}: needs a {option.replace('_', ' ')}: set {env} (catalog and prices read "
+        "no job spec)",
+        hint=f"export {env}={example}",
+    )
 
 
 def _check_region(catalog: Catalog, provider: str, region: str | None) -> None:
@@ -117,16 +156,25 @@ def catalog(
     cat = open_catalog(provider, region)
     _check_region(cat, provider, region)
     types = cat.instance_types(region)
-    rows = [asdict(t) for t in types if t.vcpus >= min_vcpus]
+    rows = [asdict(t) for t in types]
+    where = region or "its regions"
     if gpu:
         want = gpu.lower()
         rows = [r for r in rows if r["gpus"] and want in str(r["gpu_name"]).lower().split("+")]
         if not rows:
             known = sorted({t.gpu_name for t in types if t.gpus and t.gpu_name})
             raise NotFoundError(
-                f"{provider}: no instance type with GPU {gpu!r} in {region or 'its regions'}"
+                f"{provider}: no instance type with GPU {gpu!r} in {where}"
                 f"{did_you_mean(gpu, known)}; GPUs there: {', '.join(known) or 'none'}"
             )
+    if min_vcpus and rows and not any(r["vcpus"] >= min_vcpus for r in rows):
+        most = max(r["vcpus"] for r in rows)
+        with_gpu = f" with GPU {gpu!r}" if gpu else ""
+        raise NotFoundError(
+            f"{provider}: no instance type{with_gpu} has {min_vcpus} vCPUs or more in {where} "
+            f"(the most: {most}); lower --min-vcpus"
+        )
+    rows = [r for r in rows if r["vcpus"] >= min_vcpus]
     rows.sort(
         key=lambda r: (
             r["on_demand_price_per_hour"] is None,
@@ -208,7 +256,13 @@ def prices(
             _check_instance_type(cat, provider, region, instance_type)
         if window is not None:
             return {**out, **_history(cat, provider, region, instance_type or "", window, now)}
-        offers = cat.offers(region, [instance_type] if instance_type else None, market)
+        types = [instance_type] if instance_type else None
+        if isinstance(cat, ReplayMarket):  # the replayed market's "now": its last tick
+            stamp: float | None = _replay_now(cat)
+            offers = cat.offers(region, types, market, at=stamp)
+        else:
+            stamp = None
+            offers = cat.offers(region, types, market)
     except NotFoundError:
         raise
     except ProviderError as e:
@@ -216,12 +270,11 @@ def prices(
         if not cached:
             raise
         return {**out, "source": "cache", "error": e.message, "prices": cached}
-    stamp = getattr(cat, "start_time", None) if provider == "local" else None
-    rows = [_offer_row(provider, o, now if stamp is None else float(stamp)) for o in offers]
+    rows = [_offer_row(provider, o, now if stamp is None else stamp) for o in offers]
     rows.sort(key=lambda r: (r["price_per_hour"], r["zone"], r["instance_type"], r["market"]))
     out.update(source="live", prices=rows, cached=_cache(rows, db, now))
     if stamp is not None:
-        out["market_time"] = stamp  # the replay market's clock: the trace's first tick
+        out["market_time"] = stamp  # the replay market's clock: the trace's last tick
     source = getattr(cat, "on_demand_source", None)
     if callable(source):
         out["on_demand_source"] = source(region)
@@ -231,8 +284,8 @@ def prices(
 def _history(
     cat: Catalog, provider: str, region: str | None, instance_type: str, window: float, now: float
 ) -> dict[str, Any]:
-    if provider == "local":  # the trace's clock: the last `window` of the trace
-        end = float(getattr(cat, "end_time", now))
+    if isinstance(cat, ReplayMarket):  # the trace's clock: the `window` up to its last tick
+        end = _replay_now(cat)
         regions = [region] if region else cat.regions()
     else:
         end = now
@@ -249,6 +302,12 @@ def _history(
         "prices": rows,
         "cached": 0,
     }
+
+
+def _replay_now(market: ReplayMarket) -> float:
+    """The replayed market's "now" for ``prices``, ``prices --history`` and (by default)
+    ``predictor forecast``: the start of the trace's last tick."""
+    return float(market.traces.times[-1])
 
 
 def _default_region(provider: str, required: bool = True) -> str | None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import Annotated
 
 import typer
 
@@ -22,6 +23,33 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     rich_markup_mode="rich",
 )
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            typer.echo(f"spotwise {version('spotwise')}")
+        except PackageNotFoundError:  # a source tree that is not installed
+            from spotwise import __version__
+
+            typer.echo(f"spotwise {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_print_version, is_eager=True, help="Print the version and exit."
+        ),
+    ] = False,
+) -> None:
+    pass
+
+
 jobs.register(app)
 app.add_typer(predictor.app, name="predictor")
 app.add_typer(curve.app, name="curve")
@@ -47,6 +75,19 @@ def main() -> None:
         sys.exit(e.exit_code)
     except KeyboardInterrupt:
         sys.exit(130)
+    except Exception as e:  # a bug: still one line, the traceback on request
+        if os.environ.get("SPOTWISE_DEBUG") == "1":
+            raise
+        from rich.console import Console
+        from rich.markup import escape
+
+        err = Console(stderr=True, highlight=False, soft_wrap=True)
+        err.print(f"[bold red]error:[/] internal error: {escape(f'{type(e).__name__}: {e}')}")
+        err.print(
+            "[dim]hint:[/] this is a bug in spotwise: rerun with SPOTWISE_DEBUG=1 for the "
+            "traceback and report it"
+        )
+        sys.exit(1)
 
 
 if __name__ == "__main__":

@@ -134,101 +134,118 @@ def _when(ts: float | None) -> str:
     return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M UTC")
 
 
+def _span(start: float, end: float) -> str:
+    """``2023-04-02 10:54 → 11:54 UTC``: the end's date only when it is another day."""
+    first, last = _when(start).removesuffix(" UTC"), _when(end).removesuffix(" UTC")
+    return f"{first} → {last[11:] if last[:10] == first[:10] else last} UTC"
+
+
+def _gpus(r: dict[str, Any]) -> str:
+    return f"{r['gpus']}× {r['gpu_name']}" if r.get("gpus") else "—"
+
+
 def _print_check(result: dict[str, Any]) -> None:
     from rich.markup import escape
-    from rich.table import Table
 
-    table = Table("provider", "usable", "why", "details")
+    from spotwise.cli.output import fit, listing
+
+    console = _console()
+    table = listing(leading=1)
+    table.add_column("provider", no_wrap=True)
+    table.add_column("usable", no_wrap=True)
+    table.add_column("why (and what was found)")  # free text: wraps between words
     for p in result["providers"]:
         ok = "[green]yes[/]" if p["usable"] else "[red]no[/]"
-        details = ", ".join(f"{k}={v}" for k, v in p["details"].items())
-        table.add_row(p["provider"], ok, escape(p["reason"]), escape(details))
-    _console().print(table)
+        why = escape(p["reason"])
+        if p["details"]:
+            found = " · ".join(f"{k}={v}" for k, v in p["details"].items())
+            why += f"\n[dim]{escape(found)}[/]"
+        table.add_row(p["provider"], ok, why)
+    console.print(fit(table, console.width))
 
 
 def _print_catalog(result: dict[str, Any]) -> None:
-    from rich.table import Table
+    from spotwise.cli.output import fit, listing
 
     rows = result["instance_types"]
-    title = f"{result['provider']} {result['region'] or ''}".strip()
+    console = _console()
+    regions = sorted({r["region"] for r in rows})
+    several = len(regions) > 1  # one region: the title names it, not a column
+    title = f"{result['provider']} {result['region'] or ('' if several else ''.join(regions))}"
+    title = title.strip()
     if result.get("on_demand_source"):
         title += f" (on-demand prices: {result['on_demand_source']})"
-    table = Table(
-        "region",
-        "instance type",
-        "vCPUs",
-        "memory GiB",
-        "GPUs",
-        "arch",
-        "on-demand $/h",
-        title=title,
-    )
+    table = listing(title)
+    if several:
+        table.add_column("region", no_wrap=True)
+    table.add_column("instance type", overflow="fold")  # whole unless longer than 80 allow
+    for col in ("vCPUs", "GiB"):
+        table.add_column(col, justify="right", no_wrap=True)
+    table.add_column("GPUs")  # "8× A100": wraps after the count if it must
+    table.add_column("arch", no_wrap=True)
+    table.add_column("on-demand $/h", justify="right", no_wrap=True)
     for r in rows:
-        gpus = f"{r['gpus']}× {r['gpu_name']}" if r["gpus"] else "—"
-        table.add_row(
-            r["region"],
+        cells = [
             r["name"],
             str(r["vcpus"]),
             f"{r['memory_gb']:g}",
-            gpus,
+            _gpus(r),
             r["architecture"],
             _usd(r["on_demand_price_per_hour"]),
-        )
-    _console().print(table)
-    _console().print(f"[dim]{len(rows)} instance types[/]")
+        ]
+        table.add_row(*([r["region"]] if several else []), *cells)
+    console.print(fit(table, console.width))
+    console.print(f"[dim]{len(rows)} instance types[/]")
 
 
 def _print_prices(result: dict[str, Any], limit: int) -> None:
-    from rich.table import Table
+    from spotwise.cli.output import fit, listing
 
-    rows = result["prices"]
+    # the offers one can buy first: a spot offer with no capacity now stays listed, marked
+    rows = sorted(result["prices"], key=lambda r: not r.get("available", True))
     shown = rows if limit == 0 else rows[:limit]
     console = _console()
     if "history" in result:
         h = result["history"]
-        table = Table(
-            "time",
-            "zone",
-            "instance type",
-            "spot $/h",
-            title=f"{result['provider']} spot price history, {_when(h['start'])} → "
-            f"{_when(h['end'])}",
-        )
+        table = listing(f"{result['provider']} spot price history, {_span(h['start'], h['end'])}")
+        for col in ("time", "zone", "instance type"):
+            table.add_column(col, no_wrap=True)
+        table.add_column("spot $/h", justify="right", no_wrap=True)
         for r in shown:
             table.add_row(
                 _when(r["observed_at"]), r["zone"], r["instance_type"], _usd(r["price_per_hour"])
             )
     else:
         title = f"{result['provider']} {result['region'] or ''} prices".replace("  ", " ")
+        if result.get("market_time") is not None:
+            title += f" at market time {_when(result['market_time'])}"
         if result.get("source") == "cache":
             title += f" [yellow](cached: {result.get('error', 'provider unreachable')})[/]"
-        table = Table(
-            "zone",
-            "instance type",
-            "market",
-            "$/h",
-            "on-demand $/h",
-            "saving",
-            "vCPUs",
-            "GPUs",
-            title=title,
-        )
+        table = listing(title)
+        for col in ("zone", "instance type"):  # whole unless too long for 80 columns: fold
+            table.add_column(col, overflow="fold")
+        table.add_column("market")  # "spot (none now)" wraps before the mark if it must
+        for col in ("$/h", "on-demand", "saving"):
+            table.add_column(col, justify="right", no_wrap=True)
+        table.add_column("GPUs")
         for r in shown:
             saving = "—" if r.get("savings") is None else f"{100 * r['savings']:.0f}%"
-            gpus = f"{r.get('gpus')}× {r.get('gpu_name')}" if r.get("gpus") else "—"
-            market = r["market"] if r.get("available", True) else f"{r['market']} (none now)"
+            available = r.get("available", True)
             table.add_row(
                 r["zone"],
                 r["instance_type"],
-                market,
+                r["market"] if available else f"{r['market']} (none now)",
                 _usd(r["price_per_hour"]),
                 _usd(r.get("on_demand_price_per_hour")),
                 saving,
-                str(r.get("vcpus", "—")),
-                gpus,
+                _gpus(r),
+                style=None if available else "dim",
             )
-    console.print(table)
+    console.print(fit(table, console.width))
     more = f" (showing {len(shown)}; --limit 0 for all)" if len(shown) < len(rows) else ""
     source = result.get("on_demand_source")
     note = f" · on-demand prices: {source}" if source else ""
+    unavailable = sum(1 for r in shown if not r.get("available", True))
+    if unavailable:
+        note += f" · {unavailable} spot offers have no capacity now (listed last)"
     console.print(f"[dim]{len(rows)} prices{more}{note}[/]")

@@ -10,6 +10,8 @@ from rich.live import Live
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from spotwise.cli.output import fit, listing
+
 console = Console()
 
 STATE_STYLE = {
@@ -40,6 +42,47 @@ def _state(s: str) -> str:
     return f"[{STATE_STYLE.get(s, 'white')}]{s}[/]"
 
 
+def _short_time(ts: float) -> str:
+    """``MM-DD HH:MM`` (UTC): a date that fits a listing."""
+    return datetime.fromtimestamp(ts, UTC).strftime("%m-%d %H:%M")
+
+
+def _instance_state(state: str, end_reason: str | None) -> str:
+    """One word for an instance: its state, or how it ended once terminated."""
+    if not end_reason or end_reason == state:
+        return state
+    if state == "terminated":
+        return end_reason  # completed, cancelled, reconciled...
+    return f"{state} ({end_reason})"  # e.g. still running after a cancel: worth the width
+
+
+def live_table(snap: dict[str, Any], width: int) -> Table:
+    """The trials of a running job, sized to ``width`` columns."""
+    when = datetime.fromtimestamp(snap["market_time"], UTC).strftime("%Y-%m-%d %H:%M")
+    t = listing(
+        f"job {snap['job_id']} · policy {snap['policy']} · market {when} UTC · "
+        f"${snap['cost_usd']:.3f} · revocations {snap['revocations']}"
+    )
+    t.add_column("#", justify="right", no_wrap=True)
+    t.add_column("params")  # wraps between parameters (see fit)
+    t.add_column("step", justify="right", no_wrap=True)
+    t.add_column("metric", justify="right", no_wrap=True)
+    t.add_column("instance")  # "zone market": wraps between the two, never inside
+    t.add_column("state", no_wrap=True)
+    t.add_column("$", justify="right", no_wrap=True)
+    for r in snap["trials"]:
+        t.add_row(
+            str(r["number"]),
+            _params(r["params"]),
+            f"{r['step']}/{r['steps']}",
+            _fmt(r["metric"]),
+            r["instance"].replace("/", " "),
+            _state(r["state"]),
+            f"{r['cost_usd']:.3f}",
+        )
+    return fit(t, width)
+
+
 class LiveJob:
     """A live table of trials plus a progress bar, fed by the orchestrator's snapshots."""
 
@@ -67,24 +110,7 @@ class LiveJob:
         if not self.started:
             self.live.__enter__()
             self.started = True
-        when = datetime.fromtimestamp(snap["market_time"], UTC).strftime("%Y-%m-%d %H:%M")
-        t = Table(
-            title=f"job {snap['job_id']} · policy {snap['policy']} · market {when} UTC · "
-            f"${snap['cost_usd']:.3f} · revocations {snap['revocations']}",
-            expand=False,
-        )
-        for col in ("trial", "params", "step", "metric", "instance", "state", "$"):
-            t.add_column(col, justify="right" if col in ("step", "metric", "$") else "left")
-        for r in snap["trials"]:
-            t.add_row(
-                str(r["number"]),
-                _params(r["params"]),
-                f"{r['step']}/{r['steps']}",
-                _fmt(r["metric"]),
-                r["instance"],
-                _state(r["state"]),
-                f"{r['cost_usd']:.3f}",
-            )
+        t = live_table(snap, console.width)
         self.progress.update(self.task, total=snap["total"], completed=snap["progress"])
         self.live.update(Group(t, self.progress))
 
@@ -122,11 +148,15 @@ def print_jobs(rows: list[dict[str, Any]]) -> None:
     if not rows:
         console.print("no jobs yet; run `spotwise tune SPEC`")
         return
-    t = Table(title="jobs")
-    for col in ("job", "name", "state", "policy", "best", "$", "on-demand $", "created"):
-        t.add_column(col)
+    t = listing("jobs", caption="times in UTC · cost vs on demand: spotwise status JOB")
+    t.add_column("job", no_wrap=True)
+    t.add_column("name", overflow="fold")
+    t.add_column("state", no_wrap=True)
+    t.add_column("policy", no_wrap=True)
+    t.add_column("best", justify="right", no_wrap=True)
+    t.add_column("$", justify="right", no_wrap=True)
+    t.add_column("created", no_wrap=True)
     for j in rows:
-        created = datetime.fromtimestamp(j["created_at"], UTC).strftime("%Y-%m-%d %H:%M")
         t.add_row(
             j["job_id"],
             j["name"],
@@ -134,10 +164,9 @@ def print_jobs(rows: list[dict[str, Any]]) -> None:
             j["policy"],
             _fmt(j["best_metric"]),
             f"{j['cost_usd']:.4f}",
-            f"{j['on_demand_cost_usd']:.4f}",
-            created,
+            _short_time(j["created_at"]),
         )
-    console.print(t)
+    console.print(fit(t, console.width))
 
 
 def print_status(j: dict[str, Any]) -> None:
@@ -155,31 +184,34 @@ def print_status(j: dict[str, Any]) -> None:
     if j.get("error"):
         console.print(f"[red]error:[/] {j['error']}")
     if j["instances"]:
-        t = Table(title="instances")
-        for col in ("launch", "trial", "zone", "market", "state", "ended by", "$"):
-            t.add_column(col)
+        t = listing(
+            "instances", caption=f"launch ids and more: spotwise status {j['job_id']} --json"
+        )
+        t.add_column("trial", no_wrap=True)
+        for col in ("type", "zone"):  # whole unless an Azure size and region overflow: fold
+            t.add_column(col, overflow="fold")
+        for col in ("market", "state"):
+            t.add_column(col, no_wrap=True)
+        t.add_column("$", justify="right", no_wrap=True)
         for i in j["instances"]:
             t.add_row(
-                i["launch_id"],
                 i["trial"],
+                i.get("instance_type") or "—",
                 i["zone"],
                 i["market"],
-                i["state"],
-                i["end_reason"] or "",
+                _instance_state(i["state"], i["end_reason"]),
                 f"{i['cost_usd']:.4f}",
             )
-        console.print(t)
+        console.print(fit(t, console.width))
 
 
 def print_trials(out: dict[str, Any]) -> None:
-    from rich import box
-
-    # the short columns never wrap; the parameters take what width is left, folding onto more
-    # lines in a narrow terminal rather than truncating every column
-    t = Table(title=f"trials of {out['job_id']}", box=box.SIMPLE_HEAD, pad_edge=False)
-    for col in ("#", "trial"):
-        t.add_column(col, no_wrap=True)
-    t.add_column("params", overflow="fold", ratio=1)
+    # the short columns never wrap; the parameters take what width is left, wrapping between
+    # parameters in a narrow terminal, never inside a number
+    t = listing(f"trials of {out['job_id']}")
+    t.add_column("#", justify="right", no_wrap=True)
+    t.add_column("trial", no_wrap=True)
+    t.add_column("params")
     for col in ("step", "metric"):  # metric: the final one once completed (JSON has both)
         t.add_column(col, justify="right", no_wrap=True)
     t.add_column("state", no_wrap=True)
@@ -196,4 +228,4 @@ def print_trials(out: dict[str, Any]) -> None:
             str(r["revocations"]),
             f"{r['cost_usd']:.4f}",
         )
-    console.print(t)
+    console.print(fit(t, console.width))
