@@ -9,7 +9,7 @@ from typing import Annotated, Any
 import typer
 
 from spotwise.cli.options import PredictorJsonOpt
-from spotwise.cli.output import emit, print_table
+from spotwise.cli.output import emit
 
 app = typer.Typer(
     help="Learning curves: fit EarlyCurve, predict final values, compare with baselines.",
@@ -17,14 +17,19 @@ app = typer.Typer(
 )
 
 Metric = Annotated[
-    str,
+    str | None,
     typer.Option(
-        "--metric", help="value column (long CSV: default 'value'; LCBench: e.g. val_accuracy)"
+        "--metric",
+        help="value column; default: 'value' (or the only metric column) in a long CSV, "
+        "val_accuracy in LCBench",
     ),
 ]
 Direction = Annotated[
     str | None,
-    typer.Option("--direction", help="min or max; default from the metric name, else the data"),
+    typer.Option(
+        "--direction",
+        help="min or max; leave it out to infer it from the metric name, else the data",
+    ),
 ]
 
 
@@ -33,11 +38,12 @@ def fit(
     file: Annotated[
         Path,
         typer.Argument(
-            help="long CSV (curve_id, step, value[, lr][, seconds]) or the LCBench folder"
+            metavar="FILE",
+            help="long CSV (curve_id, step, value[, lr][, seconds]) or the LCBench folder",
         ),
     ],
     curve_id: Annotated[str, typer.Option("--curve-id", help="which curve")],
-    metric: Metric = "value",
+    metric: Metric = None,
     theta: Annotated[
         float,
         typer.Option(
@@ -54,10 +60,21 @@ def fit(
     as_json: PredictorJsonOpt = False,
 ) -> None:
     """Fit one curve, print the stages and the predicted final value, and draw it."""
+    from spotwise.errors import SpecError
+    from spotwise.predictors.curves import resolve_metric
+    from spotwise.predictors.earlycurve import check_direction
     from spotwise.predictors.service import curve_fit
 
-    r = curve_fit(file, curve_id, metric, theta, total_steps, direction)
+    if total_steps is not None and total_steps <= 0:
+        raise SpecError(f"--total-steps must be a positive number of steps, got {total_steps}")
+    metric = resolve_metric(file, metric, "FILE")
+    r = curve_fit(file, curve_id, metric, theta, total_steps, check_direction(direction))
     f, c, n = r["fit"], r["curve"], r["observed"]
+    if total_steps is not None and total_steps < f.last_step:
+        raise SpecError(
+            f"--total-steps {total_steps} is before the last observed step {f.last_step:g}; "
+            "pass at least that, or leave it out"
+        )
     out = {
         "curve_id": r["curve_id"],
         "metric": metric,
@@ -70,6 +87,7 @@ def fit(
         "stages": f.params,
         "boundaries": f.boundaries,
         "shrink": f.shrink,
+        "note": f.note,
         "fit_ms": round(f.fit_ms, 3),
     }
     if as_json:
@@ -85,9 +103,12 @@ def fit(
         f"[bold]curve {r['curve_id']}[/] {metric}: {n} of {r['points']} points observed, "
         f"{f.direction}imize-type, fit in {f.fit_ms:.1f} ms"
     )
-    for s in f.params:
-        q = f"{s['A0']:.4g}·k² {_signed(s['A1'])}·k {_signed(s['A2'])}"
-        con.print(f"  stage from step {s['start']:g}: 1/({q}) {_signed(s['A3'])}")
+    for st, s in zip(f.stages, f.params, strict=True):
+        q = f"{_num(s['A0'])}·k² {_signed(s['A1'])}·k {_signed(s['A2'])}"
+        shape = f"1/({q}) {_signed(s['A3'])}" if st.kind == "curve" else f"constant {st.offset:.4g}"
+        con.print(f"  stage from step {s['start']:g}: {shape}", highlight=False)
+    if f.note:
+        con.print(f"  [dim]{f.note}[/]", highlight=False)
     truth = "" if r["true_final"] is None else f"   (true: {r['true_final']:.4g})"
     con.print(
         f"  predicted final at step {r['total_steps']}: [bold]{f.final:.4g}[/]  "
@@ -105,6 +126,10 @@ def fit(
     con.print("[dim]● observed  · fit / forecast  ○ held out  ┆ band of the final value[/]")
 
 
+def _num(x: float) -> str:
+    return f"{'−' if x < 0 else ''}{abs(x):.4g}"
+
+
 def _signed(x: float) -> str:
     return f"{'−' if x < 0 else '+'} {abs(x):.4g}"
 
@@ -112,7 +137,7 @@ def _signed(x: float) -> str:
 @app.command("eval")
 def eval_(
     curves: Annotated[Path, typer.Option("--curves", help="long CSV or the LCBench folder")],
-    metric: Metric = "value",
+    metric: Metric = None,
     theta: Annotated[
         float, typer.Option("--theta", help="fraction of each curve observed, in (0, 1)")
     ] = 0.3,
@@ -123,16 +148,30 @@ def eval_(
     as_json: PredictorJsonOpt = False,
 ) -> None:
     """Predict each curve's final value from its first θ: MAE, Spearman, top-10% recall."""
+    from spotwise.predictors.curves import resolve_metric
+    from spotwise.predictors.earlycurve import check_direction
     from spotwise.predictors.service import curve_eval
 
     names = tuple(m.strip() for m in methods.split(",") if m.strip())
-    res = curve_eval(curves, metric, theta, names, direction)
-    emit(res, as_json, lambda r: _print_eval(r, metric, theta))
+    metric = resolve_metric(curves, metric, "--curves")
+    res = curve_eval(curves, metric, theta, names, check_direction(direction))
+    emit(res, as_json, lambda r: _print_eval(r, str(metric), theta))
 
 
 def _print_eval(res: dict[str, Any], metric: str, theta: float) -> None:
-    rows = [
-        (
+    """The comparison table (every value ``no_wrap``: never cut), then its legend."""
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(
+        title=f"{metric} at θ = {theta:g} ({res['rows'][0]['n_curves']} curves, "
+        f"{res['direction']}imize)",
+    )
+    t.add_column("method", no_wrap=True, overflow="fold")
+    for col in ("MAE", "Spearman", "top-10%", "band", "ms/curve"):
+        t.add_column(col, justify="right", overflow="fold")
+    for r in res["rows"]:
+        t.add_row(
             r["name"],
             f"{r['mae']:.4g}",
             f"{r['spearman']:.4f}",
@@ -140,11 +179,10 @@ def _print_eval(res: dict[str, Any], metric: str, theta: float) -> None:
             f"{r['band_coverage']:.3f}",
             f"{r['fit_ms_per_curve']:.2f}",
         )
-        for r in res["rows"]
-    ]
-    print_table(
-        f"{metric} at θ = {theta} ({res['rows'][0]['n_curves']} curves, {res['direction']}imize)",
-        ("method", "MAE", "Spearman", "top-10% recall @25%", "band coverage", "ms/curve"),
-        rows,
-        left=("method",),
+    con = Console()
+    con.print(t)
+    con.print(
+        "[dim]top-10%: share of the true top 10 % among the predicted top 25 %; "
+        "band: share of true finals inside the 95 % band[/]",
+        highlight=False,
     )

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from spotwise.errors import SpecError
-from spotwise.predictors.earlycurve import ASYMPTOTE_ALLOWANCE, Z95, _orient
+from spotwise.errors import PredictorError
+from spotwise.predictors._curvefit import ASYMPTOTE_ALLOWANCE, Z95, short_half_band
+from spotwise.predictors.earlycurve import _orient
 
 if TYPE_CHECKING:
     import numpy as np
@@ -21,7 +22,7 @@ def _clean(steps: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarra
     ok = np.isfinite(k) & np.isfinite(v)
     k, v = k[ok], v[ok]
     if len(v) == 0:
-        raise SpecError("a curve needs at least one finite (step, value) point")
+        raise PredictorError("a learning curve needs at least 1 finite (step, value) point, got 0")
     o = np.argsort(k, kind="stable")
     return k[o], v[o]
 
@@ -37,8 +38,11 @@ class LastValue:
     ) -> tuple[float, float, float]:
         import numpy as np
 
-        _, v = _clean(steps, values)
-        half = Z95 * float(np.std(v[-self.k :])) if len(v) > 1 else 0.0
+        k, v = _clean(steps, values)
+        if len(v) == 1:  # nothing to measure a spread on: the band of a curve too short to fit
+            half = short_half_band(k, v, 0.0, float(total_steps))
+        else:
+            half = Z95 * float(np.std(v[-self.k :]))
         return float(v[-1]), float(v[-1]) - half, float(v[-1]) + half
 
 
@@ -51,6 +55,8 @@ class MeanLastK(LastValue):
         import numpy as np
 
         _, v = _clean(steps, values)
+        if len(v) == 1:
+            return super().predict_final(steps, values, total_steps)
         m = float(np.mean(v[-self.k :]))
         half = Z95 * float(np.std(v[-self.k :]))
         return m, m - half, m + half
@@ -72,12 +78,16 @@ class PowerLaw:
 
         k, v = _clean(steps, values)
         span = float(v.max() - v.min())
-        if len(v) < 3 or span <= 1e-12 * max(1.0, abs(float(v.mean()))):
-            return LastValue().predict_final(k, v, total_steps)
         sign = _orient(v, self.direction)
+        if len(v) <= 3:  # no more points than parameters: the last value, with a wide band
+            half = short_half_band(k, v, span, max(float(total_steps), float(k[-1])))
+            return float(v[-1]), float(v[-1]) - half, float(v[-1]) + half
+        if span <= 1e-12 * max(1.0, abs(float(v.mean()))):
+            return LastValue().predict_final(k, v, total_steps)
         u = sign * (v - v[-1]) / span
-        x = k / k[-1]
-        xf = max(float(total_steps), float(k[-1])) / k[-1]
+        shift = max(1.0 - float(k[0]), 0.0)  # k counted from 1 when the steps start at 0 or below
+        x = (k + shift) / (k[-1] + shift)
+        xf = (max(float(total_steps), float(k[-1])) + shift) / (k[-1] + shift)
 
         def f(p: np.ndarray, xx: np.ndarray) -> np.ndarray:
             return p[0] + p[1] * np.power(np.maximum(xx, 1e-9), -p[2])

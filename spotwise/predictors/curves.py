@@ -3,8 +3,9 @@
 Formats (:func:`load_curves`):
 
 * a long CSV (``.csv`` / ``.csv.gz``) ``curve_id, step, value[, lr][, seconds]``; ``metric``
-  names the value column (default ``value``);
-* the LCBench folder (or its ``*_curves_long.csv.gz``): ``trial, epoch, lr, time, <metrics>``.
+  names the value column (default ``value``, else the only column besides those);
+* the LCBench folder (or its ``*_curves_long.csv.gz``): ``trial, epoch, lr, time, <metrics>``
+  (default metric ``val_accuracy``).
   Epoch 0 (measured before training) and epoch 51 (a repeat of epoch 50) are dropped, as Ax does:
   a curve is epochs 1..50.
 
@@ -30,6 +31,8 @@ if TYPE_CHECKING:
     import numpy as np
 
 LCBENCH_DROP_EPOCHS = (0, 51)
+LCBENCH_METRIC = "val_accuracy"  # the default metric of the LCBench format
+_NOT_METRICS = ("curve_id", "step", "trial", "epoch", "lr", "seconds", "time")
 _MIN_WORDS = ("loss", "error", "cross_entropy", "perplexity", "mse", "mae", "rmse")
 
 
@@ -56,52 +59,87 @@ def _open(path: Path) -> Any:
     return gzip.open(path, "rt", newline="") if path.suffix == ".gz" else open(path, newline="")
 
 
-def load_curves(path: str | Path, metric: str = "value") -> dict[str, Curve]:
-    """Curves by id from a long CSV or the LCBench folder/file."""
-    import numpy as np
-
+def _source(path: str | Path, label: str) -> Path:
+    """The CSV file behind ``path`` (a file, or the first curves CSV in a folder)."""
     p = Path(path)
     if not p.exists():
-        raise SpecError(f"--curves: {p} does not exist; pass a long CSV or the LCBench folder")
+        raise SpecError(f"{label}: {p} does not exist; pass a long CSV or the LCBench folder")
     if p.is_dir():
         found = sorted(p.glob("*curves_long.csv*")) or sorted(
             [*p.glob("*.csv"), *p.glob("*.csv.gz")]
         )
         if not found:
-            raise SpecError(f"--curves: {p} holds no *_curves_long.csv(.gz) or .csv file")
+            raise SpecError(f"{label}: {p} holds no *_curves_long.csv(.gz) or .csv file")
         p = found[0]
+    return p
+
+
+def _columns(p: Path, label: str) -> tuple[list[str], bool]:
+    """The header of a curves CSV, and whether it is LCBench's (trial, epoch, …)."""
+    try:
+        with _open(p) as fh:
+            cols = list(csv.DictReader(fh).fieldnames or [])
+    except (OSError, UnicodeDecodeError, EOFError) as e:
+        raise SpecError(f"{label}: cannot read {p} as a CSV ({e})") from e
+    lcbench = "trial" in cols and "epoch" in cols
+    if not lcbench and ("curve_id" not in cols or "step" not in cols):
+        raise SpecError(
+            f"{label}: {p} needs columns curve_id, step, <metric> (or LCBench's trial, epoch); "
+            f"it has {', '.join(cols) or 'none'}"
+        )
+    return cols, lcbench
+
+
+def resolve_metric(path: str | Path, metric: str | None = None, label: str = "--curves") -> str:
+    """The metric column to read: ``metric`` if the file has it, else the default — LCBench:
+    ``val_accuracy``; a long CSV: ``value`` if present, else its only metric column. ``label``
+    names the path in errors as the user gave it (``--curves``, ``FILE``)."""
+    p = _source(path, label)
+    cols, lcbench = _columns(p, label)
+    choices = [c for c in cols if c not in _NOT_METRICS]
+    if metric is None:
+        default = LCBENCH_METRIC if lcbench else "value"
+        if default in cols:
+            return default
+        if len(choices) == 1:
+            return choices[0]
+        raise SpecError(
+            f"--metric: {p.name} has several metric columns and none is called {default!r}; "
+            f"pass one of: {', '.join(choices) or 'none'}"
+        )
+    if metric not in cols:
+        raise SpecError(
+            f"--metric: no column {metric!r} in {p.name}{did_you_mean(metric, choices)}; "
+            f"valid: {', '.join(choices)}"
+        )
+    return metric
+
+
+def load_curves(
+    path: str | Path, metric: str | None = None, label: str = "--curves"
+) -> dict[str, Curve]:
+    """Curves by id from a long CSV or the LCBench folder/file; ``metric`` as in
+    :func:`resolve_metric` (None: the default column)."""
+    import numpy as np
+
+    metric = resolve_metric(path, metric, label)
+    p = _source(path, label)
     with _open(p) as fh:
         reader = csv.DictReader(fh)
         cols = list(reader.fieldnames or [])
         lcbench = "trial" in cols and "epoch" in cols
         id_col, step_col = ("trial", "epoch") if lcbench else ("curve_id", "step")
-        if id_col not in cols or step_col not in cols:
-            raise SpecError(
-                f"--curves: {p} needs columns curve_id, step, <metric> "
-                "(or LCBench's trial, epoch); "
-                f"it has {', '.join(cols)}"
-            )
-        if metric not in cols:
-            choices = [c for c in cols if c not in (id_col, step_col)]
-            raise SpecError(
-                f"--metric: no column {metric!r} in {p.name}{did_you_mean(metric, choices)}; "
-                f"valid: {', '.join(choices)}"
-            )
         lr_col = "lr" if "lr" in cols else None
         sec_col = "seconds" if "seconds" in cols else ("time" if "time" in cols else None)
+        cols4 = (step_col, metric, lr_col, sec_col)
         raw: dict[str, list[tuple[float, float, float, float]]] = {}
         for row in reader:
-            step = float(row[step_col])
-            if lcbench and int(step) in LCBENCH_DROP_EPOCHS:
+            step, val, lr, sec = (_number(row, c, p, reader.line_num, label) for c in cols4)
+            if not np.isfinite(step) or (lcbench and int(step) in LCBENCH_DROP_EPOCHS):
                 continue
-            val = float(row[metric]) if row[metric] not in ("", None) else float("nan")
-            lr = float(row[lr_col]) if lr_col and row[lr_col] not in ("", None) else float("nan")
-            sec = (
-                float(row[sec_col]) if sec_col and row[sec_col] not in ("", None) else float("nan")
-            )
             raw.setdefault(row[id_col], []).append((step, val, lr, sec))
     if not raw:
-        raise SpecError(f"--curves: {p} has no rows")
+        raise SpecError(f"{label}: {p} has no rows")
     out: dict[str, Curve] = {}
     for cid, pts in raw.items():
         a = np.array(sorted(pts))
@@ -113,6 +151,17 @@ def load_curves(path: str | Path, metric: str = "value") -> dict[str, Curve]:
             seconds=a[:, 3] if sec_col and np.isfinite(a[:, 3]).all() else None,
         )
     return out
+
+
+def _number(row: dict[str, Any], col: str | None, p: Path, line: int, label: str) -> float:
+    """``row[col]`` as a float; NaN when the column is absent or the cell empty."""
+    cell = row.get(col) if col else None
+    if cell is None or cell.strip() == "":
+        return float("nan")
+    try:
+        return float(cell)
+    except ValueError:
+        raise SpecError(f"{label}: {p.name} line {line}: {col} {cell!r} is not a number") from None
 
 
 def dataset_direction(curves: dict[str, Curve], metric: str) -> str:
@@ -143,17 +192,19 @@ def evaluate_curves(
     curves: dict[str, Curve],
     theta: float = 0.3,
     methods: tuple[str, ...] = ("earlycurve", "last-value", "mean-last-k", "power-law"),
-    direction: str = "max",
+    direction: str | None = "max",
     options: dict[str, dict[str, Any]] | None = None,
 ) -> list[dict[str, Any]]:
-    """One row per method: mae, spearman, top10_recall_at_25, band_coverage, fit_ms_per_curve."""
+    """One row per method: mae, spearman, top10_recall_at_25, band_coverage, fit_ms_per_curve.
+    ``direction`` None: inferred from the curves."""
     import numpy as np
     from scipy.stats import spearmanr
 
-    from spotwise.predictors.earlycurve import get_curve_predictor
+    from spotwise.predictors.earlycurve import check_direction, get_curve_predictor
 
     if not 0 < theta < 1:
-        raise SpecError(f"--theta must be in (0, 1), got {theta=}")
+        raise SpecError(f"--theta must be in (0, 1), got {theta:g}")
+    direction = check_direction(direction) or dataset_direction(curves, "")
     ids = [cid for cid, c in curves.items() if len(c.values) >= 3]
     if len(ids) < 2:
         raise SpecError("need at least 2 curves with ≥ 3 points to evaluate")

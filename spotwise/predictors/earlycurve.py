@@ -14,7 +14,12 @@ the curve falls): bounded robust least squares (``soft_l1``) from several starts
 ``a0, a1 ≥ 0``, ``a2 > 0`` (a monotone curve), and the asymptote ``a3`` bounded to at most one
 value range beyond the best observed value. Direction: ``"min"`` (loss), ``"max"`` (accuracy), or
 ``None`` = the trend of the observed points. The uncertainty band of the final value combines
-the delta-method parameter variance, the residual noise and the spread of the good starts.
+the delta-method parameter variance, the residual noise and the spread of the good starts
+(the per-stage fit lives in :mod:`spotwise.predictors._curvefit`).
+
+A last stage with fewer than 5 points (more than the 4 parameters) is not fitted, nor is a
+constant curve: the forecast is the last value, with a band from the trend, the noise and the
+observed range; ``CurveFit.note`` says so. 0 finite points raise PredictorError.
 
 Baselines under the same interface (:func:`get_curve_predictor`): ``last-value``,
 ``mean-last-k`` and ``power-law`` (``a + b·k^(−c)``).
@@ -23,18 +28,16 @@ Baselines under the same interface (:func:`get_curve_predictor`): ``last-value``
 from __future__ import annotations
 
 import time
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from spotwise.errors import SpecError, did_you_mean
+from spotwise.errors import PredictorError, SpecError, did_you_mean
+from spotwise.predictors._curvefit import MIN_FIT_POINTS, Z95
 
 if TYPE_CHECKING:
     import numpy as np
 
-Z95 = 1.96
-ASYMPTOTE_ALLOWANCE = 0.25  # value ranges the asymptote may lie beyond the best observed value
 MIN_STAGE_POINTS = 4
 RANDOM_WALK = 0.5
 
@@ -88,6 +91,7 @@ class CurveFit:
     last_step: float = 0.0
     last_value: float = 0.0
     shrink: float = 1.0  # factor on the fitted change beyond the last observation
+    note: str = ""  # why the forecast is not a fitted curve (too few points, a constant), if so
 
     def predict(self, k: np.ndarray | float) -> np.ndarray:
         """The fitted stages up to the last observed step; beyond it the forecast continues from
@@ -120,14 +124,21 @@ class CurveFit:
         return [{"start": s.start, **s.spottune_params()} for s in self.stages]
 
 
+def check_direction(direction: str | None) -> str | None:
+    """``direction`` if it is ``"min"``, ``"max"`` or None (infer it); else SpecError."""
+    if direction not in ("min", "max", None):
+        raise SpecError(
+            f"--direction must be min or max (or leave it out to infer it), got {direction!r}"
+        )
+    return direction
+
+
 def _orient(values: np.ndarray, direction: str | None) -> float:
     """+1 when the oriented curve should fall (loss-like), −1 when it should rise."""
     import numpy as np
 
-    if direction in ("min", "max"):
+    if check_direction(direction) is not None:
         return 1.0 if direction == "min" else -1.0
-    if direction is not None:
-        raise SpecError(f"direction must be 'min', 'max' or None, got {direction!r}")
     n = len(values)
     k = max(1, n // 3)
     return 1.0 if np.mean(values[:k]) >= np.mean(values[-k:]) else -1.0
@@ -137,7 +148,7 @@ def stage_boundaries(
     steps: np.ndarray, values: np.ndarray, lr: np.ndarray | None = None
 ) -> list[int]:
     """Indices where a new stage starts (never 0); each stage keeps ≥ MIN_STAGE_POINTS points
-    except possibly the last, which may be shorter (it is then fitted as a constant)."""
+    except possibly the last, which may be shorter (a stage under MIN_FIT_POINTS is a constant)."""
     import numpy as np
 
     n = len(values)
@@ -175,89 +186,6 @@ def stage_boundaries(
     return out
 
 
-@dataclass
-class _StageFit:
-    p: np.ndarray
-    delta: float  # fitted change from the last observed x to xf (oriented, normalised units)
-    var_delta: float  # its delta-method variance, plus the spread of the good starts
-    sigma: float  # residual noise
-    step_var: float  # variance of the step-to-step change of the residuals
-
-
-def _model(p: np.ndarray, x: np.ndarray) -> np.ndarray:
-    import numpy as np
-
-    return p[3] + 1.0 / np.maximum(p[0] * x * x + p[1] * x + p[2], 1e-12)
-
-
-def _grad(p: np.ndarray, x: np.ndarray) -> np.ndarray:
-    """(len(x), 4) derivatives of :func:`_model` with respect to (a0, a1, a2, a3)."""
-    import numpy as np
-
-    q2 = np.maximum(p[0] * x * x + p[1] * x + p[2], 1e-12) ** 2
-    return np.stack([-x * x / q2, -x / q2, -1.0 / q2, np.ones_like(x)], axis=1)
-
-
-def _fit_stage(x: np.ndarray, u: np.ndarray, xf: float) -> _StageFit:
-    """Fit u(x) = a3 + 1/(a0x² + a1x + a2) (falling), bounded and robust, from 3 starts.
-
-    Bounds by a smooth change of variables (softplus for a0, a1, a2 − 1e-3; a logistic map of
-    a3 into [min u − allowance, max u]), solved with MINPACK's Levenberg-Marquardt; robustness by
-    two Huber reweighting passes. About a millisecond per start.
-    """
-    import numpy as np
-    from scipy.optimize import leastsq
-    from scipy.special import expit
-
-    umin, umax = float(u.min()), float(u.max())
-    lo3, hi3 = umin - ASYMPTOTE_ALLOWANCE, umax
-
-    def to_p(b: np.ndarray) -> np.ndarray:
-        sp = np.logaddexp(0.0, b[:3])
-        return np.array([sp[0], sp[1], sp[2] + 1e-3, lo3 + (hi3 - lo3) * expit(b[3])])
-
-    def from_p(p: np.ndarray) -> np.ndarray:
-        inv = np.log(np.expm1(np.maximum(np.array([p[0], p[1], p[2] - 1e-3]), 1e-9)))
-        f = np.clip((p[3] - lo3) / (hi3 - lo3), 1e-6, 1 - 1e-6)
-        return np.append(inv, np.log(f / (1 - f)))
-
-    noise = max(float(np.std(np.diff(u))) / np.sqrt(2) if len(u) > 2 else 0.05, 1e-3)
-    fits = []
-    for a3, a1 in ((umin - 0.05, 1.0), (umin - 0.3 * ASYMPTOTE_ALLOWANCE, 3.0), (lo3 + 1e-3, 10.0)):
-        excess = max(float(u[0]) - a3, 1e-2)
-        b = from_p(np.array([1e-3, a1, max(1.0 / excess, 2e-3), min(a3, hi3 - 1e-6)]))
-        w = np.ones_like(u)
-        for _ in range(3):  # 1 plain + 2 Huber-reweighted passes
-            with warnings.catch_warnings():  # MINPACK warns on slow or exact convergence
-                warnings.simplefilter("ignore")
-                b = leastsq(
-                    lambda bb, w=w: (_model(to_p(bb), x) - u) * w,
-                    b,
-                    maxfev=300,
-                    xtol=1e-6,
-                    ftol=1e-6,
-                    gtol=1e-10,
-                )[0]
-            res = np.abs(_model(to_p(b), x) - u)
-            w = np.sqrt(np.minimum(1.0, 1.5 * noise / np.maximum(res, 1e-12)))
-        cost = float(
-            np.sum(np.where(res <= 1.5 * noise, 0.5 * res**2, 1.5 * noise * (res - 0.75 * noise)))
-        )
-        fits.append((cost, to_p(b)))
-    best_cost, p = min(fits, key=lambda t: t[0])
-    res = _model(p, x) - u
-    sigma = float(np.sqrt(np.sum(res**2) / max(len(u) - 4, 1)))
-    ends = np.array([x[-1], xf])
-    delta = float(np.diff(_model(p, ends))[0])
-    g = np.diff(_grad(p, ends), axis=0)[0]
-    jac = _grad(p, x)
-    cov = sigma**2 * np.linalg.pinv(jac.T @ jac)
-    good = [float(np.diff(_model(q, ends))[0]) for c, q in fits if c <= 1.1 * best_cost + 1e-12]
-    spread = (max(good) - min(good)) / 2 if good else 0.0
-    step_var = float(np.var(np.diff(res))) if len(res) > 2 else 0.0
-    return _StageFit(p, delta, float(max(g @ cov @ g, 0.0)) + spread**2, sigma, step_var)
-
-
 def fit_curve(
     steps: np.ndarray,
     values: np.ndarray,
@@ -268,47 +196,66 @@ def fit_curve(
     detect_stages: bool = True,
 ) -> CurveFit:
     """Fit EarlyCurve to the observed points; predict the value at ``total_steps`` (default: the
-    last observed step). Needs ≥ 1 finite point; never returns NaN."""
+    last observed step). Needs ≥ 1 finite point (else PredictorError); never returns NaN.
+
+    A last stage with fewer than :data:`MIN_FIT_POINTS` points (or a constant curve) is not
+    fitted: the forecast is its last value, with a band from its noise, its trend over the steps
+    left and the observed range (:func:`short_half_band`); ``note`` says so.
+    """
     import numpy as np
     import scipy.optimize  # noqa: F401  (imported before the clock starts: fit_ms is the fit)
+
+    from spotwise.predictors._curvefit import fit_stage, short_half_band
 
     t0 = time.perf_counter()
     k = np.asarray(steps, dtype=float).reshape(-1)
     v = np.asarray(values, dtype=float).reshape(-1)
     lr_arr = None if lr is None else np.asarray(lr, dtype=float).reshape(-1)
     if len(k) != len(v) or (lr_arr is not None and len(lr_arr) != len(k)):
-        raise SpecError(f"steps, values (and lr) differ in length: {len(k)}, {len(v)}")
+        n_lr = "" if lr_arr is None else f", lr {len(lr_arr)}"
+        raise SpecError(f"steps and values differ in length: steps {len(k)}, values {len(v)}{n_lr}")
     ok = np.isfinite(k) & np.isfinite(v)
     order = np.argsort(k[ok], kind="stable")
     k, v = k[ok][order], v[ok][order]
     lr_arr = None if lr_arr is None else lr_arr[ok][order]
     if len(k) == 0:
-        raise SpecError("fit_curve needs at least one finite (step, value) point")
+        raise PredictorError("a learning curve needs at least 1 finite (step, value) point, got 0")
     total = max(float(total_steps), float(k[-1])) if total_steps is not None else float(k[-1])
     sign = _orient(v, direction)
     bounds = stage_boundaries(k, v, lr_arr) if (detect_stages or lr_arr is not None) else []
     edges = [0, *bounds, len(k)]
-    span = float(v.max() - v.min())
-    scale = span if span > 1e-12 * max(1.0, abs(float(v.mean()))) else 0.0
+    with np.errstate(over="ignore", invalid="ignore"):  # ±1e308: treated as constant
+        span = float(v.max() - v.min())
+        flat = not np.isfinite(span) or span <= 1e-12 * max(1.0, abs(float(np.mean(v))))
+    scale = 0.0 if flat else span
     stages: list[Stage] = []
-    shrink, var_final, sigma = 0.0, 0.0, 0.0
+    shrink, var_final, sigma, note, half = 0.0, 0.0, 0.0, "", None
     for j in range(len(edges) - 1):
         kk, vv = k[edges[j] : edges[j + 1]], v[edges[j] : edges[j + 1]]
         start = float(kk[0])
         stop = float(k[edges[j + 1]]) if edges[j + 1] < len(k) else float("inf")
         last = j == len(edges) - 2
-        if scale == 0.0 or len(kk) < (3 if len(edges) == 2 else MIN_STAGE_POINTS):
-            level = float(np.mean(vv[-3:]))
-            stages.append(
-                Stage(start, stop, (0.0, 0.0, 1.0, 0.0), 1.0, level - 1.0, 1.0, 1.0, "const")
-            )
-            if last:
-                sigma = float(np.std(vv)) if len(vv) > 1 else span / 2
-                var_final = sigma**2
-            continue
         x_scale = float(kk[-1] - start + 1.0)
-        u = sign * (vv - vv[-1]) / scale
-        sf = _fit_stage((kk - start + 1.0) / x_scale, u, (total - start + 1.0) / x_scale)
+        pts = f"{len(kk)} point{'s' * (len(kk) != 1)}"
+        sf, why = None, f"{pts}, fewer than the {MIN_FIT_POINTS} a fit needs"
+        if scale > 0.0 and len(kk) >= MIN_FIT_POINTS:
+            u = sign * (vv - vv[-1]) / scale
+            try:
+                sf = fit_stage((kk - start + 1.0) / x_scale, u, (total - start + 1.0) / x_scale)
+            except (ValueError, np.linalg.LinAlgError) as e:  # never expected; never fatal
+                why = f"the curve fit failed ({e})"
+        if sf is None:
+            level = float(vv[-1]) if last else float(np.mean(vv[-3:]))
+            stages.append(Stage(start, stop, (0.0, 0.0, 1.0, -1.0), 1.0, level, 1.0, 1.0, "const"))
+            if last and flat and len(v) >= MIN_FIT_POINTS:
+                half, note = 0.0, f"constant over {len(v)} points: predicted that value"
+            elif last:
+                with np.errstate(all="ignore"):
+                    sigma = float(np.std(vv))
+                half = short_half_band(kk, vv, span, total)
+                where = "" if len(edges) == 2 else "last stage: "
+                note = f"{where}{why}: predicted the last value, band from its trend and range"
+            continue
         stages.append(
             Stage(
                 start,
@@ -328,7 +275,7 @@ def fit_curve(
             var_final = (shrink * sf.var_delta + (1 - shrink) * sf.delta**2) * scale**2 + sigma**2
             # what a smooth fit cannot see: level jumps still to come (a random walk with the
             # observed step-to-step spread, over the steps left)
-            gap = float(np.median(np.diff(kk))) if len(kk) > 1 else 1.0
+            gap = float(np.median(np.diff(kk)))
             steps_left = max(total - kk[-1], 0.0) / max(gap, 1e-12)
             var_final += RANDOM_WALK * sf.step_var * scale**2 * steps_left
     fit = CurveFit(
@@ -342,12 +289,14 @@ def fit_curve(
         last_step=float(k[-1]),
         last_value=float(v[-1]),
         shrink=float(shrink),
+        note=note,
     )
     final = float(fit.predict(total)[0])
     if not np.isfinite(final):
         final = float(v[-1])
-    half = Z95 * float(np.sqrt(var_final)) if np.isfinite(var_final) else Z95 * span
-    half = min(half, 10 * span) if span > 0 else 0.0
+    if half is None:
+        half = Z95 * float(np.sqrt(var_final)) if np.isfinite(var_final) else Z95 * span
+        half = min(half, 10 * span)
     fit.final, fit.band = final, (final - half, final + half)
     fit.fit_ms = (time.perf_counter() - t0) * 1000
     return fit

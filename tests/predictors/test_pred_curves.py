@@ -12,6 +12,7 @@ from spotwise.predictors.curves import (
     evaluate_curves,
     load_curves,
     metric_direction,
+    resolve_metric,
     top_recall,
 )
 
@@ -62,3 +63,54 @@ def test_evaluate_on_subset() -> None:
         assert np.isfinite(r["mae"]) and -1 <= r["spearman"] <= 1
     with pytest.raises(SpecError, match="theta"):
         evaluate_curves(c, 1.5)
+
+
+def _csv(tmp_path: Path, header: str, rows: list[str], name: str = "c.csv") -> Path:
+    p = tmp_path / name
+    p.write_text("\n".join([header, *rows]) + "\n")
+    return p
+
+
+def test_default_metric_works_on_the_shipped_data_and_long_csvs(tmp_path: Path) -> None:
+    assert resolve_metric(LCBENCH_SUBSET) == "val_accuracy"
+    assert len(load_curves(LCBENCH_SUBSET)) == 100  # the default: no --metric needed
+    both = _csv(tmp_path, "curve_id,step,value,acc,lr", ["a,1,0.5,1,0.1"])
+    assert resolve_metric(both) == "value"
+    only = _csv(
+        tmp_path, "curve_id,step,loss,lr,seconds", ["a,1,0.5,0.1,2", "a,2,0.4,0.1,4"], "l.csv"
+    )
+    assert resolve_metric(only) == "loss" and load_curves(only)["a"].values.tolist() == [0.5, 0.4]
+    two = _csv(tmp_path, "curve_id,step,loss,acc", ["a,1,0.5,1"], "t.csv")
+    with pytest.raises(SpecError) as e:
+        resolve_metric(two)
+    assert str(e.value) == (
+        "--metric: t.csv has several metric columns and none is called 'value'; "
+        "pass one of: loss, acc"
+    )
+    assert resolve_metric(two, "acc") == "acc"
+
+
+def test_errors_name_the_path_as_the_user_gave_it(tmp_path: Path) -> None:
+    with pytest.raises(SpecError) as e:
+        resolve_metric("/nope.csv", None, "FILE")
+    assert str(e.value) == "FILE: /nope.csv does not exist; pass a long CSV or the LCBench folder"
+    with pytest.raises(SpecError, match=r"^--curves: /nope.csv does not exist"):
+        load_curves("/nope.csv")
+    bad = _csv(tmp_path, "curve_id,step,value", ["a,1,0.5", "a,2,oops"])
+    with pytest.raises(SpecError) as e:
+        load_curves(bad, label="FILE")
+    assert str(e.value) == "FILE: c.csv line 3: value 'oops' is not a number"
+    odd = _csv(tmp_path, "id,when,value", ["a,1,0.5"], "o.csv")
+    with pytest.raises(SpecError, match=r"^--curves: .*o.csv needs columns curve_id, step"):
+        load_curves(odd)
+
+
+def test_evaluate_checks_and_infers_the_direction() -> None:
+    c = load_curves(LCBENCH_SUBSET)
+    with pytest.raises(SpecError) as e:
+        evaluate_curves(c, 0.3, ("last-value",), direction="up")
+    assert str(e.value) == "--direction must be min or max (or leave it out to infer it), got 'up'"
+    assert evaluate_curves(c, 0.3, ("last-value",), direction=None)[0]["direction"] == "max"
+    with pytest.raises(SpecError) as e:
+        evaluate_curves(c, 1.5)
+    assert str(e.value) == "--theta must be in (0, 1), got 1.5"
