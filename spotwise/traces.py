@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     import numpy as np
 
 CBL_EPOCH = 1676498896.0  # 2023-02-15 22:08:16 UTC, first tick of the matching SkyNomad trace
+_WHAT = "pass a SkyNomad CSV (file or folder) or a folder of Can't Be Late JSON files"
 
 
 @dataclass
@@ -82,25 +83,29 @@ class TraceSet:
         )
 
 
-def load_traces(path: str | Path) -> TraceSet:
-    """Load a SkyNomad CSV (file or folder) or a folder of Can't Be Late JSON files."""
-    p = Path(path)
+def load_traces(path: str | Path, *, field: str = "--traces") -> TraceSet:
+    """Load a SkyNomad CSV (file or folder) or a folder of Can't Be Late JSON files.
+
+    ``field`` is the option or spec field that named ``path``; every error message starts with
+    it (``--traces``, ``--train-on``, ...).
+    """
+    if not str(path).strip():
+        raise SpecError(f"{field} is empty; {_WHAT}")
+    p = Path(path).expanduser()
     if not p.exists():
-        raise SpecError(
-            f"--traces: {p} does not exist; pass a SkyNomad CSV or a folder of JSON traces"
-        )
+        raise SpecError(f"{field}: {path} does not exist; {_WHAT}")
     if p.is_dir():
         csvs = sorted([*p.glob("*.csv.gz"), *p.glob("*.csv")])
         # side files (a price summary, a data set's trace_index.csv) are not traces
         csvs = [c for c in csvs if "summary" not in c.name and "index" not in c.name]
         if csvs:
-            return load_skynomad_csv(csvs[0])
+            return load_skynomad_csv(csvs[0], field=field)
         if any(p.rglob("*.json")):
-            return load_cbl_folder(p)
-        raise SpecError(f"--traces: {p} holds no .csv(.gz) or .json trace files")
+            return load_cbl_folder(p, field=field)
+        raise SpecError(f"{field}: {p} holds no .csv(.gz) or .json trace files")
     if p.suffix == ".json":
-        return load_cbl_files([p])
-    return load_skynomad_csv(p)
+        return load_cbl_files([p], field=field)
+    return load_skynomad_csv(p, field=field)
 
 
 def _parse_ts(s: str) -> float:
@@ -110,7 +115,7 @@ def _parse_ts(s: str) -> float:
     return dt.timestamp()
 
 
-def load_skynomad_csv(path: Path) -> TraceSet:
+def load_skynomad_csv(path: Path, *, field: str = "--traces") -> TraceSet:
     import numpy as np
 
     opener = gzip.open if path.suffix == ".gz" else open
@@ -120,18 +125,18 @@ def load_skynomad_csv(path: Path) -> TraceSet:
             reader = csv.DictReader(fh)
             if not reader.fieldnames or not need <= set(reader.fieldnames):
                 raise SpecError(
-                    f"--traces: {path} lacks columns "
+                    f"{field}: {path} lacks columns "
                     f"{sorted(need - set(reader.fieldnames or []))}; expected the SkyNomad CSV "
                     "(timestamp, availability_zone, spot_available, ...)"
                 )
             rows = list(reader)
     except (OSError, EOFError, UnicodeDecodeError, csv.Error) as e:  # not gzip, not text, ...
-        raise SpecError(f"--traces: {path} cannot be read as a SkyNomad CSV: {e}") from None
+        raise SpecError(f"{field}: {path} cannot be read as a SkyNomad CSV: {e}") from None
     if not rows:
-        raise SpecError(f"--traces: {path} has no rows")
+        raise SpecError(f"{field}: {path} has no rows")
     for n, r in enumerate(rows, start=2):  # short rows come back with None in the gaps
         if any(r.get(k) is None for k in need):
-            raise SpecError(f"--traces: {path} line {n} has fewer fields than its header")
+            raise SpecError(f"{field}: {path} line {n} has fewer fields than its header")
     zones = sorted({r["availability_zone"] for r in rows})
     stamps = sorted({r["timestamp"] for r in rows})
     t_index = {s: i for i, s in enumerate(stamps)}
@@ -154,7 +159,7 @@ def load_skynomad_csv(path: Path) -> TraceSet:
         times = np.array([_parse_ts(s) for s in stamps])
     except ValueError as e:  # a price or a timestamp that does not parse
         where = f" line {line}" if line else ""
-        raise SpecError(f"--traces: {path}{where}: {e}") from None
+        raise SpecError(f"{field}: {path}{where}: {e}") from None
     gap = float(np.median(np.diff(times))) if len(times) > 1 else 0.0
     return TraceSet(
         zones=zones,
@@ -168,7 +173,7 @@ def load_skynomad_csv(path: Path) -> TraceSet:
     )
 
 
-def load_cbl_folder(folder: Path, pattern: str = "*.json") -> TraceSet:
+def load_cbl_folder(folder: Path, pattern: str = "*.json", *, field: str = "--traces") -> TraceSet:
     """The JSON traces of one set: the folder itself or the single folder under it holding them.
 
     A folder whose JSON files sit in several sub-folders (the Can't Be Late root holds sets of
@@ -177,19 +182,19 @@ def load_cbl_folder(folder: Path, pattern: str = "*.json") -> TraceSet:
     """
     files = sorted(folder.rglob(pattern))
     if not files:
-        raise SpecError(f"--traces: no JSON files under {folder}")
+        raise SpecError(f"{field}: no JSON files under {folder}")
     sets = sorted({f.parent for f in files})
     if len(sets) > 1:
         shown = ", ".join(str(s.relative_to(folder)) for s in sets[:6])
         more = f" and {len(sets) - 6} more" if len(sets) > 6 else ""
         raise SpecError(
-            f"--traces: {folder} holds {len(sets)} trace sets ({shown}{more}); "
+            f"{field}: {folder} holds {len(sets)} trace sets ({shown}{more}); "
             f"pass one of those folders, e.g. {sets[0]}"
         )
-    return load_cbl_files(files)
+    return load_cbl_files(files, field=field)
 
 
-def load_cbl_files(files: list[Path]) -> TraceSet:
+def load_cbl_files(files: list[Path], *, field: str = "--traces") -> TraceSet:
     import numpy as np
 
     series: list[tuple[str, list[float], float]] = []
@@ -200,14 +205,14 @@ def load_cbl_files(files: list[Path]) -> TraceSet:
             data = [float(x) for x in doc["data"]]
         except (KeyError, TypeError, ValueError, json.JSONDecodeError) as e:
             raise SpecError(
-                f"--traces: {f} is not a Can't Be Late trace "
+                f"{field}: {f} is not a Can't Be Late trace "
                 f'({{"metadata": {{"gap_seconds": N}}, "data": [...]}}): {e}'
             ) from None
         series.append((f.stem, data, gap))
     gaps = sorted({s[2] for s in series})
     if len(gaps) > 1:
         raise SpecError(
-            f"--traces: {files[0].parent} mixes tick gaps {gaps} s; pass files of one set"
+            f"{field}: {files[0].parent} mixes tick gaps {gaps} s; pass files of one set"
         )
     # every file of a set starts at the set's start (tick i = start + i * gap); files that end
     # earlier (the 16-node set) are aligned by cutting all to the shortest

@@ -2,25 +2,24 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
 from spotwise.cli.options import PredictorJsonOpt
-from spotwise.cli.output import emit, print_table
+from spotwise.cli.output import emit
 
 app = typer.Typer(
     help="Revocation predictors: train on a spot trace, evaluate, forecast offers.",
     no_args_is_help=True,
 )
 
-Traces = Annotated[
-    Path,
-    typer.Option(
-        "--traces", help="SkyNomad CSV (file or folder) or a folder of Can't Be Late JSON files"
-    ),
-]
+_TRACE_FORMS = (
+    "a SkyNomad CSV (file or folder), a folder of Can't Be Late JSON files, or "
+    "builtin:skynomad-v100-2023 (the shipped SkyNomad V100 trace: spotwise/data/skynomad-v100-2023 "
+    "in the installed package)"
+)
+Traces = Annotated[str, typer.Option("--traces", help=f"the trace: {_TRACE_FORMS}")]
 Horizon = Annotated[str, typer.Option("--horizon", help="revocation horizon: 90s, 30m, 1h, 2d …")]
 
 
@@ -39,7 +38,7 @@ def _seconds(text: str, field: str = "--horizon") -> float:
 @app.command()
 def train(
     traces: Traces,
-    out: Annotated[Path, typer.Option("--out", help="model file to write")],
+    out: Annotated[str, typer.Option("--out", help="model file to write (its folder must exist)")],
     horizon: Horizon = "1h",
     model: Annotated[
         str, typer.Option("--model", help="lstm, logistic, persistence or base-rate")
@@ -47,7 +46,9 @@ def train(
     until: Annotated[
         float,
         typer.Option(
-            "--until", help="train on the first fraction of ticks (0.7 = the eval's training part)"
+            "--until",
+            help="train on this first share of the ticks, in (0, 1] (0.7 = the eval's training "
+            "part)",
         ),
     ] = 1.0,
     as_json: PredictorJsonOpt = False,
@@ -64,18 +65,24 @@ def eval_(
     traces: Traces,
     horizon: Horizon = "1h",
     model: Annotated[
-        Path | None,
+        str | None,
         typer.Option("--model", help="a saved model to score in place of a fresh one of its kind"),
     ] = None,
     models: Annotated[
         str, typer.Option("--models", help="comma-separated models to fit and score")
     ] = "base-rate,persistence,logistic,lstm",
     train_on: Annotated[
-        Path | None,
-        typer.Option("--train-on", help="transfer: fit on all of this trace set instead"),
+        str | None,
+        typer.Option(
+            "--train-on",
+            help="transfer: fit on all of this trace instead (same forms as --traces)",
+        ),
     ] = None,
     test_fraction: Annotated[
-        float, typer.Option("--test-fraction", help="later share of ticks kept for testing")
+        float,
+        typer.Option(
+            "--test-fraction", help="later share of the ticks kept for testing, in (0, 1)"
+        ),
     ] = 0.3,
     as_json: PredictorJsonOpt = False,
 ) -> None:
@@ -84,7 +91,7 @@ def eval_(
 
     names = tuple(n.strip() for n in models.split(",") if n.strip())
     res = evaluate_path(traces, _seconds(horizon), model, names, train_on, test_fraction)
-    emit(res, as_json, lambda r: _print_eval(r, horizon))
+    emit(res, as_json, _print_eval)
 
 
 @app.command()
@@ -97,11 +104,12 @@ def forecast(
         str | None,
         typer.Option(
             "--at",
-            help="ISO time (UTC if naive) or hours after the trace start; default: its last tick",
+            help="ISO time (UTC if naive) or hours after the trace start (36, 36h, 1d12h); "
+            "default: its last tick",
         ),
     ] = None,
     model: Annotated[
-        Path | None, typer.Option("--model", help="a saved model; default: the shipped one")
+        str | None, typer.Option("--model", help="a saved model; default: the shipped one")
     ] = None,
     horizon: Annotated[
         str | None, typer.Option("--horizon", help="must match the model's horizon")
@@ -116,6 +124,25 @@ def forecast(
 
 
 # ---- rendering ------------------------------------------------------------------------------
+def _table(title: str | None, columns: list[tuple[str, str]], rows: list[list[str]]) -> Any:
+    """A table whose ``name`` columns (values a user copies) never wrap and fold rather than
+    end in "…"; ``number`` columns are right-aligned and ``text`` columns wrap."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    t = Table(title=title)
+    for header, kind in columns:
+        if kind == "name":
+            t.add_column(header, no_wrap=True, overflow="fold")
+        elif kind == "number":
+            t.add_column(header, justify="right", no_wrap=True)
+        else:
+            t.add_column(header, overflow="fold")
+    for r in rows:
+        t.add_row(*(escape(c) for c in r))
+    return t
+
+
 def _print_train(res: dict[str, Any]) -> None:
     _console().print(
         f"[bold]{res['model']}[/] trained on ticks "
@@ -124,48 +151,60 @@ def _print_train(res: dict[str, Any]) -> None:
     )
 
 
-def _print_eval(res: dict[str, Any], horizon: str) -> None:
-    rows = [
-        (
-            r["name"],
-            f"{r['auc']:.4f}",
-            f"{r['brier']:.4f}",
-            f"{r['log_loss']:.4f}",
-            f"{r['ece']:.4f}",
-            str(r["n_test"]),
-            str(r["positives"]),
-            r.get("note", ""),
-        )
-        for r in res["rows"]
-    ]
-    print_table(
-        f"revocation within {horizon} — "
-        f"test ticks {res['split']['test_ticks']} of {res['dataset']}",
-        ("model", "AUC", "Brier", "log loss", "ECE", "n_test", "positives", "note"),
-        rows,
-        left=("model", "note"),
-    )
+def _print_eval(res: dict[str, Any]) -> None:
+    from rich.markup import escape
+
+    from spotwise.units import format_duration
+
+    horizon = format_duration(res["horizon_s"])
+    split = res["split"]
+    counts = {(r["n_test"], r["positives"]) for r in res["rows"]}
+    same = len(counts) == 1  # always, by the protocol: one set of test ticks for every model
+    notes = any(r.get("note") for r in res["rows"])
+    columns = [("model", "name"), ("AUC", "number"), ("Brier", "number")]
+    columns += [("log loss", "number"), ("ECE", "number")]
+    columns += [] if same else [("n_test", "number"), ("revoked", "number")]
+    columns += [("note", "text")] if notes else []
+    rows = []
+    for r in res["rows"]:
+        cells = [r["name"]] + [f"{r[k]:.4f}" for k in ("auc", "brier", "log_loss", "ece")]
+        cells += [] if same else [str(r["n_test"]), str(r["positives"])]
+        rows.append(cells + ([r.get("note", "")] if notes else []))
+    lo, hi = split["test_ticks"]
+    title = f"revocation within {horizon}: test ticks {lo}..{hi} of {split['n_ticks']}"
+    console = _console()
+    console.print(_table(title, columns, rows))
+    if same and counts:
+        n, pos = counts.pop()
+        console.print(f"{n} test samples (zone × tick), {pos} revoked within {horizon}")
+    if res.get("train_dataset"):
+        console.print(f"fitted on all of: {escape(res['train_dataset'])}", soft_wrap=True)
+    console.print(f"trace: {escape(res['dataset'])}", soft_wrap=True)
 
 
 def _print_forecast(res: dict[str, Any]) -> None:
+    from datetime import datetime
+
+    from rich.markup import escape
+
     from spotwise.units import format_duration
 
     h = res.get("horizon_s")
+    at = datetime.fromisoformat(res["at"]).strftime("%Y-%m-%d %H:%M UTC")
+    columns = [("zone", "name"), ("instance type", "name"), ("$/h", "number")]
+    columns += [("available", "number"), ("p_revoke", "number")]
     rows = [
-        (
+        [
             r["zone"],
             r["instance_type"],
             f"{r['price_per_hour']:.4f}",
             "yes" if r["available"] else "no",
             "n/a" if r["p_revoke"] is None else f"{r['p_revoke']:.3f}",
-        )
+        ]
         for r in res["offers"]
     ]
-    print_table(
-        f"{res['provider']} spot offers at {res['at']} — "
-        f"P(revoked within {format_duration(h) if h else '?'})",
-        ("zone", "instance type", "price $/h", "available", "p_revoke"),
-        rows,
-        left=("zone", "instance type"),
-    )
-    _console().print(f"[dim]{res['note']}[/]")
+    console = _console()
+    console.print(_table(f"{res['provider']} spot offers at {at}", columns, rows))
+    if h:
+        console.print(f"p_revoke: P(revoked within {format_duration(h)})")
+    console.print(f"[dim]{escape(res['note'])}[/]")

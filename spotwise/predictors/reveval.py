@@ -117,11 +117,15 @@ def score_model(
 
 
 def _fit(name: str, ts: TraceSet, horizon_s: float, options: dict[str, Any]) -> tuple[Any, float]:
+    from spotwise.errors import PredictorError
     from spotwise.predictors.revocation import get_revocation_model
 
     model = get_revocation_model(name, **options.get(name, {}))
     t0 = time.perf_counter()
-    model.fit(ts, horizon_s)
+    try:
+        model.fit(ts, horizon_s)
+    except ValueError as e:  # e.g. the LSTM's "too few labelled ticks" on a short part
+        raise PredictorError(f"{name}: {e}") from e
     return model, time.perf_counter() - t0
 
 

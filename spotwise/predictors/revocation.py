@@ -326,8 +326,23 @@ def get_revocation_model(name: str, **options: Any) -> RevocationModel:
     return model
 
 
+class NotAModelFile(PredictorError):
+    """A file that ``load`` refuses; ``reason`` says why in a few words (no torch advice)."""
+
+    def __init__(self, path: Path, reason: str) -> None:
+        super().__init__(
+            f"{path} is not a spotwise revocation model file ({reason})",
+            hint="train one: spotwise predictor train --traces builtin:skynomad-v100-2023 "
+            "--out model.pt",
+        )
+        self.path, self.reason = path, reason
+
+
 def load(path: str | Path) -> RevocationModel:
     """A model written by ``save`` (or ``spotwise predictor train``)."""
+    import pickle
+    import zipfile
+
     import torch
 
     p = Path(path)
@@ -335,15 +350,32 @@ def load(path: str | Path) -> RevocationModel:
         raise PredictorError(
             f"model file {p} does not exist", hint="spotwise predictor train --out FILE"
         )
+    # torch's own messages for a foreign file run to many lines and advise weights_only=False,
+    # which would unpickle arbitrary code: say what is wrong in a few words instead
+    if not zipfile.is_zipfile(p):
+        raise NotAModelFile(p, "not a PyTorch archive: truncated, or a file of another format")
     try:
         doc = torch.load(str(p), map_location="cpu", weights_only=True)
-    except Exception as e:  # torch raises many types for a foreign or damaged file
-        raise PredictorError(f"{p} is not a spotwise revocation model: {e}") from None
-    if not isinstance(doc, dict) or doc.get("format") != FORMAT or doc.get("name") not in _REGISTRY:
-        raise PredictorError(f"{p} is not a spotwise revocation model (format {FORMAT!r})")
+    except pickle.UnpicklingError:
+        raise NotAModelFile(p, "it holds pickled Python objects, not plain tensors") from None
+    except Exception:  # torch raises many types for a damaged archive
+        raise NotAModelFile(p, "a damaged or foreign PyTorch archive") from None
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        raise NotAModelFile(p, f"no {FORMAT!r} header")
+    if doc.get("name") not in _REGISTRY:
+        raise NotAModelFile(
+            p, f"unknown model {doc.get('name')!r}; this spotwise reads {', '.join(MODEL_NAMES)}"
+        )
     model = _REGISTRY[doc["name"]]()()
-    model.horizon_s = float(doc["horizon_s"])
-    model._load_state(doc["config"], doc["tensors"])
+    try:
+        model.horizon_s = float(doc["horizon_s"])
+        model._load_state(doc["config"], doc["tensors"])
+    except KeyError as e:
+        raise NotAModelFile(p, f"an incomplete {doc['name']} model: no {e} entry") from None
+    except ValueError as e:  # the models' own checks, e.g. features changed since
+        raise NotAModelFile(p, f"{doc['name']}: {e}") from None
+    except (TypeError, AttributeError, RuntimeError):  # wrong types or tensor shapes
+        raise NotAModelFile(p, f"a malformed {doc['name']} model") from None
     model.fitted = True
     return model
 

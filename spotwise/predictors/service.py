@@ -7,19 +7,132 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from spotwise.errors import NotFoundError, ProviderUnavailable, SpecError, SpotwiseError
+from spotwise.errors import (
+    NotFoundError,
+    PredictorError,
+    ProviderUnavailable,
+    SpecError,
+    SpotwiseError,
+)
 
 if TYPE_CHECKING:
     from spotwise.predictors.revocation import RevocationModel
     from spotwise.traces import TraceSet
 
-SHIPPED_TRACE = Path(__file__).resolve().parent.parent / "data" / "skynomad-v100-2023"
+BUILTIN = "builtin:skynomad-v100-2023"  # the shipped trace, as job specs name it
+_TRAIN_HINT = f"spotwise predictor train --traces {BUILTIN} --out model.pt"
 
 
-def _load(path: str | Path) -> TraceSet:
+def resolve_traces(ref: str | Path, field: str = "--traces") -> Path:
+    """A ``--traces`` value: ``builtin:NAME`` (resolved like a job spec's ``replay.trace``) or an
+    existing file or folder; errors name ``field``."""
+    from spotwise.errors import did_you_mean
+    from spotwise.providers.replay import BUILTIN_TRACES, resolve_trace
+
+    text = str(ref).strip()
+    builtins = [f"builtin:{n}" for n in BUILTIN_TRACES]
+    what = (
+        "pass a SkyNomad CSV (file or folder), a folder of Can't Be Late JSON files, "
+        f"or {' or '.join(builtins)} (the shipped trace)"
+    )
+    if not text:
+        raise SpecError(f"{field} is empty; {what}")
+    if text.startswith("builtin:"):
+        try:
+            return resolve_trace(text)
+        except SpecError:
+            raise SpecError(
+                f"{field} {text}: no such shipped trace{did_you_mean(text, builtins)}; "
+                f"valid: {', '.join(builtins)}"
+            ) from None
+    p = Path(text).expanduser()
+    if not p.exists():
+        raise SpecError(f"{field} {text}: does not exist; {what}")
+    return p
+
+
+def _load(ref: str | Path, field: str = "--traces") -> TraceSet:
     from spotwise.traces import load_traces
 
-    return load_traces(path)
+    return load_traces(resolve_traces(ref, field), field=field)
+
+
+def _check_model_name(name: str, field: str) -> None:
+    from spotwise.errors import did_you_mean
+    from spotwise.predictors.revocation import MODEL_NAMES
+
+    if name not in MODEL_NAMES:
+        shown = repr(name) if name else "''"
+        raise SpecError(
+            f"{field}: unknown model {shown}{did_you_mean(name, list(MODEL_NAMES))}; "
+            f"valid: {', '.join(MODEL_NAMES)}"
+        )
+
+
+def load_model_file(path: str | Path, field: str = "--model") -> RevocationModel:
+    """A saved model named on the command line; every refusal is one line naming ``field``."""
+    from spotwise.predictors.revocation import NotAModelFile, load
+
+    p = Path(path).expanduser()
+    if not p.exists():
+        raise SpecError(f"{field} {path}: does not exist", hint=f"train one: {_TRAIN_HINT}")
+    if not p.is_file():
+        raise SpecError(f"{field} {path}: a folder, not a model file", hint=_TRAIN_HINT)
+    try:
+        return load(p)
+    except NotAModelFile as e:
+        raise SpecError(
+            f"{field} {path}: not a spotwise model file ({e.reason})",
+            hint=f"pass a file written by {_TRAIN_HINT}",
+        ) from None
+
+
+def _fmt(seconds: float) -> str:
+    from spotwise.units import format_duration
+
+    return format_duration(seconds) if seconds >= 1 else f"{seconds:g}s"
+
+
+def _span(ts: TraceSet, lo: int, hi: int) -> float:
+    """Seconds from tick ``lo`` to tick ``hi - 1`` (0 for fewer than two ticks)."""
+    return float(ts.times[hi - 1] - ts.times[lo]) if hi - lo >= 2 else 0.0
+
+
+def _check_horizon(ts: TraceSet, horizon_s: float, which: str = "trace") -> None:
+    """A horizon longer than the whole trace leaves no labelled tick: say so up front."""
+    span = _span(ts, 0, ts.n_ticks)
+    if span < horizon_s:
+        raise SpecError(
+            f"--horizon {_fmt(horizon_s)} is longer than the {which} ({_fmt(span)}); "
+            "pass a shorter --horizon"
+        )
+
+
+def _check_out(out: str | Path) -> Path:
+    """``--out``: a file in an existing, writable folder (never creates folders)."""
+    p = Path(out).expanduser()
+    if not str(out).strip():
+        raise SpecError("--out is empty; name the model file to write, e.g. --out model.pt")
+    if p.is_dir():
+        raise SpecError(f"--out {out}: is a folder; name the file, e.g. --out {p / 'model.pt'}")
+    parent = p.parent
+    if parent.exists() and not parent.is_dir():
+        raise SpecError(f"--out {out}: {parent} is a file, not a folder; pick another path")
+    if not parent.is_dir():
+        raise SpecError(
+            f"--out {out}: folder {parent} does not exist",
+            hint=f"create it first (mkdir -p {parent}), or check the path for a typo",
+        )
+    existed = p.exists()
+    try:  # a real write probe (os.access says yes to root even where nothing can be written)
+        with p.open("ab"):
+            pass
+    except OSError as e:
+        why = e.strerror or type(e).__name__
+        raise SpecError(f"--out {out}: cannot write there ({why}); pick another path") from None
+    if not existed:
+        p.unlink(missing_ok=True)
+    return p
 
 
 def train_model(
@@ -34,15 +147,35 @@ def train_model(
     from spotwise.predictors.revocation import get_revocation_model
 
     if not 0 < until <= 1:
-        raise SpecError(f"--until must be in (0, 1], got {until=}")
+        raise SpecError(
+            f"--until must be in (0, 1], got {until:g} (the first share of the ticks to train "
+            "on: 1 = all of them, 0.7 = the eval's training part)"
+        )
+    _check_model_name(name, "--model")
+    path = _check_out(out)
     ts = _load(traces)
+    _check_horizon(ts, horizon_s)
     stop = max(3, round(ts.n_ticks * until))
+    kept = _span(ts, 0, min(stop, ts.n_ticks))
+    if kept < horizon_s:
+        raise SpecError(
+            f"--until {until:g} keeps {_fmt(kept)} of the trace, less than the "
+            f"--horizon {_fmt(horizon_s)}: no tick to learn from; raise --until"
+        )
     part = ts.slice(0, stop) if stop < ts.n_ticks else ts
     model = get_revocation_model(name, **({"verbose": verbose} if name == "lstm" else {}))
     t0 = time.perf_counter()
-    model.fit(part, horizon_s)
+    try:
+        model.fit(part, horizon_s)
+    except ValueError as e:  # e.g. the LSTM's "too few labelled ticks" on a short part
+        raise PredictorError(
+            f"{name}: {e}", hint="raise --until or pass a shorter --horizon"
+        ) from e
     seconds = time.perf_counter() - t0
-    model.save(out)
+    try:
+        model.save(path)
+    except (OSError, RuntimeError):  # torch reports a failed write as a RuntimeError
+        raise SpecError(f"--out {out}: could not write the model file there") from None
     return {
         "model": name,
         "out": str(out),
@@ -52,8 +185,36 @@ def train_model(
         "train_ticks": [0, stop],
         "n_ticks": ts.n_ticks,
         "fit_seconds": round(seconds, 1),
-        "bytes": Path(out).stat().st_size,
+        "bytes": path.stat().st_size,
     }
+
+
+def _check_test_fraction(test_fraction: float) -> None:
+    if not 0 < test_fraction < 1:
+        raise SpecError(
+            f"--test-fraction must be in (0, 1), got {test_fraction:g} (the later share of the "
+            "ticks kept for testing; default 0.3)"
+        )
+
+
+def _check_split(
+    ts: TraceSet, horizon_s: float, test_fraction: float, need_train: bool = True
+) -> None:
+    """``--test-fraction`` leaves a training and a test part each longer than the horizon."""
+    from spotwise.predictors._revfeatures import chrono_split
+
+    test0 = chrono_split(ts, horizon_s, test_fraction=test_fraction).test[0]
+    h = _fmt(horizon_s)
+    if need_train and _span(ts, 0, test0) < horizon_s:
+        raise SpecError(
+            f"--test-fraction {test_fraction:g} leaves {_fmt(_span(ts, 0, test0))} of the trace "
+            f"to train on, less than the --horizon {h}; lower --test-fraction"
+        )
+    if _span(ts, test0, ts.n_ticks) < horizon_s:
+        raise SpecError(
+            f"--test-fraction {test_fraction:g} keeps {_fmt(_span(ts, test0, ts.n_ticks))} of "
+            f"the trace for testing, less than the --horizon {h}; raise --test-fraction"
+        )
 
 
 def evaluate_path(
@@ -66,48 +227,101 @@ def evaluate_path(
 ) -> dict[str, Any]:
     """Chronological evaluation of ``names`` (and a saved model) on the later part of ``traces``."""
     from spotwise.predictors.reveval import evaluate, evaluate_transfer
-    from spotwise.predictors.revocation import load
 
-    ts = _load(traces)
-    if train_on is not None:
-        return evaluate_transfer(
-            _load(train_on), ts, horizon_s, names=names, test_fraction=test_fraction
+    if not names and model_path is None:
+        raise SpecError(
+            "--models is empty; name one or more of base-rate, persistence, logistic, lstm"
         )
-    model = load(model_path) if model_path is not None else None
+    for name in names:
+        _check_model_name(name, "--models")
+    _check_test_fraction(test_fraction)
+    if train_on is not None and model_path is not None:
+        raise SpecError(
+            "--model and --train-on cannot be combined: --train-on fits fresh models on "
+            "another trace; drop one of them"
+        )
+    model = load_model_file(model_path) if model_path is not None else None
     if model is not None and abs(model.horizon_s - horizon_s) > 1e-6:
         raise SpecError(
-            f"--model predicts a {model.horizon_s:g} s horizon but --horizon is {horizon_s:g} s",
-            hint=f"pass --horizon {model.horizon_s:g}s, or train a model for this horizon",
+            f"--model {model_path} predicts a {_fmt(model.horizon_s)} horizon but --horizon is "
+            f"{_fmt(horizon_s)}",
+            hint=f"pass --horizon {_fmt(model.horizon_s)}, or train a model for this horizon",
         )
-    return evaluate(ts, horizon_s, names=names, model=model, test_fraction=test_fraction)
+    ts = _load(traces)
+    _check_horizon(ts, horizon_s)
+    if train_on is not None:
+        source = _load(train_on, "--train-on")
+        _check_horizon(source, horizon_s, "--train-on trace")
+        _check_split(ts, horizon_s, test_fraction, need_train=False)
+    else:
+        _check_split(ts, horizon_s, test_fraction)
+    try:
+        if train_on is not None:
+            return evaluate_transfer(
+                source, ts, horizon_s, names=names, test_fraction=test_fraction
+            )
+        return evaluate(ts, horizon_s, names=names, model=model, test_fraction=test_fraction)
+    except PredictorError as e:  # a model that cannot be fitted on this part: say what to change
+        if e.hint:
+            raise
+        fix = "--train-on a longer trace" if train_on is not None else "a lower --test-fraction"
+        raise PredictorError(e.message, hint=f"try {fix} or a shorter --horizon") from e
+
+
+def _at_offset(text: str) -> float | None:
+    """Seconds after the trace start in an ``--at`` offset: hours (``36``, ``1.5``, ``36h``) or a
+    duration (``90m``, ``1d12h``); ``None`` when ``text`` is neither."""
+    import math
+
+    from spotwise.units import parse_duration
+
+    number = text[:-1] if text[-1:].lower() == "h" else text
+    try:
+        hours = float(number)
+    except ValueError:
+        try:
+            return parse_duration(text)
+        except SpecError:
+            return None
+    return hours * 3600.0 if math.isfinite(hours) else None
 
 
 def parse_at(at: str | None, ts: TraceSet) -> float:
     """``--at``: ISO time (UTC when naive), or hours after the trace start (``36``, ``36h``)."""
-    from spotwise.units import parse_duration
-
-    if at is None or at == "":
+    if at is None or not at.strip():
         return float(ts.times[-1])
+    text = at.strip()
+    start, end = float(ts.times[0]), float(ts.times[-1]) + ts.gap_seconds
+    first = datetime.fromtimestamp(start, UTC)
+    last = datetime.fromtimestamp(end, UTC)
+    hours = f"0 to {(end - start) / 3600:.0f} hours after its start"
     try:
-        dt = datetime.fromisoformat(at)
+        dt = datetime.fromisoformat(text)
     except ValueError:
-        return float(ts.times[0]) + (
-            parse_duration(at if at[-1].isalpha() else at + "h", field="--at")
+        offset = _at_offset(text)
+        if offset is None:
+            raise SpecError(
+                f"--at {at!r}: not a time; use an ISO time such as "
+                f"{(first + (last - first) / 2).strftime('%Y-%m-%dT%H:%M')} (UTC if naive) "
+                f"or hours after the trace start such as 36, 36h or 1d12h ({hours})"
+            ) from None
+        t = start + offset
+    else:
+        if dt.tzinfo is None:
+            dt = dt.replace(tzinfo=UTC)
+        t = dt.timestamp()
+    if not start <= t <= end:
+        raise SpecError(
+            f"--at {at!r} is outside the replayed trace: "
+            f"{first.isoformat()} .. {last.isoformat()}, or {hours}"
         )
-    if dt.tzinfo is None:
-        dt = dt.replace(tzinfo=UTC)
-    t = dt.timestamp()
-    if not ts.times[0] <= t <= ts.times[-1] + ts.gap_seconds:
-        start = datetime.fromtimestamp(ts.times[0], UTC).isoformat()
-        end = datetime.fromtimestamp(ts.times[-1], UTC).isoformat()
-        raise SpecError(f"--at {at} is outside the replayed trace ({start} .. {end})")
     return t
 
 
 def _model(model_path: str | Path | None) -> RevocationModel:
-    from spotwise.predictors.revocation import load, load_pretrained
+    from spotwise.predictors.revocation import load_pretrained
 
-    return load(model_path) if model_path is not None else load_pretrained()
+    return load_model_file(model_path) if model_path is not None else load_pretrained()
 
 
 def forecast(
@@ -122,13 +336,13 @@ def forecast(
     from spotwise.providers.base import Market
     from spotwise.providers.replay import ReplayMarket, load_market_traces
 
-    ts = load_market_traces("builtin:skynomad-v100-2023")
+    ts = load_market_traces(BUILTIN)
     model = _model(model_path)
     if horizon_s is not None and abs(model.horizon_s - horizon_s) > 1e-6:
         raise SpecError(
-            f"the model predicts a {model.horizon_s:g} s horizon, not {horizon_s:g} s",
-            hint=f"spotwise predictor train --traces {SHIPPED_TRACE} "
-            f"--horizon {horizon_s:g}s --out m.pt",
+            f"--horizon {_fmt(horizon_s)}: the model predicts a {_fmt(model.horizon_s)} horizon",
+            hint=f"spotwise predictor train --traces {BUILTIN} --horizon {_fmt(horizon_s)} "
+            "--out model.pt, then pass --model model.pt",
         )
     t = parse_at(at, ts)
     tick = ts.tick_at(t)

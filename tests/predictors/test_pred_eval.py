@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 from pred_helpers import synthetic_traces
 
+from spotwise.errors import PredictorError
 from spotwise.predictors.reveval import evaluate, evaluate_transfer, scores
 
 
@@ -39,3 +40,11 @@ def test_transfer() -> None:
     assert {r["name"] for r in res["rows"]} == {"base-rate", "logistic"}
     # zone names match here, but the logistic model is zone-agnostic and should rank well
     assert res["rows"][1]["auc"] > 0.6
+
+
+def test_a_model_that_cannot_be_fitted_on_the_part_is_a_predictor_error() -> None:
+    # 10.4 days of ticks; the LSTM keeps the last 20 % of its 7.3-day training part (1.5 days)
+    # to validate on, shorter than a 2-day horizon: one PredictorError, not a bare ValueError
+    with pytest.raises(PredictorError) as info:
+        evaluate(synthetic_traces(), 2 * 86400.0, names=("lstm",))
+    assert str(info.value) == "lstm: too few labelled ticks for a train/validation split"

@@ -194,3 +194,31 @@ def test_files_of_one_set_that_end_early_are_aligned_and_mixed_gaps_refused(
     _cbl(tmp_path / "b" / "us-west-2a_v100_1.json", 600, [1, 1])
     with pytest.raises(SpecError, match="mixes tick gaps"):
         load_traces(tmp_path / "b")
+
+
+def test_errors_name_the_option_that_gave_the_path(tmp_path: Path) -> None:
+    what = "pass a SkyNomad CSV (file or folder) or a folder of Can't Be Late JSON files"
+    with pytest.raises(SpecError) as info:
+        load_traces(tmp_path / "nope", field="--train-on")
+    assert str(info.value) == f"--train-on: {tmp_path / 'nope'} does not exist; {what}"
+    bad = tmp_path / "bad.csv"
+    bad.write_text("a,b\n1,2\n")
+    with pytest.raises(SpecError, match=r"^--train-on: .*bad\.csv lacks columns"):
+        load_traces(bad, field="--train-on")
+    _cbl(tmp_path / "set" / "a" / "us-west-2a_v100_1.json", 600, [1, 0])
+    _cbl(tmp_path / "set" / "b" / "us-west-2a_v100_1.json", 600, [1, 0])
+    with pytest.raises(SpecError, match=r"^--train-on: .* holds 2 trace sets"):
+        load_traces(tmp_path / "set", field="--train-on")
+
+
+def test_an_empty_path_is_refused_not_read_as_the_current_folder() -> None:
+    what = "pass a SkyNomad CSV (file or folder) or a folder of Can't Be Late JSON files"
+    with pytest.raises(SpecError) as info:
+        load_traces("")
+    assert str(info.value) == f"--traces is empty; {what}"
+
+
+def test_a_path_under_home_is_expanded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path))
+    _cbl(tmp_path / "cbl" / "us-west-2a_v100_1.json", 600, [1, 0, 1])
+    assert load_traces("~/cbl").n_ticks == 3
