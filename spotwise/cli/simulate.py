@@ -7,8 +7,6 @@ Heavy imports stay inside the commands (``spotwise --help`` stays fast).
 
 from __future__ import annotations
 
-import json
-import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -17,7 +15,6 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from spotwise.cli.options import JsonOpt
-from spotwise.cli.output import print_table
 from spotwise.errors import SpecError
 
 if TYPE_CHECKING:
@@ -33,12 +30,13 @@ app = typer.Typer(
     rich_markup_mode="rich",
 )
 
-TracesOpt = Annotated[
-    Path | None,
-    typer.Option(
-        "--traces", help="SkyNomad CSV (file or folder) or a folder of Can't Be Late JSON traces."
-    ),
-]
+SHIPPED_TRACE = "builtin:skynomad-v100-2023"
+SHIPPED_CURVES = Path(__file__).resolve().parent.parent / "data" / "lcbench-subset"
+_TRACES_HELP = (
+    f"{SHIPPED_TRACE} (shipped), a SkyNomad CSV (file or folder) or a folder of Can't Be Late "
+    "JSON traces."
+)
+TracesOpt = Annotated[str | None, typer.Option("--traces", help=_TRACES_HELP)]
 SpotPriceOpt = Annotated[
     float | None,
     typer.Option(
@@ -53,23 +51,33 @@ ModelOpt = Annotated[
     str,
     typer.Option(
         "--revocation-model",
-        help="pretrained (shipped), a model name fitted on the first --train-fraction of the "
-        "trace (lstm, logistic, persistence, base-rate), or none.",
+        help="pretrained (the shipped model), none (no forecast), or a model fitted here on the "
+        "trace before --start-from (the first 70% if --start-from is below 0.2): lstm, "
+        "logistic, persistence, base-rate.",
     ),
 ]
 StartFromOpt = Annotated[
     float,
     typer.Option(
         "--start-from",
-        help="Sample start points from this fraction of the trace on "
+        help="Sample start points from this fraction of the trace on, in [0, 1) "
         "(0.7: the part the shipped revocation model did not train on).",
     ),
 ]
-PolicyOpt = Annotated[str, typer.Option("--policy", help="Comma-separated policy names.")]
 WorkersOpt = Annotated[int, typer.Option("--workers", help="Processes to use.", min=1)]
 OutOpt = Annotated[
     Path | None, typer.Option("--out", help="Also write the JSON result to this file.")
 ]
+TUNING_DEFAULT = "on-demand,spot-greedy,asha,spottune,spotwise"
+DEADLINE_DEFAULT = "on-demand,greedy,uniform-progress,spotwise"
+
+
+def _policy_opt(default: str) -> Any:
+    return typer.Option(
+        "--policy",
+        help=f"Comma-separated policy names (default: {default.replace(',', ', ')}).",
+        show_default=False,
+    )
 
 
 @app.callback()
@@ -79,10 +87,11 @@ def simulate(
     curves: Annotated[
         Path | None,
         typer.Option(
-            "--curves", help="LCBench folder or long CSV (curve_id, step, value[, lr][, seconds])."
+            "--curves",
+            help="LCBench folder or long CSV (curve_id, step, value[, lr][, seconds]).",
         ),
     ] = None,
-    policy: PolicyOpt = "on-demand,spot-greedy,asha,spottune,spotwise",
+    policy: Annotated[str, _policy_opt(TUNING_DEFAULT)] = TUNING_DEFAULT,
     trials: Annotated[
         int, typer.Option("--trials", help="Trials per job (drawn from the curve pool).", min=1)
     ] = 100,
@@ -92,7 +101,7 @@ def simulate(
     ] = 3,
     seed: Annotated[int, typer.Option("--seed", help="First seed.")] = 0,
     theta: Annotated[
-        float, typer.Option("--theta", help="SpotTune's EarlyCurve fraction θ.")
+        float, typer.Option("--theta", help="SpotTune's EarlyCurve fraction θ, in (0, 1).")
     ] = 0.3,
     time_scale: Annotated[
         float, typer.Option("--time-scale", help="Market seconds per recorded second of a step.")
@@ -131,30 +140,40 @@ def simulate(
 ) -> None:
     """Run a tuning job per policy on the same traces, curves and seeds (virtual clock)."""
     if ctx.invoked_subcommand is not None:
+        _reject_group_options(ctx)
         return
     if traces is None or curves is None:
         raise SpecError(
             "simulate: --traces and --curves are required",
-            hint="spotwise simulate --traces ../shared/data/spot/skynomad-v100-2023 "
-            "--curves ../shared/data/curves/lcbench --json",
+            hint=f"spotwise simulate --traces {SHIPPED_TRACE} --curves {SHIPPED_CURVES}",
         )
+    from spotwise.cli.simulate_render import emit, tuning_table
+    from spotwise.cli.simulate_render import plot as draw
     from spotwise.planner.sim_curves import load_curve_pool
-    from spotwise.planner.sim_suite import Suite, parse_policies, run_suite
-    from spotwise.planner.simulator import SimSettings
+    from spotwise.planner.sim_suite import (
+        Suite,
+        check_prices,
+        check_revocation_model,
+        parse_policies,
+        run_suite,
+        tuning_settings,
+    )
     from spotwise.traces import load_traces
 
     names = parse_policies(policy)
-    settings = SimSettings(
+    settings = tuning_settings(
         parallel=parallel,
         time_scale=time_scale,
-        restart_overhead_s=restart_seconds,
+        restart_s=restart_seconds,
         checkpoint_s=checkpoint_seconds,
         max_cost_usd=max_cost,
-        deadline_s=deadline_hours * 3600 if deadline_hours else None,
+        deadline_hours=deadline_hours,
     )
     suite = Suite(
         tuple(names), trials, seeds, seed, theta, settings, start_from, window_hours * 3600
     )
+    check_prices(spot_price, on_demand_price)
+    check_revocation_model(revocation_model)
     ts = _load(traces, load_traces)
     pool = load_curve_pool(curves, metric=metric, direction=direction)
     risk = _risk(ts, revocation_model, start_from)
@@ -167,14 +186,14 @@ def simulate(
         on_demand_price=on_demand_price,
         workers=workers,
     )
-    _emit(result, out, as_json, _tuning_table)
+    emit(result, out, as_json, tuning_table)
     if plot is not None:
-        _plot(result, plot)
+        draw(result, plot)
 
 
 @app.command("deadline")
 def deadline(
-    traces: TracesOpt = None,
+    traces: Annotated[str, typer.Option("--traces", help=_TRACES_HELP)],
     job_hours: Annotated[
         float, typer.Option("--job-hours", help="Computation time of the job.")
     ] = 48.0,
@@ -182,13 +201,14 @@ def deadline(
         float, typer.Option("--deadline-hours", help="Deadline after the start.")
     ] = 52.0,
     restart_hours: Annotated[
-        float, typer.Option("--restart-hours", help="Changeover delay d.")
+        float,
+        typer.Option("--restart-hours", help="Changeover delay d, in [0, deadline − job]."),
     ] = 0.2,
-    policy: PolicyOpt = "on-demand,greedy,uniform-progress,spotwise",
+    policy: Annotated[str, _policy_opt(DEADLINE_DEFAULT)] = DEADLINE_DEFAULT,
     starts: Annotated[
         int, typer.Option("--starts", help="Random start points per zone trace.", min=1)
     ] = 300,
-    seed: Annotated[int, typer.Option("--seed", help="Seed of the start points.")] = 0,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the start points.", min=0)] = 0,
     billing: Annotated[
         str, typer.Option("--billing", help="paper (per second) or aws/gcp/azure.")
     ] = "paper",
@@ -201,28 +221,23 @@ def deadline(
     as_json: JsonOpt = False,
 ) -> None:
     """One long job with a deadline, many random starts (NSDI'24 "Can't Be Late")."""
-    from spotwise.planner.deadline_sim import PAPER_BILLING, DeadlineJob, run_deadline_suite
-    from spotwise.planner.sim_suite import parse_policies
-    from spotwise.providers.billing import rule_for
+    from spotwise.cli.simulate_render import deadline_table, emit
+    from spotwise.planner.deadline_sim import DeadlineJob, billing_rule, run_deadline_suite
+    from spotwise.planner.sim_suite import check_revocation_model, check_sampling, parse_policies
     from spotwise.providers.replay import CBL_ON_DEMAND_PRICE, CBL_SPOT_PRICE
     from spotwise.traces import load_cbl_folder, load_traces
 
-    if traces is None:
-        raise SpecError(
-            "simulate deadline: --traces is required",
-            hint="spotwise simulate deadline --traces "
-            "../shared/data/spot/cant-be-late-availability/availability/1-node/aws-02-15-2023",
-        )
     names = parse_policies(policy)
-    with _spec_errors("simulate deadline"):
-        job = DeadlineJob(
-            job_hours * 3600,
-            deadline_hours * 3600,
-            restart_hours * 3600,
-            spot_price if spot_price is not None else CBL_SPOT_PRICE,
-            on_demand_price if on_demand_price is not None else CBL_ON_DEMAND_PRICE,
-        )
-    rule = PAPER_BILLING if billing == "paper" else rule_for(billing)
+    job = DeadlineJob(
+        job_hours * 3600,
+        deadline_hours * 3600,
+        restart_hours * 3600,
+        spot_price if spot_price is not None else CBL_SPOT_PRICE,
+        on_demand_price if on_demand_price is not None else CBL_ON_DEMAND_PRICE,
+    )
+    check_sampling(starts, seed, start_from)
+    rule = billing_rule(billing)
+    check_revocation_model(revocation_model)
     ts = _load(
         traces,
         lambda p: load_cbl_folder(p) if p.is_dir() and any(p.rglob("*.json")) else load_traces(p),
@@ -241,7 +256,7 @@ def deadline(
             risk_model=risk.model if risk else "none",
             workers=workers,
         )
-    _emit(result, out, as_json, _deadline_table)
+    emit(result, out, as_json, deadline_table)
 
 
 # ---- helpers ------------------------------------------------------------------------------
@@ -267,135 +282,38 @@ def _spec_errors(command: str) -> Iterator[None]:
         raise SpecError(f"{command}: {e}") from None
 
 
-def _load(path: Path, loader: Any) -> Any:
-    if not path.exists():
-        raise SpecError(f"--traces: {path} does not exist")
+def _load(ref: str, loader: Any) -> Any:
+    """``--traces``: ``builtin:NAME`` (the shipped copy) or a path, read by ``loader``."""
+    from spotwise.providers.replay import resolve_trace
+
+    try:
+        path = resolve_trace(ref)
+    except SpecError as e:
+        raise SpecError(f"--traces: {e.message.removeprefix('replay.trace: ')}") from None
     return loader(path)
 
 
-def _command() -> str:
+def _reject_group_options(ctx: typer.Context) -> None:
+    """``simulate --traces T deadline``: the options before the subcommand are simulate's own."""
     import shlex
 
-    argv = (
-        ["spotwise", *sys.argv[1:]] if sys.argv and sys.argv[0].endswith("spotwise") else sys.argv
-    )
-    return " ".join(shlex.quote(a) for a in argv)
-
-
-def _emit(result: dict[str, Any], out: Path | None, as_json: bool, table: Any) -> None:
-    result["command"] = _command()
-    text = json.dumps(result, indent=2, default=_plain)
-    if out is not None:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(text + "\n")
-    if as_json:
-        typer.echo(text)
-    else:
-        table(result)
-
-
-def _plain(v: Any) -> Any:
-    if hasattr(v, "item"):
-        return v.item()
-    if v != v or v in (float("inf"), float("-inf")):
-        return None
-    raise TypeError(type(v).__name__)
-
-
-def _fmt(v: Any, spec: str = ".3g") -> str:
-    return "—" if v is None else format(v, spec)
-
-
-def _tuning_table(r: dict[str, Any]) -> None:
-    s = r["settings"]
-    rows = [
-        (
-            name,
-            f"{p['cost_usd']:.2f}",
-            _fmt(p["cost_vs_on_demand"], ".1%"),
-            f"{p['makespan_hours']:.1f}",
-            f"{p['regret']:.4g}",
-            f"{p['revocations']:.1f}",
-            f"{p['lost_hours']:.2f}",
-            f"{p['early_stopped']:.1f}",
-            f"{p['completed']:.1f}",
-        )
-        for name, p in r["policies"].items()
-    ]
-    print_table(
-        f"{s['trials']} trials × {len(r['seeds'])} seeds · parallel {s['parallel']} · "
-        f"{r['metric']} ({r['direction']}) · revocation model: {r['revocation_model']}",
-        (
-            "policy",
-            "cost $",
-            "vs on-demand",
-            "makespan h",
-            "regret",
-            "revocations",
-            "lost h",
-            "early-stopped",
-            "completed",
+    given = {
+        p.opts[0]: ctx.params[p.name]
+        for p in ctx.command.params
+        if p.name and getattr(ctx.get_parameter_source(p.name), "name", "") == "COMMANDLINE"
+    }
+    if not given:
+        return
+    sub = ctx.invoked_subcommand or ""
+    cmd = getattr(ctx.command, "commands", {}).get(sub)
+    takes = {o for p in (cmd.params if cmd else []) for o in p.opts}
+    moved = [f for f in given if f in takes]
+    parts = [f"put {', '.join(moved)} after '{sub}'"] if moved else []
+    parts += [f"{f} does not apply to '{sub}'" for f in given if f not in takes]
+    raise SpecError(
+        f"simulate {sub}: options before '{sub}' belong to simulate: {'; '.join(parts)}",
+        hint=" ".join(
+            ["spotwise simulate", sub]
+            + [f if given[f] is True else f"{f} {shlex.quote(str(given[f]))}" for f in moved]
         ),
-        rows,
-        left=("policy",),
     )
-
-
-def _deadline_table(r: dict[str, Any]) -> None:
-    rows = [
-        (
-            name,
-            f"{p['mean_cost']:.3f}",
-            f"{p['p25_cost']:.3f}",
-            f"{p['p50_cost']:.3f}",
-            f"{p['p75_cost']:.3f}",
-            str(p["misses"]),
-            f"{p['mean_spot_hours']:.1f}",
-            f"{p['mean_on_demand_hours']:.1f}",
-            f"{p['mean_changeovers']:.1f}",
-        )
-        for name, p in r["policies"].items()
-    ]
-    print_table(
-        f"{r['job_hours']:g} h job, {r['deadline_hours']:g} h deadline, d = "
-        f"{r['restart_hours']:g} h · {r['starts_per_zone']} starts × {len(r['zones'])} zones · "
-        f"cost / on-demand cost",
-        (
-            "policy",
-            "mean",
-            "p25",
-            "p50",
-            "p75",
-            "misses",
-            "spot h",
-            "on-demand h",
-            "changeovers",
-        ),
-        rows,
-        left=("policy",),
-    )
-
-
-def _plot(r: dict[str, Any], path: Path) -> None:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise SpecError("--plot needs matplotlib", hint="pip install 'spotwise[plot]'") from None
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for name, runs in r["runs"].items():
-        xs = [x["cost_usd"] for x in runs]
-        ys = [x["regret"] for x in runs]
-        ax.scatter(xs, ys, label=name, alpha=0.6)
-        p = r["policies"][name]
-        ax.scatter([p["cost_usd"]], [p["regret"]], marker="x", s=80, color="black")
-    ax.set_xscale("log")
-    ax.set_xlabel("cost (USD, log scale)")
-    ax.set_ylabel(f"regret ({r['metric']})")
-    ax.set_title("cost vs. regret per policy (× = mean over seeds)")
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)

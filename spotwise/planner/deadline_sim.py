@@ -23,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from spotwise.errors import SpecError
 from spotwise.planner.policy import (
     Checkpoint,
     Event,
@@ -37,6 +38,7 @@ from spotwise.planner.policy import (
     TrialExited,
     TrialView,
 )
+from spotwise.planner.sim_suite import check, check_choice, check_prices, check_sampling
 from spotwise.planner.simulator import frozen
 from spotwise.providers.base import Market, Offer
 from spotwise.providers.billing import BillingRule
@@ -66,10 +68,26 @@ class DeadlineJob:
     on_demand_price: float = 3.06
 
     def __post_init__(self) -> None:
-        if not 0 < self.job_s <= self.deadline_s:
-            raise ValueError(f"need 0 < job_s <= deadline_s, got {self.job_s=}, {self.deadline_s=}")
-        if self.restart_s < 0:
-            raise ValueError(f"restart_s must be >= 0, got {self.restart_s=}")
+        """Checked under the names ``spotwise simulate deadline`` gives the fields (hours)."""
+        job, deadline, d = self.job_s / 3600, self.deadline_s / 3600, self.restart_s / 3600
+        check(job > 0, "--job-hours", "> 0", job)
+        check(deadline > 0, "--deadline-hours", "> 0", deadline)
+        if job > deadline:
+            raise SpecError(
+                f"--job-hours ({job:g}) must be at most --deadline-hours ({deadline:g})"
+            )
+        slack = deadline - job
+        check(0 <= d <= slack + 1e-9, "--restart-hours", f"in [0, {slack:g}] (deadline - job)", d)
+        check_prices(self.spot_price, self.on_demand_price)
+
+
+def billing_rule(name: str) -> BillingRule:
+    """``paper`` (the paper's per-second billing) or a provider's rule (``aws``, ``gcp``, …)."""
+    from spotwise.providers.billing import RULES
+
+    rules = {"paper": PAPER_BILLING, **RULES}
+    check_choice("--billing", name, list(rules))
+    return rules[name]
 
 
 @dataclass
@@ -266,13 +284,16 @@ def sample_starts(
     """``starts`` random (zone, start tick) pairs per zone, each leaving room for the deadline."""
     import numpy as np
 
+    check_sampling(starts, seed, from_fraction)
     gap = float(traces.gap_seconds or 60.0)
     lo = int(from_fraction * traces.n_ticks)
     hi = traces.n_ticks - int(np.ceil(job.deadline_s / gap)) - 2
     if hi <= lo:
-        raise ValueError(
-            f"the trace ({traces.duration_s / 3600:.0f} h from {from_fraction:.0%}) is shorter "
-            f"than the deadline ({job.deadline_s / 3600:g} h)"
+        hours = traces.duration_s * (1 - from_fraction) / 3600
+        raise SpecError(
+            f"--traces: {hours:.0f} h of trace after --start-from {from_fraction:g} is shorter "
+            f"than --deadline-hours ({job.deadline_s / 3600:g}); lower --start-from or "
+            "--deadline-hours"
         )
     rng = np.random.default_rng(seed)
     return [

@@ -14,13 +14,14 @@ What is shared, per seed, by every policy (this is what makes them comparable):
 
 from __future__ import annotations
 
+import math
 import random
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from spotwise.errors import SpecError
+from spotwise.errors import SpecError, did_you_mean
 from spotwise.planner.policy import Policy, get_policy, policy_names
 from spotwise.planner.sim_curves import CurvePool
 from spotwise.planner.simulator import Engine, RunResult, SimSettings
@@ -43,6 +44,61 @@ def parse_policies(text: str | Sequence[str]) -> list[str]:
     return list(dict.fromkeys(names))
 
 
+def check(ok: bool, flag: str, rule: str, value: float) -> None:
+    """The one-line ``FLAG must be RULE, got VALUE`` unless ``ok`` (and ``value`` is finite)."""
+    if not ok or not math.isfinite(value):
+        raise SpecError(f"{flag} must be {rule}, got {value:g}")
+
+
+def check_choice(flag: str, name: str, valid: Sequence[str]) -> None:
+    """An unknown name gets one line listing every valid one."""
+    if name not in valid:
+        raise SpecError(
+            f"{flag}: unknown {name!r}{did_you_mean(name, list(valid))}; valid: {', '.join(valid)}"
+        )
+
+
+def check_sampling(starts: int, seed: int, start_from: float) -> None:
+    check(starts >= 1, "--starts", ">= 1", starts)
+    check(seed >= 0, "--seed", ">= 0", seed)
+    check(0.0 <= start_from < 1.0, "--start-from", "in [0, 1)", start_from)
+
+
+def check_prices(spot_price: float | None, on_demand_price: float | None) -> None:
+    if spot_price is not None:
+        check(spot_price > 0, "--spot-price", "> 0 ($/h)", spot_price)
+    if on_demand_price is not None:
+        check(on_demand_price > 0, "--on-demand-price", "> 0 ($/h)", on_demand_price)
+
+
+def tuning_settings(
+    *,
+    parallel: int,
+    time_scale: float,
+    restart_s: float,
+    checkpoint_s: float,
+    max_cost_usd: float | None,
+    deadline_hours: float | None,
+) -> SimSettings:
+    """The simulator's settings from ``spotwise simulate``'s flags, each checked by its name."""
+    check(parallel >= 1, "--parallel", ">= 1", parallel)
+    check(time_scale > 0, "--time-scale", "> 0", time_scale)
+    check(restart_s >= 0, "--restart-seconds", ">= 0", restart_s)
+    check(checkpoint_s >= 0, "--checkpoint-seconds", ">= 0", checkpoint_s)
+    if max_cost_usd is not None:
+        check(max_cost_usd > 0, "--max-cost", "> 0 (USD)", max_cost_usd)
+    if deadline_hours is not None:
+        check(deadline_hours > 0, "--deadline-hours", "> 0", deadline_hours)
+    return SimSettings(
+        parallel=parallel,
+        time_scale=time_scale,
+        restart_overhead_s=restart_s,
+        checkpoint_s=checkpoint_s,
+        max_cost_usd=max_cost_usd,
+        deadline_s=deadline_hours * 3600 if deadline_hours else None,
+    )
+
+
 def policy_options(name: str, theta: float) -> dict[str, Any]:
     return {"theta": theta} if name == "spottune" else {}
 
@@ -60,6 +116,17 @@ class Risk:
         return None if self.p is None else self.p[:, tick]
 
 
+def revocation_model_names() -> tuple[str, ...]:
+    """Every valid ``--revocation-model``: ``pretrained``, ``none`` and the registered models."""
+    from spotwise.predictors.revocation import MODEL_NAMES
+
+    return ("pretrained", "none", *MODEL_NAMES)
+
+
+def check_revocation_model(name: str) -> None:
+    check_choice("--revocation-model", name, revocation_model_names())
+
+
 def revocation_risk(
     traces: TraceSet, model: str = "pretrained", train_fraction: float = 0.7, from_tick: int = 0
 ) -> Risk:
@@ -72,6 +139,7 @@ def revocation_risk(
 
     from spotwise.predictors.revocation import get_revocation_model, load_pretrained
 
+    check_revocation_model(model)
     if model == "none":
         return Risk(None, 3600.0, "none (p = 0 everywhere)")
     if model == "pretrained":
@@ -105,12 +173,11 @@ class Suite:
     window_s: float = 7 * 86400.0
 
     def __post_init__(self) -> None:
-        if self.trials < 1 or self.seeds < 1:
-            raise SpecError(f"--trials and --seeds must be >= 1, got {self.trials}, {self.seeds}")
-        if not 0.0 < self.theta < 1.0:
-            raise SpecError(f"--theta must be in (0, 1), got {self.theta}")
-        if not 0.0 <= self.start_from < 1.0:
-            raise SpecError(f"--start-from must be in [0, 1), got {self.start_from}")
+        check(self.trials >= 1, "--trials", ">= 1", self.trials)
+        check(self.seeds >= 1, "--seeds", ">= 1", self.seeds)
+        check(0.0 < self.theta < 1.0, "--theta", "in (0, 1)", self.theta)
+        check(0.0 <= self.start_from < 1.0, "--start-from", "in [0, 1)", self.start_from)
+        check(self.window_s > 0, "--window-hours", "> 0", self.window_s / 3600)
 
 
 def draw(traces: TraceSet, pool: CurvePool, suite: Suite, seed: int) -> tuple[int, list[Any]]:
@@ -123,7 +190,8 @@ def draw(traces: TraceSet, pool: CurvePool, suite: Suite, seed: int) -> tuple[in
         hours = traces.duration_s * (1 - suite.start_from) / 3600
         raise SpecError(
             f"--traces: {hours:.0f} h of trace after --start-from {suite.start_from} is shorter "
-            f"than the {suite.window_s / 3600:.0f} h window a run may need; lower --start-from"
+            f"than the {suite.window_s / 3600:.0f} h window a run may need; lower --start-from "
+            "or --window-hours"
         )
     start = rng.randint(lo, hi)
     curves = list(pool.curves)

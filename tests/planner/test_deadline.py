@@ -6,13 +6,17 @@ import numpy as np
 import pytest
 from conftest import make_traces
 
+from spotwise.errors import SpecError
 from spotwise.planner.deadline_sim import (
+    PAPER_BILLING,
     DeadlineEngine,
     DeadlineJob,
+    billing_rule,
     run_deadline_suite,
     sample_starts,
 )
 from spotwise.planner.policy import get_policy
+from spotwise.providers.billing import RULES
 from spotwise.traces import TraceSet
 
 H = 3600.0
@@ -92,3 +96,46 @@ def test_suite_is_deterministic_and_samples_per_zone() -> None:
     a.pop("wall_seconds"), b.pop("wall_seconds")
     assert a == b
     assert all(p["misses"] == 0 for p in a["policies"].values())
+
+
+@pytest.mark.parametrize(
+    ("hours", "message"),
+    [
+        ((60, 52, 0.2), "--job-hours (60) must be at most --deadline-hours (52)"),
+        ((48, 52, -3), "--restart-hours must be in [0, 4] (deadline - job), got -3"),
+        ((48, 52, 4.5), "--restart-hours must be in [0, 4] (deadline - job), got 4.5"),
+        ((0, 52, 0.2), "--job-hours must be > 0, got 0"),
+    ],
+)
+def test_job_errors_name_the_flags_in_hours(
+    hours: tuple[float, float, float], message: str
+) -> None:
+    job, deadline, restart = (h * H for h in hours)
+    with pytest.raises(SpecError) as e:
+        DeadlineJob(job_s=job, deadline_s=deadline, restart_s=restart)
+    assert str(e.value) == message
+
+
+def test_a_restart_that_exactly_fills_the_slack_is_allowed() -> None:
+    assert DeadlineJob(job_s=51.8 * H, deadline_s=52 * H, restart_s=0.2 * H).restart_s > 0
+
+
+def test_billing_names_every_valid_rule() -> None:
+    assert billing_rule("paper") is PAPER_BILLING and billing_rule("aws").provider == "aws"
+    with pytest.raises(SpecError) as e:
+        billing_rule("aw")
+    assert str(e.value) == (
+        f"--billing: unknown 'aw' (did you mean 'aws'?); valid: paper, {', '.join(RULES)}"
+    )
+
+
+def test_start_from_is_checked_before_the_trace_length() -> None:
+    tr = tenth_hour_ticks([(0, 10)])
+    with pytest.raises(SpecError, match=r"^--start-from must be in \[0, 1\), got 1.5$"):
+        sample_starts(tr, JOB, 3, seed=0, from_fraction=1.5)
+    with pytest.raises(SpecError) as e:
+        sample_starts(tr, JOB, 3, seed=0, from_fraction=0.9)
+    assert str(e.value) == (
+        "--traces: 1 h of trace after --start-from 0.9 is shorter than --deadline-hours (6); "
+        "lower --start-from or --deadline-hours"
+    )

@@ -87,7 +87,7 @@ def test_simulate_table(tmp_path: Path) -> None:
         "--window-hours", "72", "--workers", "1",
     ], env={"COLUMNS": "200"})  # fmt: skip
     assert res.exit_code == 0, res.output
-    assert "spot-greedy" in res.output and "vs on-demand" in res.output
+    assert "spot-greedy" in res.output and "vs OD" in res.output
 
 
 def test_simulate_needs_traces_and_curves() -> None:

@@ -1,0 +1,153 @@
+"""What ``spotwise simulate`` prints: the JSON document, the tables, the cost-vs-regret plot.
+
+The tables fit 80 columns: policy names never wrap or get cut, headers are short and a
+caption spells them out. rich and matplotlib are imported inside the functions.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from spotwise.errors import SpecError
+
+
+def emit(
+    result: dict[str, Any], out: Path | None, as_json: bool, table: Callable[[dict[str, Any]], None]
+) -> None:
+    """Record the command line, write ``--out``, then print JSON or the table."""
+    result["command"] = _command()
+    text = json.dumps(result, indent=2, default=_plain)
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(text + "\n")
+    if as_json:
+        typer.echo(text)
+    else:
+        table(result)
+
+
+def _command() -> str:
+    import shlex
+
+    argv = (
+        ["spotwise", *sys.argv[1:]] if sys.argv and sys.argv[0].endswith("spotwise") else sys.argv
+    )
+    return " ".join(shlex.quote(a) for a in argv)
+
+
+def _plain(v: Any) -> Any:
+    if hasattr(v, "item"):
+        return v.item()
+    if v != v or v in (float("inf"), float("-inf")):
+        return None
+    raise TypeError(type(v).__name__)
+
+
+def _fmt(v: Any, spec: str = ".3g") -> str:
+    return "—" if v is None else format(v, spec)
+
+
+def _print(title: str, columns: Sequence[str], rows: Sequence[Sequence[str]], caption: str) -> None:
+    """Policy names in the first column (never wrapped), numbers right-aligned."""
+    from rich import box
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(
+        title=title,
+        caption=caption,
+        caption_justify="left",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+        collapse_padding=True,
+    )
+    t.add_column(columns[0], no_wrap=True, overflow="fold")
+    for col in columns[1:]:
+        t.add_column(col, justify="right", no_wrap=True)
+    for row in rows:
+        t.add_row(*row)
+    Console().print(t)
+
+
+def tuning_table(r: dict[str, Any]) -> None:
+    s = r["settings"]
+    n = len(r["seeds"])
+    rows = [
+        (
+            name,
+            f"{p['cost_usd']:.2f}",
+            _fmt(p["cost_vs_on_demand"], ".1%"),
+            f"{p['makespan_hours']:.1f}",
+            f"{p['regret']:.4g}",
+            f"{p['revocations']:.1f}",
+            f"{p['lost_hours']:.2f}",
+            f"{p['early_stopped']:.1f}",
+            f"{p['completed']:.1f}",
+        )
+        for name, p in r["policies"].items()
+    ]
+    _print(
+        f"{s['trials']} trials × {n} seed{'s' * (n != 1)} · parallel {s['parallel']} · "
+        f"{r['metric']} ({r['direction']}) · revocation model: {r['revocation_model']}",
+        ("policy", "cost $", "vs OD", "hours", "regret", "revoc", "lost", "stop", "done"),
+        rows,
+        "Means over seeds. vs OD: cost ÷ on-demand's cost · hours: makespan · revoc: "
+        "revocations · lost: hours of work lost · stop: trials early-stopped · done: trials "
+        "completed.",
+    )
+
+
+def deadline_table(r: dict[str, Any]) -> None:
+    rows = [
+        (
+            name,
+            f"{p['mean_cost']:.3f}",
+            f"{p['p25_cost']:.3f}",
+            f"{p['p50_cost']:.3f}",
+            f"{p['p75_cost']:.3f}",
+            str(p["misses"]),
+            f"{p['mean_spot_hours']:.1f}",
+            f"{p['mean_on_demand_hours']:.1f}",
+            f"{p['mean_changeovers']:.1f}",
+        )
+        for name, p in r["policies"].items()
+    ]
+    _print(
+        f"{r['job_hours']:g} h job, {r['deadline_hours']:g} h deadline, d = "
+        f"{r['restart_hours']:g} h · {r['starts_per_zone']} starts × {len(r['zones'])} zones",
+        ("policy", "mean", "p25", "p50", "p75", "misses", "spot h", "OD h", "changes"),
+        rows,
+        "mean, p25, p50, p75: cost ÷ the job's on-demand cost · misses: deadlines missed · "
+        "spot h, OD h: mean hours on spot and on-demand · changes: mean changeovers.",
+    )
+
+
+def plot(r: dict[str, Any], path: Path) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise SpecError("--plot needs matplotlib", hint="pip install 'spotwise[plot]'") from None
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for name, runs in r["runs"].items():
+        xs = [x["cost_usd"] for x in runs]
+        ys = [x["regret"] for x in runs]
+        ax.scatter(xs, ys, label=name, alpha=0.6)
+        p = r["policies"][name]
+        ax.scatter([p["cost_usd"]], [p["regret"]], marker="x", s=80, color="black")
+    ax.set_xscale("log")
+    ax.set_xlabel("cost (USD, log scale)")
+    ax.set_ylabel(f"regret ({r['metric']})")
+    ax.set_title("cost vs. regret per policy (× = mean over seeds)")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
