@@ -138,6 +138,11 @@ def print_summary(s: dict[str, Any]) -> None:
         f"trials {s['trials']} · completed {s['completed']} · early-stopped {s['early_stopped']} · "
         f"revocations {s['revocations']} · migrations {s['migrations']}"
     )
+    for limit, n in (s.get("limits") or {}).items():  # the budget or deadline bound
+        never = f", {n['never_started']} never started" if n["never_started"] else ""
+        console.print(f"[yellow]{limit} reached: {n['stopped']} trial(s) stopped{never}[/]")
+    for iid in s.get("leftover_instances") or []:
+        console.print(f"[red]still held, may be billed: {iid}[/] (`spotwise cancel {s['job_id']}`)")
     console.print(
         f"cost ${s['cost_usd']:.4f} vs ${s['on_demand_cost_usd']:.4f} on demand "
         f"({versus})\nnext: spotwise trials {s['job_id']}"

@@ -101,3 +101,22 @@ def test_tune_exits_1_and_says_why_when_every_trial_failed(monkeypatch: pytest.M
     )
     monkeypatch.setattr(jobs, "tune", lambda *a, **k: {**failed, "state": "succeeded"})
     assert runner.invoke(app, ["tune", "spec.yaml", "--json"]).exit_code == 0
+
+
+def test_summary_says_which_limit_bound_and_what_is_still_held(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    console = Console(width=80, record=True, color_system=None)
+    monkeypatch.setattr(render, "console", console)
+    render.print_summary(
+        {
+            **SUMMARY,
+            "cost_usd": 0.3,
+            "on_demand_cost_usd": 0.9,
+            "limits": {"budget": {"stopped": 3, "never_started": 2}},
+            "leftover_instances": ["i-0abc"],
+        }
+    )
+    text = console.export_text()
+    assert "budget reached: 3 trial(s) stopped, 2 never started" in text
+    assert "still held, may be billed: i-0abc (`spotwise cancel j-1234abcd`)" in text
