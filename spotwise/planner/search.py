@@ -87,6 +87,18 @@ class Search:
             self._opt.tell(point, self.sign * float(value))
         self.told += 1
 
+    def tell_failure(self, params: Mapping[str, Any]) -> None:
+        """A trial at ``params`` failed (it crashed, or could not start): tell the worst value
+        seen so far, so the model steers away. Forgotten, a GP proposes the very same point
+        again (its next point only changes with a tell) and every later trial crashes the same
+        way. Before any value is known there is nothing to compare with: forgotten (the first
+        points are random anyway)."""
+        ys = list(self._opt.yi)
+        if not ys:
+            self.forget(params)
+            return
+        self.tell(params, self.sign * max(ys))  # skopt minimises sign·value: its largest y
+
     def forget(self, params: Mapping[str, Any]) -> None:
         point = [_plain(params[n]) for n in self.names]
         if point in self._pending:

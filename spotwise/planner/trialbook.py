@@ -144,6 +144,8 @@ class TrialBook:
                 self.search.tell(t.params, guess)
             else:
                 self.search.forget(t.params)
+        elif state == "failed":
+            self.search.tell_failure(t.params)  # else the search proposes it again
         else:
             self.search.forget(t.params)
         self.store.update_trial(

@@ -109,3 +109,29 @@ def test_params_are_plain_python_values_inside_their_bounds() -> None:
             assert type(p["layers"]) is int and 1 <= p["layers"] <= 4
             assert p["act"] in ("relu", "tanh")
             json.dumps(p)  # store- and env-friendly
+
+
+def test_a_failed_point_is_not_proposed_again() -> None:
+    """Forgotten, a failed point came straight back once the GP phase began (its next point only
+    changes with a tell): a configuration that crashes would crash every later trial."""
+    spec = SearchSpec(optimizer="gp", initial_points=3, seed=0)
+    search = Search(X, spec, "maximize")
+    for _ in range(3):
+        p = search.ask()
+        search.tell(p, quadratic(p["x"]))
+    failing = search.ask()
+    search.forget(failing)
+    assert search.ask() == failing  # the old behaviour, for contrast
+    search.forget(failing)
+    search.tell_failure(failing)
+    assert search.told == 4 and search._pending == []
+    # told the worst value seen (skopt minimises, so its largest y)
+    assert search._opt.yi[-1] == max(search._opt.yi[:3])
+    assert search.ask() != failing
+
+
+def test_a_failure_before_any_result_is_forgotten() -> None:
+    search = Search(X, SearchSpec(optimizer="gp", initial_points=3, seed=0), "minimize")
+    p = search.ask()
+    search.tell_failure(p)
+    assert search.told == 0 and search._pending == []
