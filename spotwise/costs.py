@@ -6,8 +6,9 @@ Written for cron jobs: one call reads the store, the rest is arithmetic on its r
   then, so a past window's numbers never change when the report is run again.
 * Lives that have not ended (a job still running, or an instance its job's drain could not
   terminate) are listed apart as **held**, with their hourly price: they are the money that is
-  still flowing. One whose job has finished, or whose orchestrator no longer runs on this
-  machine, is a **leftover**: ``spotwise cancel JOB`` releases it.
+  still flowing. One whose job has finished, or whose orchestrator has stopped, is a
+  **leftover**: ``spotwise cancel JOB`` releases it. (An orchestrator recorded on another
+  machine, with a shared database, cannot be judged from here and is taken for running.)
 * Lives of jobs on the ``local`` provider were billed by a *replayed* market (their offers
   still name the cloud the trace came from, e.g. ``aws``): their dollars are simulated, their
   provider is shown as ``aws (replay)``, and the totals say how much of the sum is simulated.
@@ -151,7 +152,7 @@ def report(
 ) -> dict[str, Any]:
     """The cost report over the last ``since`` (a duration such as ``24h``/``7d``, or ``all``),
     grouped ``by`` one of :data:`GROUPS`, with every instance still held."""
-    from spotwise.jobs import orchestrator_alive
+    from spotwise.jobs import orchestrator_state
     from spotwise.store import Store
     from spotwise.units import parse_duration
 
@@ -161,10 +162,10 @@ def report(
     start = None if since.strip().lower() == "all" else now - parse_duration(since, field="--since")
     store = Store.open_existing(db)
     try:
-        ended = [
+        ended = [  # lives: launches a provider accepted (a refused one is no life, no bill)
             r
             for r in store.list_instances(None, ended_since=start if start is not None else 0.0)
-            if not r.is_active()
+            if not r.is_active() and r.launched_at is not None
         ]
         held = store.list_instances(None, active_only=True)
         jobs: dict[str, JobInfo] = {}
@@ -172,7 +173,8 @@ def report(
             job = store.get_job(job_id)
             jobs[job_id] = JobInfo(
                 state=str(getattr(job.state, "value", job.state)),
-                running=bool(job.pid) and orchestrator_alive(job.pid or 0),
+                # on another machine it cannot be judged from here: not taken for gone
+                running=orchestrator_state(job) != "gone",
                 simulated=all(p.get("name") == "local" for p in job.spec.get("providers", [])),
             )
     finally:

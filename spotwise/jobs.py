@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from spotwise.errors import NotFoundError
+from spotwise.errors import ConfigError, NotFoundError
 
 
 def tune(
@@ -141,11 +141,14 @@ def trials(job_id: str | None, *, db: str | None = None) -> dict[str, Any]:
         store.close()
 
 
-def cancel(job_id: str, *, db: str | None = None, wait_s: float = 60.0) -> dict[str, Any]:
+def cancel(
+    job_id: str, *, db: str | None = None, wait_s: float = 60.0, force: bool = False
+) -> dict[str, Any]:
     """Ask a running job's orchestrator to stop (trials checkpoint first); mark a job whose
     orchestrator is gone as cancelled; in both of those cases, and for a finished job whose
     record still holds instances (its drain could not terminate them), terminate what the
-    provider still runs with the job's tags."""
+    provider still runs with the job's tags. ``force``: take an orchestrator recorded on
+    another machine for gone (that machine is lost)."""
     from spotwise.store import Store
 
     store = Store.open_existing(db)
@@ -163,7 +166,16 @@ def cancel(job_id: str, *, db: str | None = None, wait_s: float = 60.0) -> dict[
                 "message": f"job already {state}; its record still held instances: "
                 f"{len(terminated)} tagged instance(s) terminated",
             }
-        if job.pid and orchestrator_alive(job.pid):
+        where = orchestrator_state(job)
+        if where == "elsewhere" and not force:
+            raise ConfigError(
+                f"job {job.id} runs on {job.host} (pid {job.pid}): run `spotwise cancel "
+                f"{job.id}` there",
+                hint="if that machine is lost, `spotwise cancel --force` releases the job's "
+                "instances from here",
+            )
+        if where == "here":
+            assert job.pid is not None
             os.kill(job.pid, signal.SIGTERM)
             deadline = time.monotonic() + wait_s
             while time.monotonic() < deadline:
@@ -171,6 +183,14 @@ def cancel(job_id: str, *, db: str | None = None, wait_s: float = 60.0) -> dict[
                 if job.state.value in ("succeeded", "failed", "cancelled"):
                     break
                 time.sleep(0.2)
+            if job.state.value not in ("succeeded", "failed", "cancelled"):
+                return {
+                    "job_id": job.id,
+                    "state": job.state.value,
+                    "cancelled": False,
+                    "message": f"asked the orchestrator (pid {job.pid}) to stop; it is still "
+                    f"stopping after {wait_s:g} s: see `spotwise status {job.id}`",
+                }
             return {
                 "job_id": job.id,
                 "state": job.state.value,
@@ -201,16 +221,45 @@ def cancel(job_id: str, *, db: str | None = None, wait_s: float = 60.0) -> dict[
 
 def _release(store: Any, job: Any) -> list[str]:
     """Terminate what the providers still run with the job's tags; only then close the
-    instance records (a provider error leaves them open, so a later cancel retries)."""
+    instance records (a provider error leaves them open, so a later cancel retries).
+
+    On a cloud, each record is billed up to now: the seconds no life's bill covered (an
+    instance left by a dead orchestrator, or billed only up to a drain that could not
+    terminate it) at its price, and the job's cost becomes the sum of its instances' again.
+    A stopped VM ('not deleted') has no compute to bill; a replayed market's seconds are
+    unknown here."""
     from spotwise.planner.backend import reconcile
     from spotwise.spec import JobSpec
 
-    terminated = reconcile(JobSpec.model_validate_json(job.spec_json), job.id)
+    spec = JobSpec.model_validate_json(job.spec_json)
+    terminated = reconcile(spec, job.id)
+    now = time.time()
+    cloud = any(p.name != "local" for p in spec.providers)
     for row in store.list_instances(job.id, active_only=True):
+        extra_s = 0.0
+        if cloud and row.launched_at is not None and row.end_reason != "not deleted":
+            extra_s = max(now - row.launched_at - row.market_seconds, 0.0)
         store.update_instance(
-            row.id, state="terminated", end_reason="reconciled", ended_at=time.time()
+            row.id,
+            state="terminated",
+            end_reason="reconciled",
+            ended_at=now,
+            cost_usd=row.cost_usd + extra_s * row.price_per_hour / 3600.0,
+            market_seconds=row.market_seconds + extra_s,
         )
+    if cloud:
+        store.update_job(job.id, cost_usd=sum(r.cost_usd for r in store.list_instances(job.id)))
     return terminated
+
+
+def orchestrator_state(job: Any) -> str:
+    """Where a job's orchestrator is: ``here`` (alive on this machine), ``elsewhere`` (recorded
+    on another machine: its pid means nothing here) or ``gone``."""
+    import socket
+
+    if job.host and job.host != socket.gethostname():
+        return "elsewhere"
+    return "here" if job.pid and orchestrator_alive(job.pid) else "gone"
 
 
 def orchestrator_alive(pid: int) -> bool:

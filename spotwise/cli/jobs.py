@@ -78,13 +78,24 @@ def trials(job: JobArg = None, db: DbOpt = None, json_out: JsonOpt = False) -> N
 
 def cancel(
     job: Annotated[str, _JOB_ID],
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force",
+            help="The job's orchestrator is recorded on another machine that is lost: release "
+            "its instances from here anyway.",
+        ),
+    ] = False,
     db: DbOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """Stop a running job: every trial checkpoints, every instance is released."""
+    """Stop a running job: every trial checkpoints, every instance is released.
+
+    Also releases what a finished job's record still holds, and a job whose orchestrator died.
+    """
     from spotwise import jobs
 
-    out: dict[str, Any] = jobs.cancel(job, db=db)
+    out: dict[str, Any] = jobs.cancel(job, db=db, force=force)
     emit(out, json_out, lambda o: typer.echo(f"{o['job_id']}: {o['state']} — {o['message']}"))
 
 

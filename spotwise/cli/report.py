@@ -29,7 +29,7 @@ def report_cmd(
         typer.Option(
             "--check",
             help="Exit 1 when an instance is held by a finished job or one whose orchestrator "
-            "is not running here (may be billed: `spotwise cancel JOB` releases it).",
+            "has stopped (may be billed: `spotwise cancel JOB` releases it).",
         ),
     ] = False,
     db: DbOpt = None,
@@ -125,7 +125,7 @@ def _print_report(out: dict[str, Any]) -> None:
     if out["leftovers"]:
         console.print(
             f"[red]{out['leftovers']} instance(s) held by jobs that are finished or whose "
-            "orchestrator is not running here: they may still be billed.[/]"
+            "orchestrator has stopped: they may still be billed.[/]"
         )
     console.print(f"held on clouds now: ${out['held_usd_per_hour']:.4f}/h")
 

@@ -94,11 +94,14 @@ class Ledger(TrialBook):
         return total
 
     def _try_release(self, t: TrialRun, iid: str, life: Life, now: float, what: str) -> bool:
-        """Terminate a life's instance; a refusal is retried after a pause, never raised."""
+        """Terminate a life's instance, once; a refusal is retried after a pause, never raised."""
+        if life.release_asked:
+            return True  # accepted before: the provider is taking it (e.g. AWS shutting-down)
         if time.monotonic() < life.release_retry_wall:
             return False
         try:
             self.backend.provisioner.terminate([iid])
+            life.release_asked = True
             return True
         except ProviderError as e:
             self._event("error", now, t, error=f"terminating {what} {[iid]} failed: {e}")
@@ -107,9 +110,22 @@ class Ledger(TrialBook):
         return False
 
     @staticmethod
+    def _stop_overdue(life: Life) -> bool:
+        waited = time.monotonic() - (life.stop_wall or time.monotonic())
+        return waited > STOP_TIMEOUT_WALL_S
+
+    @staticmethod
     def _given_up(life: Life) -> bool:
         """The trial has left and the provider keeps refusing to terminate: stop waiting."""
         return life.exited and life.release_failures >= RELEASE_TRIES
+
+    def _delete_ended(self, t: TrialRun, iid: str, life: Life, now: float) -> None:
+        """Delete an ended instance that still holds its resources (stopped, deallocated): it
+        is still billed. If the provider refuses, its record is reopened so that the summary,
+        `spotwise report` and `spotwise cancel` see it."""
+        if not self._terminate_quietly(t, [iid], now, "the ended instance"):
+            self.leftover_ids.append(iid)
+            self.store.update_instance(life.launch_id, state="stopping", end_reason="not deleted")
 
     def _terminate_quietly(self, t: TrialRun, ids: list[str], now: float, what: str) -> bool:
         """Terminate ``ids``; a provider error becomes an "error" event (never a crash)."""
@@ -137,16 +153,17 @@ class Ledger(TrialBook):
                 if inst is not None and inst.state.is_terminal():
                     self._bill(t, life, inst.state, inst.ended_at or backend.now())
                     if inst.holds_resource():  # stopped or deallocated, not deleted: delete it
-                        self._terminate_quietly(t, [iid], now, "the ended instance")
+                        self._delete_ended(t, iid, life, now)
             time.sleep(self.opts.poll_s)
         for iid, (t, life) in list(self.lives.items()):
+            asked = backend.now()  # the bill ends with the request, not the wind-down
             try:
                 backend.provisioner.terminate([iid])
             except ProviderError as e:
                 self._event("error", now, t, error=f"terminate failed: {e}")
-                self._bill(t, life, InstanceState.RUNNING, backend.now())  # record stays open
+                self._bill(t, life, InstanceState.RUNNING, asked)  # record stays open
                 continue
-            self._bill(t, life, InstanceState.TERMINATED, backend.now())
+            self._bill(t, life, InstanceState.TERMINATED, asked)
         for t in self.trials:
             if not t.phase.is_terminal():
                 self._close_trial(t, "cancelled", now)

@@ -23,7 +23,7 @@ from typing import Any
 from spotwise.errors import SpotwiseError
 from spotwise.planner.actions import Actions
 from spotwise.planner.backend import open_backend
-from spotwise.planner.ledger import STOP_TIMEOUT_WALL_S
+from spotwise.planner.ledger import RELEASE_TRIES
 from spotwise.planner.policy import (
     Event,
     NoticeReceived,
@@ -130,7 +130,10 @@ class Orchestrator(Actions):
                 if spec.budget.deadline_hours
                 else None
             )
-            self.store.update_job(self.job_id, state="running", started_at=time.time(), pid=_pid())
+            pid, host = _whoami()
+            self.store.update_job(
+                self.job_id, state="running", started_at=time.time(), pid=pid, host=host
+            )
             self._loop()
             state, error = end_state(
                 self.trials, self.cancelled, spec.budget.max_cost_usd, str(self.run_dir / "logs")
@@ -264,7 +267,7 @@ class Orchestrator(Actions):
                         t, life, inst.state, inst.ended_at if inst.ended_at is not None else now
                     )
                     if inst.holds_resource():  # stopped, not deleted: still billed; delete it
-                        self._terminate_quietly(t, [iid], now, "the ended instance")
+                        self._delete_ended(t, iid, life, now)
                 elif life.notice_deadline is None:
                     # left on its own and no notice: release it now
                     if self._try_release(t, iid, life, now, "the exited instance"):
@@ -277,12 +280,10 @@ class Orchestrator(Actions):
                     self._bill(t, life, InstanceState.TERMINATED, now, released=True)
             elif t.stopping and life.stop_wall is not None and self._stop_overdue(life):
                 self._try_release(t, iid, life, now, "the instance of an overdue stop")
+                if life.release_failures >= RELEASE_TRIES:  # neither trial nor provider lets go
+                    events += self._read_progress(t, life, now)
+                    events.append(self._on_exit(t, None, inst.state, now))  # the drain reports it
         return events
-
-    @staticmethod
-    def _stop_overdue(life: Life) -> bool:
-        waited = time.monotonic() - (life.stop_wall or time.monotonic())
-        return waited > STOP_TIMEOUT_WALL_S
 
     def _totals(self) -> dict[str, float]:
         return {
@@ -384,10 +385,12 @@ class Orchestrator(Actions):
                 self.store.update_trial(t.trial_id, state="cancelled", ended_at=time.time())
 
 
-def _pid() -> int:
+def _whoami() -> tuple[int, str]:
+    """This orchestrator's pid and machine (a pid means nothing on another host)."""
     import os
+    import socket
 
-    return os.getpid()
+    return os.getpid(), socket.gethostname()
 
 
 def run_job(spec: JobSpec, spec_path: Path | None, store: Any, opts: RunOptions) -> dict[str, Any]:

@@ -37,6 +37,7 @@ class Life:
     stop_wall: float | None = None  # wall time a stop was requested (for the exit timeout)
     release_failures: int = 0  # terminate calls the provider refused (retried, then reported)
     release_retry_wall: float = 0.0  # wall time before which no terminate is retried
+    release_asked: bool = False  # a terminate was accepted: never asked again
 
 
 @dataclass
@@ -56,6 +57,7 @@ class TrialRun:
     lives_started: int = 0  # successful launches: a later one is a migration (or a retry)
     stop_reason: str | None = None  # why a policy stopped it early ("budget", "deadline", ...)
     last_error: str | None = None  # its latest failure (a refused launch, a crash), for the user
+    crashed: bool = False  # its own process failed (not the cloud): its point is a bad one
     life: Life | None = None
     cost_usd: float = 0.0
     on_demand_cost_usd: float = 0.0

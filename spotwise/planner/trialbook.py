@@ -105,6 +105,7 @@ class TrialBook:
                 detail["error"] = (
                     f"the instance ended ({state.value}) without reporting an exit code"
                 )
+            t.crashed = code is not None  # an exit code: the trial's own failure
             t.last_error = detail.get("error") or (
                 f"the trial exited with code {code} at step {t.step} of {t.steps_total}"
                 + (" without being asked to stop" if code == 0 else "")
@@ -144,7 +145,7 @@ class TrialBook:
                 self.search.tell(t.params, guess)
             else:
                 self.search.forget(t.params)
-        elif state == "failed":
+        elif state == "failed" and t.crashed:
             self.search.tell_failure(t.params)  # else the search proposes it again
         else:
             self.search.forget(t.params)

@@ -131,6 +131,7 @@ class Job(SQLModel, table=True):
     early_stopped: int = 0
     error: str | None = Field(default=None, sa_type=sa.Text)
     pid: int | None = None
+    host: str | None = None  # the machine whose process ``pid`` is (NULL before revision 0002)
 
     @property
     def spec(self) -> Any:

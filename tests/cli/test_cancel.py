@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 import yaml
 
 from spotwise import jobs
@@ -122,3 +123,119 @@ def test_cancel_job_whose_orchestrator_died(tmp_path: Path) -> None:
     inst = store.get_instance(row.id)
     assert inst.end_reason == "reconciled" and inst.ended_at is not None
     store.close()
+
+
+def _cloud_job(tmp_path: Path, host: str | None, rows: list[dict]) -> tuple[str, str]:
+    """An AWS job in the store, recorded as running under pid 0 (never alive) on ``host``."""
+    db = f"sqlite:///{tmp_path / 'state.db'}"
+    from spotwise.spec import parse_spec
+
+    spec = parse_spec(
+        {
+            "name": "j",
+            "command": ["python", "train.py"],
+            "metric": {"name": "acc"},
+            "steps": 3,
+            "search_space": {"lr": {"type": "real", "low": 0.001, "high": 0.1}},
+            "providers": [{"name": "aws", "regions": ["us-east-1"]}],
+            "checkpoint": {"location": "s3://bucket/ckpt"},
+        }
+    ).model_dump_json()
+    with Store.open(db) as s:
+        job = s.create_job("j", spec, "job.yaml", "spot-greedy", "maximize")
+        s.update_job(job.id, state="running", pid=0, host=host, cost_usd=0.123)
+        for n, row in enumerate(rows):
+            t = s.add_trial(job.id, n, {"lr": 0.1})
+            s.record_launch(
+                id=row.pop("id"),
+                job_id=job.id,
+                trial_id=t.id,
+                provider="aws",
+                region="us-east-1",
+                zone="us-east-1a",
+                instance_type="p3.2xlarge",
+                market="spot",
+                offer_key="aws:us-east-1a:p3.2xlarge:spot",
+                price_per_hour=0.9,
+                **row,
+            )
+    return db, job.id
+
+
+def test_cancel_bills_what_no_life_covered(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A dead orchestrator's running instance was closed at $0, and a leftover kept the bill of
+    the drain that could not terminate it: the provider billed both until now."""
+    from spotwise.planner import backend
+
+    now = time.time()
+    db, job = _cloud_job(
+        tmp_path,
+        None,
+        [
+            {"id": "l-run", "state": "running", "launched_at": now - 3600},
+            {  # billed for 30 min by a drain that could not terminate it
+                "id": "l-left",
+                "state": "running",
+                "launched_at": now - 3600,
+                "market_seconds": 1800.0,
+                "cost_usd": 0.45,
+                "end_reason": "not terminated",
+            },
+            {  # a stopped VM the drain could not delete: its compute is not billed
+                "id": "l-stop",
+                "state": "stopping",
+                "launched_at": now - 3600,
+                "market_seconds": 600.0,
+                "cost_usd": 0.15,
+                "end_reason": "not deleted",
+            },
+        ],
+    )
+    monkeypatch.setattr(backend, "reconcile", lambda spec, job_id: ["i-1", "i-2", "i-3"])
+    out = jobs.cancel(job, db=db)
+    assert out["state"] == "cancelled" and out["terminated_instances"] == ["i-1", "i-2", "i-3"]
+    with Store.open_existing(db) as s:
+        rows = {r.id: r for r in s.list_instances(job)}
+        assert {r.end_reason for r in rows.values()} == {"reconciled"}
+        assert rows["l-run"].cost_usd == pytest.approx(0.9, abs=0.01)
+        assert rows["l-left"].cost_usd == pytest.approx(0.9, abs=0.01)
+        assert rows["l-left"].market_seconds == pytest.approx(3600, abs=30)
+        assert rows["l-stop"].cost_usd == 0.15
+        # the job's cost is its instances' again (not the running estimate it last saved)
+        assert s.get_job(job).cost_usd == pytest.approx(0.9 + 0.9 + 0.15, abs=0.02)
+
+
+def test_cancel_of_a_job_running_on_another_machine_needs_force(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With a shared database, a pid recorded on another machine means nothing here: cancel
+    took that orchestrator for dead and released its instances under it."""
+    from spotwise.errors import ConfigError
+    from spotwise.planner import backend
+
+    db, job = _cloud_job(tmp_path, "other-host", [])
+    released: list[str] = []
+    monkeypatch.setattr(backend, "reconcile", lambda spec, job_id: released.append(job_id) or [])
+    with pytest.raises(ConfigError, match=rf"^job {job} runs on other-host \(pid 0\): run"):
+        jobs.cancel(job, db=db)
+    assert released == []
+    assert jobs.status(job, db=db)["state"] == "running"
+    out = jobs.cancel(job, db=db, force=True)
+    assert out["state"] == "cancelled" and released == [job]
+
+
+def test_cancel_that_times_out_says_the_job_is_still_stopping(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """It said "the orchestrator checkpointed and stopped every trial" after its wait ran out."""
+    db, job = _cloud_job(tmp_path, None, [])
+    monkeypatch.setattr(jobs, "orchestrator_state", lambda job: "here")
+    monkeypatch.setattr(jobs.os, "kill", lambda pid, sig: None)  # it never stops
+    out = jobs.cancel(job, db=db, wait_s=0.3)
+    assert out == {
+        "job_id": job,
+        "state": "running",
+        "cancelled": False,
+        "message": f"asked the orchestrator (pid 0) to stop; it is still stopping after 0.3 s: "
+        f"see `spotwise status {job}`",
+    }

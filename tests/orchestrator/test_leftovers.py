@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_orchestrator import TRACE_TICKS, tiny_spec, write_spec, write_trace
+from test_orchestrator import TRACE_TICKS, spec_dict, tiny_spec, write_spec, write_trace
 
 from spotwise import jobs
 from spotwise.errors import ProviderError
@@ -173,16 +173,103 @@ def test_an_ended_instance_that_still_exists_is_terminated_once_after_its_bill(
         (row,) = store.list_instances(job)
         errors = store.events(job, kind="error")
         cleanup = store.events(job, kind="terminated")
-    assert (row.state, row.end_reason) == ("terminated", "completed")
     assert row.cost_usd > 0  # billed as the life it was
-    if fail_terminate:  # an error event, never a crash
+    if fail_terminate:  # an error event, never a crash, and never silent
         assert [e.detail["error"] for e in errors] == [
             f"terminating the ended instance ['{iid}'] failed: "
             "gcp: deleting: 403 the caller does not have permission"
         ]
         assert cleanup == []
+        # the stopped VM the provider would not delete is still billed (its disk, or an Azure
+        # VM that is only stopped): the record is reopened so that the summary, `report` and
+        # `cancel` see it (it was closed as "terminated": tune exited 0, nothing could find it)
+        assert (row.state, row.end_reason) == ("stopping", "not deleted")
+        assert summary["leftover_instances"] == [iid]
+        out = jobs.cancel(job, db=db)
+        assert "its record still held instances" in out["message"]
+        with Store.open_existing(db) as store:
+            assert store.list_instances(job, active_only=True) == []
     else:
+        assert (row.state, row.end_reason) == ("terminated", "completed")
         assert errors == [] and [e.detail["instances"] for e in cleanup] == [[iid]]
+
+
+HUNG = """
+import time
+from spotwise import sdk
+sdk.report(1, 0.01)
+while True:  # hung: never looks at its stop file, never exits
+    time.sleep(1)
+"""
+
+
+@pytest.mark.timeout(120)
+def test_a_hung_trial_on_a_provider_that_refuses_terminate_does_not_hang_the_job(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Cancelled, the trial never exits and every terminate is refused: the job waited for the
+    trial forever (SIGTERM only asked it again). It now gives the instance up after its tries,
+    ends, and reports the instance as still held."""
+    import threading
+
+    from spotwise.planner import ledger
+
+    monkeypatch.setattr(ledger, "STOP_TIMEOUT_WALL_S", 1.0)
+    monkeypatch.setattr(ledger, "RELEASE_RETRY_WALL_S", 0.2)
+    real_signals = orchestrator.on_signals
+
+    def cancel_soon(request_cancel: Any) -> Any:
+        threading.Timer(4.0, request_cancel).start()  # as `spotwise cancel` would, after 4 s
+        return real_signals(request_cancel)
+
+    monkeypatch.setattr(orchestrator, "on_signals", cancel_soon)
+    script = tmp_path / "hung.py"
+    script.write_text(HUNG)
+    write_trace(tmp_path / "trace.csv", avail_ticks=TRACE_TICKS)
+    seen: list[Cloudlike] = []
+    real = orchestrator.open_backend
+
+    def open_backend(*args: Any, **kwargs: Any) -> Any:
+        backend = real(*args, **kwargs)
+        backend.provisioner = Cloudlike(backend.provisioner, fail_terminate=True)
+        seen.append(backend.provisioner)
+        return backend
+
+    monkeypatch.setattr(orchestrator, "open_backend", open_backend)
+    db = f"sqlite:///{tmp_path / 'spotwise.db'}"
+    spec = spec_dict(tmp_path, command=["python", str(script)], steps=5)
+    try:
+        summary = jobs.tune(write_spec(tmp_path, spec), db=db, run_root=tmp_path / "runs")
+    finally:
+        for p in seen:  # the test's own cleanup: the provider "refused", the process is ours
+            p.fail_terminate = False
+            p.inner.terminate([i for i, _ in p.launches])
+    ((iid, _),) = seen[0].launches
+    assert summary["state"] == "cancelled", summary
+    assert summary["leftover_instances"] == [iid]
+    # RELEASE_TRIES refusals while the job ran, then the drain's last try
+    assert seen[0].log.count(("terminate", [iid])) == ledger.RELEASE_TRIES + 1
+
+
+def test_an_accepted_terminate_is_never_asked_again() -> None:
+    """A budget stop is repeated by its guard every tick, and an instance being taken reads
+    'shutting-down' for a while: terminate was called on every pass (197 times in review),
+    which turns API throttling into failures."""
+    from types import SimpleNamespace
+
+    from spotwise.planner.ledger import Ledger
+    from spotwise.planner.runstate import Life, TrialRun
+    from spotwise.providers.base import Market, Offer
+
+    offer = Offer("aws", "us-east-1", "us-east-1a", "p3.2xlarge", Market.SPOT, 0.9, 3.06)
+    calls: list[list[str]] = []
+    led = Ledger.__new__(Ledger)
+    led.backend = SimpleNamespace(provisioner=SimpleNamespace(terminate=calls.append))  # type: ignore[assignment]
+    life = Life("l-1", "i-1", offer, 0.0, 0, 1)
+    t = TrialRun("t-1", 0, {}, 10, 5)
+    for _ in range(5):
+        assert led._try_release(t, "i-1", life, 0.0, "the instance of a budget stop")
+    assert calls == [["i-1"]]
 
 
 def test_the_drain_deletes_a_noticed_instance_that_ended_stopped() -> None:

@@ -146,6 +146,7 @@ def _store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
                 ("j-real", "l-new", NOW - 1 * H, 1.0, 3.0, "revoked"),
                 ("j-real", "l-left", None, 0.4, 0.0, "running"),
                 ("j-sim", "l-sim", NOW - 2 * H, 2.0, 6.0, "terminated"),
+            ("j-real", "l-refused", NOW - 3 * H, 0.0, 0.0, "failed"),  # no life: not counted
             ]
         ):
             t = s.add_trial(job, n, {"lr": 0.1})
@@ -171,6 +172,7 @@ def _store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
                 market_seconds=H,
                 provider_instance_id=f"i-{lid}",
                 end_reason="revoked" if state == "revoked" else None,
+                launched_at=None if state == "failed" else NOW - 49 * H,
             )
     monkeypatch.setattr("spotwise.jobs.orchestrator_alive", lambda pid: pid == 4242)
     return db
