@@ -210,8 +210,10 @@ class Orchestrator(Actions):
         return done and (len(self.trials) >= self.spec.trials or self._budget_spent())
 
     def _budget_spent(self) -> bool:
+        """The cap is reached, or the budget has stopped a trial (a new one would only be)."""
         cap = self.spec.budget.max_cost_usd
-        return cap is not None and self.spent_usd >= cap
+        stopped = any(t.stop_reason == "budget" for t in self.trials)
+        return cap is not None and (self.spent_usd >= cap or stopped)
 
     def _admit(self) -> list[Event]:
         """Create trials from the search while there is room for them."""
