@@ -61,9 +61,9 @@ def fit(
 ) -> None:
     """Fit one curve, print the stages and the predicted final value, and draw it."""
     from spotwise.errors import SpecError
+    from spotwise.predictors.curve_service import curve_fit
     from spotwise.predictors.curves import resolve_metric
     from spotwise.predictors.earlycurve import check_direction
-    from spotwise.predictors.service import curve_fit
 
     if total_steps is not None and total_steps <= 0:
         raise SpecError(f"--total-steps must be a positive number of steps, got {total_steps}")
@@ -148,9 +148,9 @@ def eval_(
     as_json: PredictorJsonOpt = False,
 ) -> None:
     """Predict each curve's final value from its first θ: MAE, Spearman, top-10% recall."""
+    from spotwise.predictors.curve_service import curve_eval
     from spotwise.predictors.curves import resolve_metric
     from spotwise.predictors.earlycurve import check_direction
-    from spotwise.predictors.service import curve_eval
 
     names = tuple(m.strip() for m in methods.split(",") if m.strip())
     metric = resolve_metric(curves, metric, "--curves")

@@ -1,4 +1,5 @@
-"""The core calls behind ``spotwise predictor …`` and ``spotwise curve …`` (no printing here)."""
+"""The core calls behind ``spotwise predictor …`` (no printing here); ``spotwise curve …`` is
+:mod:`spotwise.predictors.curve_service`, the checks of their options :mod:`._argchecks`."""
 
 from __future__ import annotations
 
@@ -8,11 +9,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from spotwise.errors import (
-    NotFoundError,
     PredictorError,
     ProviderUnavailable,
     SpecError,
     SpotwiseError,
+)
+from spotwise.predictors._argchecks import (
+    check_horizon,
+    check_model_name,
+    check_out,
+    check_split,
+    check_test_fraction,
+    fmt,
+    trace_span,
 )
 
 if TYPE_CHECKING:
@@ -57,18 +66,6 @@ def _load(ref: str | Path, field: str = "--traces") -> TraceSet:
     return load_traces(resolve_traces(ref, field), field=field)
 
 
-def _check_model_name(name: str, field: str) -> None:
-    from spotwise.errors import did_you_mean
-    from spotwise.predictors.revocation import MODEL_NAMES
-
-    if name not in MODEL_NAMES:
-        shown = repr(name) if name else "''"
-        raise SpecError(
-            f"{field}: unknown model {shown}{did_you_mean(name, list(MODEL_NAMES))}; "
-            f"valid: {', '.join(MODEL_NAMES)}"
-        )
-
-
 def load_model_file(path: str | Path, field: str = "--model") -> RevocationModel:
     """A saved model named on the command line; every refusal is one line naming ``field``."""
     from spotwise.predictors.revocation import NotAModelFile, load
@@ -87,54 +84,6 @@ def load_model_file(path: str | Path, field: str = "--model") -> RevocationModel
         ) from None
 
 
-def _fmt(seconds: float) -> str:
-    from spotwise.units import format_duration
-
-    return format_duration(seconds) if seconds >= 1 else f"{seconds:g}s"
-
-
-def _span(ts: TraceSet, lo: int, hi: int) -> float:
-    """Seconds from tick ``lo`` to tick ``hi - 1`` (0 for fewer than two ticks)."""
-    return float(ts.times[hi - 1] - ts.times[lo]) if hi - lo >= 2 else 0.0
-
-
-def _check_horizon(ts: TraceSet, horizon_s: float, which: str = "trace") -> None:
-    """A horizon longer than the whole trace leaves no labelled tick: say so up front."""
-    span = _span(ts, 0, ts.n_ticks)
-    if span < horizon_s:
-        raise SpecError(
-            f"--horizon {_fmt(horizon_s)} is longer than the {which} ({_fmt(span)}); "
-            "pass a shorter --horizon"
-        )
-
-
-def _check_out(out: str | Path) -> Path:
-    """``--out``: a file in an existing, writable folder (never creates folders)."""
-    p = Path(out).expanduser()
-    if not str(out).strip():
-        raise SpecError("--out is empty; name the model file to write, e.g. --out model.pt")
-    if p.is_dir():
-        raise SpecError(f"--out {out}: is a folder; name the file, e.g. --out {p / 'model.pt'}")
-    parent = p.parent
-    if parent.exists() and not parent.is_dir():
-        raise SpecError(f"--out {out}: {parent} is a file, not a folder; pick another path")
-    if not parent.is_dir():
-        raise SpecError(
-            f"--out {out}: folder {parent} does not exist",
-            hint=f"create it first (mkdir -p {parent}), or check the path for a typo",
-        )
-    existed = p.exists()
-    try:  # a real write probe (os.access says yes to root even where nothing can be written)
-        with p.open("ab"):
-            pass
-    except OSError as e:
-        why = e.strerror or type(e).__name__
-        raise SpecError(f"--out {out}: cannot write there ({why}); pick another path") from None
-    if not existed:
-        p.unlink(missing_ok=True)
-    return p
-
-
 def train_model(
     traces: str | Path,
     horizon_s: float,
@@ -151,16 +100,16 @@ def train_model(
             f"--until must be in (0, 1], got {until:g} (the first share of the ticks to train "
             "on: 1 = all of them, 0.7 = the eval's training part)"
         )
-    _check_model_name(name, "--model")
-    path = _check_out(out)
+    check_model_name(name, "--model")
+    path = check_out(out)
     ts = _load(traces)
-    _check_horizon(ts, horizon_s)
+    check_horizon(ts, horizon_s)
     stop = max(3, round(ts.n_ticks * until))
-    kept = _span(ts, 0, min(stop, ts.n_ticks))
+    kept = trace_span(ts, 0, min(stop, ts.n_ticks))
     if kept < horizon_s:
         raise SpecError(
-            f"--until {until:g} keeps {_fmt(kept)} of the trace, less than the "
-            f"--horizon {_fmt(horizon_s)}: no tick to learn from; raise --until"
+            f"--until {until:g} keeps {fmt(kept)} of the trace, less than the "
+            f"--horizon {fmt(horizon_s)}: no tick to learn from; raise --until"
         )
     part = ts.slice(0, stop) if stop < ts.n_ticks else ts
     model = get_revocation_model(name, **({"verbose": verbose} if name == "lstm" else {}))
@@ -189,34 +138,6 @@ def train_model(
     }
 
 
-def _check_test_fraction(test_fraction: float) -> None:
-    if not 0 < test_fraction < 1:
-        raise SpecError(
-            f"--test-fraction must be in (0, 1), got {test_fraction:g} (the later share of the "
-            "ticks kept for testing; default 0.3)"
-        )
-
-
-def _check_split(
-    ts: TraceSet, horizon_s: float, test_fraction: float, need_train: bool = True
-) -> None:
-    """``--test-fraction`` leaves a training and a test part each longer than the horizon."""
-    from spotwise.predictors._revfeatures import chrono_split
-
-    test0 = chrono_split(ts, horizon_s, test_fraction=test_fraction).test[0]
-    h = _fmt(horizon_s)
-    if need_train and _span(ts, 0, test0) < horizon_s:
-        raise SpecError(
-            f"--test-fraction {test_fraction:g} leaves {_fmt(_span(ts, 0, test0))} of the trace "
-            f"to train on, less than the --horizon {h}; lower --test-fraction"
-        )
-    if _span(ts, test0, ts.n_ticks) < horizon_s:
-        raise SpecError(
-            f"--test-fraction {test_fraction:g} keeps {_fmt(_span(ts, test0, ts.n_ticks))} of "
-            f"the trace for testing, less than the --horizon {h}; raise --test-fraction"
-        )
-
-
 def evaluate_path(
     traces: str | Path,
     horizon_s: float,
@@ -233,8 +154,8 @@ def evaluate_path(
             "--models is empty; name one or more of base-rate, persistence, logistic, lstm"
         )
     for name in names:
-        _check_model_name(name, "--models")
-    _check_test_fraction(test_fraction)
+        check_model_name(name, "--models")
+    check_test_fraction(test_fraction)
     if train_on is not None and model_path is not None:
         raise SpecError(
             "--model and --train-on cannot be combined: --train-on fits fresh models on "
@@ -243,18 +164,18 @@ def evaluate_path(
     model = load_model_file(model_path) if model_path is not None else None
     if model is not None and abs(model.horizon_s - horizon_s) > 1e-6:
         raise SpecError(
-            f"--model {model_path} predicts a {_fmt(model.horizon_s)} horizon but --horizon is "
-            f"{_fmt(horizon_s)}",
-            hint=f"pass --horizon {_fmt(model.horizon_s)}, or train a model for this horizon",
+            f"--model {model_path} predicts a {fmt(model.horizon_s)} horizon but --horizon is "
+            f"{fmt(horizon_s)}",
+            hint=f"pass --horizon {fmt(model.horizon_s)}, or train a model for this horizon",
         )
     ts = _load(traces)
-    _check_horizon(ts, horizon_s)
+    check_horizon(ts, horizon_s)
     if train_on is not None:
         source = _load(train_on, "--train-on")
-        _check_horizon(source, horizon_s, "--train-on trace")
-        _check_split(ts, horizon_s, test_fraction, need_train=False)
+        check_horizon(source, horizon_s, "--train-on trace")
+        check_split(ts, horizon_s, test_fraction, need_train=False)
     else:
-        _check_split(ts, horizon_s, test_fraction)
+        check_split(ts, horizon_s, test_fraction)
     try:
         if train_on is not None:
             return evaluate_transfer(
@@ -340,8 +261,8 @@ def forecast(
     model = _model(model_path)
     if horizon_s is not None and abs(model.horizon_s - horizon_s) > 1e-6:
         raise SpecError(
-            f"--horizon {_fmt(horizon_s)}: the model predicts a {_fmt(model.horizon_s)} horizon",
-            hint=f"spotwise predictor train --traces {BUILTIN} --horizon {_fmt(horizon_s)} "
+            f"--horizon {fmt(horizon_s)}: the model predicts a {fmt(model.horizon_s)} horizon",
+            hint=f"spotwise predictor train --traces {BUILTIN} --horizon {fmt(horizon_s)} "
             "--out model.pt, then pass --model model.pt",
         )
     t = parse_at(at, ts)
@@ -406,63 +327,3 @@ def _cloud_forecast(provider: str) -> dict[str, Any]:
         "revocation model needs: p_revoke is unknown (prices only). Use --provider local for "
         "the replayed market, or record availability and train with spotwise predictor train.",
     }
-
-
-def curve_fit(
-    path: str | Path,
-    curve_id: str,
-    metric: str = "value",
-    theta: float = 1.0,
-    total_steps: int | None = None,
-    direction: str | None = None,
-) -> dict[str, Any]:
-    """EarlyCurve on the first ``theta`` of one curve: the fit, its final, the held-out truth."""
-    from spotwise.errors import did_you_mean
-    from spotwise.predictors.curves import load_curves, metric_direction
-    from spotwise.predictors.earlycurve import fit_curve
-
-    if not 0 < theta <= 1:
-        raise SpecError(f"--theta must be in (0, 1], got {theta=}")
-    curves = load_curves(path, metric)
-    if curve_id not in curves:
-        ids = sorted(curves, key=lambda s: (len(s), s))
-        raise NotFoundError(
-            f"--curve-id {curve_id!r} not in {path}{did_you_mean(curve_id, ids)}; "
-            f"{len(ids)} curves, e.g. {', '.join(ids[:5])}"
-        )
-    c = curves[curve_id]
-    total = int(total_steps) if total_steps is not None else int(c.steps[-1])
-    n = max(2, int((c.steps <= theta * c.steps[-1] + 1e-9).sum())) if theta < 1 else len(c.steps)
-    fit = fit_curve(
-        c.steps[:n],
-        c.values[:n],
-        None if c.lr is None else c.lr[:n],
-        total,
-        direction=direction or metric_direction(metric),
-    )
-    truth = float(c.values[-1]) if n < len(c.steps) and int(c.steps[-1]) == total else None
-    return {
-        "curve_id": curve_id,
-        "metric": metric,
-        "observed": n,
-        "points": len(c.steps),
-        "total_steps": total,
-        "fit": fit,
-        "curve": c,
-        "true_final": truth,
-    }
-
-
-def curve_eval(
-    path: str | Path,
-    metric: str,
-    theta: float,
-    methods: tuple[str, ...],
-    direction: str | None = None,
-) -> dict[str, Any]:
-    from spotwise.predictors.curves import dataset_direction, evaluate_curves, load_curves
-
-    curves = load_curves(path, metric)
-    d = direction or dataset_direction(curves, metric)
-    rows = evaluate_curves(curves, theta, methods, direction=d)
-    return {"curves": str(path), "metric": metric, "theta": theta, "direction": d, "rows": rows}

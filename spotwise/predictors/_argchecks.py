@@ -1,0 +1,104 @@
+"""Checks of the ``spotwise predictor`` options, each refusal one line naming the option.
+
+Kept apart from :mod:`spotwise.predictors.service` (the core calls) so that file stays about
+what the commands do; these only say what they will not do, and why.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from spotwise.errors import SpecError
+
+if TYPE_CHECKING:
+    from spotwise.traces import TraceSet
+
+
+def check_model_name(name: str, field: str) -> None:
+    from spotwise.errors import did_you_mean
+    from spotwise.predictors.revocation import MODEL_NAMES
+
+    if name not in MODEL_NAMES:
+        shown = repr(name) if name else "''"
+        raise SpecError(
+            f"{field}: unknown model {shown}{did_you_mean(name, list(MODEL_NAMES))}; "
+            f"valid: {', '.join(MODEL_NAMES)}"
+        )
+
+
+def fmt(seconds: float) -> str:
+    from spotwise.units import format_duration
+
+    return format_duration(seconds) if seconds >= 1 else f"{seconds:g}s"
+
+
+def trace_span(ts: TraceSet, lo: int, hi: int) -> float:
+    """Seconds from tick ``lo`` to tick ``hi - 1`` (0 for fewer than two ticks)."""
+    return float(ts.times[hi - 1] - ts.times[lo]) if hi - lo >= 2 else 0.0
+
+
+def check_horizon(ts: TraceSet, horizon_s: float, which: str = "trace") -> None:
+    """A horizon longer than the whole trace leaves no labelled tick: say so up front."""
+    span = trace_span(ts, 0, ts.n_ticks)
+    if span < horizon_s:
+        raise SpecError(
+            f"--horizon {fmt(horizon_s)} is longer than the {which} ({fmt(span)}); "
+            "pass a shorter --horizon"
+        )
+
+
+def check_out(out: str | Path) -> Path:
+    """``--out``: a file in an existing, writable folder (never creates folders)."""
+    p = Path(out).expanduser()
+    if not str(out).strip():
+        raise SpecError("--out is empty; name the model file to write, e.g. --out model.pt")
+    if p.is_dir():
+        raise SpecError(f"--out {out}: is a folder; name the file, e.g. --out {p / 'model.pt'}")
+    parent = p.parent
+    if parent.exists() and not parent.is_dir():
+        raise SpecError(f"--out {out}: {parent} is a file, not a folder; pick another path")
+    if not parent.is_dir():
+        raise SpecError(
+            f"--out {out}: folder {parent} does not exist",
+            hint=f"create it first (mkdir -p {parent}), or check the path for a typo",
+        )
+    existed = p.exists()
+    try:  # a real write probe (os.access says yes to root even where nothing can be written)
+        with p.open("ab"):
+            pass
+    except OSError as e:
+        why = e.strerror or type(e).__name__
+        raise SpecError(f"--out {out}: cannot write there ({why}); pick another path") from None
+    if not existed:
+        p.unlink(missing_ok=True)
+    return p
+
+
+def check_test_fraction(test_fraction: float) -> None:
+    if not 0 < test_fraction < 1:
+        raise SpecError(
+            f"--test-fraction must be in (0, 1), got {test_fraction:g} (the later share of the "
+            "ticks kept for testing; default 0.3)"
+        )
+
+
+def check_split(
+    ts: TraceSet, horizon_s: float, test_fraction: float, need_train: bool = True
+) -> None:
+    """``--test-fraction`` leaves a training and a test part each longer than the horizon."""
+    from spotwise.predictors._revfeatures import chrono_split
+
+    test0 = chrono_split(ts, horizon_s, test_fraction=test_fraction).test[0]
+    h = fmt(horizon_s)
+    train_s = trace_span(ts, 0, test0)
+    if need_train and train_s < horizon_s:
+        raise SpecError(
+            f"--test-fraction {test_fraction:g} leaves {fmt(train_s)} of the trace "
+            f"to train on, less than the --horizon {h}; lower --test-fraction"
+        )
+    if trace_span(ts, test0, ts.n_ticks) < horizon_s:
+        raise SpecError(
+            f"--test-fraction {test_fraction:g} keeps {fmt(trace_span(ts, test0, ts.n_ticks))} of "
+            f"the trace for testing, less than the --horizon {h}; raise --test-fraction"
+        )
