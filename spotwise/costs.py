@@ -57,6 +57,7 @@ class JobInfo:
     state: str
     running: bool
     simulated: bool
+    speedup: float = 1.0  # market seconds per wall second (the replay's; 1 on a cloud)
 
 
 def group_key(row: LifeRow, by: str, simulated: bool = False) -> str:
@@ -129,7 +130,8 @@ def summarize(
                 "instance_id": r.provider_instance_id,
                 "state": r.state,
                 "usd_per_hour": r.price_per_hour,
-                "held_hours": max(0.0, now - start) / 3600.0,
+                # market hours, as the ended lives' are (a replay's clock runs faster)
+                "held_hours": max(0.0, now - start) * info.speedup / 3600.0,
                 "leftover": leftover,
                 "next": f"spotwise cancel {r.job_id}" if leftover else None,
             }
@@ -141,8 +143,9 @@ def summarize(
         "totals": {**tally(ended, sim), "jobs": len({r.job_id for r in ended})},
         "groups": [{"key": k, **tally(v, sim)} for k, v in sorted(groups.items())],
         "held": held_rows,
-        # what real clouds charge now for what is still held
+        # what real clouds charge now for what is still held; the replay's, apart (not money)
         "held_usd_per_hour": sum(h["usd_per_hour"] for h in held_rows if not h["simulated"]),
+        "held_simulated_usd_per_hour": sum(h["usd_per_hour"] for h in held_rows if h["simulated"]),
         "leftovers": sum(1 for h in held_rows if h["leftover"]),
     }
 
@@ -171,11 +174,15 @@ def report(
         jobs: dict[str, JobInfo] = {}
         for job_id in {r.job_id for r in [*ended, *held]}:
             job = store.get_job(job_id)
+            providers = job.spec.get("providers", [])
+            simulated = all(p.get("name") == "local" for p in providers)
+            replay = (providers[0].get("replay") or {}) if simulated and providers else {}
             jobs[job_id] = JobInfo(
                 state=str(getattr(job.state, "value", job.state)),
                 # on another machine it cannot be judged from here: not taken for gone
                 running=orchestrator_state(job) != "gone",
-                simulated=all(p.get("name") == "local" for p in job.spec.get("providers", [])),
+                simulated=simulated,
+                speedup=float(replay.get("speedup") or 1.0),
             )
     finally:
         store.close()

@@ -98,6 +98,8 @@ def status(job_id: str | None, *, db: str | None = None, limit: int = 20) -> dic
         job = store.get_job(job_id)
         trials = store.list_trials(job.id)
         out = _job_dict(job)
+        if out["state"] in ("pending", "running"):  # here, elsewhere, or gone (a crash)
+            out["orchestrator"] = orchestrator_state(job)
         out["trials"] = len(trials)
         out["completed"] = sum(1 for t in trials if _trial_dict(t)["state"] == "completed")
         best = next((t for t in trials if t.id == job.best_trial_id), None)
@@ -206,6 +208,7 @@ def cancel(
         for t in store.list_trials(job.id):
             if not t.state.is_terminal():
                 store.update_trial(t.id, state="cancelled", ended_at=time.time())
+        closed = len(store.list_instances(job.id, active_only=True))
         terminated = _release(store, job)
         return {
             "job_id": job.id,
@@ -213,7 +216,8 @@ def cancel(
             "cancelled": True,
             "terminated_instances": terminated,
             "message": "orchestrator was not running; job marked cancelled, "
-            f"{len(terminated)} tagged instance(s) terminated",
+            f"{len(terminated)} tagged instance(s) terminated, {closed} instance record(s) "
+            "closed and billed up to now",
         }
     finally:
         store.close()
@@ -223,22 +227,23 @@ def _release(store: Any, job: Any) -> list[str]:
     """Terminate what the providers still run with the job's tags; only then close the
     instance records (a provider error leaves them open, so a later cancel retries).
 
-    On a cloud, each record is billed up to now: the seconds no life's bill covered (an
-    instance left by a dead orchestrator, or billed only up to a drain that could not
-    terminate it) at its price, and the job's cost becomes the sum of its instances' again.
-    A stopped VM ('not deleted') has no compute to bill; a replayed market's seconds are
-    unknown here."""
+    Each record is billed up to now: the seconds no life's bill covered (an instance left by
+    a dead orchestrator, or billed only up to a drain that could not terminate it) at its
+    price, in market seconds (a replay's clock runs ``speedup`` times the wall clock), and the
+    job's cost becomes the sum of its instances' again. A stopped VM ('not deleted') has no
+    compute to bill."""
     from spotwise.planner.backend import reconcile
-    from spotwise.spec import JobSpec
+    from spotwise.spec import JobSpec, ReplaySpec
 
     spec = JobSpec.model_validate_json(job.spec_json)
     terminated = reconcile(spec, job.id)
     now = time.time()
-    cloud = any(p.name != "local" for p in spec.providers)
+    local = spec.providers[0]
+    speedup = (local.replay or ReplaySpec()).speedup if local.name == "local" else 1.0
     for row in store.list_instances(job.id, active_only=True):
         extra_s = 0.0
-        if cloud and row.launched_at is not None and row.end_reason != "not deleted":
-            extra_s = max(now - row.launched_at - row.market_seconds, 0.0)
+        if row.launched_at is not None and row.end_reason != "not deleted":
+            extra_s = max((now - row.launched_at) * speedup - row.market_seconds, 0.0)
         store.update_instance(
             row.id,
             state="terminated",
@@ -247,8 +252,7 @@ def _release(store: Any, job: Any) -> list[str]:
             cost_usd=row.cost_usd + extra_s * row.price_per_hour / 3600.0,
             market_seconds=row.market_seconds + extra_s,
         )
-    if cloud:
-        store.update_job(job.id, cost_usd=sum(r.cost_usd for r in store.list_instances(job.id)))
+    store.update_job(job.id, cost_usd=sum(r.cost_usd for r in store.list_instances(job.id)))
     return terminated
 
 

@@ -138,9 +138,12 @@ def print_summary(s: dict[str, Any]) -> None:
         f"trials {s['trials']} · completed {s['completed']} · early-stopped {s['early_stopped']} · "
         f"revocations {s['revocations']} · migrations {s['migrations']}"
     )
+    planned = s.get("trials_planned", s["trials"])
     for limit, n in (s.get("limits") or {}).items():  # the budget or deadline bound
-        never = f", {n['never_started']} never started" if n["never_started"] else ""
-        console.print(f"[yellow]{limit} reached: {n['stopped']} trial(s) stopped{never}[/]")
+        before = f" ({n['never_started']} before starting)" if n["never_started"] else ""
+        unmade = planned - s["trials"]
+        more = f"; {unmade} of {planned} planned never created" if unmade > 0 else ""
+        console.print(f"[yellow]{limit}: {n['stopped']} trial(s) stopped{before}{more}[/]")
     for iid in s.get("leftover_instances") or []:
         console.print(f"[red]still held, may be billed: {iid}[/] (`spotwise cancel {s['job_id']}`)")
     console.print(
@@ -188,6 +191,11 @@ def print_status(j: dict[str, Any]) -> None:
     console.print(f"cost ${j['cost_usd']:.4f} vs ${j['on_demand_cost_usd']:.4f} on demand")
     if j.get("error"):
         console.print(f"[red]error:[/] {j['error']}")
+    if j.get("orchestrator") == "gone":
+        console.print(
+            f"[red]its orchestrator is no longer running[/] (it crashed or was killed): "
+            f"`spotwise cancel {j['job_id']}` releases what it still holds"
+        )
     if j["instances"]:
         t = listing(
             "instances", caption=f"launch ids and more: spotwise status {j['job_id']} --json"

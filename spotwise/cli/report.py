@@ -29,7 +29,8 @@ def report_cmd(
         typer.Option(
             "--check",
             help="Exit 1 when an instance is held by a finished job or one whose orchestrator "
-            "has stopped (may be billed: `spotwise cancel JOB` releases it).",
+            "has stopped (may be billed: `spotwise cancel JOB` releases it). Without a "
+            "database the report exits 3, so a wrong --db never reads as 'nothing held'.",
         ),
     ] = False,
     db: DbOpt = None,
@@ -69,28 +70,26 @@ def _when(ts: float | None) -> str:
 
 
 def _print_report(out: dict[str, Any]) -> None:
-    from rich import box
     from rich.console import Console
-    from rich.table import Table
+
+    from spotwise.cli.output import fit, listing
 
     console = Console(highlight=False)
     tot = out["totals"]
-    console.print(
-        f"[bold]cost report[/] · lives ended from {_when(out['since'])} to "
-        f"{_when(out['until'])} UTC · by {out['by']}"
-    )
+    console.print(f"[bold]cost report[/] by {out['by']}")
+    console.print(f"lives that ended from {_when(out['since'])} to {_when(out['until'])} UTC")
     if tot["lives"]:
-        t = Table(box=box.SIMPLE_HEAD, pad_edge=False)
-        t.add_column(out["by"], no_wrap=True, overflow="fold")
+        t = listing()
+        t.add_column(out["by"], overflow="fold")
         for col in ("lives", "revoked", "hours", "$", "on-demand $", "saved"):
             t.add_column(col, justify="right", no_wrap=True)
         for g in out["groups"]:
             t.add_row(g["key"], *_money(g))
         t.add_row("[bold]total[/]", *_money(tot), end_section=True)
-        console.print(t)
+        console.print(fit(t, console.width))
         console.print(
             "[dim]on-demand $: the same kept work (steps not lost to a revocation) on on-demand "
-            "capacity; hours: billed instance time[/]"
+            "capacity; hours: billed instance time (market time on a replay)[/]"
         )
         if tot["simulated_cost_usd"]:
             console.print(
@@ -103,15 +102,16 @@ def _print_report(out: dict[str, Any]) -> None:
     if not held:
         console.print("nothing held now")
         return
-    t = Table(title="held now", box=box.SIMPLE_HEAD, pad_edge=False)
-    for col in ("job", "state", "provider", "zone", "type", "instance"):
-        t.add_column(col, no_wrap=True, overflow="fold")
+    t = listing("held now")
+    for col in ("job", "state"):
+        t.add_column(col, no_wrap=True)
+    for col in ("provider", "zone", "type", "instance"):
+        t.add_column(col, overflow="fold")
     for col in ("$/h", "hours"):
         t.add_column(col, justify="right", no_wrap=True)
-    t.add_column("next", overflow="fold")
     for h in held:
         t.add_row(
-            h["job_id"],
+            f"[red]{h['job_id']}[/]" if h["leftover"] else h["job_id"],
             h["job_state"],
             h["provider"],
             h["zone"],
@@ -119,15 +119,21 @@ def _print_report(out: dict[str, Any]) -> None:
             h["instance_id"] or "—",
             f"{h['usd_per_hour']:.4f}",
             f"{h['held_hours']:.2f}",
-            f"[red]{h['next']}[/]" if h["next"] else "",
         )
-    console.print(t)
-    if out["leftovers"]:
+    console.print(fit(t, console.width))
+    for job in sorted({h["job_id"] for h in held if h["leftover"]}):
+        n = sum(1 for h in held if h["job_id"] == job and h["leftover"])
         console.print(
-            f"[red]{out['leftovers']} instance(s) held by jobs that are finished or whose "
-            "orchestrator has stopped: they may still be billed.[/]"
+            f"[red]{job}: {n} instance(s) held by a job that is finished or whose orchestrator "
+            f"has stopped; they may still be billed: run `spotwise cancel {job}`[/]"
         )
-    console.print(f"held on clouds now: ${out['held_usd_per_hour']:.4f}/h")
+    console.print(f"held on real clouds now: ${out['held_usd_per_hour']:.4f}/h")
+    sim = [h for h in held if h["simulated"]]
+    if sim:
+        console.print(
+            f"[dim]and {len(sim)} on the replayed market at "
+            f"${out['held_simulated_usd_per_hour']:.4f}/h (simulated, not money)[/]"
+        )
 
 
 def register(app: typer.Typer) -> None:

@@ -32,6 +32,7 @@ class Ledger(TrialBook):
     spent_usd: float
     on_demand_usd: float
     leftover_ids: list[str]  # instances the drain could not terminate
+    migrations: int
 
     # ---- money --------------------------------------------------------------------------
     def _release_is_cheaper(self, life: Life, now: float) -> bool:
@@ -136,6 +137,23 @@ class Ledger(TrialBook):
             return False
         self._event("terminated", now, t, instances=ids, reason=what)
         return True
+
+    def _budget_spent(self) -> bool:
+        """The cap is reached, or the budget has stopped a trial (a new one would only be)."""
+        cap = self.spec.budget.max_cost_usd
+        stopped = any(t.stop_reason == "budget" for t in self.trials)
+        return cap is not None and (self.spent_usd >= cap or stopped)
+
+    def _save_totals(self, now: float) -> None:
+        """The running job's spend so far (running instances as if they ended now)."""
+        self.store.update_job(
+            self.job_id,
+            cost_usd=self.spent_usd + self._running_cost(now),
+            on_demand_cost_usd=self.on_demand_usd,
+            revocations=self.revocations,
+            migrations=self.migrations,
+            early_stopped=self.early_stopped,
+        )
 
     # ---- ending -------------------------------------------------------------------------
     def _drain(self, backend: Backend) -> None:

@@ -181,13 +181,15 @@ class Orchestrator(Actions):
                 )
                 for action in self.policy.decide(view, ev):
                     self._execute(action, offers, now)
-            if self.opts.on_update and time.monotonic() - last_update >= self.opts.update_every_s:
+            done = self._finished()  # the last picture is drawn too, not one a poll before
+            due = time.monotonic() - last_update >= self.opts.update_every_s
+            if self.opts.on_update and (done or due):
                 last_update = time.monotonic()
                 self.opts.on_update(self.snapshot(now))
             if time.monotonic() - last_saved >= SAVE_TOTALS_EVERY_WALL_S:
                 last_saved = time.monotonic()
                 self._save_totals(now)  # `spotwise status` of a running job shows its spend
-            if self._finished():
+            if done:
                 return
             prev_now = now
             time.sleep(self.opts.poll_s)
@@ -208,12 +210,6 @@ class Orchestrator(Actions):
             return True
         done = all(t.phase.is_terminal() for t in self.trials)
         return done and (len(self.trials) >= self.spec.trials or self._budget_spent())
-
-    def _budget_spent(self) -> bool:
-        """The cap is reached, or the budget has stopped a trial (a new one would only be)."""
-        cap = self.spec.budget.max_cost_usd
-        stopped = any(t.stop_reason == "budget" for t in self.trials)
-        return cap is not None and (self.spent_usd >= cap or stopped)
 
     def _admit(self) -> list[Event]:
         """Create trials from the search while there is room for them."""
@@ -309,6 +305,7 @@ class Orchestrator(Actions):
             self._totals(),
             wall_seconds,
         )
+        out["trials_planned"] = self.spec.trials
         if job.error:
             out["error"] = job.error
         if self.leftover_ids:  # the drain could not terminate them: `tune` exits non-zero
@@ -320,17 +317,6 @@ class Orchestrator(Actions):
         total = self.spec.trials * self.spec.steps
         return snapshot(
             self.job_id, self.policy.name, self.trials, now, cost, self._totals(), total
-        )
-
-    def _save_totals(self, now: float) -> None:
-        """The running job's spend so far (running instances as if they ended now)."""
-        self.store.update_job(
-            self.job_id,
-            cost_usd=self.spent_usd + self._running_cost(now),
-            on_demand_cost_usd=self.on_demand_usd,
-            revocations=self.revocations,
-            migrations=self.migrations,
-            early_stopped=self.early_stopped,
         )
 
     def _finish_job(self, state: str, error: str | None) -> None:

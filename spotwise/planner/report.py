@@ -146,6 +146,12 @@ def nothing_to_show(trials: Sequence[TrialRun], max_cost_usd: float | None) -> s
     if not trials or any(t.state == "completed" for t in trials):
         return None
     reasons = {t.stop_reason for t in trials}
+    if "budget" in reasons and all(t.lives_started == 0 for t in trials):
+        return (
+            f"no trial fits in the budget (max_cost_usd {max_cost_usd}): each was projected to "
+            "cost more (start-up and steps at the cheapest offer); raise budget.max_cost_usd or "
+            "lower steps"
+        )
     if "budget" in reasons:
         return (
             f"the budget (max_cost_usd {max_cost_usd}) was reached before any trial completed; "

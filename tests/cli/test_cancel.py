@@ -115,8 +115,26 @@ def test_cancel_job_whose_orchestrator_died(tmp_path: Path) -> None:
     store.update_instance(row.id, state="running")
     store.close()
 
+    # `status` says the orchestrator is gone and what to run (it said "running", no hint)
+    assert jobs.status(job.id, db=db)["orchestrator"] == "gone"
+    from rich.console import Console
+
+    from spotwise.cli import render
+
+    console = Console(width=200, record=True, color_system=None)
+    render.console, saved = console, render.console
+    try:
+        render.print_status(jobs.status(job.id, db=db))
+    finally:
+        render.console = saved
+    assert (
+        "its orchestrator is no longer running (it crashed or was killed): "
+        f"`spotwise cancel {job.id}` releases what it still holds"
+    ) in console.export_text()
+
     out = jobs.cancel(job.id, db=db)
     assert out["state"] == "cancelled" and out["cancelled"]
+    assert "orchestrator" not in jobs.status(job.id, db=db)
     store = Store.open_existing(db)
     assert store.get_job(job.id).state.value == "cancelled"
     assert store.get_trial(trial.id).state.value == "cancelled"
@@ -239,3 +257,53 @@ def test_cancel_that_times_out_says_the_job_is_still_stopping(
         "message": f"asked the orchestrator (pid 0) to stop; it is still stopping after 0.3 s: "
         f"see `spotwise status {job}`",
     }
+
+
+def test_a_dead_replay_jobs_instances_are_billed_on_the_replays_clock(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`status` read the dead job's last running estimate while its instances read $0, so
+    `report` and `status` disagreed; both now read the instances' bills up to the cancel."""
+    from spotwise.planner import backend
+    from spotwise.spec import parse_spec
+
+    db = f"sqlite:///{tmp_path / 'state.db'}"
+    spec = parse_spec(
+        {
+            "name": "j",
+            "command": ["python", "train.py"],
+            "metric": {"name": "acc"},
+            "steps": 3,
+            "search_space": {"lr": {"type": "real", "low": 0.001, "high": 0.1}},
+            "providers": [{"name": "local", "replay": {"speedup": 300}}],
+        }
+    ).model_dump_json()
+    now = time.time()
+    with Store.open(db) as s:
+        job = s.create_job("j", spec, "job.yaml", "spot-greedy", "maximize")
+        s.update_job(job.id, state="running", pid=0, cost_usd=0.4267)
+        t = s.add_trial(job.id, 0, {"lr": 0.1})
+        s.record_launch(
+            id="l-1",
+            job_id=job.id,
+            trial_id=t.id,
+            provider="aws",
+            region="us-east-1",
+            zone="us-east-1a",
+            instance_type="p3.2xlarge",
+            market="spot",
+            offer_key="aws:us-east-1a:p3.2xlarge:spot",
+            price_per_hour=0.9,
+            state="running",
+            launched_at=now - 12.0,  # 12 wall s = 3600 market s at 300x
+        )
+    monkeypatch.setattr(backend, "reconcile", lambda spec, job_id: [])
+    out = jobs.cancel(job.id, db=db)
+    assert out["message"].endswith(
+        "0 tagged instance(s) terminated, 1 instance record(s) closed and billed up to now"
+    )
+    with Store.open_existing(db) as s:
+        row = s.get_instance("l-1")
+        assert row.market_seconds == pytest.approx(3600, abs=150)
+        assert row.cost_usd == pytest.approx(0.9, abs=0.04)
+        assert s.get_job(job.id).cost_usd == pytest.approx(row.cost_usd)

@@ -113,10 +113,12 @@ def test_summary_says_which_limit_bound_and_what_is_still_held(
             **SUMMARY,
             "cost_usd": 0.3,
             "on_demand_cost_usd": 0.9,
-            "limits": {"budget": {"stopped": 3, "never_started": 2}},
+            "trials_planned": 8,
+            "limits": {"budget": {"stopped": 1, "never_started": 1}},
             "leftover_instances": ["i-0abc"],
         }
     )
     text = console.export_text()
-    assert "budget reached: 3 trial(s) stopped, 2 never started" in text
+    # SUMMARY has 2 trials: 1 of them stopped before starting, 6 of the 8 planned never made
+    assert "budget: 1 trial(s) stopped (1 before starting); 6 of 8 planned never created" in text
     assert "still held, may be billed: i-0abc (`spotwise cancel j-1234abcd`)" in text

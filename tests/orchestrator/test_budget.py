@@ -57,3 +57,18 @@ def test_the_budget_is_never_exceeded_and_the_job_says_it_bound(tmp_path: Path) 
     assert released == []
     # billed to the stop (plus a poll), not to the end of the step the trial was in
     assert life.market_seconds <= first_stop.time - launch.time + 60.0
+
+
+def test_a_budget_no_trial_fits_in_says_so_and_spends_nothing(tmp_path: Path) -> None:
+    """It said the budget "was reached" at $0.00."""
+    write_trace(tmp_path / "trace.csv", avail_ticks=TRACE_TICKS)
+    spec = spec_dict(tmp_path, steps=12, trials=3)
+    spec["budget"] = {"max_cost_usd": 0.01}  # one trial: (60 s + 12 x 60 s) at $1/h = $0.217
+    db = f"sqlite:///{tmp_path / 'spotwise.db'}"
+    summary = jobs.tune(write_spec(tmp_path, spec), db=db, run_root=tmp_path / "runs")
+    assert (summary["state"], summary["cost_usd"], summary["trials"]) == ("failed", 0.0, 1)
+    assert summary["limits"] == {"budget": {"stopped": 1, "never_started": 1}}
+    assert summary["error"] == (
+        "no trial fits in the budget (max_cost_usd 0.01): each was projected to cost more "
+        "(start-up and steps at the cheapest offer); raise budget.max_cost_usd or lower steps"
+    )

@@ -145,10 +145,17 @@ def test_launch_that_would_exceed_the_budget_becomes_stop_early() -> None:
 
 def test_budget_counts_the_running_trials_projection() -> None:
     running = trial(0, Phase.RUNNING, step=50, offer_key=MARKET[1].key)  # $0.765 to finish
-    queued = trial(1)  # $1.53 on the cheapest offer
+    queued = trial(1)  # $1.545 on the cheapest offer (60 s start-up + 100 steps)
     policy = get_policy("spot-greedy")
     actions = policy.decide(
         view(MARKET, [running, queued], parallel=2, max_cost_usd=2.0), Tick(NOW)
+    )
+    # it fits on its own but not beside the running trial: it waits (it was stopped for good,
+    # and a $1 budget ran 1 trial of 8 in review)
+    assert actions == []
+    # what is spent already leaves no room for it even alone: stopped
+    actions = policy.decide(
+        view(MARKET, [running, queued], parallel=2, max_cost_usd=2.0, spent_usd=0.5), Tick(NOW)
     )
     assert actions == [StopEarly("t1", "budget", None)]
     actions = policy.decide(
@@ -172,7 +179,7 @@ def test_budget_counts_the_start_up_each_launch_pays_for() -> None:
     # a running trial still starting up: the rest of its start-up is projected too
     booting = trial(1, Phase.RUNNING, offer_key=MARKET[1].key, launched_at=NOW - 600.0)
     both = view(MARKET, [booting, t], parallel=2, max_cost_usd=1.99 + 1.53 + 0.30, **slow)
-    assert policy.decide(both, Tick(NOW)) == [StopEarly("t0", "budget", None)]
+    assert policy.decide(both, Tick(NOW)) == []  # waits for the booting trial's room
     both = view(MARKET, [booting, t], parallel=2, max_cost_usd=1.99 + 1.53 + 0.31, **slow)
     assert policy.decide(both, Tick(NOW)) == [Launch("t0", MARKET[1].key)]
 

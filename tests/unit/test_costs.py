@@ -146,7 +146,7 @@ def _store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
                 ("j-real", "l-new", NOW - 1 * H, 1.0, 3.0, "revoked"),
                 ("j-real", "l-left", None, 0.4, 0.0, "running"),
                 ("j-sim", "l-sim", NOW - 2 * H, 2.0, 6.0, "terminated"),
-            ("j-real", "l-refused", NOW - 3 * H, 0.0, 0.0, "failed"),  # no life: not counted
+                ("j-real", "l-refused", NOW - 3 * H, 0.0, 0.0, "failed"),  # no life: not counted
             ]
         ):
             t = s.add_trial(job, n, {"lr": 0.1})
@@ -238,3 +238,31 @@ def test_cli_report_bad_input_is_one_line(tmp_path: Path, monkeypatch: pytest.Mo
     ]:
         with pytest.raises(SpecError, match=needle):
             costs.report(db=db, **{a.lstrip("-"): v for a, v in [args]})  # type: ignore[arg-type]
+
+
+def test_held_replay_instances_count_market_hours_and_no_real_money() -> None:
+    held = [_life(id="l-sim", job_id="j-sim", state="running", ended_at=None, launched_at=NOW - 60)]
+    infos = {"j-sim": JobInfo("running", running=True, simulated=True, speedup=300.0)}
+    out = summarize([], held, infos, by="provider", since=None, now=NOW)
+    (h,) = out["held"]
+    assert h["held_hours"] == pytest.approx(5.0)  # 60 wall s at 300x: the ended lives' clock
+    assert out["held_usd_per_hour"] == 0
+    assert out["held_simulated_usd_per_hour"] == pytest.approx(0.9)
+
+
+def test_report_at_80_columns_keeps_ids_money_and_the_fix_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """At 80 columns the held table cropped the job id and dropped `spotwise cancel JOB`."""
+    db = _store(tmp_path, monkeypatch)
+    for by in ("provider", "instance-type", "zone"):
+        done = CliRunner().invoke(
+            app, ["report", "--since", "all", "--by", by, "--db", db], env={"COLUMNS": "80"}
+        )
+        assert done.exit_code == 0, done.output
+        text = done.stdout
+        assert "…" not in text and max(len(line) for line in text.splitlines()) <= 80
+        assert "8.0000" in text  # the total, whole
+    assert "i-l-left" in text
+    assert "j-real: 1 instance(s) held by a job that is finished" in " ".join(text.split())
+    assert "run `spotwise cancel j-real`" in text

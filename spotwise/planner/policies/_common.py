@@ -49,13 +49,18 @@ def projected_spend(view: PlannerView) -> float:
 
 def within_budget(
     view: PlannerView, spend: float, trial: TrialView, offer: OfferView
-) -> tuple[Action, float]:
-    """``Launch`` when the projected spend plus this launch stays within ``max_cost_usd``, else
-    ``StopEarly(budget)``; with the projected spend after it."""
+) -> tuple[Action | None, float]:
+    """With the projected spend after it: ``Launch`` when the projected spend plus this launch
+    stays within ``max_cost_usd``; ``None`` (wait) when it fits only once the running trials
+    are done; ``StopEarly(budget)`` when it cannot fit even then (what is spent plus this launch
+    alone is over the cap)."""
     extra = launch_cost(view, trial, offer)
-    if view.max_cost_usd is not None and spend + extra > view.max_cost_usd:
+    cap = view.max_cost_usd
+    if cap is None or spend + extra <= cap:
+        return Launch(trial.trial_id, offer.key), spend + extra
+    if view.spent_usd + extra > cap:
         return StopEarly(trial.trial_id, "budget", trial.last_metric), spend
-    return Launch(trial.trial_id, offer.key), spend + extra
+    return None, spend  # the running trials' projections leave no room yet: wait for them
 
 
 def burn_rate_per_s(view: PlannerView) -> float:
@@ -98,7 +103,8 @@ def place(
     Respects ``parallel`` (running trials count against it), the deadline (no launch that
     could not make a step before it) and the budget: a launch is made only when the projected
     spend of the running trials plus this trial's start-up and remaining steps at the offer's
-    price stays within ``max_cost_usd`` (:func:`within_budget`).
+    price stays within ``max_cost_usd``; one that fits only once they are done waits
+    (:func:`within_budget`).
     """
     slots = free_slots(view)
     if slots <= 0:
@@ -114,7 +120,8 @@ def place(
             continue
         best = min(candidates, key=lambda o: (score(view, t, o), o.key))
         action, spend = within_budget(view, spend, t, best)
-        actions.append(action)
+        if action is not None:
+            actions.append(action)
     return actions
 
 

@@ -106,7 +106,8 @@ def launch_all(view: PlannerView, offer: OfferView | None) -> list[Action]:
     spend = projected_spend(view)
     for t in needy(view)[: max(free_slots(view), 0)]:
         action, spend = within_budget(view, spend, t, offer)
-        actions.append(action)
+        if action is not None:
+            actions.append(action)
     return actions
 
 

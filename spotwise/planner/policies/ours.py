@@ -54,6 +54,7 @@ from spotwise.planner.policy import (
     Action,
     Checkpoint,
     Event,
+    Launch,
     OfferView,
     Phase,
     PlannerView,
@@ -225,8 +226,8 @@ class Spotwise:
                 continue
             best = min(pool, key=lambda o: (self._per_useful_s(view, t, o, fresh=True), o.key))
             action, spend = within_budget(view, spend, t, best)
-            if isinstance(action, StopEarly):
-                actions.append(action)
+            if not isinstance(action, Launch):  # stopped for the budget, or waiting for room
+                actions += [action] if action is not None else []
                 continue
             every = self._every(view, t, best)
             if every != t.checkpoint_every:
