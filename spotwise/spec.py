@@ -240,11 +240,32 @@ def parse_spec(data: Any, source: str = "spec") -> JobSpec:
         raise SpecError(f"{source}: {_format(err)}") from None
 
 
+def _folder_message(folder: Path) -> str:
+    """A folder given as the spec: name up to 3 of its YAML files to pass instead."""
+    try:
+        found = sorted(
+            (f for f in folder.iterdir() if f.suffix in (".yaml", ".yml") and f.is_file()),
+            key=lambda f: (f.stem != "job", f.name),  # job.yaml, the usual name, first
+        )
+    except OSError:  # unreadable: name no file
+        found = []
+    if not found:
+        return (
+            f"spec path {folder} is a folder with no .yaml file in it; pass the path to a job "
+            "YAML, e.g. examples/digits/job.yaml"
+        )
+    listed = ", ".join(str(f) for f in found[:3])
+    more = f" (and {len(found) - 3} more)" if len(found) > 3 else ""
+    return f"spec path {folder} is a folder; pass the job YAML inside it: {listed}{more}"
+
+
 def load_spec(path: str | Path) -> JobSpec:
     """Read and validate a YAML job spec; raise :class:`SpecError` with one line on any problem."""
     import yaml
 
     p = Path(path)
+    if p.is_dir():
+        raise SpecError(_folder_message(p))
     if not p.is_file():
         raise SpecError(
             f"spec file {p} not found; pass the path to a job YAML, e.g. examples/digits/job.yaml"

@@ -140,6 +140,11 @@ def _span(start: float, end: float) -> str:
     return f"{first} → {last[11:] if last[:10] == first[:10] else last} UTC"
 
 
+def _count(n: int, noun: str) -> str:
+    """``1 price``, ``2 prices``: the count and its noun, singular or plural."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
 def _gpus(r: dict[str, Any]) -> str:
     return f"{r['gpus']}× {r['gpu_name']}" if r.get("gpus") else "—"
 
@@ -195,7 +200,7 @@ def _print_catalog(result: dict[str, Any]) -> None:
         ]
         table.add_row(*([r["region"]] if several else []), *cells)
     console.print(fit(table, console.width))
-    console.print(f"[dim]{len(rows)} instance types[/]")
+    console.print(f"[dim]{_count(len(rows), 'instance type')}[/]")
 
 
 def _print_prices(result: dict[str, Any], limit: int) -> None:
@@ -247,5 +252,6 @@ def _print_prices(result: dict[str, Any], limit: int) -> None:
     note = f" · on-demand prices: {source}" if source else ""
     unavailable = sum(1 for r in shown if not r.get("available", True))
     if unavailable:
-        note += f" · {unavailable} spot offers have no capacity now (listed last)"
-    console.print(f"[dim]{len(rows)} prices{more}{note}[/]")
+        verb = "has" if unavailable == 1 else "have"
+        note += f" · {_count(unavailable, 'spot offer')} {verb} no capacity now (listed last)"
+    console.print(f"[dim]{_count(len(rows), 'price')}{more}{note}[/]")

@@ -28,7 +28,8 @@ Direction = Annotated[
     str | None,
     typer.Option(
         "--direction",
-        help="min or max; leave it out to infer it from the metric name, else the data",
+        help="maximize or minimize (max/min also work); leave it out to infer it from the "
+        "metric name, else the data",
     ),
 ]
 
@@ -63,12 +64,11 @@ def fit(
     from spotwise.errors import SpecError
     from spotwise.predictors.curve_service import curve_fit
     from spotwise.predictors.curves import resolve_metric
-    from spotwise.predictors.earlycurve import check_direction
 
     if total_steps is not None and total_steps <= 0:
         raise SpecError(f"--total-steps must be a positive number of steps, got {total_steps}")
     metric = resolve_metric(file, metric, "FILE")
-    r = curve_fit(file, curve_id, metric, theta, total_steps, check_direction(direction))
+    r = curve_fit(file, curve_id, metric, theta, total_steps, _direction(direction))
     f, c, n = r["fit"], r["curve"], r["observed"]
     if total_steps is not None and total_steps < f.last_step:
         raise SpecError(
@@ -126,6 +126,42 @@ def fit(
     con.print("[dim]● observed  · fit / forecast  ○ held out  ┆ band of the final value[/]")
 
 
+_DIRECTIONS = {"maximize": "max", "max": "max", "minimize": "min", "min": "min"}
+
+
+def _direction(value: str | None) -> str | None:
+    """``--direction``: maximize/minimize (or max/min) as the predictors' ``max``/``min``."""
+    from spotwise.errors import SpecError
+
+    if value is None:
+        return None
+    d = _DIRECTIONS.get(value.strip().lower())
+    if d is None:
+        raise SpecError(
+            f"--direction must be maximize or minimize (or max/min; leave it out to infer it), "
+            f"got {value!r}"
+        )
+    return d
+
+
+def _methods(methods: str) -> tuple[str, ...]:
+    """``--methods``: comma-separated curve predictors, each checked by name."""
+    from spotwise.errors import SpecError, did_you_mean
+    from spotwise.predictors.earlycurve import CURVE_METHODS
+
+    valid = ", ".join(CURVE_METHODS)
+    names = tuple(m.strip() for m in methods.split(",") if m.strip())
+    if not names:
+        raise SpecError(f"--methods is empty; name one or more of {valid}")
+    for name in names:
+        if name not in CURVE_METHODS:
+            raise SpecError(
+                f"--methods: unknown method {name!r}"
+                f"{did_you_mean(name, list(CURVE_METHODS))}; valid: {valid}"
+            )
+    return names
+
+
 def _num(x: float) -> str:
     return f"{'−' if x < 0 else ''}{abs(x):.4g}"
 
@@ -150,11 +186,11 @@ def eval_(
     """Predict each curve's final value from its first θ: MAE, Spearman, top-10% recall."""
     from spotwise.predictors.curve_service import curve_eval
     from spotwise.predictors.curves import resolve_metric
-    from spotwise.predictors.earlycurve import check_direction
 
-    names = tuple(m.strip() for m in methods.split(",") if m.strip())
+    names = _methods(methods)
+    d = _direction(direction)
     metric = resolve_metric(curves, metric, "--curves")
-    res = curve_eval(curves, metric, theta, names, check_direction(direction))
+    res = curve_eval(curves, metric, theta, names, d)
     emit(res, as_json, lambda r: _print_eval(r, str(metric), theta))
 
 

@@ -66,7 +66,8 @@ StartFromOpt = Annotated[
 ]
 WorkersOpt = Annotated[int, typer.Option("--workers", help="Processes to use.", min=1)]
 OutOpt = Annotated[
-    Path | None, typer.Option("--out", help="Also write the JSON result to this file.")
+    Path | None,
+    typer.Option("--out", help="Also write the JSON result to this file (its folder must exist)."),
 ]
 TUNING_DEFAULT = "on-demand,spot-greedy,asha,spottune,spotwise"
 DEADLINE_DEFAULT = "on-demand,greedy,uniform-progress,spotwise"
@@ -133,7 +134,10 @@ def simulate(
     ] = 168.0,
     workers: WorkersOpt = 2,
     plot: Annotated[
-        Path | None, typer.Option("--plot", help="Draw cost vs. regret per policy (PNG).")
+        Path | None,
+        typer.Option(
+            "--plot", help="Draw cost vs. regret per policy (PNG; its folder must exist)."
+        ),
     ] = None,
     out: OutOpt = None,
     as_json: JsonOpt = False,
@@ -174,6 +178,8 @@ def simulate(
     )
     check_prices(spot_price, on_demand_price)
     check_revocation_model(revocation_model)
+    _check_file(out, "--out", "result.json")
+    _check_file(plot, "--plot", "plot.png")
     ts = _load(traces, load_traces)
     pool = load_curve_pool(curves, metric=metric, direction=direction)
     risk = _risk(ts, revocation_model, start_from)
@@ -238,6 +244,7 @@ def deadline(
     check_sampling(starts, seed, start_from)
     rule = billing_rule(billing)
     check_revocation_model(revocation_model)
+    _check_file(out, "--out", "result.json")
     ts = _load(
         traces,
         lambda p: load_cbl_folder(p) if p.is_dir() and any(p.rglob("*.json")) else load_traces(p),
@@ -271,6 +278,23 @@ def _risk(ts: TraceSet, model: str, start_from: float) -> Risk:
 
     train_fraction = start_from if start_from >= 0.2 else 0.7
     return revocation_risk(ts, model, train_fraction, from_tick=int(start_from * ts.n_ticks))
+
+
+def _check_file(path: Path | None, flag: str, example: str) -> None:
+    """``--out``/``--plot``: a file in an existing folder, checked before the run (never
+    creates folders)."""
+    if path is None:
+        return
+    if path.is_dir():
+        raise SpecError(f"{flag} {path}: is a folder; name the file, e.g. {flag} {path / example}")
+    parent = path.parent
+    if parent.exists() and not parent.is_dir():
+        raise SpecError(f"{flag} {path}: {parent} is a file, not a folder; pick another path")
+    if not parent.is_dir():
+        raise SpecError(
+            f"{flag} {path}: folder {parent} does not exist",
+            hint=f"create it first (mkdir -p {parent}), or check the path for a typo",
+        )
 
 
 @contextmanager

@@ -23,9 +23,12 @@ def emit(
     """Record the command line, write ``--out``, then print JSON or the table."""
     result["command"] = _command()
     text = json.dumps(result, indent=2, default=_plain)
-    if out is not None:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(text + "\n")
+    if out is not None:  # its folder was checked before the run: never created here
+        try:
+            out.write_text(text + "\n")
+        except OSError as e:
+            why = e.strerror or type(e).__name__
+            raise SpecError(f"--out {out}: cannot write there ({why}); pick another path") from None
     if as_json:
         typer.echo(text)
     else:

@@ -10,7 +10,7 @@ import enum
 from collections.abc import Iterable, Mapping
 from typing import Any, TypeVar
 
-from sqlmodel import Session, SQLModel, col, select
+from sqlmodel import Session, SQLModel, col, func, select
 
 from spotwise.errors import NotFoundError, SpecError, StoreError
 from spotwise.store.models import INSTANCE_STATES
@@ -50,14 +50,16 @@ def find_by_id_or_prefix(
     id_col = col(model.id)  # type: ignore[attr-defined]
     candidates = [key] if key.startswith(f"{prefix}-") else [key, f"{prefix}-{key}"]
     for candidate in candidates if key else []:
-        stmt = select(model).where(id_col.startswith(candidate, autoescape=True)).limit(6)
-        rows = list(session.exec(stmt))
-        if len(rows) == 1:
-            return rows[0]
-        if len(rows) > 1:
-            ids = ", ".join(sorted(r.id for r in rows[:5]))  # type: ignore[attr-defined]
+        match = id_col.startswith(candidate, autoescape=True)
+        total = session.exec(select(func.count()).select_from(model).where(match)).one()
+        if total == 1:
+            return session.exec(select(model).where(match)).one()
+        if total > 1:
+            first = session.exec(select(id_col).where(match).order_by(id_col).limit(5))
+            shown = [str(i) for i in first]
+            rest = f", … and {total - len(shown)} more" if total > len(shown) else ""
             raise SpecError(
-                f"{what} id prefix {key!r} is ambiguous: it matches {ids}",
+                f"{what} id prefix {key!r} is ambiguous: it matches {', '.join(shown)}{rest}",
                 hint="give more characters of the id",
             )
     raise NotFoundError(f"{what} {key!r} not found; {hint}")

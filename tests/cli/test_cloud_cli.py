@@ -217,3 +217,50 @@ def test_gcp_project_and_unknown_options_without_a_spec(monkeypatch: pytest.Monk
         "providers[].options.base_url: bad (a job-spec option: catalog and prices cannot set it)"
     )
     assert other.hint == "h"
+
+
+# ---- footers: singular and plural ------------------------------------------------------------
+def _footer(monkeypatch: pytest.MonkeyPatch, draw: Any) -> str:
+    from rich.console import Console
+
+    from spotwise.cli import cloud as cloud_cli
+
+    console = Console(width=80, record=True, color_system=None)
+    monkeypatch.setattr(cloud_cli, "_console", lambda: console)
+    draw(cloud_cli)
+    return console.export_text().splitlines()[-1]
+
+
+def _price(zone: str, available: bool) -> dict[str, Any]:
+    return {"zone": zone, "instance_type": "p3.2xlarge", "market": "spot", "price_per_hour": 1.0,
+            "on_demand_price_per_hour": 3.06, "savings": 0.67, "gpus": 1, "gpu_name": "V100",
+            "available": available}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("zones", "footer"),
+    [
+        ({"a": False}, "1 price · 1 spot offer has no capacity now (listed last)"),
+        ({"a": True, "b": False}, "2 prices · 1 spot offer has no capacity now (listed last)"),
+        ({"a": False, "b": False}, "2 prices · 2 spot offers have no capacity now (listed last)"),
+        ({"a": True, "b": True}, "2 prices"),
+    ],
+)
+def test_prices_footer_counts_agree_in_number(
+    zones: dict[str, bool], footer: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    result = {
+        "provider": "local",
+        "region": None,
+        "prices": [_price(z, a) for z, a in zones.items()],
+    }
+    assert _footer(monkeypatch, lambda c: c._print_prices(result, 0)) == footer
+
+
+def test_catalog_footer_counts_agree_in_number(monkeypatch: pytest.MonkeyPatch) -> None:
+    row = {"region": "r", "name": "p3.2xlarge", "vcpus": 8, "memory_gb": 61.0, "gpus": 1,
+           "gpu_name": "V100", "architecture": "x86_64",
+           "on_demand_price_per_hour": 3.06}  # fmt: skip
+    for rows, footer in (([row], "1 instance type"), ([row, row], "2 instance types")):
+        result = {"provider": "local", "region": "r", "instance_types": rows}
+        assert _footer(monkeypatch, lambda c, r=result: c._print_catalog(r)) == footer

@@ -283,7 +283,8 @@ def test_local_prices_show_the_market_time_and_list_unbuyable_offers_last(
     assert len(rows) == len(result["prices"])
     marked = [i for i, line in enumerate(rows) if "spot (none now)" in line]
     assert marked and marked == list(range(len(rows) - len(marked), len(rows)))  # all last
-    assert f"{len(marked)} spot offers have no capacity now (listed last)" in text
+    verb = "offer has" if len(marked) == 1 else "offers have"
+    assert f"{len(marked)} spot {verb} no capacity now (listed last)" in text
 
 
 def test_price_history_fits(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:

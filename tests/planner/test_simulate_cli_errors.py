@@ -232,3 +232,55 @@ def test_tables_are_whole_at_80_columns(
         assert any(row and row[0] == name for row in rows), out
     for cell in cells:
         assert cell in out
+
+
+def test_deadline_out_in_a_missing_folder_is_refused_before_the_run(tmp_path: Path) -> None:
+    out = tmp_path / "nonexist" / "dir" / "x.json"
+    done = _cli("deadline", "--traces", "builtin:skynomad-v100-2023", "--out", str(out))
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.splitlines() == [
+        f"error: --out {out}: folder {out.parent} does not exist",
+        f"hint: create it first (mkdir -p {out.parent}), or check the path for a typo",
+    ]
+    assert not (tmp_path / "nonexist").exists()  # no folder tree made
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--out", "{tmp}/no/x.json"], "--out {tmp}/no/x.json: folder {tmp}/no does not exist"),
+        (["--plot", "{tmp}/no/x.png"], "--plot {tmp}/no/x.png: folder {tmp}/no does not exist"),
+        (
+            ["--out", "{tmp}"],
+            "--out {tmp}: is a folder; name the file, e.g. --out {tmp}/result.json",
+        ),
+        (
+            ["--out", "{tmp}/f/x.json"],
+            "--out {tmp}/f/x.json: {tmp}/f is a file, not a folder; pick another path",
+        ),
+    ],
+)
+def test_tuning_out_and_plot_need_an_existing_folder(
+    args: list[str], message: str, tmp_path: Path
+) -> None:
+    (tmp_path / "f").write_text("")
+    given = [a.replace("{tmp}", str(tmp_path)) for a in args]
+    for where in ([*TUNE, *given], [*DEADLINE, *given]):
+        if "--plot" in given and where[0] == "deadline":
+            continue  # deadline has no --plot
+        assert _spec_error(where) == message.replace("{tmp}", str(tmp_path))
+    assert not (tmp_path / "no").exists()
+
+
+def test_emit_never_creates_folders(tmp_path: Path, capsys: Any) -> None:
+    (tmp_path / "f").write_text("")
+    with pytest.raises(SpecError) as err:
+        simulate_render.emit({}, tmp_path / "f" / "x.json", True, print)
+    assert str(err.value) == (
+        f"--out {tmp_path}/f/x.json: cannot write there (Not a directory); pick another path"
+    )
+    with pytest.raises(SpecError, match="No such file or directory"):
+        simulate_render.emit({}, tmp_path / "no" / "x.json", True, print)
+    assert not (tmp_path / "no").exists()
+    simulate_render.emit({"a": 1}, tmp_path / "ok.json", True, print)
+    assert json.loads((tmp_path / "ok.json").read_text())["a"] == 1

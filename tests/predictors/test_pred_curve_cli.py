@@ -16,6 +16,11 @@ from spotwise.cli import curve
 
 runner = CliRunner()
 METHODS = ("earlycurve", "last-value", "mean-last-k", "power-law")
+DIRECTION_UP = (
+    "error: --direction must be maximize or minimize (or max/min; leave it out to infer it), "
+    "got 'up'"
+)
+VALID = "valid: earlycurve, last-value, mean-last-k, power-law"
 
 
 def spotwise(*args: str) -> subprocess.CompletedProcess[str]:
@@ -49,11 +54,24 @@ def spotwise(*args: str) -> subprocess.CompletedProcess[str]:
         ),
         (
             ("fit", LCBENCH_SUBSET, "--curve-id", "20", "--direction", "up"),
-            "error: --direction must be min or max (or leave it out to infer it), got 'up'",
+            DIRECTION_UP,
         ),
         (
             ("eval", "--curves", LCBENCH_SUBSET, "--direction", "up", "--methods", "last-value"),
-            "error: --direction must be min or max (or leave it out to infer it), got 'up'",
+            DIRECTION_UP,
+        ),
+        (
+            ("eval", "--curves", LCBENCH_SUBSET, "--methods", "foo"),
+            f"error: --methods: unknown method 'foo'; {VALID}",
+        ),
+        (
+            ("eval", "--curves", LCBENCH_SUBSET, "--methods", "last-value,powerlaw"),
+            f"error: --methods: unknown method 'powerlaw' (did you mean 'power-law'?); {VALID}",
+        ),
+        (
+            ("eval", "--curves", LCBENCH_SUBSET, "--methods", " , "),
+            "error: --methods is empty; name one or more of "
+            "earlycurve, last-value, mean-last-k, power-law",
         ),
         (
             ("fit", "/nope.csv", "--curve-id", "1"),
@@ -116,3 +134,28 @@ def test_fit_of_a_short_curve_says_it_was_not_fitted(tmp_path: Path) -> None:
     res = runner.invoke(curve.app, ["fit", str(p), "--curve-id", "x", "--json"])
     doc = json.loads(res.output)
     assert doc["final"] == 0.75 and doc["note"].startswith("3 points, fewer than the 5")
+
+
+@pytest.mark.parametrize(
+    ("given", "direction"),
+    [("maximize", "max"), ("MAX", "max"), ("minimize", "min"), ("min", "min")],
+)
+def test_direction_takes_the_job_spec_words(given: str, direction: str) -> None:
+    """maximize/minimize as in job specs and `simulate --direction`; max/min still work."""
+    res = runner.invoke(
+        curve.app,
+        ["fit", str(LCBENCH_SUBSET), "--curve-id", "20", "--direction", given, "--json"],
+    )
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.output)["direction"] == direction
+    args = ["--curves", str(LCBENCH_SUBSET), "--methods", "last-value", "--direction", given]
+    res = runner.invoke(curve.app, ["eval", *args, "--json"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.output)["direction"] == direction
+
+
+def test_direction_help_names_maximize_and_minimize() -> None:
+    for command in ("fit", "eval"):
+        res = spotwise(command, "--help")
+        assert res.returncode == 0
+        assert "maximize or minimize (max/min also work)" in " ".join(res.stdout.split())

@@ -68,6 +68,24 @@ def test_unknown_job_and_prefix_lookup(store: Store) -> None:
         store.get_job("j-%")
 
 
+def test_ambiguous_prefix_lists_five_and_counts_the_rest(store: Store) -> None:
+    for i in range(7):
+        store.create_job(f"j{i}", "{}", "a.yaml", "p", "minimize", job_id=f"j-ab{i}00000")
+    shown = ", ".join(f"j-ab{i}00000" for i in range(5))
+    with pytest.raises(SpecError) as err:
+        store.get_job("j-ab")
+    assert err.value.message == (
+        f"job id prefix 'j-ab' is ambiguous: it matches {shown}, … and 2 more"
+    )
+    store.create_job("x", "{}", "a.yaml", "p", "minimize", job_id="j-cd100000")
+    store.create_job("y", "{}", "a.yaml", "p", "minimize", job_id="j-cd200000")
+    with pytest.raises(SpecError) as err:  # two matches: both listed, no count
+        store.get_job("cd")
+    assert err.value.message == (
+        "job id prefix 'cd' is ambiguous: it matches j-cd100000, j-cd200000"
+    )
+
+
 def test_update_errors(store: Store) -> None:
     job = _job(store)
     with pytest.raises(NotFoundError):

@@ -236,6 +236,24 @@ def test_missing_spec_file(tmp_path: Path) -> None:
         load_spec(tmp_path / "nope.yaml")
 
 
+def test_a_folder_as_the_spec_names_the_yaml_files_inside(tmp_path: Path) -> None:
+    with pytest.raises(SpecError) as info:
+        load_spec(tmp_path)
+    assert str(info.value) == (
+        f"spec path {tmp_path} is a folder with no .yaml file in it; pass the path to a job "
+        "YAML, e.g. examples/digits/job.yaml"
+    )
+    for name in ("b.yml", "a.yaml", "job.yaml", "c.yaml", "train.py"):
+        (tmp_path / name).write_text("")
+    (tmp_path / "sub.yaml").mkdir()  # a folder named like a YAML is not listed
+    with pytest.raises(SpecError) as info:
+        load_spec(tmp_path)
+    assert str(info.value) == (
+        f"spec path {tmp_path} is a folder; pass the job YAML inside it: {tmp_path}/job.yaml, "
+        f"{tmp_path}/a.yaml, {tmp_path}/b.yml (and 1 more)"
+    )
+
+
 def test_bad_field_in_a_yaml_file_names_the_file_and_field(tmp_path: Path) -> None:
     path = tmp_path / "job.yaml"
     path.write_text(yaml.safe_dump(spec_with(parallel=0)))
