@@ -209,11 +209,12 @@ class Orchestrator(Actions):
         if self.cancelled:
             return True
         done = all(t.phase.is_terminal() for t in self.trials)
-        return done and (len(self.trials) >= self.spec.trials or self._budget_spent())
+        no_more = self._budget_spent() or self._broken()
+        return done and (len(self.trials) >= self.spec.trials or no_more)
 
     def _admit(self) -> list[Event]:
         """Create trials from the search while there is room for them."""
-        if self.cancelled or self._budget_spent():
+        if self.cancelled or self._budget_spent() or self._broken():
             return []
         active = sum(1 for t in self.trials if not t.phase.is_terminal())
         out: list[Event] = []

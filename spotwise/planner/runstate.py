@@ -58,6 +58,7 @@ class TrialRun:
     stop_reason: str | None = None  # why a policy stopped it early ("budget", "deadline", ...)
     last_error: str | None = None  # its latest failure (a refused launch, a crash), for the user
     crashed: bool = False  # its own process failed (not the cloud): its point is a bad one
+    furthest: int = 0  # the furthest step it ever reported (kept across relaunches)
     life: Life | None = None
     cost_usd: float = 0.0
     on_demand_cost_usd: float = 0.0

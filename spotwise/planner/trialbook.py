@@ -28,6 +28,7 @@ class TrialBook:
     spec: JobSpec
     search: Search
     run_dir: Path
+    trials: list[TrialRun]
     revocations: int
     early_stopped: int
 
@@ -52,6 +53,7 @@ class TrialBook:
                     )
                 life.max_step = max(life.max_step, step)
                 t.step = max(t.step, step)
+                t.furthest = max(t.furthest, step)
                 if value is not None:
                     t.curve[step] = value
                 self.store.add_observation(
@@ -132,6 +134,12 @@ class TrialBook:
         t.step = t.checkpoint_step  # work after the checkpoint is lost
         t.curve = {k: v for k, v in t.curve.items() if k <= t.step}
         self.store.update_trial(t.trial_id, state="waiting", step=t.step)
+
+    def _broken(self) -> bool:
+        """Two trials failed and none ever reported a step: the command itself is broken (a
+        typo, a missing file), and every new trial would only pay for more failed launches."""
+        failed = sum(1 for t in self.trials if t.state == "failed")
+        return failed >= 2 and not any(t.furthest > 0 for t in self.trials)
 
     def _close_trial(self, t: TrialRun, state: str, now: float) -> None:
         t.phase, t.state = Phase.DONE, state

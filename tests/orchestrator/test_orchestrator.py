@@ -320,6 +320,20 @@ def test_a_command_that_cannot_start_says_why_the_job_failed(tmp_path: Path) -> 
     )
 
 
+@pytest.mark.timeout(120)
+def test_a_broken_command_stops_the_job_after_two_trials(tmp_path: Path) -> None:
+    """Every trial of a typo'd command was tried, twice each: 16 launches for 8 trials (16
+    short-lived VMs on a cloud). Once two trials have failed and none ever made a step, no new
+    trial starts."""
+    write_trace(tmp_path / "trace.csv")
+    db = f"sqlite:///{tmp_path / 'spotwise.db'}"
+    spec = spec_dict(tmp_path, command=["nonexistent-prog-xyz"], trials=6, parallel=2)
+    summary = jobs.tune(write_spec(tmp_path, spec), db=db, run_root=tmp_path / "runs")
+    assert (summary["state"], summary["trials"], summary["trials_planned"]) == ("failed", 2, 6)
+    with Store.open_existing(db) as store:
+        assert len(store.list_instances(summary["job_id"])) == 4  # 2 tries for each of 2
+
+
 def test_a_relative_run_root_reaches_the_trial(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
