@@ -123,8 +123,9 @@ class LocalProvisioner:
         env[MARKER_ENV] = instance_id
         try:
             popen, record = self._start(request, instance_id, env, log)
-        except ProviderError:
-            if log is not None:
+        except ProviderError as e:
+            if log is not None:  # the log the job's error points to says why it is empty
+                log.write(f"spotwise: {e}\n".encode())
                 log.close()
             raise
         revoke_at = self.market.next_revocation(offer.zone, now) if spot else None

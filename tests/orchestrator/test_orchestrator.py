@@ -318,6 +318,11 @@ def test_a_command_that_cannot_start_says_why_the_job_failed(tmp_path: Path) -> 
         "every trial failed (1); the last error: local: cannot start 'nonexistent-prog-xyz': "
         f"No such file or directory; see the trial logs in {logs.resolve()}"
     )
+    # and the logs it points to say so (they were empty)
+    texts = {p.read_text() for p in logs.glob("*.log")}
+    assert texts == {
+        "spotwise: local: cannot start 'nonexistent-prog-xyz': No such file or directory\n"
+    }
 
 
 @pytest.mark.timeout(120)
