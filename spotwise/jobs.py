@@ -173,8 +173,8 @@ def cancel(
             raise ConfigError(
                 f"job {job.id} runs on {job.host} (pid {job.pid}): run `spotwise cancel "
                 f"{job.id}` there",
-                hint="if that machine is lost, `spotwise cancel --force` releases the job's "
-                "instances from here",
+                hint=f"if that machine is lost, `spotwise cancel --force {job.id}` releases "
+                "the job's instances from here",
             )
         if where == "here":
             assert job.pid is not None

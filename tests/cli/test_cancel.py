@@ -234,8 +234,12 @@ def test_cancel_of_a_job_running_on_another_machine_needs_force(
     db, job = _cloud_job(tmp_path, "other-host", [])
     released: list[str] = []
     monkeypatch.setattr(backend, "reconcile", lambda spec, job_id: released.append(job_id) or [])
-    with pytest.raises(ConfigError, match=rf"^job {job} runs on other-host \(pid 0\): run"):
+    with pytest.raises(ConfigError, match=rf"^job {job} runs on other-host \(pid 0\): run") as e:
         jobs.cancel(job, db=db)
+    assert e.value.hint == (
+        f"if that machine is lost, `spotwise cancel --force {job}` releases the job's instances "
+        "from here"
+    )
     assert released == []
     assert jobs.status(job, db=db)["state"] == "running"
     out = jobs.cancel(job, db=db, force=True)
