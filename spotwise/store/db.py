@@ -91,10 +91,27 @@ def _on_sqlite_connect(dbapi_connection: Any, _record: Any) -> None:
     try:
         # busy_timeout first: switching a fresh file to WAL needs a lock another process may hold.
         cursor.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_S * 1000}")
-        cursor.execute("PRAGMA journal_mode = WAL")
+        _use_wal(cursor)
         cursor.execute("PRAGMA foreign_keys = ON")
     finally:
         cursor.close()
+
+
+def _use_wal(cursor: Any) -> None:
+    """WAL mode, once per file. Asking for it while another process migrates a fresh file can
+    fail at once with 'database is locked' (SQLite does not wait on the busy timeout there),
+    so it is asked only when the file is not in WAL yet, and retried until the timeout."""
+    if str(cursor.execute("PRAGMA journal_mode").fetchone()[0]).lower() == "wal":
+        return
+    deadline = time.monotonic() + SQLITE_BUSY_TIMEOUT_S
+    while True:
+        try:
+            cursor.execute("PRAGMA journal_mode = WAL")
+            return
+        except Exception as e:  # sqlite3.OperationalError (the driver's; no import here)
+            if "locked" not in str(e) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
 
 
 def make_engine(url: str) -> Engine:

@@ -23,8 +23,9 @@ depends_on: str | Sequence[str] | None = None
 
 
 def upgrade() -> None:
-    with op.batch_alter_table("job") as batch:
-        batch.add_column(sa.Column("host", sa.String(), nullable=True))
+    # a plain ALTER TABLE ADD COLUMN (no batch table copy): quick, so a fresh database that
+    # several processes open at once holds its write lock only briefly
+    op.add_column("job", sa.Column("host", sa.String(), nullable=True))
 
 
 def downgrade() -> None:
