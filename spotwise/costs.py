@@ -156,6 +156,7 @@ def report(
     """The cost report over the last ``since`` (a duration such as ``24h``/``7d``, or ``all``),
     grouped ``by`` one of :data:`GROUPS`, with every instance still held."""
     from spotwise.jobs import orchestrator_state
+    from spotwise.spec import ReplaySpec
     from spotwise.store import Store
     from spotwise.units import parse_duration
 
@@ -176,13 +177,14 @@ def report(
             job = store.get_job(job_id)
             providers = job.spec.get("providers", [])
             simulated = all(p.get("name") == "local" for p in providers)
-            replay = (providers[0].get("replay") or {}) if simulated and providers else {}
+            replay = (providers[0].get("replay") or {}) if simulated and providers else None
             jobs[job_id] = JobInfo(
                 state=str(getattr(job.state, "value", job.state)),
                 # on another machine it cannot be judged from here: not taken for gone
                 running=orchestrator_state(job) != "gone",
                 simulated=simulated,
-                speedup=float(replay.get("speedup") or 1.0),
+                # the spec's defaults, as the job ran them (no replay block: 600x, not 1x)
+                speedup=1.0 if replay is None else ReplaySpec.model_validate(replay).speedup,
             )
     finally:
         store.close()

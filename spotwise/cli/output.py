@@ -6,7 +6,7 @@ rich is imported inside the functions, like every rendering import of the CLI.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import typer
@@ -21,25 +21,6 @@ def emit(result: Any, as_json: bool, render: Callable[[Any], object]) -> None:
         typer.echo(json.dumps(result))
     else:
         render(result)
-
-
-def print_table(
-    title: str,
-    columns: Sequence[str],
-    rows: Iterable[Sequence[str]],
-    *,
-    left: Collection[str],
-) -> None:
-    """A titled table: the ``left`` columns (names) left-aligned, the others (numbers) right."""
-    from rich.console import Console
-    from rich.table import Table
-
-    t = Table(title=title)
-    for col in columns:
-        t.add_column(col, justify="left" if col in left else "right")
-    for row in rows:
-        t.add_row(*row)
-    Console().print(t)
 
 
 def listing(title: str | None = None, *, caption: str | None = None, leading: int = 0) -> Table:

@@ -143,11 +143,15 @@ def test_cancel_job_whose_orchestrator_died(tmp_path: Path) -> None:
     store.close()
 
 
-def _cloud_job(tmp_path: Path, host: str | None, rows: list[dict]) -> tuple[str, str]:
-    """An AWS job in the store, recorded as running under pid 0 (never alive) on ``host``."""
+def _cloud_job(
+    tmp_path: Path, host: str | None, rows: list[dict], provider: dict | None = None
+) -> tuple[str, str]:
+    """A job on ``provider`` (default: AWS) in the store, recorded as running under pid 0
+    (never alive) on ``host``, with one trial and launch record per ``rows`` entry."""
     db = f"sqlite:///{tmp_path / 'state.db'}"
     from spotwise.spec import parse_spec
 
+    cloud = {"name": "aws", "regions": ["us-east-1"]}
     spec = parse_spec(
         {
             "name": "j",
@@ -155,8 +159,8 @@ def _cloud_job(tmp_path: Path, host: str | None, rows: list[dict]) -> tuple[str,
             "metric": {"name": "acc"},
             "steps": 3,
             "search_space": {"lr": {"type": "real", "low": 0.001, "high": 0.1}},
-            "providers": [{"name": "aws", "regions": ["us-east-1"]}],
-            "checkpoint": {"location": "s3://bucket/ckpt"},
+            "providers": [provider or cloud],
+            **({} if provider else {"checkpoint": {"location": "s3://bucket/ckpt"}}),
         }
     ).model_dump_json()
     with Store.open(db) as s:
@@ -269,38 +273,18 @@ def test_a_dead_replay_jobs_instances_are_billed_on_the_replays_clock(
     """`status` read the dead job's last running estimate while its instances read $0, so
     `report` and `status` disagreed; both now read the instances' bills up to the cancel."""
     from spotwise.planner import backend
-    from spotwise.spec import parse_spec
 
-    db = f"sqlite:///{tmp_path / 'state.db'}"
-    spec = parse_spec(
-        {
-            "name": "j",
-            "command": ["python", "train.py"],
-            "metric": {"name": "acc"},
-            "steps": 3,
-            "search_space": {"lr": {"type": "real", "low": 0.001, "high": 0.1}},
-            "providers": [{"name": "local", "replay": {"speedup": 300}}],
-        }
-    ).model_dump_json()
     now = time.time()
+    db, job_id = _cloud_job(
+        tmp_path,
+        None,
+        # 12 wall s = 3600 market s at 300x
+        [{"id": "l-1", "state": "running", "launched_at": now - 12.0}],
+        provider={"name": "local", "replay": {"speedup": 300}},
+    )
     with Store.open(db) as s:
-        job = s.create_job("j", spec, "job.yaml", "spot-greedy", "maximize")
-        s.update_job(job.id, state="running", pid=0, cost_usd=0.4267)
-        t = s.add_trial(job.id, 0, {"lr": 0.1})
-        s.record_launch(
-            id="l-1",
-            job_id=job.id,
-            trial_id=t.id,
-            provider="aws",
-            region="us-east-1",
-            zone="us-east-1a",
-            instance_type="p3.2xlarge",
-            market="spot",
-            offer_key="aws:us-east-1a:p3.2xlarge:spot",
-            price_per_hour=0.9,
-            state="running",
-            launched_at=now - 12.0,  # 12 wall s = 3600 market s at 300x
-        )
+        s.update_job(job_id, cost_usd=0.4267)  # the dead job's last running estimate
+        job = s.get_job(job_id)
     monkeypatch.setattr(backend, "reconcile", lambda spec, job_id: [])
     out = jobs.cancel(job.id, db=db)
     assert out["message"].endswith(

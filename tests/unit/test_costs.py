@@ -266,3 +266,28 @@ def test_report_at_80_columns_keeps_ids_money_and_the_fix_whole(
     assert "i-l-left" in text
     assert "j-real: 1 instance(s) held by a job that is finished" in " ".join(text.split())
     assert "run `spotwise cancel j-real`" in text
+
+
+def test_a_replay_job_without_a_replay_block_uses_the_specs_default_speed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its held hours were counted at 1x; the job ran at the spec's default 600x."""
+    db = _store(tmp_path, monkeypatch)  # j-sim's spec names `local` with no replay block
+    with Store.open_existing(db) as s:
+        t = s.add_trial("j-sim", 9, {"lr": 0.1})
+        s.record_launch(
+            id="l-held",
+            job_id="j-sim",
+            trial_id=t.id,
+            provider="aws",
+            region="us-east-1",
+            zone="us-east-1a",
+            instance_type="p3.2xlarge",
+            market="spot",
+            offer_key="aws:us-east-1a:p3.2xlarge:spot",
+            price_per_hour=0.95,
+            state="running",
+            launched_at=NOW - 6.0,
+        )
+    (h,) = [h for h in costs.report(since="all", db=db, now=NOW)["held"] if h["job_id"] == "j-sim"]
+    assert h["held_hours"] == pytest.approx(6.0 * 600 / 3600)
