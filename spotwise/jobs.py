@@ -157,7 +157,7 @@ def cancel(
     try:
         job = store.get_job(job_id)
         state = job.state.value if hasattr(job.state, "value") else job.state
-        if state in ("succeeded", "failed", "cancelled"):
+        if job.state.is_terminal():
             out = {"job_id": job.id, "state": state, "cancelled": False}
             if not store.list_instances(job.id, active_only=True):
                 return {**out, "message": f"job already {state}"}
@@ -182,10 +182,10 @@ def cancel(
             deadline = time.monotonic() + wait_s
             while time.monotonic() < deadline:
                 job = store.get_job(job.id)
-                if job.state.value in ("succeeded", "failed", "cancelled"):
+                if job.state.is_terminal():
                     break
                 time.sleep(0.2)
-            if job.state.value not in ("succeeded", "failed", "cancelled"):
+            if not job.state.is_terminal():
                 return {
                     "job_id": job.id,
                     "state": job.state.value,
