@@ -22,6 +22,7 @@ from spotwise.errors import CapacityError, ProviderError
 from spotwise.planner.ledger import Ledger
 from spotwise.planner.policy import Action, Checkpoint, Launch, Phase, SetCheckpointEvery, StopEarly
 from spotwise.planner.runstate import (
+    LIMITS,
     Life,
     TrialRun,
     control_file,
@@ -59,6 +60,7 @@ class Actions(Ledger):
         elif isinstance(action, Checkpoint | StopEarly):
             if isinstance(action, StopEarly):
                 if t.stopping == "early":  # asked already (a guard repeats itself each tick)
+                    self._also_stopped_by(t, action, now)
                     self._stop_paying(t, action, now)
                     return
                 t.predicted_final = action.predicted_final
@@ -86,6 +88,16 @@ class Actions(Ledger):
         if t.phase is Phase.RUNNING and t.life is not None:
             write_control(control_file(self._trial_dir(t), t.life.attempt), every)
             self._event("checkpoint_every", now, t, every=every)
+
+    def _also_stopped_by(self, t: TrialRun, action: StopEarly, now: float) -> None:
+        """A limit (budget, deadline) reaching a trial already stopping for another reason: the
+        first reason stays the trial's, and the limit is recorded too, once (an event; the
+        budget guard then creates no new trial; the summary's ``limits`` counts it)."""
+        why = action.reason
+        if why not in LIMITS or why in t.limits_hit:
+            return
+        t.also_stopped_by.append(why)
+        self._event("stop_early", now, t, reason=why, already_stopping_for=t.stop_reason)
 
     def _stop_paying(self, t: TrialRun, action: StopEarly, now: float) -> None:
         """A trial stopped for the budget is abandoned: its instance is terminated at once

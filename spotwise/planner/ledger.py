@@ -14,7 +14,7 @@ from typing import Any
 
 from spotwise.errors import ProviderError
 from spotwise.planner.backend import Backend
-from spotwise.planner.report import life_cost, release_is_cheaper
+from spotwise.planner.report import life_cost, release_is_cheaper, running_reference
 from spotwise.planner.runstate import Life, TrialRun
 from spotwise.planner.trialbook import TrialBook
 from spotwise.providers.base import TAG_JOB, InstanceState
@@ -94,6 +94,18 @@ class Ledger(TrialBook):
             total += sum(s * p for s, p in segs) / 3600.0
         return total
 
+    def _running_reference(self, now: float) -> float:
+        """The on-demand reference of the lives not billed yet, over the seconds
+        :meth:`_running_cost` covers (:func:`~spotwise.planner.report.running_reference`)."""
+        total = 0.0
+        for t, life in self.lives.values():
+            segs = self.backend.segments(life.offer, life.launched_at, now)
+            # a noticed life that has left will most likely be revoked or released: its bill
+            # keeps the checkpoint, as _bill does
+            kept = t.checkpoint_step if life.notice_deadline is not None else t.step
+            total += running_reference(life, segs, kept, t.seconds_per_step)
+        return total
+
     def _try_release(self, t: TrialRun, iid: str, life: Life, now: float, what: str) -> bool:
         """Terminate a life's instance, once; a refusal is retried after a pause, never raised."""
         if life.release_asked:
@@ -139,17 +151,20 @@ class Ledger(TrialBook):
         return True
 
     def _budget_spent(self) -> bool:
-        """The cap is reached, or the budget has stopped a trial (a new one would only be)."""
+        """The cap is reached, or the budget has stopped a trial (a new one would only be),
+        even one that was already stopping for another reason."""
         cap = self.spec.budget.max_cost_usd
-        stopped = any(t.stop_reason == "budget" for t in self.trials)
+        stopped = any("budget" in t.limits_hit for t in self.trials)
         return cap is not None and (self.spent_usd >= cap or stopped)
 
     def _save_totals(self, now: float) -> None:
-        """The running job's spend so far (running instances as if they ended now)."""
+        """The running job's spend so far (running instances as if they ended now) and its
+        on-demand reference over the same seconds (`spotwise status` compares the two). The
+        job's end writes the billed totals over them."""
         self.store.update_job(
             self.job_id,
             cost_usd=self.spent_usd + self._running_cost(now),
-            on_demand_cost_usd=self.on_demand_usd,
+            on_demand_cost_usd=self.on_demand_usd + self._running_reference(now),
             revocations=self.revocations,
             migrations=self.migrations,
             early_stopped=self.early_stopped,

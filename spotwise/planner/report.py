@@ -47,19 +47,59 @@ def life_cost(
     """
     cost = rule.charge(segments, revoked_by_provider=revoked)
     seconds = sum(s for s, _ in segments)
+    useful_s = _useful_seconds(life, seconds, kept_step, seconds_per_step)
+    return cost, useful_s * life.offer.on_demand_price_per_hour / 3600.0, seconds
+
+
+def _useful_seconds(
+    life: Life, seconds: float, kept_step: int, seconds_per_step: float | None
+) -> float:
+    """The seconds of a life an on-demand run would have paid for too (see :func:`life_cost`)."""
     ran = max(life.max_step - life.start_step, 0)
     useful = max(min(life.max_step, kept_step) - life.start_step, 0)
     if not ran or not useful:
-        useful_s = 0.0
-    elif seconds_per_step and life.first_report_at is not None:
+        return 0.0
+    if seconds_per_step and life.first_report_at is not None:
         useful_s = useful * seconds_per_step
         if life.start_step == 0:  # the one start-up an on-demand run pays too
-            before = (life.first_report_step - life.start_step) * seconds_per_step
-            useful_s += max(life.first_report_at - life.launched_at - before, 0.0)
-        useful_s = min(useful_s, seconds)
+            useful_s += _start_up(life, seconds_per_step)
+        return min(useful_s, seconds)
+    return seconds * (useful / ran)
+
+
+def _start_up(life: Life, seconds_per_step: float | None) -> float:
+    """Market seconds from the launch to the first step (the first report, less the steps it
+    took after the resume step at ``seconds_per_step``)."""
+    assert life.first_report_at is not None
+    before = (life.first_report_step - life.start_step) * (seconds_per_step or 0.0)
+    return max(life.first_report_at - life.launched_at - before, 0.0)
+
+
+def running_reference(
+    life: Life,
+    segments: list[tuple[float, float]],
+    kept_step: int,
+    seconds_per_step: float | None,
+) -> float:
+    """The on-demand reference of a life not billed yet, up to the end of ``segments`` (now):
+    the same seconds its running spend covers, at the on-demand price, under the start-up rule
+    of :func:`life_cost` (an on-demand run starts once per trial: a relaunch's start-up is
+    left out; without a measured speed it cannot be told apart and is counted, as there).
+
+    A life whose trial has left (``life.exited``) is only waiting for its end: its reference is
+    the work it did, as its bill will count it (``kept_step``). Its bill replaces all this."""
+    seconds = sum(s for s, _ in segments)
+    if life.exited:
+        useful_s = _useful_seconds(life, seconds, kept_step, seconds_per_step)
+    elif life.start_step == 0:
+        useful_s = seconds  # the one start-up an on-demand run pays too, then its steps
+    elif life.first_report_at is None:
+        useful_s = 0.0  # a relaunch still starting up: not paid by an on-demand run
+    elif seconds_per_step:
+        useful_s = max(seconds - _start_up(life, seconds_per_step), 0.0)
     else:
-        useful_s = seconds * (useful / ran)
-    return cost, useful_s * life.offer.on_demand_price_per_hour / 3600.0, seconds
+        useful_s = seconds
+    return useful_s * life.offer.on_demand_price_per_hour / 3600.0
 
 
 def release_is_cheaper(
@@ -114,11 +154,15 @@ def summary(
 
 
 def limits(trials: Sequence[TrialRun]) -> dict[str, dict[str, int]]:
-    """Trials the budget or the deadline stopped: how many, and how many of them never ran."""
+    """Trials the budget or the deadline stopped: how many, and how many of them never ran.
+    A trial a limit reached while it was already stopping for another reason (the curve rule,
+    the other limit) counts too: that limit did stop it (the budget terminates its instance)."""
     out: dict[str, dict[str, int]] = {}
     for t in trials:
-        if t.state == "stopped_early" and t.stop_reason in ("budget", "deadline"):
-            row = out.setdefault(t.stop_reason, {"stopped": 0, "never_started": 0})
+        if t.state != "stopped_early":
+            continue
+        for limit in t.limits_hit:
+            row = out.setdefault(limit, {"stopped": 0, "never_started": 0})
             row["stopped"] += 1
             row["never_started"] += t.lives_started == 0
     return out
@@ -145,7 +189,7 @@ def nothing_to_show(trials: Sequence[TrialRun], max_cost_usd: float | None) -> s
     """Why a job that ran trials has no completed one, when a limit is the reason."""
     if not trials or any(t.state == "completed" for t in trials):
         return None
-    reasons = {t.stop_reason for t in trials}
+    reasons = {limit for t in trials for limit in t.limits_hit}
     if "budget" in reasons and all(t.lives_started == 0 for t in trials):
         return (
             f"no trial fits in the budget (max_cost_usd {max_cost_usd}): each was projected to "

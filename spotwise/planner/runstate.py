@@ -17,6 +17,8 @@ from spotwise.planner.policy import OfferView, Phase, PlannerView, TrialView
 from spotwise.providers.base import Offer
 from spotwise.providers.billing import BillingRule
 
+LIMITS = ("budget", "deadline")  # the stop reasons that are the job's limits, not a policy's
+
 
 @dataclass
 class Life:
@@ -56,6 +58,9 @@ class TrialRun:
     attempt: int = -1  # the last attempt number used (every launch try uses up one)
     lives_started: int = 0  # successful launches: a later one is a migration (or a retry)
     stop_reason: str | None = None  # why a policy stopped it early ("budget", "deadline", ...)
+    # limits that reached it while it was already stopping for another reason (the first
+    # reason stays its stop_reason): the budget guard and the summary's limits count them too
+    also_stopped_by: list[str] = field(default_factory=list)
     last_error: str | None = None  # its latest failure (a refused launch, a crash), for the user
     crashed: bool = False  # its own process failed (not the cloud): its point is a bad one
     furthest: int = 0  # the furthest step it ever reported (kept across relaunches)
@@ -78,6 +83,11 @@ class TrialRun:
     @property
     def last_metric(self) -> float | None:
         return self.curve[max(self.curve)] if self.curve else None
+
+    @property
+    def limits_hit(self) -> tuple[str, ...]:
+        """The limits (:data:`LIMITS`) that stopped it, first or while it was already stopping."""
+        return tuple(x for x in LIMITS if x == self.stop_reason or x in self.also_stopped_by)
 
 
 def trial_view(t: TrialRun, default_sps: float) -> TrialView:
