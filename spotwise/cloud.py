@@ -232,9 +232,54 @@ def prices(
     history: str | None = None,
     db: str | None = None,
     now: float | None = None,
+    limit: int = 0,
 ) -> dict[str, Any]:
-    """Current prices sorted by price (on-demand joined), or the spot price history over a
-    window; current prices are cached in the store."""
+    """Current prices in :func:`price_order` (on-demand joined), or the spot price history over
+    a window; current prices are cached in the store (all of them, whatever ``limit``).
+
+    ``limit`` keeps the first rows only (0: all); ``total``, ``left_out`` and ``unavailable``
+    (spot offers with no capacity now) always count the whole list."""
+    if limit < 0:
+        raise SpecError(f"--limit must be 0 (all) or more, got {limit}")
+    return _cut(_prices(provider, region, instance_type, market, history, db, now), limit)
+
+
+def price_order(row: dict[str, Any]) -> tuple[bool, float, str, str, str]:
+    """How ``prices`` lists current prices: the offers one can buy now first (a spot offer with
+    no capacity stays listed, last), then from cheapest; zone, instance type and market break
+    ties. Rows without ``available`` (read from the cache) count as available."""
+    return (
+        not row.get("available", True),
+        row["price_per_hour"],
+        row["zone"],
+        row["instance_type"],
+        row["market"],
+    )
+
+
+def _cut(out: dict[str, Any], limit: int) -> dict[str, Any]:
+    """The first ``limit`` rows of ``out["prices"]`` (0: all), with the counts of the whole list:
+    ``total``, ``left_out`` (rows cut by the limit) and ``unavailable``."""
+    rows = out["prices"]
+    shown = rows if limit == 0 else rows[:limit]
+    return {
+        **out,
+        "prices": shown,
+        "total": len(rows),
+        "left_out": len(rows) - len(shown),
+        "unavailable": sum(1 for r in rows if not r.get("available", True)),
+    }
+
+
+def _prices(
+    provider: str,
+    region: str | None,
+    instance_type: str | None,
+    market: Market | None,
+    history: str | None,
+    db: str | None,
+    now: float | None,
+) -> dict[str, Any]:
     window = parse_duration(history, field="--history") if history else None
     if window is not None and not instance_type:
         raise SpecError("--history needs --instance-type (a price history is per instance type)")
@@ -270,8 +315,9 @@ def prices(
         if not cached:
             raise
         return {**out, "source": "cache", "error": e.message, "prices": cached}
-    rows = [_offer_row(provider, o, now if stamp is None else stamp) for o in offers]
-    rows.sort(key=lambda r: (r["price_per_hour"], r["zone"], r["instance_type"], r["market"]))
+    rows = sorted(
+        (_offer_row(provider, o, now if stamp is None else stamp) for o in offers), key=price_order
+    )
     out.update(source="live", prices=rows, cached=_cache(rows, db, now))
     if stamp is not None:
         out["market_time"] = stamp  # the replay market's clock: the trace's last tick
@@ -381,5 +427,5 @@ def _from_cache(
         }
         for r in latest.values()
     ]
-    rows.sort(key=lambda r: (r["price_per_hour"], r["zone"], r["instance_type"], r["market"]))
+    rows.sort(key=price_order)
     return rows

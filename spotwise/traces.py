@@ -29,6 +29,10 @@ if TYPE_CHECKING:
     import numpy as np
 
 CBL_EPOCH = 1676498896.0  # 2023-02-15 22:08:16 UTC, first tick of the matching SkyNomad trace
+# How many folder levels below a --traces folder its JSON files are looked for: the Can't Be
+# Late root holds them 3 down (availability/1-node/aws-02-15-2023/*.json). Deeper files are not
+# looked at, so a folder such as /tmp or ~ is refused quickly instead of walked whole.
+CBL_DEPTH = 3
 _WHAT = "pass a SkyNomad CSV (file or folder) or a folder of Can't Be Late JSON files"
 
 
@@ -100,9 +104,13 @@ def load_traces(path: str | Path, *, field: str = "--traces") -> TraceSet:
         csvs = [c for c in csvs if "summary" not in c.name and "index" not in c.name]
         if csvs:
             return load_skynomad_csv(csvs[0], field=field)
-        if any(p.rglob("*.json")):
-            return load_cbl_folder(p, field=field)
-        raise SpecError(f"{field}: {p} holds no .csv(.gz) or .json trace files")
+        files = find_json(p)
+        if files:
+            return _load_cbl_sets(p, files, field=field)
+        raise SpecError(
+            f"{field}: {p} holds no .csv(.gz) or .json trace files "
+            f"(looked {CBL_DEPTH} folder levels down)"
+        )
     if p.suffix == ".json":
         return load_cbl_files([p], field=field)
     return load_skynomad_csv(p, field=field)
@@ -180,9 +188,34 @@ def load_cbl_folder(folder: Path, pattern: str = "*.json", *, field: str = "--tr
     other dates, gaps and lengths) is refused with the list of sets, so a command never picks one
     silently.
     """
-    files = sorted(folder.rglob(pattern))
+    files = find_json(folder, pattern)
     if not files:
-        raise SpecError(f"{field}: no JSON files under {folder}")
+        raise SpecError(
+            f"{field}: no JSON files under {folder} (looked {CBL_DEPTH} folder levels down)"
+        )
+    return _load_cbl_sets(folder, files, field=field)
+
+
+def find_json(folder: Path, pattern: str = "*.json", depth: int = CBL_DEPTH) -> list[Path]:
+    """The files matching ``pattern`` in ``folder`` and up to ``depth`` folder levels below it,
+    sorted; symbolic links to folders are not followed (as ``Path.rglob``). A bounded walk: a
+    large tree with no trace in its top levels costs only those levels."""
+    import os
+    from fnmatch import fnmatchcase
+
+    found: list[Path] = []
+    top = len(folder.parts)
+    for root, dirs, names in os.walk(folder):
+        here = Path(root)
+        found += [here / n for n in names if fnmatchcase(n, pattern)]
+        if len(here.parts) - top >= depth:
+            dirs.clear()  # deep enough: do not descend further
+    return sorted(found)
+
+
+def _load_cbl_sets(folder: Path, files: list[Path], *, field: str) -> TraceSet:
+    """Load ``files`` (found under ``folder``) when they form one set, else refuse with the
+    list of sets."""
     sets = sorted({f.parent for f in files})
     if len(sets) > 1:
         shown = ", ".join(str(s.relative_to(folder)) for s in sets[:6])

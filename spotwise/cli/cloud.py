@@ -68,6 +68,7 @@ def catalog_cmd(
 
 
 def prices_cmd(
+    ctx: typer.Context,
     provider: ProviderOpt = "local",
     region: RegionOpt = None,
     instance_type: Annotated[
@@ -106,8 +107,18 @@ def prices_cmd(
     from spotwise.providers.base import Market
 
     market = None if spot is None else (Market.SPOT if spot else Market.ON_DEMAND)
-    result = cloud.prices(provider, region, instance_type, market, history=history, db=db)
-    emit(result, json_out, lambda r: _print_prices(r, limit))
+    if json_out and not _given(ctx, "limit"):
+        limit = 0  # --json prints every row unless --limit says otherwise
+    result = cloud.prices(
+        provider, region, instance_type, market, history=history, db=db, limit=limit
+    )
+    emit(result, json_out, _print_prices)
+
+
+def _given(ctx: typer.Context, name: str) -> bool:
+    """Whether the option ``name`` was typed on the command line (not its default). By the
+    source's name: typer may carry its own copy of click's ``ParameterSource``."""
+    return getattr(ctx.get_parameter_source(name), "name", None) == "COMMANDLINE"
 
 
 def register(app: typer.Typer) -> None:
@@ -203,12 +214,17 @@ def _print_catalog(result: dict[str, Any]) -> None:
     console.print(f"[dim]{_count(len(rows), 'instance type')}[/]")
 
 
-def _print_prices(result: dict[str, Any], limit: int) -> None:
+def _print_prices(result: dict[str, Any], limit: int = 0) -> None:
+    """The rows of ``cloud.prices`` in its order (already cut to its ``limit``; ``limit`` here
+    cuts further), with a footer that counts the whole list: ``total`` rows, of which
+    ``left_out`` are not shown, ``unavailable`` spot offers with no capacity now."""
     from spotwise.cli.output import fit, listing
 
-    # the offers one can buy first: a spot offer with no capacity now stays listed, marked
-    rows = sorted(result["prices"], key=lambda r: not r.get("available", True))
+    rows = result["prices"]
     shown = rows if limit == 0 else rows[:limit]
+    total = result.get("total", len(rows))
+    left_out = result.get("left_out", 0) + len(rows) - len(shown)
+    unavailable = result.get("unavailable", sum(1 for r in rows if not r.get("available", True)))
     console = _console()
     if "history" in result:
         h = result["history"]
@@ -247,11 +263,16 @@ def _print_prices(result: dict[str, Any], limit: int) -> None:
                 style=None if available else "dim",
             )
     console.print(fit(table, console.width))
-    more = f" (showing {len(shown)}; --limit 0 for all)" if len(shown) < len(rows) else ""
+    more = f" ({left_out} more not shown; --limit 0 for all)" if left_out else ""
     source = result.get("on_demand_source")
     note = f" · on-demand prices: {source}" if source else ""
-    unavailable = sum(1 for r in shown if not r.get("available", True))
-    if unavailable:
+    if unavailable:  # listed last, so the first rows a limit cuts
+        hidden = unavailable - sum(1 for r in shown if not r.get("available", True))
+        where = f", {hidden} not shown" if hidden else ""
+        if hidden == unavailable:
+            where = ", not shown"
         verb = "has" if unavailable == 1 else "have"
-        note += f" · {_count(unavailable, 'spot offer')} {verb} no capacity now (listed last)"
-    console.print(f"[dim]{_count(len(rows), 'price')}{more}{note}[/]")
+        note += (
+            f" · {_count(unavailable, 'spot offer')} {verb} no capacity now (listed last{where})"
+        )
+    console.print(f"[dim]{_count(total, 'price')}{more}{note}[/]")

@@ -231,7 +231,7 @@ def deadline(
     from spotwise.planner.deadline_sim import DeadlineJob, billing_rule, run_deadline_suite
     from spotwise.planner.sim_suite import check_revocation_model, check_sampling, parse_policies
     from spotwise.providers.replay import CBL_ON_DEMAND_PRICE, CBL_SPOT_PRICE
-    from spotwise.traces import load_cbl_folder, load_traces
+    from spotwise.traces import find_json, load_cbl_folder, load_traces
 
     names = parse_policies(policy)
     job = DeadlineJob(
@@ -247,7 +247,7 @@ def deadline(
     _check_file(out, "--out", "result.json")
     ts = _load(
         traces,
-        lambda p: load_cbl_folder(p) if p.is_dir() and any(p.rglob("*.json")) else load_traces(p),
+        lambda p: load_cbl_folder(p) if p.is_dir() and find_json(p) else load_traces(p),
     )
     risk = _risk(ts, revocation_model, start_from) if "spotwise" in names else None
     with _spec_errors("simulate deadline"):

@@ -160,7 +160,8 @@ def test_aws_check_without_credentials(
 def test_local_prices_and_catalog(app: typer.Typer, db: str) -> None:
     out = _json(app, "prices")
     rows = out["prices"]
-    assert rows and [r["price_per_hour"] for r in rows] == sorted(r["price_per_hour"] for r in rows)
+    # offers you can buy now first, each part from cheapest (the table's order)
+    assert rows and rows == sorted(rows, key=lambda r: (not r["available"], r["price_per_hour"]))
     assert {r["provider"] for r in rows} == {"local"}  # cached apart from real AWS prices
     assert all(r["on_demand_price_per_hour"] == 3.06 for r in rows)
     assert out["market_time"] < time.time() - 86400 * 365  # a 2023 trace
