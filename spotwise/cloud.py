@@ -259,9 +259,13 @@ def price_order(row: dict[str, Any]) -> tuple[bool, float, str, str, str]:
 
 def _cut(out: dict[str, Any], limit: int) -> dict[str, Any]:
     """The first ``limit`` rows of ``out["prices"]`` (0: all), with the counts of the whole list:
-    ``total``, ``left_out`` (rows cut by the limit) and ``unavailable``."""
+    ``total``, ``left_out`` (rows cut by the limit) and ``unavailable``. A price history, in
+    time order, keeps its last ``limit`` points instead: the latest prices are the ones asked."""
     rows = out["prices"]
-    shown = rows if limit == 0 else rows[:limit]
+    if limit == 0:
+        shown = rows
+    else:
+        shown = rows[-limit:] if "history" in out else rows[:limit]
     return {
         **out,
         "prices": shown,

@@ -263,7 +263,8 @@ def _print_prices(result: dict[str, Any], limit: int = 0) -> None:
                 style=None if available else "dim",
             )
     console.print(fit(table, console.width))
-    more = f" ({left_out} more not shown; --limit 0 for all)" if left_out else ""
+    which = "earlier" if "history" in result else "more"  # a history keeps its latest points
+    more = f" ({left_out} {which} not shown; --limit 0 for all)" if left_out else ""
     source = result.get("on_demand_source")
     note = f" · on-demand prices: {source}" if source else ""
     if unavailable:  # listed last, so the first rows a limit cuts

@@ -113,6 +113,8 @@ def test_core_limit_counts_and_refuses_a_negative_limit(tmp_path: Path) -> None:
     assert all(r["available"] for r in out["prices"])
     hist = cloud.prices("local", instance_type="p3.2xlarge", history="1h", db=db, limit=5)
     assert (len(hist["prices"]), hist["total"], hist["left_out"]) == (5, 180, 175)
+    whole = cloud.prices("local", instance_type="p3.2xlarge", history="1h", db=db)
+    assert hist["prices"] == whole["prices"][-5:]  # a history keeps its latest points
     with pytest.raises(SpecError, match=r"^--limit must be 0 \(all\) or more, got -1$"):
         cloud.prices("local", db=db, limit=-1)
 
