@@ -262,10 +262,8 @@ def _cut(out: dict[str, Any], limit: int) -> dict[str, Any]:
     ``total``, ``left_out`` (rows cut by the limit) and ``unavailable``. A price history, in
     time order, keeps its last ``limit`` points instead: the latest prices are the ones asked."""
     rows = out["prices"]
-    if limit == 0:
-        shown = rows
-    else:
-        shown = rows[-limit:] if "history" in out else rows[:limit]
+    latest = "history" in out
+    shown = rows if limit == 0 else (rows[-limit:] if latest else rows[:limit])
     return {
         **out,
         "prices": shown,

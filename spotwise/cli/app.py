@@ -17,7 +17,11 @@ from spotwise.errors import SpotwiseError
 app = typer.Typer(
     name="spotwise",
     help="Run ML training and hyper-parameter tuning on spot capacity at the lowest honest "
-    "cost.\n\nStart with: spotwise tune examples/digits/job.yaml",
+    "cost.\n\n"
+    "Examples:\n"
+    "  spotwise tune examples/digits/job.yaml   # start here\n"
+    "  spotwise status\n"
+    "  spotwise report --since 7d",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,

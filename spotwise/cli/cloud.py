@@ -37,7 +37,14 @@ def check_cmd(
     ] = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """Which providers are usable here, and why not (no secret is ever printed)."""
+    """Which providers are usable here, and why not (no secret is ever printed).
+
+    Exits 1 when a provider named with --provider is not usable.
+
+    Examples:
+      spotwise check
+      spotwise check --provider aws --json
+    """
     from spotwise import cloud
 
     result = cloud.check(provider or None)
@@ -60,7 +67,12 @@ def catalog_cmd(
     ] = 0,
     json_out: JsonOpt = False,
 ) -> None:
-    """Instance types of a provider: vCPUs, memory, GPUs and on-demand price."""
+    """Instance types of a provider: vCPUs, memory, GPUs and on-demand price.
+
+    Examples:
+      spotwise catalog
+      spotwise catalog --provider aws --gpu V100 --json
+    """
     from spotwise import cloud
 
     result = cloud.catalog(provider, region, gpu=gpu, min_vcpus=min_vcpus)
@@ -96,13 +108,22 @@ def prices_cmd(
     limit: Annotated[
         int,
         typer.Option(
-            "--limit", min=0, help="Rows to show in the table (0 = all; --json prints all)."
+            "--limit",
+            min=0,
+            help="Rows to show (0 = all); --json prints all unless --limit is given. "
+            "A --history keeps its latest points.",
         ),
     ] = 40,
     db: DbOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """Prices sorted from cheapest, spot with on-demand joined (cached in the store)."""
+    """Prices, spot with on-demand joined: offers you can buy now first, each from cheapest
+    (cached in the store). A --history lists the spot price over time, latest last.
+
+    Examples:
+      spotwise prices --instance-type p3.2xlarge
+      spotwise prices --spot --instance-type p3.2xlarge --history 1d
+    """
     from spotwise import cloud
     from spotwise.providers.base import Market
 

@@ -12,7 +12,10 @@ from spotwise.cli.options import PredictorJsonOpt
 from spotwise.cli.output import emit
 
 app = typer.Typer(
-    help="Learning curves: fit EarlyCurve, predict final values, compare with baselines.",
+    help="Learning curves: fit EarlyCurve, predict final values, compare with baselines.\n\n"
+    "Examples:\n"
+    "  spotwise curve eval --curves spotwise/data/lcbench-subset\n"
+    "  spotwise curve fit spotwise/data/lcbench-subset --curve-id 20 --theta 0.3",
     no_args_is_help=True,
 )
 
@@ -60,7 +63,12 @@ def fit(
     direction: Direction = None,
     as_json: PredictorJsonOpt = False,
 ) -> None:
-    """Fit one curve, print the stages and the predicted final value, and draw it."""
+    """Fit one curve, print the stages and the predicted final value, and draw it.
+
+    Examples:
+      spotwise curve fit spotwise/data/lcbench-subset --curve-id 20 --theta 0.3
+      spotwise curve fit spotwise/data/lcbench-subset --curve-id 40 --json
+    """
     from spotwise.errors import SpecError
     from spotwise.predictors.curve_service import curve_fit
     from spotwise.predictors.curves import resolve_metric
@@ -183,7 +191,12 @@ def eval_(
     direction: Direction = None,
     as_json: PredictorJsonOpt = False,
 ) -> None:
-    """Predict each curve's final value from its first θ: MAE, Spearman, top-10% recall."""
+    """Predict each curve's final value from its first θ: MAE, Spearman, top-10% recall.
+
+    Examples:
+      spotwise curve eval --curves spotwise/data/lcbench-subset
+      spotwise curve eval --curves spotwise/data/lcbench-subset --theta 0.5 --json
+    """
     from spotwise.predictors.curve_service import curve_eval
     from spotwise.predictors.curves import resolve_metric
 

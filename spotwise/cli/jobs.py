@@ -40,7 +40,12 @@ def tune(
 
     Exits 2 for a bad spec (nothing written); 1 when every trial failed, when a budget or
     deadline left no completed trial, or when an instance could not be terminated at the end
-    (it may still be billed: `spotwise cancel JOB` retries); 130 when the job was cancelled."""
+    (it may still be billed: `spotwise cancel JOB` retries); 130 when the job was cancelled.
+
+    Examples:
+      spotwise tune examples/digits/job.yaml
+      spotwise tune examples/digits/job.yaml --policy asha --json
+    """
     from spotwise import jobs
     from spotwise.cli.render import LiveJob, print_summary
 
@@ -59,7 +64,12 @@ def tune(
 
 
 def status(job: JobArg = None, db: DbOpt = None, json_out: JsonOpt = False) -> None:
-    """Show one job (cost, best trial, instances), or the recent jobs when no id is given."""
+    """Show one job (cost, best trial, instances), or the recent jobs when no id is given.
+
+    Examples:
+      spotwise status                 # the recent jobs
+      spotwise status JOB --json      # one job: its id, or a unique prefix of it
+    """
     from spotwise import jobs
     from spotwise.cli.render import print_jobs, print_status
 
@@ -68,7 +78,12 @@ def status(job: JobArg = None, db: DbOpt = None, json_out: JsonOpt = False) -> N
 
 
 def trials(job: JobArg = None, db: DbOpt = None, json_out: JsonOpt = False) -> None:
-    """List the trials of a job (default: the latest job) with params, step, metric, cost."""
+    """List the trials of a job (default: the latest job) with params, step, metric, cost.
+
+    Examples:
+      spotwise trials                 # the latest job
+      spotwise trials JOB --json
+    """
     from spotwise import jobs
     from spotwise.cli.render import print_trials
 
@@ -92,6 +107,10 @@ def cancel(
     """Stop a running job: every trial checkpoints, every instance is released.
 
     Also releases what a finished job's record still holds, and a job whose orchestrator died.
+
+    Examples:
+      spotwise cancel JOB
+      spotwise cancel JOB --force     # its orchestrator's machine is lost
     """
     from spotwise import jobs
 

@@ -1,11 +1,15 @@
 """Option aliases shared by every command (``Annotated`` so each command stays short).
 
-Importing this module also keeps typer's rich help from showing a value placeholder after a
-flag (see :func:`_flags_take_no_value`): every command module imports it.
+Importing this module also adjusts two things in typer's rich help, for every command (every
+command module imports it): flags show no value placeholder (:func:`_flags_take_no_value`),
+and the paragraphs of a command's docstring reflow to the terminal width while indented
+blocks such as ``Examples:`` keep their lines (:func:`_reflow_help_paragraphs`).
 """
 
 from __future__ import annotations
 
+import inspect
+import re
 from typing import Annotated, Any
 
 import typer
@@ -31,6 +35,56 @@ def _flags_take_no_value() -> None:
 
 
 _flags_take_no_value()
+
+
+def reflow_help(text: str) -> str:
+    r"""A help text whose prose paragraphs are each one line, for the terminal to wrap.
+
+    typer 0.29's rich help (``rich_utils._get_help_text``) joins the lines of a docstring's
+    first paragraph only: it prints every later paragraph with the docstring's own line
+    breaks, which wrap again at a narrower terminal into one long and one very short line.
+    The commands list (``_make_command_help``) keeps the first paragraph's breaks too. Here a
+    paragraph (lines between blank lines) becomes one line, unless one of its lines is
+    indented, as in::
+
+        Examples:
+          spotwise status
+          spotwise status JOB --json
+
+    which keeps its lines as written. typer dedents the text after the first paragraph
+    (``inspect.cleandoc``), which would take the indent off a block that is all it has: each
+    indented line starts with ``\b`` (click's mark for text not to rewrap; rich drops control
+    characters, so it never reaches the terminal). Idempotent."""
+    out = []
+    for par in re.split(r"\n[ \t]*\n", inspect.cleandoc(text)):
+        lines = par.split("\n")
+        if any(line[:1].isspace() or line[:1] == "\b" for line in lines):  # a block
+            out.append("\n".join("\b" + ln if ln[:1].isspace() else ln for ln in lines))
+        else:
+            out.append(" ".join(line.strip() for line in lines))
+    return "\n\n".join(out)
+
+
+def _reflow_help_paragraphs() -> None:
+    """Every typer command and group reflows its help (:func:`reflow_help`) when it is built,
+    so the rich help wraps prose at the terminal width and keeps example blocks. Idempotent."""
+    from typer.core import TyperCommand, TyperGroup
+
+    def reflowing(init: Any) -> Any:
+        def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+            init(self, *args, **kwargs)
+            if self.help:
+                self.help = reflow_help(self.help)
+
+        __init__._spotwise_reflow = True  # type: ignore[attr-defined]
+        return __init__
+
+    for cls in (TyperCommand, TyperGroup):
+        if not getattr(cls.__init__, "_spotwise_reflow", False):
+            cls.__init__ = reflowing(cls.__init__)  # type: ignore[method-assign]
+
+
+_reflow_help_paragraphs()
 
 DbOpt = Annotated[
     str | None,

@@ -10,7 +10,10 @@ from spotwise.cli.options import PredictorJsonOpt
 from spotwise.cli.output import emit
 
 app = typer.Typer(
-    help="Revocation predictors: train on a spot trace, evaluate, forecast offers.",
+    help="Revocation predictors: train on a spot trace, evaluate, forecast offers.\n\n"
+    "Examples:\n"
+    "  spotwise predictor eval --traces builtin:skynomad-v100-2023\n"
+    "  spotwise predictor forecast --at 36h",
     no_args_is_help=True,
 )
 
@@ -53,7 +56,13 @@ def train(
     ] = 1.0,
     as_json: PredictorJsonOpt = False,
 ) -> None:
-    """Train a revocation model on a trace and save it (state dict + plain config)."""
+    r"""Train a revocation model on a trace and save it (state dict + plain config).
+
+    Examples:
+      spotwise predictor train --traces builtin:skynomad-v100-2023 --out lstm.pt
+      spotwise predictor train --traces builtin:skynomad-v100-2023 --out lr.pt \
+        --model logistic --until 0.7
+    """
     from spotwise.predictors.service import train_model
 
     res = train_model(traces, _seconds(horizon), out, model, until, verbose=not as_json)
@@ -86,7 +95,13 @@ def eval_(
     ] = 0.3,
     as_json: PredictorJsonOpt = False,
 ) -> None:
-    """Fit on the earlier part of the trace, score every model on the same later ticks."""
+    r"""Fit on the earlier part of the trace, score every model on the same later ticks.
+
+    Examples:
+      spotwise predictor eval --traces builtin:skynomad-v100-2023 --json
+      spotwise predictor eval --traces builtin:skynomad-v100-2023 --horizon 30m \
+        --models base-rate,logistic
+    """
     from spotwise.predictors.service import evaluate_path
 
     names = tuple(n.strip() for n in models.split(",") if n.strip())
@@ -116,7 +131,12 @@ def forecast(
     ] = None,
     as_json: PredictorJsonOpt = False,
 ) -> None:
-    """Revocation risk of each spot offer of a provider, lowest risk first."""
+    """Revocation risk of each spot offer of a provider, lowest risk first.
+
+    Examples:
+      spotwise predictor forecast
+      spotwise predictor forecast --at 36h --json
+    """
     from spotwise.predictors.service import forecast as run
 
     res = run(provider, at, model, _seconds(horizon) if horizon else None)

@@ -43,7 +43,11 @@ def report_cmd(
     lives still held are listed apart with their hourly price. Costs on the `local` provider
     come from the replayed market and are marked simulated.
 
-    Examples: `spotwise report --since 7d --by day`, `spotwise report --check --json` (cron)."""
+    Examples:
+      spotwise report --since 7d --by day
+      spotwise report --since all --by job
+      spotwise report --check --json  # for cron: exits 1 when something is held
+    """
     from spotwise import costs
     from spotwise.cli.output import emit
 

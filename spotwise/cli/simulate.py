@@ -22,7 +22,13 @@ if TYPE_CHECKING:
     from spotwise.traces import TraceSet
 
 app = typer.Typer(
-    help="Measure policies on replayed spot traces before spending money.",
+    help="Measure policies on replayed spot traces before spending money.\n\n"
+    "Without a subcommand: a tuning job per policy on the same traces, curves and seeds, on a "
+    'virtual clock. `simulate deadline`: one long job with a deadline ("Can\'t Be Late").\n\n'
+    "Examples:\n"
+    "  spotwise simulate --traces builtin:skynomad-v100-2023 \\\n"
+    "    --curves spotwise/data/lcbench-subset --seeds 1 --policy asha,spotwise\n"
+    "  spotwise simulate deadline --traces builtin:skynomad-v100-2023 --starts 30",
     invoke_without_command=True,
     no_args_is_help=False,
     add_completion=False,
@@ -226,7 +232,13 @@ def deadline(
     out: OutOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """One long job with a deadline, many random starts (NSDI'24 "Can't Be Late")."""
+    r"""One long job with a deadline, many random starts (NSDI'24 "Can't Be Late").
+
+    Examples:
+      spotwise simulate deadline --traces builtin:skynomad-v100-2023 --starts 30
+      spotwise simulate deadline --traces builtin:skynomad-v100-2023 --json \
+        --job-hours 24 --deadline-hours 30 --policy greedy,spotwise --starts 30
+    """
     from spotwise.cli.simulate_render import deadline_table, emit
     from spotwise.planner.deadline_sim import DeadlineJob, billing_rule, run_deadline_suite
     from spotwise.planner.sim_suite import check_revocation_model, check_sampling, parse_policies
