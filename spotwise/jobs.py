@@ -161,12 +161,12 @@ def cancel(
             out = {"job_id": job.id, "state": state, "cancelled": False}
             if not store.list_instances(job.id, active_only=True):
                 return {**out, "message": f"job already {state}"}
-            terminated = _release(store, job)
+            released = _release(store, job)
             return {
                 **out,
-                "terminated_instances": terminated,
+                **released,
                 "message": f"job already {state}; its record still held instances: "
-                f"{len(terminated)} tagged instance(s) terminated",
+                + _released_text(job.id, released),
             }
         where = orchestrator_state(job)
         if where == "elsewhere" and not force:
@@ -208,52 +208,118 @@ def cancel(
         for t in store.list_trials(job.id):
             if not t.state.is_terminal():
                 store.update_trial(t.id, state="cancelled", ended_at=time.time())
-        closed = len(store.list_instances(job.id, active_only=True))
-        terminated = _release(store, job)
+        released = _release(store, job)
         return {
             "job_id": job.id,
             "state": "cancelled",
             "cancelled": True,
-            "terminated_instances": terminated,
+            **released,
             "message": "orchestrator was not running; job marked cancelled, "
-            f"{len(terminated)} tagged instance(s) terminated, {closed} instance record(s) "
-            "closed and billed up to now",
+            + _released_text(job.id, released),
         }
     finally:
         store.close()
 
 
-def _release(store: Any, job: Any) -> list[str]:
-    """Terminate what the providers still run with the job's tags; only then close the
-    instance records (a provider error leaves them open, so a later cancel retries).
+def _release(store: Any, job: Any) -> dict[str, Any]:
+    """Terminate what the providers still run with the job's tags, then close each instance
+    record whose instance is confirmed to hold nothing any more; a record that could not be
+    confirmed (its region could not be listed, its terminate was refused) stays open, so that
+    a later cancel retries. Local: the trial processes' pid records are reconciled and every
+    record is closed.
 
-    Each record is billed up to now: the seconds no life's bill covered (an instance left by
-    a dead orchestrator, or billed only up to a drain that could not terminate it) at its
-    price, in market seconds (a replay's clock runs ``speedup`` times the wall clock), and the
-    job's cost becomes the sum of its instances' again. A stopped VM ('not deleted') has no
-    compute to bill."""
-    from spotwise.planner.backend import reconcile
+    Each closed record is billed up to now (or up to when its provider says it ended): the
+    seconds no life's bill covered (an instance left by a dead orchestrator, or billed only up
+    to a drain that could not terminate it) at its price, in market seconds (a replay's clock
+    runs ``speedup`` times the wall clock), and the job's cost becomes the sum of its
+    instances' again. A stopped VM ('not deleted') has no compute to bill.
+
+    Returns ``terminated_instances`` (ids terminated now), ``closed_records`` (how many),
+    ``records`` (a cloud job's: each record's instance, region and outcome: ``terminated``,
+    ``ended``, ``not found`` or ``open``), ``open_instances`` (the ids still open) and
+    ``errors`` (why)."""
+    from spotwise.planner import backend
     from spotwise.spec import JobSpec, ReplaySpec
 
     spec = JobSpec.model_validate_json(job.spec_json)
-    terminated = reconcile(spec, job.id)
+    rows = store.list_instances(job.id, active_only=True)
+    first = spec.providers[0]
+    ends: dict[str, float | None] = {}  # launch id → when it ended (None: now)
+    records: list[dict[str, Any]] = []
+    errors: list[str] = []
+    if first.name == "local":
+        terminated = backend.reconcile(spec, job.id)
+        ends = {row.id: None for row in rows}
+    else:
+        held = [backend.Held(r.id, r.provider, r.region, r.provider_instance_id) for r in rows]
+        res = backend.reconcile_records(spec, job.id, held)
+        terminated, errors = res.terminated, res.errors
+        for one in res.records:
+            if one.outcome != backend.OPEN:
+                ends[one.held.launch_id] = one.ended_at
+            records.append(
+                {
+                    "launch_id": one.held.launch_id,
+                    "instance_id": one.instance_id,
+                    "region": one.held.region,
+                    "outcome": one.outcome,
+                    **({"error": one.error} if one.error else {}),
+                }
+            )
     now = time.time()
-    local = spec.providers[0]
-    speedup = (local.replay or ReplaySpec()).speedup if local.name == "local" else 1.0
-    for row in store.list_instances(job.id, active_only=True):
+    speedup = (first.replay or ReplaySpec()).speedup if first.name == "local" else 1.0
+    for row in rows:
+        if row.id not in ends:
+            continue
+        end = min(ends[row.id] or now, now)
         extra_s = 0.0
         if row.launched_at is not None and row.end_reason != "not deleted":
-            extra_s = max((now - row.launched_at) * speedup - row.market_seconds, 0.0)
+            extra_s = max((end - row.launched_at) * speedup - row.market_seconds, 0.0)
         store.update_instance(
             row.id,
             state="terminated",
             end_reason="reconciled",
-            ended_at=now,
+            ended_at=end,
             cost_usd=row.cost_usd + extra_s * row.price_per_hour / 3600.0,
             market_seconds=row.market_seconds + extra_s,
         )
     store.update_job(job.id, cost_usd=sum(r.cost_usd for r in store.list_instances(job.id)))
-    return terminated
+    return {
+        "terminated_instances": terminated,
+        "closed_records": len(ends),
+        "records": records,
+        "open_instances": [r["instance_id"] for r in records if r["outcome"] == backend.OPEN],
+        "errors": errors,
+    }
+
+
+def _released_text(job_id: str, released: dict[str, Any]) -> str:
+    """``2 tagged instance(s) terminated, 2 instance record(s) closed and billed up to now
+    (2 terminated now)``, then which instances stay open and how to retry."""
+    text = (
+        f"{len(released['terminated_instances'])} tagged instance(s) terminated, "
+        f"{released['closed_records']} instance record(s) closed and billed up to now"
+    )
+    how: dict[tuple[int, str], int] = {}
+    for r in released["records"]:
+        key = {"terminated": (0, "terminated now"), "ended": (1, "already ended")}.get(
+            r["outcome"], (2, f"not found in {r['region']}")
+        )
+        if r["outcome"] != "open":
+            how[key] = how.get(key, 0) + 1
+    if how:
+        text += f" ({', '.join(f'{n} {k}' for (_, k), n in sorted(how.items()))})"
+    why = "; ".join(dict.fromkeys(released["errors"]))
+    held = released["open_instances"]
+    if held:
+        text += (
+            f"; {len(held)} still open and may still be billed: {', '.join(held)}"
+            + (f" ({why})" if why else "")
+            + f"; run `spotwise cancel {job_id}` again to retry"
+        )
+    elif why:
+        text += f"; no record of the job was there, but {why}"
+    return text
 
 
 def orchestrator_state(job: Any) -> str:

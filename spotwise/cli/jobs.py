@@ -107,6 +107,8 @@ def cancel(
     """Stop a running job: every trial checkpoints, every instance is released.
 
     Also releases what a finished job's record still holds, and a job whose orchestrator died.
+    Exits 1 when an instance could not be confirmed released (its region could not be listed,
+    or its terminate was refused): it may still be billed; run it again to retry.
 
     Examples:
       spotwise cancel JOB
@@ -116,6 +118,8 @@ def cancel(
 
     out: dict[str, Any] = jobs.cancel(job, db=db, force=force)
     emit(out, json_out, lambda o: typer.echo(f"{o['job_id']}: {o['state']} — {o['message']}"))
+    if out.get("open_instances"):  # not confirmed released: may still be billed
+        raise typer.Exit(1)
 
 
 def register(app: typer.Typer) -> None:

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -213,7 +214,15 @@ def test_cancel_bills_what_no_life_covered(tmp_path: Path, monkeypatch: pytest.M
             },
         ],
     )
-    monkeypatch.setattr(backend, "reconcile", lambda spec, job_id: ["i-1", "i-2", "i-3"])
+    ids = {"l-run": "i-1", "l-left": "i-2", "l-stop": "i-3"}
+
+    def settle(spec: Any, job_id: str, held: list[backend.Held]) -> backend.Reconciled:
+        return backend.Reconciled(
+            terminated=[ids[h.launch_id] for h in held],
+            records=[backend.Settled(h, backend.TERMINATED, ids[h.launch_id]) for h in held],
+        )
+
+    monkeypatch.setattr(backend, "reconcile_records", settle)
     out = jobs.cancel(job, db=db)
     assert out["state"] == "cancelled" and out["terminated_instances"] == ["i-1", "i-2", "i-3"]
     with Store.open_existing(db) as s:
@@ -237,7 +246,11 @@ def test_cancel_of_a_job_running_on_another_machine_needs_force(
 
     db, job = _cloud_job(tmp_path, "other-host", [])
     released: list[str] = []
-    monkeypatch.setattr(backend, "reconcile", lambda spec, job_id: released.append(job_id) or [])
+    monkeypatch.setattr(
+        backend,
+        "reconcile_records",
+        lambda spec, job_id, held: released.append(job_id) or backend.Reconciled(),
+    )
     with pytest.raises(ConfigError, match=rf"^job {job} runs on other-host \(pid 0\): run") as e:
         jobs.cancel(job, db=db)
     assert e.value.hint == (
