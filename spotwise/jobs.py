@@ -238,7 +238,7 @@ def _release(store: Any, job: Any) -> dict[str, Any]:
     ``records`` (a cloud job's: each record's instance, region and outcome: ``terminated``,
     ``ended``, ``not found`` or ``open``), ``open_instances`` (the ids still open) and
     ``errors`` (why)."""
-    from spotwise.planner import backend
+    from spotwise.planner import reconcile as rec
     from spotwise.spec import JobSpec, ReplaySpec
 
     spec = JobSpec.model_validate_json(job.spec_json)
@@ -248,14 +248,14 @@ def _release(store: Any, job: Any) -> dict[str, Any]:
     records: list[dict[str, Any]] = []
     errors: list[str] = []
     if first.name == "local":
-        terminated = backend.reconcile(spec, job.id)
+        terminated = rec.reconcile(spec, job.id)
         ends = {row.id: None for row in rows}
     else:
-        held = [backend.Held(r.id, r.provider, r.region, r.provider_instance_id) for r in rows]
-        res = backend.reconcile_records(spec, job.id, held)
+        held = [rec.Held(r.id, r.provider, r.region, r.provider_instance_id) for r in rows]
+        res = rec.reconcile_records(spec, job.id, held)
         terminated, errors = res.terminated, res.errors
         for one in res.records:
-            if one.outcome != backend.OPEN:
+            if one.outcome != rec.OPEN:
                 ends[one.held.launch_id] = one.ended_at
             records.append(
                 {
@@ -288,7 +288,7 @@ def _release(store: Any, job: Any) -> dict[str, Any]:
         "terminated_instances": terminated,
         "closed_records": len(ends),
         "records": records,
-        "open_instances": [r["instance_id"] for r in records if r["outcome"] == backend.OPEN],
+        "open_instances": [r["instance_id"] for r in records if r["outcome"] == rec.OPEN],
         "errors": errors,
     }
 

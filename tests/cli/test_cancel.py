@@ -188,7 +188,7 @@ def _cloud_job(
 def test_cancel_bills_what_no_life_covered(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A dead orchestrator's running instance was closed at $0, and a leftover kept the bill of
     the drain that could not terminate it: the provider billed both until now."""
-    from spotwise.planner import backend
+    from spotwise.planner import reconcile as backend
 
     now = time.time()
     db, job = _cloud_job(
@@ -242,7 +242,7 @@ def test_cancel_of_a_job_running_on_another_machine_needs_force(
     """With a shared database, a pid recorded on another machine means nothing here: cancel
     took that orchestrator for dead and released its instances under it."""
     from spotwise.errors import ConfigError
-    from spotwise.planner import backend
+    from spotwise.planner import reconcile as backend
 
     db, job = _cloud_job(tmp_path, "other-host", [])
     released: list[str] = []
@@ -285,7 +285,7 @@ def test_a_dead_replay_jobs_instances_are_billed_on_the_replays_clock(
 ) -> None:
     """`status` read the dead job's last running estimate while its instances read $0, so
     `report` and `status` disagreed; both now read the instances' bills up to the cancel."""
-    from spotwise.planner import backend
+    from spotwise.planner import reconcile as backend
 
     now = time.time()
     db, job_id = _cloud_job(

@@ -369,7 +369,7 @@ def test_cancel_keeps_the_record_open_when_the_provider_still_refuses(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A release that fails leaves the instance records open, so the next cancel retries."""
-    from spotwise.planner import backend
+    from spotwise.planner import reconcile as backend
 
     db = f"sqlite:///{tmp_path / 'spotwise.db'}"
     spec = write_spec(tmp_path, tiny_spec(tmp_path, 1))

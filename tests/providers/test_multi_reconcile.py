@@ -22,7 +22,7 @@ from cloudfakes import (
 from test_azure import LAUNCHES as AZURE_LAUNCHES
 from test_gcp import LAUNCHES as GCP_LAUNCHES
 
-from spotwise.planner.backend import reconcile
+from spotwise.planner.reconcile import reconcile
 from spotwise.providers import azure
 from spotwise.providers.base import TAG_JOB, Provisioner, our_tags
 from spotwise.spec import parse_spec

@@ -1,0 +1,177 @@
+"""Reconciling a job's instances by tag: what `spotwise cancel` does for a job whose orchestrator
+is gone, or whose record still holds instances (its drain could not terminate them).
+
+A launch is recorded, with its region, before the cloud call, so the job's open records say
+everywhere it can have started something; a record is closed only when its instance is
+confirmed gone (:func:`reconcile_records`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from spotwise.errors import ProviderError, SpecError
+from spotwise.planner.backend import _MIXED_LOCAL, provider_config
+from spotwise.providers.base import Provisioner
+from spotwise.providers.registry import ProviderConfig
+from spotwise.spec import JobSpec, ProviderSpec
+
+
+def reconcile(spec: JobSpec, job_id: str) -> list[str]:
+    """Terminate every instance each named provider still holds with this job's tags (a crashed
+    orchestrator's leftovers), whatever its state: a VM stopped from inside or preempted with
+    ``STOP`` is terminal but still billed
+    (:meth:`~spotwise.providers.base.Instance.holds_resource`); returns their ids. Only
+    instances carrying our tags are seen, in the spec's regions (AWS: else the default region).
+    :func:`reconcile_records` also looks where the job's records say it launched.
+
+    Every provider is visited even if one fails (what can be terminated is); the failures are
+    then raised as one :class:`ProviderError` naming each provider."""
+    p = spec.providers[0]
+    if p.name == "local" and len(spec.providers) == 1:
+        # On Linux a local trial's first process dies with its orchestrator (PR_SET_PDEATHSIG),
+        # but what it started lives on in its process group, and elsewhere nothing kills it:
+        # kill what the pid records show is still ours (never a reused pid).
+        from spotwise.providers.local_records import reconcile_job
+
+        return reconcile_job(job_id)
+    out = reconcile_records(spec, job_id, [])
+    if out.errors:
+        raise ProviderError(
+            f"reconcile: terminated {len(out.terminated)} instance(s); failed on "
+            + "; ".join(out.errors)
+        )
+    return out.terminated
+
+
+@dataclass(frozen=True)
+class Held:
+    """An open instance record of the job: its launch id (the instance's ``spotwise:launch``
+    tag), its provider and region, and the provider's instance id once the launch answered."""
+
+    launch_id: str
+    provider: str
+    region: str
+    instance_id: str | None = None
+
+
+#: How a record was settled by :func:`reconcile_records`. The first three close it.
+TERMINATED, ENDED, NOT_FOUND, OPEN = "terminated", "ended", "not found", "open"
+
+
+@dataclass(frozen=True)
+class Settled:
+    """What became of one record: ``terminated`` (by this call), ``ended`` (listed in a state
+    that holds nothing; ``ended_at`` when the provider says), ``not found`` (absent from a
+    listing of its region that succeeded: gone) or ``open`` (not confirmed: ``error`` says
+    why; the record must stay open so that a later cancel retries)."""
+
+    held: Held
+    outcome: str
+    instance_id: str  # the provider's id; the launch id when none is known
+    ended_at: float | None = None
+    error: str = ""
+
+
+@dataclass
+class Reconciled:
+    terminated: list[str] = field(default_factory=list)  # every id this call terminated
+    records: list[Settled] = field(default_factory=list)  # one per record given
+    errors: list[str] = field(default_factory=list)  # one line per failed listing/terminate
+
+    @property
+    def open(self) -> list[Settled]:
+        return [r for r in self.records if r.outcome == OPEN]
+
+
+def reconcile_records(spec: JobSpec, job_id: str, held: Sequence[Held]) -> Reconciled:
+    """:func:`reconcile` for a cloud job, settling each of its open records ``held``.
+
+    Each provider is listed (under the job's tag) in the spec's regions and in every region a
+    record names: a launch is recorded, with its region, before the cloud call, so that is
+    everywhere the job can have started something, whatever the spec or the environment's
+    default region say now. Everything listed that still holds a resource is terminated (one
+    refusal does not hold up the others). A record is closed only when its instance (found by
+    its id, or by its launch tag if the launch never answered) is confirmed: terminated here,
+    listed as ended, or not listed by a listing of its region that succeeded. A record whose
+    region could not be listed, or whose terminate was refused, stays ``open``."""
+    out = Reconciled()
+    named = {q.name for q in spec.providers}
+    for q in spec.providers:
+        if q.name == "local":
+            raise SpecError(_MIXED_LOCAL)
+    for h in held:
+        if h.provider not in named:
+            why = f"{h.provider}: not a provider of the job's spec"
+            out.records.append(Settled(h, OPEN, h.instance_id or h.launch_id, error=why))
+            out.errors.append(why)
+    for q in spec.providers:
+        mine = [h for h in held if h.provider == q.name]
+        for config, rows in _scopes(q, mine):
+            _settle(q.name, config, rows, job_id, out)
+    return out
+
+
+def _scopes(q: ProviderSpec, held: list[Held]) -> list[tuple[ProviderConfig, list[Held]]]:
+    """The listings to make for provider ``q``, each with the records it settles. An AWS
+    listing covers the regions of its config, so one listing per region (a region that fails
+    holds up only its own records); a GCP listing covers the project, an Azure one the
+    resource group: one for all."""
+    from dataclasses import replace
+
+    config = provider_config(q)
+    if q.name != "aws":
+        return [(config, held)]
+    regions = sorted(set(q.regions) | {h.region for h in held if h.region})
+    scopes = [(replace(config, regions=(r,)), [h for h in held if h.region == r]) for r in regions]
+    unplaced = [h for h in held if not h.region]
+    if unplaced or not scopes:  # the provider's default region
+        scopes.append((replace(config, regions=()), unplaced))
+    return scopes
+
+
+def _settle(
+    name: str, config: ProviderConfig, held: list[Held], job_id: str, out: Reconciled
+) -> None:
+    from spotwise.errors import SpotwiseError
+    from spotwise.providers.base import TAG_JOB, TAG_LAUNCH
+    from spotwise.providers.registry import cloud_module
+
+    def line(e: SpotwiseError) -> str:  # one line naming the provider (its errors mostly do)
+        return str(e) if str(e).startswith(f"{name}:") else f"{name}: {e}"
+
+    try:
+        prov: Provisioner = cloud_module(name).open_provisioner(config)
+        found = prov.describe({TAG_JOB: job_id})
+    except SpotwiseError as e:
+        out.errors.append(line(e))
+        for h in held:
+            out.records.append(Settled(h, OPEN, h.instance_id or h.launch_id, error=line(e)))
+        return
+    live = [i.instance_id for i in found if i.holds_resource()]
+    refused: dict[str, str] = {}
+    if live:
+        try:
+            prov.terminate(live)  # ids this provider itself listed under our tags
+        except SpotwiseError:
+            for iid in live:  # one refusal must not hold up the others
+                try:
+                    prov.terminate([iid])
+                except SpotwiseError as e:
+                    refused[iid] = line(e)
+                    out.errors.append(line(e))
+    out.terminated += [i for i in live if i not in refused]
+    by_id = {i.instance_id: i for i in found}
+    by_launch = {i.tags[TAG_LAUNCH]: i for i in found if i.tags.get(TAG_LAUNCH)}
+    for h in held:
+        inst = by_id.get(h.instance_id or "") or by_launch.get(h.launch_id)
+        if inst is None:
+            out.records.append(Settled(h, NOT_FOUND, h.instance_id or h.launch_id))
+        elif inst.instance_id in refused:
+            error = refused[inst.instance_id]
+            out.records.append(Settled(h, OPEN, inst.instance_id, error=error))
+        elif inst.instance_id in live:
+            out.records.append(Settled(h, TERMINATED, inst.instance_id))
+        else:
+            out.records.append(Settled(h, ENDED, inst.instance_id, ended_at=inst.ended_at))
