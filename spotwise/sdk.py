@@ -17,6 +17,8 @@ a migration. Everything passes through environment variables — this is the who
 ``SPOTWISE_CONTROL_FILE``      optional path of a JSON file ``{"checkpoint_every": N}`` the
                                orchestrator may (re)write at any time; while it exists and holds
                                an int >= 1 it overrides ``SPOTWISE_CHECKPOINT_EVERY``
+``SPOTWISE_RESUME_STEP``       optional int >= 0: the step of the newest checkpoint the
+                               orchestrator saw saved (0: none); see *Resuming* below
 =============================  =====================================================================
 
 Events, one JSON object per line, each line flushed and fsynced (``time`` is epoch seconds)::
@@ -26,6 +28,9 @@ Events, one JSON object per line, each line flushed and fsynced (``time`` is epo
     {"type": "checkpoint", "step": 5, "uri": "/ckpt/trial-3/ckpt-00000005.pt", "time": ...}
     {"type": "stopping", "reason": "signal" | "stop_file", "step": 7, "time": ...}
     {"type": "done", "step": 40, "time": ...}
+    {"type": "checkpoint_rejected", "step": 10, "file": ".../ckpt-00000010.pt", "reason": "...",
+     "kept_as": ".../ckpt-00000010.pt.corrupt", "resume_step": 5, "time": ...}
+    {"type": "resume_behind", "step": 0, "expected": 10, "uri": "...", "time": ...}
 
 Stopping: the orchestrator asks a trial to checkpoint and exit (a spot interruption notice, a
 migration, an early stop) by creating the stop file or sending SIGTERM. The SDK's SIGTERM
@@ -63,6 +68,22 @@ a SIGTERM can land between any two calls, and a loop that asks again after savin
 without a checkpoint of the step it stopped at (a request seen later is saved and obeyed at the
 next step).
 
+Resuming: :func:`load_checkpoint` returns the newest checkpoint that verifies (size and SHA-256
+of its manifest), that ``torch.load(weights_only=True)`` reads as a dict and, when the SDK knows
+its trial id, whose manifest names this trial (or none). Each newer checkpoint that fails is
+skipped: one warning line on stderr names its file, the reason and the step resumed from instead,
+a ``checkpoint_rejected`` event records it, and its files are renamed ``*.corrupt``
+(``*.foreign`` for another trial's) — never deleted, and no longer in the way of the next save
+of that step. When none is usable, :class:`~spotwise.errors.CheckpointError` is raised.
+
+When the orchestrator expected a checkpoint (``SPOTWISE_RESUME_STEP``) and the newest usable one
+is older, or there is none (the folder was deleted, or is not mounted), the trial still
+*continues* from what there is, or from scratch, after a warning on stderr and a
+``resume_behind`` event. Refusing to start would be cheaper only if someone could repair the
+folder: the orchestrator relaunches the same expectation every time (it never lowers it), so a
+refusal would fail the trial after its retries and lose all of it, where continuing costs at
+most the steps redone — and the warning and the event say so, so it is never silent.
+
 Run by hand (no ``SPOTWISE_*`` variables) the SDK works standalone: empty params, no events,
 checkpoints in ``./spotwise-checkpoints`` — so ``python train.py`` just trains (and resumes from
 that folder; delete it to start over).
@@ -75,19 +96,28 @@ the checkpoint functions, so ``import spotwise.sdk`` stays cheap.
 
 from __future__ import annotations
 
-import collections
+import contextlib
 import io
 import json
 import math
 import operator
 import os
 import signal
+import sys
 import threading
 import time
 from typing import Any, SupportsIndex
 
-from spotwise.checkpoint.base import CheckpointStore, checkpoint_name
+from spotwise.checkpoint.base import (
+    CORRUPT_SUFFIX,
+    FOREIGN_SUFFIX,
+    CheckpointStore,
+    ForeignCheckpointError,
+    Manifest,
+    checkpoint_name,
+)
 from spotwise.checkpoint.registry import open_checkpoint_store
+from spotwise.checkpoint.torchstate import check_loadable, torch_load
 from spotwise.errors import CheckpointError, ConfigError
 
 ENV_JOB_ID = "SPOTWISE_JOB_ID"
@@ -100,6 +130,7 @@ ENV_CHECKPOINT_EVERY = "SPOTWISE_CHECKPOINT_EVERY"
 ENV_EVENTS_FILE = "SPOTWISE_EVENTS_FILE"
 ENV_STOP_FILE = "SPOTWISE_STOP_FILE"
 ENV_CONTROL_FILE = "SPOTWISE_CONTROL_FILE"
+ENV_RESUME_STEP = "SPOTWISE_RESUME_STEP"
 
 STANDALONE_CHECKPOINT_DIR = "spotwise-checkpoints"
 DEFAULT_CHECKPOINT_EVERY = 5
@@ -326,67 +357,91 @@ def save_checkpoint(state: dict[str, Any], step: int) -> str:
         raise TypeError(f"state must be a dict, got {type(state).__name__}")
     import torch
 
-    _check_loadable(state, "state", torch)
+    check_loadable(state, "state", torch)
     buf = io.BytesIO()
     torch.save(state, buf)
     meta = {"step": step, "attempt": attempt(), "job_id": job_id(), "trial_id": trial_id()}
-    uri = checkpoint_store().put(checkpoint_name(step), buf.getvalue(), meta)
+    uri = checkpoint_store().put(checkpoint_name(step), buf.getvalue(), meta)  # steps go forward
     _runtime.last_step = step
     _emit({"type": "checkpoint", "step": step, "uri": uri})
     return uri
 
 
 def load_checkpoint(map_location: Any = "cpu") -> dict[str, Any] | None:
-    """The newest checkpoint that verifies, or None. Never unpickles arbitrary objects."""
+    """The newest usable checkpoint, or None. Never unpickles arbitrary objects.
+
+    A newer checkpoint that is corrupt, is not a ``torch.save`` dict that safe loading reads,
+    or belongs to another trial is skipped with a warning and set aside (see *Resuming* in the
+    module docs); when none is usable, :class:`~spotwise.errors.CheckpointError`. A checkpoint
+    older than ``SPOTWISE_RESUME_STEP`` (or none when one was expected) is warned about and
+    used."""
     _ensure_handler()
-    found = checkpoint_store().get_latest()
+    store = checkpoint_store()
+    mine = trial_id()
+
+    def decode(data: bytes, manifest: Manifest, where: str) -> dict[str, Any]:
+        owner = manifest.get("trial_id")
+        if mine and isinstance(owner, str) and owner and owner != mine:
+            job = manifest.get("job_id")
+            of_job = f" of job {job}" if isinstance(job, str) and job else ""
+            raise ForeignCheckpointError(
+                f"checkpoint {where} belongs to trial {owner}{of_job}, not to this trial {mine}"
+            )
+        return torch_load(data, where, map_location)
+
+    expected = _env_int(ENV_RESUME_STEP, 0, minimum=0)
+    found = store.load_latest(decode)
     if found is None:
+        _warn_behind(store, 0, expected)
         return None
-    data, manifest = found
-    import pickle
-
-    import torch
-
-    where = manifest.get("file", "?")
-    try:
-        state = torch.load(io.BytesIO(data), map_location=map_location, weights_only=True)
-    except pickle.UnpicklingError as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise CheckpointError(
-            f"checkpoint {where} holds objects that safe loading (weights_only) refuses: {first}",
-            hint="save only tensors, numbers, strings and lists/dicts of them",
-        ) from e
-    except (RuntimeError, EOFError, ValueError) as e:
-        raise CheckpointError(f"checkpoint {where} cannot be read by torch.load: {e}") from e
-    if not isinstance(state, dict):
-        raise CheckpointError(f"checkpoint {where} holds a {type(state).__name__}, not a dict")
-    _runtime.last_step = max(_runtime.last_step, int(manifest.get("step", 0)))
+    state, manifest = found
+    step = int(manifest.get("step", 0))
+    skipped = manifest.get("fallback_skipped") or []
+    for bad in skipped:
+        _set_aside(store, bad, step)
+    if not any(int(bad["step"]) >= expected for bad in skipped):  # else the line above says it
+        _warn_behind(store, step, expected)
+    _runtime.last_step = max(_runtime.last_step, step)
     return state
 
 
-_LEAVES = (bool, int, float, complex, str, bytes, type(None))
-_MAPPINGS = (dict, collections.OrderedDict, collections.Counter)
-_SEQUENCES = (list, tuple, set)
+def _warn(message: str) -> None:
+    """One warning line on stderr, where the trial's log shows it."""
+    with contextlib.suppress(OSError, ValueError):  # stderr closed: the event still says it
+        print(f"spotwise: warning: {message}", file=sys.stderr, flush=True)
 
 
-def _check_loadable(value: Any, path: str, torch: Any) -> None:
-    """Refuse, at save time, anything ``torch.load(weights_only=True)`` would refuse to load."""
-    kind = type(value)
-    if kind in _LEAVES or isinstance(value, torch.Tensor | torch.dtype | torch.device):
-        return
-    if kind is torch.Size:
-        return
-    if kind in _MAPPINGS:
-        for k, v in value.items():
-            _check_loadable(k, f"{path} key {k!r}", torch)
-            _check_loadable(v, f"{path}[{k!r}]", torch)
-        return
-    if kind in _SEQUENCES:
-        for i, v in enumerate(value):
-            _check_loadable(v, f"{path}[{i}]", torch)
-        return
-    hint = " (use torch.from_numpy / .item())" if kind.__module__.startswith("numpy") else ""
-    raise TypeError(
-        f"save_checkpoint: {path} is a {kind.__module__}.{kind.__qualname__}, which safe loading "
-        f"refuses; store tensors, numbers, str, bytes, None and list/tuple/set/dict of these{hint}"
+def _set_aside(store: CheckpointStore, bad: dict[str, Any], resumed: int) -> None:
+    """Warn about a checkpoint the load skipped, record it as an event, and rename its files
+    (never deleted; a failure to rename is warned about, the trial goes on)."""
+    suffix = FOREIGN_SUFFIX if bad.get("foreign") else CORRUPT_SUFFIX
+    try:
+        kept = store.set_aside(int(bad["step"]), suffix)
+    except CheckpointError as e:
+        kept, why = None, f"; it could not be renamed: {e.message}"
+    else:
+        why = f"; kept as {kept}" if kept else ""
+    _warn(f"{bad['reason']}; resuming from step {resumed} instead{why}")
+    _emit(
+        {
+            "type": "checkpoint_rejected",
+            "step": int(bad["step"]),
+            "file": str(bad["file"]),
+            "reason": str(bad["reason"]),
+            "kept_as": kept,
+            "resume_step": resumed,
+        }
     )
+
+
+def _warn_behind(store: CheckpointStore, step: int, expected: int) -> None:
+    """Warn (and record an event) when the orchestrator expected a newer checkpoint than the
+    one found: the steps in between are trained again."""
+    if step >= expected:
+        return
+    found = f"the newest usable one is step {step}" if step else "there is none"
+    _warn(
+        f"expected to resume from the checkpoint of step {expected} in {store.uri}, but "
+        f"{found}; training steps {step + 1}-{expected} again"
+    )
+    _emit({"type": "resume_behind", "step": step, "expected": expected, "uri": store.uri})

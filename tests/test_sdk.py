@@ -179,6 +179,8 @@ def test_load_refuses_arbitrary_objects(trial_env: dict[str, Path], tmp_path: Pa
         sdk.load_checkpoint()
     assert not marker.exists()
     assert "\n" not in str(e.value)
+    assert "weights_only` set to `False`" not in str(e.value)  # never torch's unsafe advice
+    assert str(e.value).endswith("is usable either") and e.value.__context__ is None
 
 
 def test_save_refuses_what_load_would_refuse(trial_env: dict[str, Path]) -> None:

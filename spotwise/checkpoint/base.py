@@ -16,8 +16,18 @@ died just before updating the pointer: the checkpoint is complete and is used).
 
 Reads verify the size and SHA-256 named by the manifest. When the newest checkpoint fails,
 :meth:`ManifestCheckpointStore.get_latest` falls back to the newest one that verifies and says
-so in the returned manifest (``fallback_from``, ``fallback_reason``) rather than through
-``warnings``; when none verifies it raises :class:`~spotwise.errors.CheckpointError`.
+so in the returned manifest (``fallback_from``, ``fallback_reason`` for the newest that failed,
+``fallback_skipped`` for each of them) rather than through ``warnings``; when none verifies it
+raises :class:`~spotwise.errors.CheckpointError`. :meth:`~ManifestCheckpointStore.load_latest`
+does the same with a caller's decoder (the SDK's ``torch.load``): a checkpoint it rejects is
+skipped like a corrupt one. The caller decides what to tell the user, and may then
+:meth:`~ManifestCheckpointStore.set_aside` each skipped checkpoint: its files are renamed
+``<name>.corrupt`` (``.foreign`` for another trial's; never deleted), out of the way of the
+next save of that step, which would otherwise overwrite the evidence.
+
+Steps only go forward: :meth:`~ManifestCheckpointStore.put` refuses a step older than a newer
+checkpoint that verifies (retention keeps the newest steps, so the older one would be deleted
+as soon as it was written, and readers would go on resuming from the newer one).
 
 Backends implement the five blob primitives of :class:`ManifestCheckpointStore` (each write
 atomic per key) and inherit the rest; ``local.py`` is the reference implementation.
@@ -30,16 +40,21 @@ import json
 import re
 import time
 from abc import ABC, abstractmethod
-from typing import Any, Protocol, runtime_checkable
+from collections.abc import Callable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from spotwise.errors import CheckpointError
 
 Manifest = dict[str, Any]
 Manifests = list[Manifest]
 _StepKeys = list[tuple[int, str]]  # (step, manifest key); aliased: the class defines list()
+T = TypeVar("T")
+Decoder = Callable[[bytes, Manifest, str], T]  # (data, manifest, location) -> decoded
 
 LATEST = "LATEST"
 DEFAULT_KEEP = 2
+CORRUPT_SUFFIX = ".corrupt"  # a checkpoint set aside after a load rejected it
+FOREIGN_SUFFIX = ".foreign"  # ... because it belongs to another trial
 RESERVED_KEYS = ("file", "sha256", "size", "created_at")
 _MANIFEST_RE = re.compile(r"^ckpt-(\d{8,})\.json$")
 _DATA_RE = re.compile(r"^ckpt-(\d{8,})\.pt$")
@@ -61,6 +76,10 @@ def _check_step(step: object) -> int:
     return step
 
 
+class ForeignCheckpointError(CheckpointError):
+    """A checkpoint that verifies but belongs to another trial (its manifest says so)."""
+
+
 @runtime_checkable
 class CheckpointStore(Protocol):
     """One trial's checkpoints. Every backend (local folder, S3, GCS, Azure Blob) is one."""
@@ -76,6 +95,14 @@ class CheckpointStore(Protocol):
 
     def get_latest(self) -> tuple[bytes, Manifest] | None:
         """The newest checkpoint that verifies, with its manifest; None when there is none."""
+        ...
+
+    def load_latest(self, decode: Decoder[T]) -> tuple[T, Manifest] | None:
+        """The newest checkpoint that verifies and that ``decode`` accepts, decoded."""
+        ...
+
+    def set_aside(self, step: int, suffix: str = CORRUPT_SUFFIX) -> str | None:
+        """Rename the files of the checkpoint of ``step`` to ``*<suffix>``; its new location."""
         ...
 
     def latest_manifest(self) -> Manifest | None:
@@ -126,6 +153,15 @@ class ManifestCheckpointStore(ABC):
     def _location(self, key: str) -> str:
         """The URI of one object, for messages and for :meth:`put`'s return value."""
 
+    def _move(self, src: str, dst: str) -> None:
+        """Rename one object (``dst`` does not exist): copy, then delete the source. A backend
+        with a real rename (a file system) overrides it."""
+        data = self._read(src)
+        if data is None:
+            return
+        self._write(dst, data)
+        self._remove(src)
+
     # -- the CheckpointStore protocol -------------------------------------------------------
     def put(self, name: str, data: bytes, meta: Manifest) -> str:
         if not name or "/" in name or "\\" in name or name.startswith(".") or name == LATEST:
@@ -153,6 +189,7 @@ class ManifestCheckpointStore(ABC):
         except (TypeError, ValueError) as e:
             raise ValueError(f"checkpoint meta must be JSON-serialisable: {e}") from None
         mkey = manifest_name(step)
+        self._check_forward(step)
         self._write(name, data)  # 1. the data
         self._write(mkey, (text + "\n").encode())  # 2. the manifest: the checkpoint now exists
         self._write(LATEST, (mkey + "\n").encode())  # 3. the pointer
@@ -160,28 +197,105 @@ class ManifestCheckpointStore(ABC):
         self.delete_older_than(self.keep)
         return self._location(name)
 
+    def _check_forward(self, step: int) -> None:
+        """Refuse ``step`` when a newer checkpoint that verifies exists: retention keeps the
+        newest steps, so the new one would be deleted at once and readers would resume from
+        the newer one. A newer checkpoint that does not verify does not count (a reader skips
+        it too, and retention keeps the one written now, the one that verifies). A store that
+        cannot be listed is left to the write to report (its error names the object)."""
+        try:
+            entries = self._manifest_keys()
+        except CheckpointError:
+            return
+        for newer, mkey in reversed(entries):
+            if newer <= step:
+                return
+            if self._verifies(mkey, newer, cached=False):  # rare: read it again
+                raise ValueError(
+                    f"checkpoint step {step} is older than the latest checkpoint (step {newer}) "
+                    f"in {self.uri}: steps only go forward; resume from it first "
+                    f"(sdk.load_checkpoint()) and save step {newer} or later, or remove "
+                    f"{self.uri} to start over"
+                )
+
     def get_latest(self) -> tuple[bytes, Manifest] | None:
+        return self.load_latest(_raw)
+
+    def load_latest(self, decode: Decoder[T]) -> tuple[T, Manifest] | None:
+        """The newest checkpoint that verifies and that ``decode(data, manifest, location)``
+        accepts, as ``(decoded, manifest)``; None when there is no checkpoint at all.
+
+        ``decode`` rejects a checkpoint by raising :class:`~spotwise.errors.CheckpointError`
+        (one line naming the file): it is skipped like a corrupt one. Any other exception
+        propagates. Each checkpoint skipped on the way is listed in the returned manifest's
+        ``fallback_skipped`` (``step``, ``file``, ``reason``, ``foreign``), the newest also in
+        ``fallback_from`` and ``fallback_reason``. When none is usable, raises the newest
+        one's error (with its hint, or one to remove the folder)."""
+        skipped: list[dict[str, Any]] = []
         first_error: CheckpointError | None = None
-        first_name = ""
-        candidates = self._manifest_keys()
-        for step, mkey in reversed(candidates):
+        for step, mkey in reversed(self._manifest_keys()):
             try:
                 manifest = self._load_manifest(mkey, step)
                 data = self.read(manifest)
+                name = str(manifest["file"])
+                decoded = decode(data, manifest, self._location(name))
             except CheckpointError as e:
-                if first_error is None:
-                    first_error, first_name = e, self._data_key(mkey, step)
+                first_error = first_error or e
+                skipped.append(
+                    {
+                        "step": step,
+                        "file": self._data_key(mkey, step),
+                        "reason": e.message,
+                        "foreign": isinstance(e, ForeignCheckpointError),
+                    }
+                )
                 continue
-            if first_error is not None:
-                manifest["fallback_from"] = first_name
-                manifest["fallback_reason"] = first_error.message
-            return data, manifest
+            if skipped:
+                manifest["fallback_from"] = skipped[0]["file"]
+                manifest["fallback_reason"] = skipped[0]["reason"]
+                manifest["fallback_skipped"] = skipped
+            return decoded, manifest
         if first_error is not None:
             raise CheckpointError(
-                f"{first_error.message}; no older checkpoint in {self.uri} verifies either",
-                hint=f"remove {self.uri} to restart the trial from scratch",
+                f"{first_error.message}; no older checkpoint in {self.uri} is usable either",
+                hint=first_error.hint or f"remove {self.uri} to restart the trial from scratch",
             )
         return None
+
+    def set_aside(self, step: int, suffix: str = CORRUPT_SUFFIX) -> str | None:
+        """Move the checkpoint of ``step`` out of the way, keeping its bytes: its data file
+        and manifest are renamed ``<name><suffix>`` (``<suffix>-2``, ... when that exists), so
+        readers and retention no longer see it and the next save of that step does not
+        overwrite it. ``LATEST`` then names the newest checkpoint left. Returns the new
+        location of the data file (of the manifest when there was no data), or None when
+        the checkpoint does not exist. Nothing is ever deleted."""
+        if not re.fullmatch(r"\.[a-z][a-z0-9-]*", suffix):
+            raise ValueError(f"suffix must look like '.corrupt', got {suffix!r}")
+        mkey = manifest_name(step)
+        keys = set(self._keys())
+        if mkey not in keys:
+            return None
+        data_key = self._data_key(mkey, step)
+        shared = any(  # another checkpoint's manifest names the same data file: leave it
+            m != mkey and self._data_key(m, s) == data_key for s, m in self._manifest_keys()
+        )
+        moved: str | None = None
+        if data_key in keys and not shared:  # the evidence first, then its manifest
+            dst = _free_name(data_key, suffix, keys)
+            self._move(data_key, dst)
+            keys.add(dst)
+            moved = self._location(dst)
+        dst = _free_name(mkey, suffix, keys)
+        self._move(mkey, dst)
+        moved = moved or self._location(dst)
+        latest = (self._read(LATEST) or b"").decode(errors="replace").strip()
+        if latest == mkey or latest not in self._keys():
+            remaining = self._manifest_keys()
+            if remaining:
+                self._write(LATEST, (remaining[-1][1] + "\n").encode())
+            else:
+                self._remove(LATEST)
+        return moved
 
     def latest_manifest(self) -> Manifest | None:
         for step, mkey in reversed(self._manifest_keys()):
@@ -259,10 +373,10 @@ class ManifestCheckpointStore(ABC):
         self._verified.add((name, actual))
         return data
 
-    def _verifies(self, mkey: str, step: int) -> bool:
+    def _verifies(self, mkey: str, step: int, cached: bool = True) -> bool:
         try:
             manifest = self._load_manifest(mkey, step)
-            if (manifest["file"], manifest["sha256"]) in self._verified:
+            if cached and (manifest["file"], manifest["sha256"]) in self._verified:
                 return True
             self.read(manifest)
         except CheckpointError:
@@ -303,3 +417,16 @@ class ManifestCheckpointStore(ABC):
             return str(self._load_manifest(mkey, step)["file"])
         except CheckpointError:
             return checkpoint_name(step)
+
+
+def _raw(data: bytes, manifest: Manifest, where: str) -> bytes:
+    return data
+
+
+def _free_name(key: str, suffix: str, taken: set[str]) -> str:
+    """``key.corrupt``, or ``key.corrupt-2``, ``-3``, ... when that name is taken."""
+    name, n = f"{key}{suffix}", 1
+    while name in taken:
+        n += 1
+        name = f"{key}{suffix}-{n}"
+    return name

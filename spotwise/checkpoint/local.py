@@ -2,19 +2,21 @@
 
 Every object is written atomically: to a temporary file in the same folder, flushed and
 fsynced, then ``os.replace``-d over its name, then the folder itself is fsynced so the rename
-survives a power loss. The layout and the manifest logic are in :mod:`spotwise.checkpoint.base`.
+survives a power loss. A checkpoint file gets the mode a plain ``open()`` would give it
+(``0o666`` less the umask), so a folder shared between users (NFS) stays readable by the other
+side. The layout and the manifest logic are in :mod:`spotwise.checkpoint.base`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import tempfile
 import time
 from pathlib import Path
 
 from spotwise.checkpoint.base import DEFAULT_KEEP, ManifestCheckpointStore
 from spotwise.errors import CheckpointError
+from spotwise.providers.file_blobs import create_temp
 
 _TMP_PREFIX = ".tmp-"
 _STALE_TMP_S = 600.0  # temp files older than this were left by a crash
@@ -42,7 +44,7 @@ class LocalCheckpointStore(ManifestCheckpointStore):
     def _write(self, key: str, data: bytes) -> None:
         try:
             self.root.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=f"{_TMP_PREFIX}{key}.", dir=self.root)
+            fd, tmp = create_temp(self.root, f"{_TMP_PREFIX}{key}.")
         except OSError as e:
             raise CheckpointError(f"cannot write checkpoint {self.root / key}: {e}") from e
         try:
@@ -68,6 +70,15 @@ class LocalCheckpointStore(ManifestCheckpointStore):
             pass
         finally:
             os.close(dfd)
+
+    def _move(self, src: str, dst: str) -> None:
+        try:
+            os.rename(self.root / src, self.root / dst)
+        except FileNotFoundError:
+            return
+        except OSError as e:
+            raise CheckpointError(f"cannot rename checkpoint {self.root / src}: {e}") from e
+        self._fsync_dir()
 
     def _read(self, key: str) -> bytes | None:
         try:

@@ -61,8 +61,9 @@ def open_checkpoint_store(uri: str) -> CheckpointStore:
 
 def check_location(uri: str) -> None:
     """Raise :class:`~spotwise.errors.SpecError` (one line, with the fix) when ``uri`` cannot
-    name a checkpoint store: an unknown scheme, or a cloud URI whose bucket, container or
-    account is malformed. No I/O and no cloud SDK: a spec is checked before anything runs."""
+    name a checkpoint store: an unknown scheme, a ``file://`` URI that names no absolute folder,
+    or a cloud URI whose bucket, container or account is malformed. No I/O and no cloud SDK: a
+    spec is checked before anything runs."""
     if not isinstance(uri, str) or not uri.strip():
         raise SpecError(f"checkpoint location must be a non-empty path or URI, got {uri!r}")
     m = _SCHEME_RE.match(uri)
@@ -80,9 +81,36 @@ def check_location(uri: str) -> None:
         raise SpecError(f"checkpoint location: {e.message}", hint=e.hint) from None
 
 
+_FILE_FIX = "use a folder path (relative to the spec, e.g. checkpoints) or file:///abs/path"
+_S3_URI_HINT = "use s3://BUCKET or s3://BUCKET/PREFIX, e.g. s3://my-bucket/checkpoints"
+_S3_BUCKET_RE = re.compile(r"[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]")
+_S3_BUCKET_RULE = (
+    "use 3-63 lowercase letters, digits, '.' or '-', starting and ending with a letter or digit"
+)
+
+
+def _parse_file(uri: str) -> object:
+    """``file:///abs/path`` or ``file://localhost/abs/path``; ``file://`` alone or
+    ``file://dir/sub`` (a host, not a folder) would become a folder named ``file:`` or a path
+    relative to wherever the trial runs."""
+    parts = urlsplit(uri.strip())
+    if parts.netloc not in ("", "localhost") or not parts.path.startswith("/"):
+        raise ProviderError(f"{uri!r} is not a file URI of an absolute folder; {_FILE_FIX}")
+    return Path(unquote(parts.path))
+
+
 def _parse_s3(uri: str) -> object:
     from spotwise.providers.aws import parse_s3_uri  # pure: boto3 is not imported
 
+    m = re.match(r"^s3:/{1,2}([^/]*)", uri.strip())
+    bucket = m.group(1) if m else ""
+    if m is not None and not bucket:
+        raise ProviderError(f"aws: {uri!r} names no bucket", hint=_S3_URI_HINT)
+    if m is not None and not _S3_BUCKET_RE.fullmatch(bucket):
+        raise ProviderError(
+            f"aws: {uri!r} has an invalid S3 bucket name {bucket!r}: {_S3_BUCKET_RULE}",
+            hint=_S3_URI_HINT,
+        )
     return parse_s3_uri(uri)
 
 
@@ -98,7 +126,12 @@ def _parse_az(uri: str) -> object:
     return parse_az_uri(uri)
 
 
-_PARSERS: dict[str, Callable[[str], object]] = {"s3": _parse_s3, "gs": _parse_gs, "az": _parse_az}
+_PARSERS: dict[str, Callable[[str], object]] = {
+    "file": _parse_file,
+    "s3": _parse_s3,
+    "gs": _parse_gs,
+    "az": _parse_az,
+}
 
 
 def _open_file(uri: str) -> CheckpointStore:

@@ -135,6 +135,9 @@ class Actions(Ledger):
         # failed launch left behind must never share them with the next try's
         t.attempt = attempt = t.attempt + 1
         env = trial_env(self.job_id, t, attempt, self._trial_dir(t), self.spec.env)
+        # the checkpoint this attempt should resume from: the SDK warns (and records an event)
+        # when it finds an older one, or none, rather than silently training those steps again
+        env["SPOTWISE_RESUME_STEP"] = str(t.checkpoint_step)
         argv = trial_argv(self.spec.command)
         req = LaunchRequest(offer, argv, env, tags, launch_id, str(self.base_dir))
         try:

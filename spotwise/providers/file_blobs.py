@@ -6,7 +6,9 @@ object store; tests use it the same way on one machine.
 
 * ``put`` is atomic: the bytes go to a temporary file in the same folder (``.tmp-<name>.*``),
   are flushed and fsynced, then ``os.replace``-d over the name, so a reader sees the old file
-  or the new one, never a part.
+  or the new one, never a part. The file gets the mode a plain ``open()`` would give it
+  (``0o666`` less the umask, and the folder's default ACL), not ``mkstemp``'s ``0o600``: a
+  folder shared between users or machines (NFS) stays readable by the other side.
 * The version token of ``get`` is ``<mtime_ns>-<size>-<inode>`` of the file that was read
   (``fstat`` of the open file, so token and bytes belong together). Every ``put`` replaces the
   file with a new inode, so the token changes on every write.
@@ -19,7 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-import tempfile
+import secrets
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
@@ -27,6 +29,25 @@ from spotwise.errors import ProviderError
 from spotwise.providers.blobs import check_name
 
 _TMP_PREFIX = ".tmp-"
+_TMP_TRIES = 100
+
+
+def create_temp(folder: Path, prefix: str) -> tuple[int, str]:
+    """A new, empty file ``<folder>/<prefix><random>`` opened for writing: ``(fd, path)``.
+
+    Like :func:`tempfile.mkstemp` (created exclusively, never follows a link, not inherited by
+    child processes) but with the mode a plain ``open()`` gives a new file — ``0o666`` less the
+    process umask, which the kernel applies — instead of ``0o600``, so the file renamed over a
+    checkpoint or channel name is as readable as any other file the user writes there."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+    flags |= getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_BINARY", 0)
+    for _ in range(_TMP_TRIES):
+        path = os.path.join(folder, f"{prefix}{secrets.token_hex(6)}")
+        try:
+            return os.open(path, flags, 0o666), path
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"no free temporary name {prefix}* in {folder}")
 
 
 def path_of(uri: str) -> Path:
@@ -75,7 +96,7 @@ class FileBlobs:
         target = self.root / check_name(name)
         try:
             self.root.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=f"{_TMP_PREFIX}{name}.", dir=self.root)
+            fd, tmp = create_temp(self.root, f"{_TMP_PREFIX}{name}.")
         except OSError as e:
             raise self._fail(e, f"writing {name} to") from None
         try:

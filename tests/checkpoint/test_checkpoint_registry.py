@@ -77,3 +77,61 @@ def test_cloud_backends_are_imported_lazily() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "True []"
+
+
+FILE_FIX = "use a folder path (relative to the spec, e.g. checkpoints) or file:///abs/path"
+
+
+@pytest.mark.parametrize("uri", ["file://", "file://ckpts", "file://rel/dir", "file://host/abs"])
+def test_check_location_refuses_a_file_uri_without_an_absolute_folder(uri: str) -> None:
+    with pytest.raises(SpecError) as err:
+        registry.check_location(uri)
+    assert err.value.message == (
+        f"checkpoint location: {uri!r} is not a file URI of an absolute folder; {FILE_FIX}"
+    )
+
+
+@pytest.mark.parametrize("uri", ["file:///abs/ckpt", "file://localhost/abs/ckpt", "ckpts"])
+def test_check_location_accepts_absolute_file_uris_and_folders(uri: str) -> None:
+    registry.check_location(uri)
+
+
+@pytest.mark.parametrize(
+    ("uri", "bucket"), [("s3://Bad_Bucket/p", "Bad_Bucket"), ("s3://ab/p", "ab")]
+)
+def test_check_location_names_a_bad_s3_bucket_and_the_rule(uri: str, bucket: str) -> None:
+    with pytest.raises(SpecError) as err:
+        registry.check_location(uri)
+    assert err.value.message == (
+        f"checkpoint location: aws: {uri!r} has an invalid S3 bucket name {bucket!r}: use 3-63 "
+        "lowercase letters, digits, '.' or '-', starting and ending with a letter or digit"
+    )
+    assert (
+        err.value.hint == "use s3://BUCKET or s3://BUCKET/PREFIX, e.g. s3://my-bucket/checkpoints"
+    )
+    with pytest.raises(SpecError, match=r"'s3:///p' names no bucket"):
+        registry.check_location("s3:///p")
+    registry.check_location("s3://my-bucket.example/p")
+
+
+def test_a_spec_with_file_scheme_only_is_one_error_line(tmp_path: Path) -> None:
+    spec = tmp_path / "job.yaml"
+    spec.write_text(
+        "name: x\ncommand: [python, train.py]\nmetric: {name: m, direction: maximize}\n"
+        "steps: 4\ntrials: 1\nsearch_space:\n  lr: {type: real, low: 0.01, high: 0.1}\n"
+        "providers:\n  - name: local\n"
+        'checkpoint: {location: "file://"}\n'
+    )
+    out = subprocess.run(
+        [sys.executable, "-m", "spotwise.cli.app", "tune", str(spec)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=120,
+    )
+    assert out.returncode == 2
+    assert out.stderr.splitlines() == [
+        f"error: {spec}: spec field 'checkpoint.location': checkpoint location: 'file://' is not "
+        f"a file URI of an absolute folder; {FILE_FIX}"
+    ]
+    assert not (tmp_path / "file:").exists()

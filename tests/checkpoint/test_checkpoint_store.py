@@ -24,6 +24,7 @@ from spotwise.checkpoint import (
     checkpoint_name,
     manifest_name,
 )
+from spotwise.checkpoint.base import ForeignCheckpointError, Manifest
 from spotwise.errors import CheckpointError
 
 Factory = Callable[..., ManifestCheckpointStore]
@@ -230,6 +231,130 @@ def test_keep_must_be_positive(make_store: Factory) -> None:
         make_store(keep=0)
     with pytest.raises(ValueError, match="keep must be"):
         make_store().delete_older_than(0)
+
+
+# -- steps only go forward ---------------------------------------------------------------------
+def test_put_refuses_a_step_older_than_the_latest(make_store: Factory) -> None:
+    store = make_store()
+    _put(store, 5)
+    _put(store, 10)
+    before = sorted(store._keys())
+    with pytest.raises(ValueError) as err:
+        _put(store, 3)
+    assert str(err.value) == (
+        f"checkpoint step 3 is older than the latest checkpoint (step 10) in {store.uri}: "
+        "steps only go forward; resume from it first (sdk.load_checkpoint()) and save step 10 "
+        f"or later, or remove {store.uri} to start over"
+    )
+    assert sorted(store._keys()) == before  # nothing written, nothing deleted
+    assert store._read("LATEST") == b"ckpt-00000010.json\n"
+    found = store.get_latest()
+    assert found is not None and found[1]["step"] == 10
+    _put(store, 10, b"again")  # the same step again still replaces it
+    assert store.get_latest()[0] == b"again"  # type: ignore[index]
+
+
+def test_an_older_step_past_a_corrupt_newer_one_is_kept(make_store: Factory) -> None:
+    store = make_store()
+    _put(store, 5)
+    _put(store, 10, b"ten" * 100)
+    _corrupt_byte(store, checkpoint_name(10))
+    _put(store, 7, b"seven")  # resumed from 5 past the corrupt 10: 7 is the newest usable one
+    found = make_store().get_latest()
+    assert found is not None and (found[0], found[1]["step"]) == (b"seven", 7)
+    assert found[1]["fallback_from"] == "ckpt-00000010.pt"
+    assert store._read("LATEST") == b"ckpt-00000007.json\n"
+
+
+# -- loading with a decoder, setting aside what fails ----------------------------------------
+def test_load_latest_skips_what_the_decoder_rejects(make_store: Factory) -> None:
+    store = make_store(keep=5)
+    for step in (5, 10, 15):
+        _put(store, step, f"payload {step}".encode())
+
+    def decode(data: bytes, manifest: Manifest, where: str) -> str:
+        if manifest["step"] == 15:
+            raise ForeignCheckpointError(f"checkpoint {where} belongs to another trial")
+        if manifest["step"] == 10:
+            raise CheckpointError(f"checkpoint {where} is not a torch file")
+        return data.decode()
+
+    found = store.load_latest(decode)
+    assert found is not None
+    decoded, manifest = found
+    assert decoded == "payload 5" and manifest["step"] == 5
+    where15, where10 = store._location(checkpoint_name(15)), store._location(checkpoint_name(10))
+    assert manifest["fallback_from"] == "ckpt-00000015.pt"
+    assert manifest["fallback_reason"] == f"checkpoint {where15} belongs to another trial"
+    assert manifest["fallback_skipped"] == [
+        {
+            "step": 15,
+            "file": "ckpt-00000015.pt",
+            "reason": f"checkpoint {where15} belongs to another trial",
+            "foreign": True,
+        },
+        {
+            "step": 10,
+            "file": "ckpt-00000010.pt",
+            "reason": f"checkpoint {where10} is not a torch file",
+            "foreign": False,
+        },
+    ]
+
+
+def test_load_latest_when_the_decoder_rejects_every_one(make_store: Factory) -> None:
+    store = make_store()
+    _put(store, 5)
+    _put(store, 10)
+
+    def reject(data: bytes, manifest: Manifest, where: str) -> bytes:
+        raise CheckpointError(f"checkpoint {where} is not a torch file", hint="save it again")
+
+    with pytest.raises(CheckpointError) as err:
+        store.load_latest(reject)
+    where = store._location(checkpoint_name(10))
+    assert err.value.message == (
+        f"checkpoint {where} is not a torch file; no older checkpoint in {store.uri} is usable "
+        "either"
+    )
+    assert err.value.hint == "save it again"
+
+
+def test_set_aside_renames_and_never_deletes(make_store: Factory) -> None:
+    store = make_store()
+    _put(store, 5, b"five")
+    _put(store, 10, b"ten" * 100)
+    _corrupt_byte(store, checkpoint_name(10))
+    bad_data, bad_manifest = store._read(checkpoint_name(10)), store._read(manifest_name(10))
+    kept = store.set_aside(10)
+    assert kept == store._location("ckpt-00000010.pt.corrupt")
+    assert store._read("ckpt-00000010.pt.corrupt") == bad_data
+    assert store._read("ckpt-00000010.json.corrupt") == bad_manifest
+    assert store._read(checkpoint_name(10)) is None and store._read(manifest_name(10)) is None
+    assert store._read("LATEST") == b"ckpt-00000005.json\n"  # the newest checkpoint left
+    found = store.get_latest()
+    assert found is not None and found[0] == b"five" and "fallback_from" not in found[1]
+
+    _put(store, 10, b"ten again")  # the next save of step 10 leaves the evidence alone
+    _corrupt_byte(store, checkpoint_name(10))
+    assert store.set_aside(10, ".foreign") == store._location("ckpt-00000010.pt.foreign")
+    _put(store, 10, b"ten, third")
+    _corrupt_byte(store, checkpoint_name(10))
+    assert store.set_aside(10) == store._location("ckpt-00000010.pt.corrupt-2")
+    assert store.set_aside(10) is None  # nothing left to set aside
+    for step in (15, 20, 25):  # retention never touches what was set aside
+        _put(store, step)
+    assert sorted(k for k in store._keys() if k.endswith(("corrupt", "corrupt-2", "foreign"))) == [
+        "ckpt-00000010.json.corrupt",
+        "ckpt-00000010.json.corrupt-2",
+        "ckpt-00000010.json.foreign",
+        "ckpt-00000010.pt.corrupt",
+        "ckpt-00000010.pt.corrupt-2",
+        "ckpt-00000010.pt.foreign",
+    ]
+    assert store._read("ckpt-00000010.pt.corrupt") == bad_data
+    with pytest.raises(ValueError, match=r"suffix must look like '\.corrupt', got 'x/y'"):
+        store.set_aside(25, "x/y")
 
 
 # -- local folder specifics -------------------------------------------------------------------

@@ -143,7 +143,7 @@ def test_load_spec_reads_yaml_and_resolves_base_dir(tmp_path: Path) -> None:
         (
             {"checkpoint": {"location": "s3://x/ckpt"}},
             "'checkpoint.location'",
-            "is not an S3 location; expected s3://bucket/prefix",
+            "has an invalid S3 bucket name 'x': use 3-63 lowercase letters",
         ),
         (
             {"checkpoint": {"location": "az://acct/x"}},
