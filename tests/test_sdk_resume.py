@@ -464,7 +464,10 @@ def test_a_relaunch_after_the_folder_was_lost_warns_instead_of_silently_restarti
     ]
     with Store.open_existing(db) as store:
         launches = store.events(summary["job_id"], kind="launch")
+        behind = store.events(summary["job_id"], kind="resume_behind")
     assert [e.detail["resume_step"] for e in launches] == [0, 4]
+    # the trial's warning is the job's event too (`spotwise status` and the store show it)
+    assert [(e.detail["step"], e.detail["expected"]) for e in behind] == [(0, 4)]
     run_dir = tmp_path / "runs" / summary["job_id"]
     (events_file,) = run_dir.glob("*/events-1.jsonl")
     assert _events(events_file, "resume_behind") == [

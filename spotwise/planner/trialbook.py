@@ -3,14 +3,22 @@
 A mixin of :class:`~spotwise.planner.orchestrator.Orchestrator`, kept apart so each file stays
 readable: progress records become observations and events; an instance's end becomes the
 trial's next phase (completed, stopped early, failed, or waiting to resume elsewhere).
+
+Every instance life leaves its trial's output in the job's ``logs`` folder as
+``<instance id>.log``: the local provisioner writes it there as the trial runs; a cloud trial's
+agent uploads the end of it to the trial's artifacts folder
+(:func:`~spotwise.providers.channel.read_output`), fetched here when the life ends. A failed
+attempt's error quotes the last line of that output (a traceback's exception line).
 """
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 from typing import Any
 
+from spotwise.errors import ProviderError
 from spotwise.planner.backend import Backend
 from spotwise.planner.policy import Event, InstanceLost, Phase, Progress, TrialExited
 from spotwise.planner.report import best_of
@@ -19,11 +27,29 @@ from spotwise.planner.search import Search
 from spotwise.providers.base import InstanceState
 from spotwise.spec import JobSpec
 
+# what the SDK says went wrong with a resume (spotwise.sdk.load_checkpoint): job events too
+SDK_WARNINGS = ("checkpoint_rejected", "resume_behind")
+_EVENT_FIELDS = ("type", "time", "job_id", "trial_id", "instance_id", "kind")  # the store's own
 MAX_FAILURES = 2  # attempts of a trial that may crash before it is marked failed
+LAST_LINE_CHARS = 300  # of a trial's last output line, quoted in its error
+_CONTROL = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|[\x00-\x08\x0b-\x1f\x7f]")  # ANSI, controls
+
+
+def last_line(data: bytes) -> str:
+    """The last line of a trial's output that says something (a progress bar's last state
+    after ``\\r``), without terminal escapes; at most ``LAST_LINE_CHARS`` characters."""
+    for raw in reversed(data[-8192:].decode("utf-8", errors="replace").splitlines()):
+        line = _CONTROL.sub("", raw.rsplit("\r", 1)[-1]).strip()
+        if line:
+            if len(line) > LAST_LINE_CHARS:
+                line = line[: LAST_LINE_CHARS - 3] + "..."
+            return line
+    return ""
 
 
 class TrialBook:
     backend: Backend
+    job_id: str
     store: Any
     spec: JobSpec
     search: Search
@@ -40,6 +66,10 @@ class TrialBook:
         for rec in self.backend.provisioner.progress(life.instance_id):
             kind, step = rec.get("type"), rec.get("step")
             if not isinstance(step, int):
+                continue
+            if kind in SDK_WARNINGS:  # a checkpoint set aside, or less resumed than expected
+                said = {k: v for k, v in rec.items() if k not in _EVENT_FIELDS}
+                self._event(str(kind), now, t, sdk_time=rec.get("time"), **said)
                 continue
             if kind == "report":
                 metric = rec.get("metric")
@@ -84,6 +114,7 @@ class TrialBook:
         assert life is not None
         life.exited = True
         t.life = None
+        log_file, output, unread = self._life_log(t, life)
         # every step reported: the trial is complete even if its instance was taken afterwards
         finished = t.step >= t.steps_total
         if finished:
@@ -102,16 +133,23 @@ class TrialBook:
             and (t.stopping is None or (code is not None and code != 0))
         ):
             t.failures += 1
-            detail: dict[str, Any] = {"exit_code": code, "log": str(self.run_dir / "logs")}
+            detail: dict[str, Any] = {
+                "exit_code": code,
+                "log": str(log_file or self.run_dir / "logs"),
+            }
             if code is None:
                 detail["error"] = (
                     f"the instance ended ({state.value}) without reporting an exit code"
+                    + (f"; its files cannot be read: {unread}" if unread else "")
                 )
             t.crashed = code is not None  # an exit code: the trial's own failure
             t.last_error = detail.get("error") or (
                 f"the trial exited with code {code} at step {t.step} of {t.steps_total}"
                 + (" without being asked to stop" if code == 0 else "")
             )
+            if output:
+                detail["last_output"] = output
+                t.last_error += f"; its last output line: {output}"
             self._event("error", now, t, **detail)
             if t.failures >= MAX_FAILURES:
                 self._close_trial(t, "failed", now)
@@ -128,6 +166,58 @@ class TrialBook:
             )
             return InstanceLost(t.trial_id, life.instance_id)
         return TrialExited(t.trial_id, life.instance_id, finished)
+
+    def _life_log(self, t: TrialRun, life: Life) -> tuple[Path | None, str, str]:
+        """``(log file, its last output line, why the output could not be read)`` of one
+        instance life (see the module docstring): the file is ``<logs>/<instance id>.log``,
+        None when there is none; a cloud life's is fetched from its artifacts folder the first
+        time (when that fails, the file says why)."""
+        path = self.run_dir / "logs" / f"{life.instance_id}.log"
+        if path.exists():
+            try:
+                with open(path, "rb") as fh:
+                    fh.seek(max(fh.seek(0, 2) - 8192, 0))
+                    return path, last_line(fh.read()), ""
+            except OSError:
+                return path, "", ""
+        from spotwise.providers.channel import REACH, read_output
+
+        cloud = life.offer.provider
+        if cloud not in REACH:
+            return None, "", ""
+        p = next((q for q in self.spec.providers if q.name == cloud), None)
+        if p is None:  # the local provisioner writes its own (none: nothing ran)
+            return None, "", ""
+        output, unread = b"", ""
+        try:
+            where, data = read_output(
+                cloud,
+                p.options,
+                t.checkpoint_uri or "",
+                self.job_id,
+                t.trial_id,
+                life.attempt,
+                life.offer.region,
+            )
+        except ProviderError as e:
+            unread = str(e) + (f" ({e.hint})" if e.hint else "")
+            text = f"spotwise: cannot read the trial's output: {unread}\n".encode()
+        else:
+            output = data or b""
+            text = (
+                output
+                if data is not None
+                else (
+                    f"spotwise: no output of the trial was uploaded to {where} (it printed "
+                    "nothing, or its agent could not write there)\n".encode()
+                )
+            )
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(text)
+        except OSError:
+            return None, last_line(output), unread
+        return path, last_line(output), unread
 
     def _to_waiting(self, t: TrialRun) -> None:
         t.phase, t.state, t.stopping = Phase.WAITING, "waiting", None

@@ -31,6 +31,10 @@ it on the instance and :func:`trial_config` turns it into the agent's
 
 ``env`` never holds the controller's local paths (``SPOTWISE_EVENTS_FILE``, ``..._STOP_FILE``,
 ``..._CONTROL_FILE``): the agent sets the instance's own.
+
+:func:`read_output` reads back the end of a trial attempt's output (``output-<attempt>.log``,
+uploaded by the agent before the status that says the trial exited), for the job's ``logs``
+folder.
 """
 
 from __future__ import annotations
@@ -141,6 +145,39 @@ def artifacts_uri(
     if checkpoint_uri.strip():
         return normalized(checkpoint_uri)
     raise _unreachable(cloud, checkpoint_uri)
+
+
+def output_name(attempt: int | str) -> str:
+    """The name, in a trial's artifacts folder, of the tail of one attempt's output."""
+    return f"output-{attempt}.log"
+
+
+def read_output(
+    cloud: str,
+    options: Mapping[str, str],
+    checkpoint_uri: str,
+    job: str,
+    trial: str,
+    attempt: int,
+    region: str = "",
+) -> tuple[str, bytes | None]:
+    """``(where, data)``: the URI of the tail of a trial attempt's output in its artifacts
+    folder (the folder the cloud's provisioner gave the agent), and its bytes (None: nothing
+    was uploaded). ProviderError when the folder cannot be read (the error names the folder,
+    never a credential)."""
+    uri = artifacts_uri(cloud, options, checkpoint_uri, job, trial)
+    name = output_name(attempt)
+    if scheme_of(uri) == "s3":  # as the provisioner reads it: its region and profile
+        from spotwise.providers.s3_blobs import S3Blobs
+
+        profile = str(options.get("profile") or "") or None
+        blobs: Any = S3Blobs.from_uri(uri, region=region or None, profile=profile)
+    else:
+        from spotwise.providers.blobs_open import open_blobs
+
+        blobs = open_blobs(uri, channel=True)
+    data, _ = blobs.get(name)
+    return f"{uri}/{name}", data
 
 
 def check_reachable(cloud: str, options: Mapping[str, str], checkpoint_location: str) -> None:

@@ -21,16 +21,25 @@ interpreter. Every ``poll_s`` seconds it
 * syncs the trial's events file to ``events-<attempt>.jsonl`` (whole lines, every ``sync_s``),
   and its own status (notices seen, exit code) to ``agent-<attempt>.json``. The events are
   always uploaded before a status that says the trial exited, so a reader who sees the exit has
-  every event.
+  every event;
+* keeps the trial's output (stdout and stderr together, in ``output-<attempt>.log`` beside its
+  events file on the instance), copies it to the agent's own stdout (the agent's log) and
+  uploads its last ``OUTPUT_TAIL_BYTES`` to ``output-<attempt>.log`` in the artifacts folder:
+  every ``OUTPUT_SYNC_S`` while it grows, and before the status that says the trial exited
+  (the controller fetches it into the job's ``logs`` folder and quotes its last line when the
+  trial failed). It is the trial's own output: the agent adds nothing to it.
 
 The artifacts folder is any :class:`~spotwise.providers.blobs.Blobs` (S3, GCS, Azure Blob, a
 shared ``file://`` folder); the controller reads it with
 :class:`~spotwise.providers.trialfiles.TrialFiles`. When the agent itself gets SIGTERM (the
 machine is going down) it SIGTERMs the trial, waits up to ``kill_grace_s``, and uploads what
 the trial wrote. ``shutdown_after_s`` after the trial ended or could not start (``< 0``: never)
-it powers the machine off, so a lost controller cannot leave it running; an end it could not
-upload is retried for ``FINAL_TRIES`` polls first. Storage failures are logged and
-retried at the next poll; they never stop the trial.
+it powers the machine off, so a lost controller cannot leave it running. An end it could not
+upload is retried for ``FINAL_TRIES`` polls; if that fails too the machine is powered off at
+once: the controller cannot learn the end any other way, and it takes an instance that ended
+without an exit code for a failed attempt (waiting ``shutdown_after_s`` would only bill the
+idle machine and hold the job). Storage failures are logged and retried at the next poll;
+they never stop the trial.
 """
 
 from __future__ import annotations
@@ -57,6 +66,9 @@ log = logging.getLogger("spotwise.agent")
 NoticeWatcher = Callable[[], list[dict[str, Any]]]
 LOCAL_PATHS = ("SPOTWISE_EVENTS_FILE", "SPOTWISE_STOP_FILE", "SPOTWISE_CONTROL_FILE")
 FINAL_TRIES = 30  # polls spent retrying the final upload before giving up
+OUTPUT_TAIL_BYTES = 64 * 1024  # the end of the trial's output uploaded for the controller
+OUTPUT_SYNC_S = 30.0  # a running trial's output tail is uploaded at most this often
+OUTPUT_CONTENT_TYPE = "text/plain; charset=utf-8"
 
 
 @dataclass
@@ -110,6 +122,7 @@ class TrialAgent:
         self.events = self.dir / f"events-{cfg.attempt}.jsonl"
         self.stop_file = self.dir / f"stop-{cfg.attempt}"
         self.control_file = self.dir / f"control-{cfg.attempt}.json"
+        self.output = self.dir / f"output-{cfg.attempt}.log"  # the trial's stdout and stderr
         self.status: dict[str, Any] = {
             "launch_id": cfg.launch_id,
             "attempt": cfg.attempt,
@@ -128,6 +141,10 @@ class TrialAgent:
         self._final_tries = 0
         self._ended_at: float | None = None  # when the trial was first seen to have exited
         self._start_reported = False  # the status of a trial that could not start was written
+        self._end_reported = False  # the status that says the trial exited was written
+        self._echoed = 0  # bytes of the output copied to the agent's own stdout
+        self._output_sent = -1  # the output's size at its last upload
+        self._output_sync = -1e18  # monotonic time of the last output upload
 
     # ---- the channel --------------------------------------------------------------------
     def put_status(self) -> None:
@@ -146,6 +163,53 @@ class TrialAgent:
         self.blobs.put(name, data[:end], "application/x-ndjson")
         self._uploaded_size = end
         self._last_sync = time.monotonic()
+
+    def output_tail(self) -> bytes:
+        """The last ``OUTPUT_TAIL_BYTES`` of the trial's output, from a line start; a first line
+        says how much was left out."""
+        try:
+            with open(self.output, "rb") as fh:
+                size = fh.seek(0, os.SEEK_END)
+                start = max(size - OUTPUT_TAIL_BYTES, 0)
+                fh.seek(start)
+                data = fh.read(size - start)
+        except OSError:
+            return b""
+        if start == 0:
+            return data
+        cut = data.find(b"\n") + 1  # drop the partial first line (none: keep it all)
+        data = data[cut:]
+        return b"[spotwise: the first %d bytes of the output are left out]\n" % (start + cut) + data
+
+    def sync_output(self, force: bool = False) -> None:
+        """Upload the output's tail when it grew, at most every ``OUTPUT_SYNC_S`` unless
+        ``force`` (nothing while the trial has printed nothing)."""
+        try:
+            size = self.output.stat().st_size
+        except OSError:
+            return
+        if size in (0, self._output_sent):
+            return
+        if not force and time.monotonic() - self._output_sync < OUTPUT_SYNC_S:
+            return
+        self._output_sync = time.monotonic()  # a failed upload too: tried again in a while
+        self.blobs.put(f"output-{self.cfg.attempt}.log", self.output_tail(), OUTPUT_CONTENT_TYPE)
+        self._output_sent = size
+
+    def echo_output(self) -> None:
+        """Copy what the trial printed since the last call to the agent's stdout (its log)."""
+        sink = getattr(sys.stdout, "buffer", None)
+        try:
+            with open(self.output, "rb") as fh:
+                fh.seek(self._echoed)
+                while chunk := fh.read(1 << 20):
+                    self._echoed += len(chunk)
+                    if sink is not None:
+                        sink.write(chunk)
+            if sink is not None:
+                sink.flush()
+        except (OSError, ValueError):  # no output yet, or the agent's stdout is closed
+            return
 
     def stop_requested(self) -> bool:
         try:
@@ -209,16 +273,24 @@ class TrialAgent:
             )
         log.info("starting trial %s attempt %s: %s", self.cfg.trial_id, self.cfg.attempt, argv)
         try:
-            self.proc = subprocess.Popen(
-                argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, start_new_session=True
-            )
+            with open(self.output, "ab") as out:  # the trial keeps its own handle
+                self.proc = subprocess.Popen(
+                    argv,
+                    cwd=cwd,
+                    env=env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
         except OSError as e:
             why = f"cannot start {argv[0]!r}: {e}"
             log.warning("%s", why)
             self.status.update(state="exited", exit_code=127, error=why)
             self._start_reported = self._try("write the status", self.put_status)
             return
-        log.info("trial pid %d", self.proc.pid)
+        log.info("trial pid %d", self.proc.pid)  # the instance emulator reads this line
+        log.info("trial output in %s (copied below)", self.output)
         self.status.update(state="running", pid=self.proc.pid)
         self._try("write the status", self.put_status)
 
@@ -252,14 +324,18 @@ class TrialAgent:
         if self._term_at is not None and time.monotonic() - self._term_at > self.cfg.kill_grace_s:
             self.signal_trial(signal.SIGKILL)
         code = self.proc.poll()
+        self.echo_output()
         if code is not None:
             if self._ended_at is None:
                 self._ended_at = time.time()
-            # events first, then the exit: the status says "exited" only once every event is
+            # the output (not required: its upload failing must not hold the exit back), then
+            # the events, then the exit: the status says "exited" only once every event is
             # uploaded (a notice's status upload on a retry poll must not say it earlier)
+            self._try("upload the output", lambda: self.sync_output(force=True))
             if self._try("upload the events", lambda: self.sync_events(force=True)):
                 self.status.update(state="exited", exit_code=code, ended_at=self._ended_at)
                 if self._try("write the status", self.put_status):
+                    self._end_reported = True
                     log.info("trial exited with %s", code)
                     return False
             self._final_tries += 1
@@ -273,6 +349,7 @@ class TrialAgent:
             return True
         if time.monotonic() - self._last_sync >= self.cfg.sync_s or self.status["notices"]:
             self._try("upload the events", self.sync_events)
+        self._try("upload the output", self.sync_output)
         return True
 
     def run(self) -> int:
@@ -288,7 +365,7 @@ class TrialAgent:
             if not self._start_reported:
                 log.warning("giving up writing the status after %d tries", tries)
             if not self._shutting_down:
-                self.maybe_shutdown()
+                self.maybe_shutdown(now=not self._start_reported)
             return 127
         while not self._shutting_down and self.step():
             time.sleep(self.cfg.poll_s)
@@ -301,19 +378,23 @@ class TrialAgent:
                 self.proc.wait()
             self.step()
             return 143
-        self.maybe_shutdown()
+        self.maybe_shutdown(now=not self._end_reported)
         return int(self.proc.returncode)
 
-    def maybe_shutdown(self) -> None:
+    def maybe_shutdown(self, now: bool = False) -> None:
         """Power the machine off if nobody removed it a while after the trial ended, so a lost
-        controller cannot leave it running."""
+        controller cannot leave it running; ``now``: at once (the end could not be reported,
+        so nobody will come for the machine, and its end is the controller's only news)."""
         if self.cfg.shutdown_after_s < 0:
             return
-        time.sleep(self.cfg.shutdown_after_s)
-        log.info(
-            "trial ended %.0f s ago and the instance is still up: shutting down",
-            self.cfg.shutdown_after_s,
-        )
+        if now:
+            log.warning("the trial's end could not be reported: shutting down now")
+        else:
+            time.sleep(self.cfg.shutdown_after_s)
+            log.info(
+                "trial ended %.0f s ago and the instance is still up: shutting down",
+                self.cfg.shutdown_after_s,
+            )
         subprocess.run(["shutdown", "-h", "now"], check=False)
 
     def on_sigterm(self, signum: int, frame: FrameType | None) -> None:

@@ -97,11 +97,12 @@ class TrialFiles:
         self.reported = len(self.notices)
         return out
 
-    def sync(self, poll_s: float, now: float, force: bool = False) -> None:
+    def sync(self, poll_s: float, now: float, force: bool = False) -> bool:
         """Relay a stop request and changed live settings, then read the agent's status and
-        new events (at most once per ``poll_s`` unless ``force``)."""
+        new events (at most once per ``poll_s`` unless ``force``); False when it was not due
+        (nothing was read)."""
         if not force and time.monotonic() - self.last_sync < poll_s:
-            return
+            return False
         self.last_sync = time.monotonic()
         if self.stop_file is not None and not self.stop_sent and self.stop_file.exists():
             self.blobs.put(f"stop-{self.attempt}", b"")
@@ -123,6 +124,7 @@ class TrialFiles:
                     continue
                 if isinstance(rec, dict):
                     self.buffer.append(rec)
+        return True
 
     def _relay_control(self) -> None:
         """Upload the local control file when its content differs from the last upload (the
@@ -205,11 +207,14 @@ class Tracks:
     """The channels of one provisioner's instances: instance id → :class:`TrialFiles`, each
     read at most once per ``poll_s``."""
 
+    WARN_EVERY_S = 60.0  # a read that keeps failing is said again this often, with a count
+
     def __init__(self, poll_s: float, clock: Callable[[], float] = time.time) -> None:
         self.poll_s = poll_s
         self.clock = clock
         self.by_id: dict[str, TrialFiles] = {}
-        self.failing: set[str] = set()  # instances whose last read failed (warned once)
+        # instances whose last read failed → [failed reads, monotonic time of the last warning]
+        self.failing: dict[str, list[float]] = {}
 
     def add(
         self, instance_id: str, uri: str, attempt: str, env: Mapping[str, str] | None = None
@@ -232,21 +237,41 @@ class Tracks:
         return track
 
     def sync(self, track: TrialFiles, force: bool = False) -> bool:
-        """Read ``track`` (see :meth:`TrialFiles.sync`); False when the storage failed: that is
-        logged once until a read works again, and the read is tried again at the next poll."""
+        """Read ``track`` (see :meth:`TrialFiles.sync`); False when the storage failed (or a
+        read not due yet follows one that failed). A failure is logged once, then at most once
+        every ``WARN_EVERY_S`` with the count of failed reads, and the read is tried again at
+        the next poll; the first read that works again says so."""
         iid = track.instance_id
         try:
-            track.sync(self.poll_s, self.clock(), force)
+            read = track.sync(self.poll_s, self.clock(), force)
         except ProviderError as e:
-            if iid not in self.failing:
-                self.failing.add(iid)
+            failed = self.failing.get(iid)
+            now = time.monotonic()
+            if failed is None:
+                self.failing[iid] = [1, now]
                 log.warning(
                     "cannot read the trial files of %s (trying again at each poll): %s", iid, e
                 )
+            else:
+                failed[0] += 1
+                if now - failed[1] >= self.WARN_EVERY_S:
+                    failed[1] = now
+                    log.warning(
+                        "still cannot read the trial files of %s (%d failed reads): %s",
+                        iid,
+                        failed[0],
+                        e,
+                    )
             return False
-        if iid in self.failing:
-            self.failing.discard(iid)
-            log.info("the trial files of %s can be read again", iid)
+        if not read:  # not due: nothing was read, so nothing recovered either
+            return iid not in self.failing
+        failed = self.failing.pop(iid, None)
+        if failed is not None:
+            log.warning(
+                "the trial files of %s can be read again (after %d failed reads)",
+                iid,
+                failed[0],
+            )
         return True
 
     def notices(self) -> list[Notice]:
