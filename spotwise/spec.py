@@ -105,7 +105,18 @@ class ProviderSpec(_Strict):
     instance_types: list[str] = Field(default_factory=list)
     markets: list[Literal["spot", "on-demand"]] = Field(default_factory=lambda: _BOTH_MARKETS[:])
     replay: ReplaySpec | None = None  # local only
-    options: dict[str, str] = Field(default_factory=dict)  # provider-specific (image, subnet, ...)
+    # provider-specific (image, subnet, ...): each provider's are declared in
+    # spotwise.providers.registry.PROVIDER_OPTIONS and checked by parse_spec
+    options: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("options", mode="before")
+    @classmethod
+    def _scalars(cls, v: Any) -> Any:
+        """``poll_s: 0.5`` and ``offline: true`` as YAML writes them: kept as the strings
+        the providers read (``"0.5"``, ``"true"``)."""
+        if not isinstance(v, dict):
+            return v
+        return {k: _option_text(x) for k, x in v.items()}
 
     @model_validator(mode="after")
     def _check(self) -> ProviderSpec:
@@ -114,6 +125,14 @@ class ProviderSpec(_Strict):
         if not self.markets:
             raise ValueError("markets must name at least one of spot, on-demand")
         return self
+
+
+def _option_text(x: Any) -> Any:
+    if isinstance(x, bool):
+        return "true" if x else "false"
+    if isinstance(x, int | float):
+        return str(x)
+    return x  # a string, or something pydantic refuses with its own message
 
 
 class CheckpointSpec(_Strict):
@@ -235,9 +254,24 @@ def parse_spec(data: Any, source: str = "spec") -> JobSpec:
         kind = {"list": "a list", "str": "a plain string"}.get(type(data).__name__, "a value")
         raise SpecError(f"{source}: the spec must be a YAML mapping of fields, got {kind}")
     try:
-        return JobSpec.model_validate(data)
+        spec = JobSpec.model_validate(data)
     except ValidationError as err:
         raise SpecError(f"{source}: {_format(err)}") from None
+    _check_options(spec, source)
+    return spec
+
+
+def _check_options(spec: JobSpec, source: str) -> None:
+    """Each provider's options against those it reads (unknown names, bad values). Done here
+    rather than in the model: a job stored by an older spotwise, read back by `cancel`, must
+    still load, whatever options it named."""
+    from spotwise.providers.registry import check_options
+
+    for i, p in enumerate(spec.providers):
+        try:
+            check_options(p.name, p.options, field=f"providers.{i}.options")
+        except SpecError as e:
+            raise SpecError(f"{source}: {e.message}", hint=e.hint) from None
 
 
 def _folder_message(folder: Path) -> str:

@@ -33,6 +33,7 @@ from spotwise.planner.policy import (
     TrialAdded,
     get_policy,
 )
+from spotwise.planner.preflight import preflight
 from spotwise.planner.report import (
     best_trial,
     end_state,
@@ -106,7 +107,11 @@ class Orchestrator(Actions):
         # raises before anything is written
         backend = open_backend(spec, self.base_dir, self.run_dir, forecast=forecast)
         self.backend = backend
+        self.ckpt_root = self._checkpoint_root()
         try:
+            # what only the open market shows (options, regions, instance types, a checkpoint
+            # location we cannot write): refused before the job is recorded or anything bought
+            preflight(spec, backend, self.ckpt_root)
             self.store.create_job(
                 name=spec.name,
                 spec_json=spec.model_dump_json(),
@@ -119,7 +124,6 @@ class Orchestrator(Actions):
             backend.close()
             raise
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        self.ckpt_root = self._checkpoint_root()
         wall0 = time.monotonic()
         state, error = "failed", None
         restore = on_signals(self._request_cancel)

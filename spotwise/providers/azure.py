@@ -15,8 +15,10 @@ launch also ``resource_group``, ``subnet_id`` (a subnet resource id), ``image`` 
 ``admin_username`` (``spotwise``), ``eviction_policy`` (``Delete`` or ``Deallocate``),
 ``max_price`` (``-1``: up to the on-demand price), ``os_disk_size_gb`` (``64``),
 ``public_ip`` (``false``), ``prices_source`` (``live``: Retail Prices API, or ``catalog``),
-``prices`` (a catalog CSV), ``base_url`` (an ARM endpoint for a fake server),
-``polling_interval`` (seconds between LRO polls, ``5``); for the trial channel (see
+``prices`` (a catalog CSV), ``offline`` (``true``: the catalog without ARM calls),
+``retail_prices_url`` (the Retail Prices API's address, for a fake server), ``base_url`` (an
+ARM endpoint for a fake server), ``polling_interval`` (seconds between LRO polls, ``5``); for
+the trial channel (see
 :mod:`spotwise.providers.channel`): ``artifacts`` (``az://account/container/prefix`` or a shared
 ``file:///path``; default: the trial's checkpoint location, which must then be one of those),
 ``poll_s`` (seconds between reads of the API and of each trial's files, default

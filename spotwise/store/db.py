@@ -22,7 +22,7 @@ from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 from sqlalchemy.pool import StaticPool
 from sqlmodel import Session
 
-from spotwise.errors import ConfigError, StoreError
+from spotwise.errors import ConfigError, NotFoundError, StoreError
 
 ENV_VAR = "SPOTWISE_DB"
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
@@ -84,6 +84,49 @@ def sqlite_path(url: str | URL) -> Path | None:
     if database in ("", ":memory:") or database.startswith("file:"):
         return None
     return Path(database).expanduser()
+
+
+def check_existing_sqlite(path: Path) -> None:
+    """NotFoundError unless ``path`` is a SQLite file holding a spotwise database: a missing
+    file, an empty (0-byte) one, one that is not SQLite, or one without spotwise's ``job``
+    table is "no database" for the read-only commands (`report --check` exits 3 on it).
+
+    The file is only read (``mode=ro``, not through an engine, whose connection would switch
+    it to WAL mode), never created or changed; what this cannot tell (a locked or unreadable
+    file) is left for the engine to report. Callers: ``Store.open_existing``."""
+    import sqlite3
+
+    try:
+        if path.stat().st_size == 0:
+            raise _no_database(path, "the file is empty")
+    except FileNotFoundError:
+        raise _no_database(path) from None
+    except OSError:
+        return
+    try:
+        con = sqlite3.connect(
+            f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=SQLITE_BUSY_TIMEOUT_S
+        )
+        try:
+            found = con.execute(
+                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'job'"
+            ).fetchone()
+        finally:
+            con.close()
+    except sqlite3.DatabaseError as exc:
+        if "not a database" in str(exc):
+            raise _no_database(path, "the file is not a SQLite database") from None
+        return
+    if not found:
+        raise _no_database(path, "the file has no spotwise tables")
+
+
+def _no_database(path: Path, why: str = "") -> NotFoundError:
+    return NotFoundError(
+        f"no spotwise database at {path}{f' ({why})' if why else ''}; run `spotwise tune SPEC` "
+        "first",
+        hint="or point --db/SPOTWISE_DB at an existing database",
+    )
 
 
 def _on_sqlite_connect(dbapi_connection: Any, _record: Any) -> None:

@@ -17,7 +17,14 @@ from sqlalchemy.engine import Engine
 from sqlmodel import Session, SQLModel, col, select
 
 from spotwise.errors import ConfigError, NotFoundError
-from spotwise.store.db import default_url, make_engine, migrate, session_scope, sqlite_path
+from spotwise.store.db import (
+    check_existing_sqlite,
+    default_url,
+    make_engine,
+    migrate,
+    session_scope,
+    sqlite_path,
+)
 from spotwise.store.models import (
     INSTANCE_REQUESTED,
     TERMINAL_INSTANCE_STATES,
@@ -70,17 +77,18 @@ class Store:
 
     @classmethod
     def open_existing(cls, url: str | None = None) -> Self:
-        """Like :meth:`open`, but a SQLite file that does not exist is a NotFoundError and is
-        not created."""
+        """Like :meth:`open`, but a SQLite file that does not exist, or holds no spotwise
+        schema (empty, not SQLite, no ``job`` table), is a NotFoundError and is neither created
+        nor changed (:func:`~spotwise.store.db.check_existing_sqlite`)."""
         url = default_url(url)
         engine = make_engine(url)
         path = sqlite_path(engine.url)
-        if path is not None and not path.exists():
-            engine.dispose()
-            raise NotFoundError(
-                f"no spotwise database at {path}; run `spotwise tune SPEC` first",
-                hint="or point --db/SPOTWISE_DB at an existing database",
-            )
+        if path is not None:
+            try:
+                check_existing_sqlite(path)
+            except NotFoundError:
+                engine.dispose()
+                raise
         return cls._migrated(engine)
 
     @classmethod

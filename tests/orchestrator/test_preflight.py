@@ -1,0 +1,238 @@
+"""Spec errors only the opened market shows are refused before the job is recorded or anything
+is bought (:mod:`spotwise.planner.preflight`): exit 2, one line, no job row, no instance.
+
+The AWS cases run against a moto server in this process (fake credentials, clients pointed at
+it through ``AWS_ENDPOINT_URL``), as ``tests/providers`` does."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from spotwise import jobs
+from spotwise.errors import SpecError
+from spotwise.planner.preflight import PROBE_PREFIX, probe_checkpoint_root
+from spotwise.store import Store
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+REPO = Path(__file__).resolve().parents[2]
+BUCKET = "spotwise-preflight"
+AMI = "ami-12c6146b"  # an image moto knows
+
+
+def spec_dict(tmp_path: Path, **changes: Any) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "name": "preflight",
+        "command": ["python", "train.py"],
+        "metric": {"name": "score"},
+        "steps": 4,
+        "trials": 2,
+        "parallel": 2,
+        "search_space": {"lr": {"type": "real", "low": 0.001, "high": 0.1, "log": True}},
+        "search": {"optimizer": "random"},
+        "providers": [{"name": "local", "replay": {"speedup": 600}}],
+        "checkpoint": {"every": 2, "location": str(tmp_path / "ckpt")},
+    }
+    spec.update(changes)
+    return spec
+
+
+def write_spec(tmp_path: Path, spec: dict[str, Any]) -> Path:
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return path
+
+
+def refused(tmp_path: Path, spec: dict[str, Any]) -> str:
+    """Run `tune` (the core call) on ``spec``; return the SpecError's message, once checked
+    that it is one line and that the store holds no job (so no trial and no instance)."""
+    db = f"sqlite:///{tmp_path / 'spotwise.db'}"
+    with pytest.raises(SpecError) as info:
+        jobs.tune(write_spec(tmp_path, spec), db=db, run_root=tmp_path / "runs")
+    message = str(info.value)
+    assert "\n" not in message and "\r" not in message
+    with Store.open(db) as store:
+        assert store.list_jobs() == []
+        assert store.list_instances(None) == []
+    assert not (tmp_path / "runs").exists()
+    return message
+
+
+# ---- a checkpoint location the orchestrator cannot write ----------------------------------------
+def test_a_checkpoint_location_through_a_file_is_refused_before_the_job_starts(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "afile").write_text("not a folder\n")
+    spec = spec_dict(tmp_path, checkpoint={"every": 2, "location": "afile/ckpts"})
+    message = refused(tmp_path, spec)
+    assert message == (
+        "spec field 'checkpoint.location': spotwise cannot write checkpoints under "
+        f"'afile/ckpts' ({tmp_path / 'afile'}: Not a directory)"
+    )
+    assert (tmp_path / "afile").read_text() == "not a folder\n"
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only folders")
+def test_a_read_only_checkpoint_folder_is_refused_before_the_job_starts(tmp_path: Path) -> None:
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o555)
+    try:
+        message = refused(tmp_path, spec_dict(tmp_path, checkpoint={"location": "ro"}))
+    finally:
+        ro.chmod(0o755)
+    assert message.startswith(
+        "spec field 'checkpoint.location': spotwise cannot write checkpoints under 'ro' ("
+    )
+    assert message.endswith(": Permission denied)")
+    assert list(ro.iterdir()) == []
+
+
+def test_the_probe_leaves_nothing_behind(tmp_path: Path) -> None:
+    """A writable location: the probe object is deleted and the folders it had to create are
+    removed again; a folder that was there stays, with what it held."""
+    probe_checkpoint_root(str(tmp_path / "new" / "deeper" / "j-1"), "new/deeper")
+    assert list(tmp_path.iterdir()) == []
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    (kept / "old.txt").write_text("x")
+    probe_checkpoint_root(str(kept / "j-2"))
+    assert [p.name for p in kept.iterdir()] == ["old.txt"]
+
+
+def test_the_probe_of_a_path_through_a_file_says_why(tmp_path: Path) -> None:
+    (tmp_path / "afile").write_text("")
+    with pytest.raises(SpecError) as info:
+        probe_checkpoint_root(str(tmp_path / "afile"), "afile")
+    assert str(info.value) == (
+        "spec field 'checkpoint.location': spotwise cannot write checkpoints under 'afile' "
+        f"(checkpoint location {tmp_path / 'afile'} exists and is not a folder)"
+    )
+    assert not any(p.name.startswith(PROBE_PREFIX) for p in tmp_path.iterdir())
+
+
+# ---- AWS on moto --------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def moto_url() -> Iterator[str]:
+    pytest.importorskip("moto", reason="moto is not installed (spotwise[dev])")
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    yield f"http://{host}:{port}"
+    server.stop()
+
+
+@pytest.fixture
+def aws(moto_url: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Any]:
+    """Fake credentials, every AWS client on a freshly reset moto, one bucket; yields an EC2
+    client to count instances with."""
+    for var in ("AWS_PROFILE", "AWS_REGION", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL_S3"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", moto_url)
+    monkeypatch.setenv("AWS_ENDPOINT_URL_PRICING", "http://127.0.0.1:9")  # none: offline prices
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIAPREFLIGHTFAKE0001")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "preflight-fake-secret")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-aws-config"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-aws-credentials"))
+    req = urllib.request.Request(f"{moto_url}/moto-api/reset", method="POST")
+    urllib.request.urlopen(req, timeout=10).close()
+    import boto3
+
+    boto3.client("s3", region_name="us-east-1").create_bucket(Bucket=BUCKET)
+    ec2 = boto3.client("ec2", region_name="us-east-1")
+    yield ec2
+    assert ec2.describe_instances()["Reservations"] == []  # nothing was ever launched
+
+
+def aws_spec(tmp_path: Path, **provider: Any) -> dict[str, Any]:
+    p: dict[str, Any] = {
+        "name": "aws",
+        "regions": ["us-east-1"],
+        "instance_types": ["c5.xlarge", "m5.xlarge"],
+        "options": {"image": AMI, "pricing": "offline"},
+        **provider,
+    }
+    return spec_dict(
+        tmp_path, providers=[p], checkpoint={"every": 2, "location": f"s3://{BUCKET}/ckpt"}
+    )
+
+
+def test_aws_unknown_instance_type_is_a_spec_error_before_the_job_starts(
+    tmp_path: Path, aws: Any
+) -> None:
+    spec = aws_spec(tmp_path, instance_types=["c5.xlarge", "m5.xlarg"])
+    assert refused(tmp_path, spec) == (
+        "spec field 'providers.0.instance_types.1': aws: unknown instance type 'm5.xlarg' "
+        "(did you mean 'm5.xlarge'?) in us-east-1"
+    )
+
+
+def test_aws_unknown_region_is_a_spec_error_before_the_job_starts(tmp_path: Path, aws: Any) -> None:
+    spec = aws_spec(tmp_path, regions=["us-east-1", "us-eats-1"])
+    assert refused(tmp_path, spec) == (
+        "spec field 'providers.0.regions.1': aws: unknown region 'us-eats-1' "
+        "(did you mean 'us-east-1'?)"
+    )
+
+
+def test_aws_without_an_image_is_a_spec_error_before_the_job_starts(
+    tmp_path: Path, aws: Any
+) -> None:
+    spec = aws_spec(tmp_path, options={"instance_profile": "spotwise-trial"})
+    assert refused(tmp_path, spec) == (
+        "spec field 'providers.0.options.image': required to launch on aws; add `image: "
+        "ami-0123456789abcdef0 (or resolve:ssm:<parameter>; its Python must run spotwise)` "
+        "under the aws provider's options"
+    )
+
+
+def test_aws_missing_bucket_is_a_spec_error_before_any_instance_is_bought(
+    tmp_path: Path, aws: Any
+) -> None:
+    spec = aws_spec(tmp_path)
+    spec["checkpoint"] = {"every": 2, "location": "s3://no-such-bucket-preflight/ckpt"}
+    message = refused(tmp_path, spec)
+    assert message.startswith(
+        "spec field 'checkpoint.location': spotwise cannot write checkpoints under "
+        "'s3://no-such-bucket-preflight/ckpt' (aws: "
+    )
+    assert "NoSuchBucket" in message and "preflight-fake-secret" not in message
+
+
+def test_tune_cli_exits_2_with_one_line_for_an_unknown_aws_instance_type(
+    tmp_path: Path, aws: Any
+) -> None:
+    """The whole command: exit 2, `error:` and at most a `hint:` line, no job recorded."""
+    path = write_spec(tmp_path, aws_spec(tmp_path, instance_types=["c5.xlarg"]))
+    db = tmp_path / "spotwise.db"
+    env = {**os.environ, "SPOTWISE_DB": f"sqlite:///{db}", "SPOTWISE_HOME": str(tmp_path)}
+    res = subprocess.run(
+        [sys.executable, "-m", "spotwise.cli.app", "tune", str(path)],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert res.returncode == 2, res.stderr
+    lines = res.stderr.strip().splitlines()
+    assert lines[0] == (
+        "error: spec field 'providers.0.instance_types.0': aws: unknown instance type "
+        "'c5.xlarg' (did you mean 'c5.xlarge'?) in us-east-1"
+    )
+    assert len(lines) == 1 or (len(lines) == 2 and lines[1].startswith("hint: "))
+    with Store.open(f"sqlite:///{db}") as store:
+        assert store.list_jobs() == []
