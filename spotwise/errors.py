@@ -82,5 +82,8 @@ def did_you_mean(value: str, choices: list[str] | tuple[str, ...]) -> str:
     """Return ' (did you mean X?)' for the closest choice, or '' when nothing is close."""
     import difflib
 
-    close = difflib.get_close_matches(value, list(choices), n=1, cutoff=0.6)
-    return f" (did you mean {close[0]!r}?)" if close else ""
+    close = difflib.get_close_matches(value, list(choices), n=5, cutoff=0.6)
+    # two letters swapped ("us-esat-1") beat a choice that scores the same ("us-west-1")
+    swapped = [c for c in close if sorted(c) == sorted(value)]
+    best = (swapped or close)[:1]
+    return f" (did you mean {best[0]!r}?)" if best else ""

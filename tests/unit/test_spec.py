@@ -315,3 +315,13 @@ def test_an_unknown_field_points_to_the_reference_that_lists_the_fields() -> Non
         "spec: spec field 'trails': unknown field (did you mean 'trials'?); remove it "
         "(the fields are listed in the README, 'Job spec reference')"
     )
+
+
+def test_did_you_mean_prefers_two_swapped_letters() -> None:
+    """'us-esat-1' scores the same against us-east-1 and us-west-1; the first in the list won."""
+    from spotwise.errors import did_you_mean
+
+    regions = ["us-west-1", "us-east-1", "us-east-2"]
+    assert did_you_mean("us-esat-1", regions) == " (did you mean 'us-east-1'?)"
+    assert did_you_mean("us-wset-1", regions) == " (did you mean 'us-west-1'?)"
+    assert did_you_mean("eu-north-9", regions) == ""
