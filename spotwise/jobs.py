@@ -239,9 +239,9 @@ def _release(store: Any, job: Any) -> dict[str, Any]:
     ``ended``, ``not found`` or ``open``), ``open_instances`` (the ids still open) and
     ``errors`` (why)."""
     from spotwise.planner import reconcile as rec
-    from spotwise.spec import JobSpec, ReplaySpec
+    from spotwise.spec import ReplaySpec, load_stored_spec
 
-    spec = JobSpec.model_validate_json(job.spec_json)
+    spec = load_stored_spec(job.spec_json)
     rows = store.list_instances(job.id, active_only=True)
     first = spec.providers[0]
     ends: dict[str, float | None] = {}  # launch id → when it ended (None: now)

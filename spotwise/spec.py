@@ -22,7 +22,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from spotwise.errors import SpecError, did_you_mean
 
@@ -135,15 +143,32 @@ def _option_text(x: Any) -> Any:
     return x  # a string, or something pydantic refuses with its own message
 
 
+STORED = {"stored": True}  # validation context of a spec read back from the store
+
+
+def stored(info: ValidationInfo) -> bool:
+    """Whether a spec is being read back from the store (:func:`load_stored_spec`): checks
+    added after the job was written must not make it unreadable, or `cancel` could not
+    release what the job holds."""
+    return bool(isinstance(info.context, dict) and info.context.get("stored"))
+
+
+def load_stored_spec(spec_json: str) -> JobSpec:
+    """The spec of a job already recorded (``job.spec_json``), as it was accepted then."""
+    return JobSpec.model_validate_json(spec_json, context=STORED)
+
+
 class CheckpointSpec(_Strict):
     location: str = "checkpoints"  # folder (relative to the spec) or s3://, gs://, az:// URI
     every: int = Field(default=5, ge=1)  # steps between checkpoints (policies may adapt it)
 
     @field_validator("location")
     @classmethod
-    def _location(cls, v: str) -> str:
+    def _location(cls, v: str, info: ValidationInfo) -> str:
         from spotwise.checkpoint.registry import check_location
 
+        if stored(info):  # a job that already ran: read back as it was written
+            return v
         try:
             check_location(v)
         except SpecError as e:  # the field is named by the caller; keep the fix

@@ -308,3 +308,36 @@ def test_a_dead_replay_jobs_instances_are_billed_on_the_replays_clock(
         assert row.market_seconds == pytest.approx(3600, abs=150)
         assert row.cost_usd == pytest.approx(0.9, abs=0.04)
         assert s.get_job(job.id).cost_usd == pytest.approx(row.cost_usd)
+
+
+def test_cancel_reads_a_stored_spec_that_todays_checks_would_refuse(tmp_path: Path) -> None:
+    """A job recorded when `file://ckpt/sub` was accepted (read as a relative folder): a newer
+    spotwise refuses that form in a new spec, but `cancel` must still read the stored one and
+    release what the job holds (it used to raise, after marking the job cancelled)."""
+    from spotwise.spec import parse_spec
+
+    data = yaml.safe_load((Path(__file__).parents[2] / "examples/digits/job.yaml").read_text())
+    stored = json.loads(parse_spec(data, "job.yaml").model_dump_json())
+    stored["checkpoint"]["location"] = "file://ckpt/sub"
+    db = f"sqlite:///{tmp_path / 'state.db'}"
+    with Store.open(db) as s:
+        job = s.create_job("digits", json.dumps(stored), "job.yaml", "spot-greedy", "max")
+        t = s.add_trial(job.id, 0, {"lr": 0.05})
+        row = s.record_launch(
+            job_id=job.id,
+            trial_id=t.id,
+            provider="local",
+            region="us-east-1",
+            zone="us-east-1a",
+            instance_type="p3.2xlarge",
+            market="spot",
+            offer_key="k",
+            price_per_hour=1.0,
+        )
+        s.update_instance(row.id, provider_instance_id="pid-1", state="running")
+        s.update_job(job.id, state="running", pid=0)
+    out = jobs.cancel(job.id, db=db)
+    assert (out["state"], out["cancelled"]) == ("cancelled", True)
+    with Store.open_existing(db) as s:
+        rows = [(r.state, r.end_reason) for r in s.list_instances(job.id)]
+    assert rows == [("terminated", "reconciled")]
