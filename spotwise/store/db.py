@@ -86,7 +86,31 @@ def sqlite_path(url: str | URL) -> Path | None:
     return Path(database).expanduser()
 
 
-def check_existing_sqlite(path: Path) -> None:
+SCHEMA_WAIT_S = 2.0  # how long a file with no schema yet may be one another process creates
+
+
+def check_existing_sqlite(path: Path, wait_s: float = SCHEMA_WAIT_S) -> None:
+    """:func:`_check_sqlite_file`, given ``wait_s`` for a file that is empty or has no
+    schema yet: another process (a first `tune`) may be creating the database right now,
+    which takes tens of milliseconds; only a file that stays that way is "no database"."""
+    import time
+
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            return _check_sqlite_file(path)
+        except _NoSchemaYet as e:
+            if time.monotonic() >= deadline:
+                raise _no_database(path, e.why) from None
+            time.sleep(0.05)
+
+
+class _NoSchemaYet(Exception):
+    def __init__(self, why: str) -> None:
+        self.why = why
+
+
+def _check_sqlite_file(path: Path) -> None:
     """NotFoundError unless ``path`` is a SQLite file holding a spotwise database: a missing
     file, an empty (0-byte) one, one that is not SQLite, or one without spotwise's ``job``
     table is "no database" for the read-only commands (`report --check` exits 3 on it).
@@ -98,7 +122,7 @@ def check_existing_sqlite(path: Path) -> None:
 
     try:
         if path.stat().st_size == 0:
-            raise _no_database(path, "the file is empty")
+            raise _NoSchemaYet("the file is empty")
     except FileNotFoundError:
         raise _no_database(path) from None
     except OSError:
@@ -118,7 +142,7 @@ def check_existing_sqlite(path: Path) -> None:
             raise _no_database(path, "the file is not a SQLite database") from None
         return
     if not found:
-        raise _no_database(path, "the file has no spotwise tables")
+        raise _NoSchemaYet("the file has no spotwise tables")
 
 
 def _no_database(path: Path, why: str = "") -> NotFoundError:

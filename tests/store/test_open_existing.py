@@ -94,3 +94,33 @@ def test_report_check_on_an_empty_file_exits_3_and_leaves_it_empty(tmp_path: Pat
     )
     assert len(lines) <= 2
     assert db.stat().st_size == 0
+
+
+def test_a_database_being_created_is_waited_for_not_refused(tmp_path: Path) -> None:
+    """A first `tune` creates the file, then its tables, tens of ms apart: `status` or
+    `report --check` opening it in between used to get "no database" (exit 3 from cron)."""
+    import threading
+    import time
+
+    path = tmp_path / "spotwise.db"
+    path.touch()  # the creator has made the file, not its tables yet
+    url = f"sqlite:///{path}"
+
+    def create() -> None:
+        time.sleep(0.3)
+        Store.open(url).close()
+
+    creator = threading.Thread(target=create)
+    creator.start()
+    try:
+        with Store.open_existing(url) as store:
+            assert store.list_jobs() == []
+    finally:
+        creator.join()
+    empty = tmp_path / "still-empty.db"  # one that stays empty is refused after the wait
+    empty.touch()
+    t0 = time.monotonic()
+    with pytest.raises(NotFoundError, match="the file is empty"):
+        check_existing_sqlite(empty, wait_s=0.2)
+    assert 0.2 <= time.monotonic() - t0 < 2.0
+    assert empty.stat().st_size == 0
