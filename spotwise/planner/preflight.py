@@ -43,7 +43,15 @@ def preflight(spec: JobSpec, backend: Backend, checkpoint_root: str) -> None:
         catalog = catalogs.get(p.name)
         if catalog is not None:
             _instance_types(i, p, catalog)
-    probe_checkpoint_root(checkpoint_root, spec.checkpoint.location)
+    aws_profile = next(
+        (
+            q.options["profile"]
+            for q in spec.providers
+            if q.name == "aws" and q.options.get("profile")
+        ),
+        None,
+    )
+    probe_checkpoint_root(checkpoint_root, spec.checkpoint.location, aws_profile=aws_profile)
 
 
 def _catalogs(backend: Backend) -> dict[str, Catalog]:
@@ -88,7 +96,7 @@ def _instance_types(i: int, p: ProviderSpec, catalog: Catalog) -> None:
                 ) from None
 
 
-def probe_checkpoint_root(root: str, location: str = "") -> None:
+def probe_checkpoint_root(root: str, location: str = "", aws_profile: str | None = None) -> None:
     """Write, then delete, one small object under the job's checkpoint ``root`` with the
     checkpoint store's own primitives; SpecError naming ``checkpoint.location`` (as written:
     ``location``) with the reason when the write fails: a read-only folder, a path through a
@@ -98,14 +106,22 @@ def probe_checkpoint_root(root: str, location: str = "") -> None:
     This proves the *orchestrator's* access, from this machine with its credentials. It does
     not prove the instances': on a cloud they write with their own identity (an instance
     profile, a service account, a managed identity), which may be allowed less. Local folders
-    this probe had to create are removed again, so a refused job leaves nothing behind."""
+    this probe had to create are removed again, so a refused job leaves nothing behind. An
+    ``s3://`` root is written with ``aws_profile`` (the AWS provider's ``profile`` option), as
+    the orchestrator reads the trials' files there."""
     from spotwise.checkpoint.base import ManifestCheckpointStore
     from spotwise.checkpoint.local import LocalCheckpointStore
     from spotwise.checkpoint.registry import open_checkpoint_store
 
     where = location or root
     try:
-        store = open_checkpoint_store(root)
+        if aws_profile and root.lower().startswith("s3://"):
+            from spotwise.checkpoint.blobstore import BlobCheckpointStore
+            from spotwise.providers.s3_blobs import S3Blobs
+
+            store: object = BlobCheckpointStore(S3Blobs.from_uri(root, profile=aws_profile))
+        else:
+            store = open_checkpoint_store(root)
     except (CheckpointError, ProviderError) as e:
         raise _unwritable(where, e) from None
     if not isinstance(store, ManifestCheckpointStore):

@@ -212,6 +212,31 @@ def test_aws_missing_bucket_is_a_spec_error_before_any_instance_is_bought(
     assert "NoSuchBucket" in message and "preflight-fake-secret" not in message
 
 
+def test_the_probe_writes_with_the_aws_profile_option(
+    tmp_path: Path, aws: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Credentials only in the `work` profile that the spec names: the probe used the default
+    chain and refused a job whose orchestrator can write there."""
+    from spotwise.planner.preflight import probe_checkpoint_root
+
+    (tmp_path / "credentials").write_text(
+        "[work]\naws_access_key_id = AKIAPREFLIGHTWORK001\naws_secret_access_key = work-fake\n"
+    )
+    (tmp_path / "config").write_text("[profile work]\nregion = us-east-1\n")
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "credentials"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "config"))
+    monkeypatch.delenv("AWS_ACCESS_KEY_ID")
+    monkeypatch.delenv("AWS_SECRET_ACCESS_KEY")
+    root = f"s3://{BUCKET}/ckpt/j-1"
+    with pytest.raises(SpecError, match="no credentials"):
+        probe_checkpoint_root(root, f"s3://{BUCKET}/ckpt")  # the default chain has none
+    probe_checkpoint_root(root, f"s3://{BUCKET}/ckpt", aws_profile="work")
+    import boto3
+
+    s3 = boto3.Session(profile_name="work").client("s3", region_name="us-east-1")
+    assert s3.list_objects_v2(Bucket=BUCKET).get("KeyCount", 0) == 0  # the probe is gone
+
+
 def test_tune_cli_exits_2_with_one_line_for_an_unknown_aws_instance_type(
     tmp_path: Path, aws: Any
 ) -> None:
