@@ -31,6 +31,7 @@ Events, one JSON object per line, each line flushed and fsynced (``time`` is epo
     {"type": "checkpoint_rejected", "step": 10, "file": ".../ckpt-00000010.pt", "reason": "...",
      "kept_as": ".../ckpt-00000010.pt.corrupt", "resume_step": 5, "time": ...}
     {"type": "resume_behind", "step": 0, "expected": 10, "uri": "...", "time": ...}
+    {"type": "checkpoint_behind", "step": 5, "latest": 10, "uri": "...", "time": ...}
 
 Stopping: the orchestrator asks a trial to checkpoint and exit (a spot interruption notice, a
 migration, an early stop) by creating the stop file or sending SIGTERM. The SDK's SIGTERM
@@ -76,6 +77,21 @@ a ``checkpoint_rejected`` event records it, and its files are renamed ``*.corrup
 (``*.foreign`` for another trial's) — never deleted, and no longer in the way of the next save
 of that step. When none is usable, :class:`~spotwise.errors.CheckpointError` is raised.
 
+Only the file's own failures are set aside. When this machine or the store fails instead (out of
+memory — ``map_location='cuda'`` on a busy GPU —, a missing or failing device, a read that the
+store refused, timed out or throttled), :func:`load_checkpoint` raises a one-line
+:class:`~spotwise.errors.ConfigError` or :class:`~spotwise.errors.CheckpointError` and renames
+nothing: the attempt fails, and the next one loads the same newest checkpoint.
+
+A script that saves checkpoints but never calls :func:`load_checkpoint` retrains from scratch
+on each relaunch, and its saves go back in steps: step 5 while the folder holds step 10 of the
+earlier attempt. Such a save is written like any other (``LATEST`` names it), retention keeps
+it, and the earlier attempt's newer checkpoints stay until the script's saves pass them; the
+first such save of a process warns once on stderr and records a ``checkpoint_behind`` event.
+Meanwhile :func:`load_checkpoint` (in a later attempt, or a script that does call it) resumes
+from the *highest step* that verifies — the earlier attempt's step 10, not the step 5 saved last
+— and retention never deletes that one.
+
 When the orchestrator expected a checkpoint (``SPOTWISE_RESUME_STEP``) and the newest usable one
 is older, or there is none (the folder was deleted, or is not mounted), the trial still
 *continues* from what there is, or from scratch, after a warning on stderr and a
@@ -96,29 +112,26 @@ the checkpoint functions, so ``import spotwise.sdk`` stays cheap.
 
 from __future__ import annotations
 
-import contextlib
 import io
 import json
 import math
 import operator
 import os
 import signal
-import sys
 import threading
 import time
 from typing import Any, SupportsIndex
 
 from spotwise.checkpoint.base import (
-    CORRUPT_SUFFIX,
-    FOREIGN_SUFFIX,
     CheckpointStore,
     ForeignCheckpointError,
     Manifest,
     checkpoint_name,
 )
 from spotwise.checkpoint.registry import open_checkpoint_store
+from spotwise.checkpoint.resumelog import set_aside, warn_behind, warn_saving_behind
 from spotwise.checkpoint.torchstate import check_loadable, torch_load
-from spotwise.errors import CheckpointError, ConfigError
+from spotwise.errors import ConfigError
 
 ENV_JOB_ID = "SPOTWISE_JOB_ID"
 ENV_TRIAL_ID = "SPOTWISE_TRIAL_ID"
@@ -145,6 +158,9 @@ class _Runtime:
         self.handler_installed = False
         self.stopping_emitted = False
         self.last_step = 0  # the newest step the script reported, saved or resumed from
+        self.saved_max: int | None = None  # the highest step this process saved
+        self.resumed: int | None = None  # the step load_checkpoint returned, if it ran
+        self.behind_warned = False  # a save older than the store's newest was warned about
         # the control file as last parsed: (path, inode, size, mtime_ns), and its last good value
         self.control_seen: tuple[str, int, int, int] | None = None
         self.control_every: int | None = None
@@ -350,7 +366,10 @@ def done(step: int) -> None:
 
 # -- checkpoints ---------------------------------------------------------------------------
 def save_checkpoint(state: dict[str, Any], step: int) -> str:
-    """Serialise ``state`` with ``torch.save``, store it atomically, and return its URI."""
+    """Serialise ``state`` with ``torch.save``, store it atomically, and return its URI.
+
+    A step older than the newest checkpoint in the store (a script that retrains instead of
+    resuming) is saved too, with one warning per process (see *Resuming* in the module docs)."""
     _ensure_handler()
     step = _check_step(step)
     if not isinstance(state, dict):
@@ -361,20 +380,27 @@ def save_checkpoint(state: dict[str, Any], step: int) -> str:
     buf = io.BytesIO()
     torch.save(state, buf)
     meta = {"step": step, "attempt": attempt(), "job_id": job_id(), "trial_id": trial_id()}
-    uri = checkpoint_store().put(checkpoint_name(step), buf.getvalue(), meta)  # steps go forward
+    store = checkpoint_store()
+    uri = store.put(checkpoint_name(step), buf.getvalue(), meta)
     _runtime.last_step = step
     _emit({"type": "checkpoint", "step": step, "uri": uri})
+    newer = getattr(store, "newer_at_put", None)  # what the put's own listing saw
+    if isinstance(newer, int) and not _runtime.behind_warned:
+        _runtime.behind_warned = True
+        warn_saving_behind(store, step, newer, _runtime.saved_max, _runtime.resumed, _emit)
+    _runtime.saved_max = max(step, _runtime.saved_max or 0)
     return uri
 
 
 def load_checkpoint(map_location: Any = "cpu") -> dict[str, Any] | None:
-    """The newest usable checkpoint, or None. Never unpickles arbitrary objects.
+    """The usable checkpoint of the highest step, or None. Never unpickles arbitrary objects.
 
     A newer checkpoint that is corrupt, is not a ``torch.save`` dict that safe loading reads,
     or belongs to another trial is skipped with a warning and set aside (see *Resuming* in the
-    module docs); when none is usable, :class:`~spotwise.errors.CheckpointError`. A checkpoint
-    older than ``SPOTWISE_RESUME_STEP`` (or none when one was expected) is warned about and
-    used."""
+    module docs); when none is usable, :class:`~spotwise.errors.CheckpointError`. When the
+    checkpoint cannot be read or loaded *here* (a storage error, out of memory, no such
+    device) that error propagates and nothing is set aside. A checkpoint older than
+    ``SPOTWISE_RESUME_STEP`` (or none when one was expected) is warned about and used."""
     _ensure_handler()
     store = checkpoint_store()
     mine = trial_id()
@@ -392,56 +418,15 @@ def load_checkpoint(map_location: Any = "cpu") -> dict[str, Any] | None:
     expected = _env_int(ENV_RESUME_STEP, 0, minimum=0)
     found = store.load_latest(decode)
     if found is None:
-        _warn_behind(store, 0, expected)
+        warn_behind(store, 0, expected, _emit)
         return None
     state, manifest = found
     step = int(manifest.get("step", 0))
     skipped = manifest.get("fallback_skipped") or []
     for bad in skipped:
-        _set_aside(store, bad, step)
+        set_aside(store, bad, step, _emit)
     if not any(int(bad["step"]) >= expected for bad in skipped):  # else the line above says it
-        _warn_behind(store, step, expected)
+        warn_behind(store, step, expected, _emit)
     _runtime.last_step = max(_runtime.last_step, step)
+    _runtime.resumed = step
     return state
-
-
-def _warn(message: str) -> None:
-    """One warning line on stderr, where the trial's log shows it."""
-    with contextlib.suppress(OSError, ValueError):  # stderr closed: the event still says it
-        print(f"spotwise: warning: {message}", file=sys.stderr, flush=True)
-
-
-def _set_aside(store: CheckpointStore, bad: dict[str, Any], resumed: int) -> None:
-    """Warn about a checkpoint the load skipped, record it as an event, and rename its files
-    (never deleted; a failure to rename is warned about, the trial goes on)."""
-    suffix = FOREIGN_SUFFIX if bad.get("foreign") else CORRUPT_SUFFIX
-    try:
-        kept = store.set_aside(int(bad["step"]), suffix)
-    except CheckpointError as e:
-        kept, why = None, f"; it could not be renamed: {e.message}"
-    else:
-        why = f"; kept as {kept}" if kept else ""
-    _warn(f"{bad['reason']}; resuming from step {resumed} instead{why}")
-    _emit(
-        {
-            "type": "checkpoint_rejected",
-            "step": int(bad["step"]),
-            "file": str(bad["file"]),
-            "reason": str(bad["reason"]),
-            "kept_as": kept,
-            "resume_step": resumed,
-        }
-    )
-
-
-def _warn_behind(store: CheckpointStore, step: int, expected: int) -> None:
-    """Warn (and record an event) when the orchestrator expected a newer checkpoint than the
-    one found: the steps in between are trained again."""
-    if step >= expected:
-        return
-    found = f"the newest usable one is step {step}" if step else "there is none"
-    _warn(
-        f"expected to resume from the checkpoint of step {expected} in {store.uri}, but "
-        f"{found}; training steps {step + 1}-{expected} again"
-    )
-    _emit({"type": "resume_behind", "step": step, "expected": expected, "uri": store.uri})

@@ -3,7 +3,9 @@
 A corrupt or unreadable newest checkpoint, one of another trial, or a checkpoint folder that
 lost what the orchestrator saw saved: each is a warning line on stderr and an event, the bad
 files are kept aside (``*.corrupt`` / ``*.foreign``), and the load falls back to the newest
-usable checkpoint. Saving a step older than the latest is refused.
+usable checkpoint. A failure of the machine or the store (out of memory, a device, a read that
+failed) is not the file's: it propagates and nothing is set aside. Saving a step older than the
+latest (a script that never resumes) is saved and kept, with one warning and one event.
 """
 
 from __future__ import annotations
@@ -28,8 +30,11 @@ import pytest
 import yaml
 
 from spotwise import sdk
-from spotwise.checkpoint import LocalCheckpointStore, checkpoint_name, manifest_name
-from spotwise.errors import CheckpointError, ConfigError
+from spotwise.checkpoint import checkpoint_name, manifest_name
+from spotwise.checkpoint.base import UnusableCheckpointError
+from spotwise.checkpoint.blobstore import BlobCheckpointStore
+from spotwise.errors import CheckpointError, ConfigError, ProviderError
+from spotwise.providers.file_blobs import FileBlobs
 
 torch = pytest.importorskip("torch")
 
@@ -259,6 +264,142 @@ def test_a_checkpoint_for_another_device_is_not_taken_for_a_corrupt_one(
     assert not list(env["ckpt"].glob("*.corrupt"))  # a good checkpoint is not set aside
 
 
+# -- 2b: what is not the file's fault is not set aside -------------------------------------------
+def _fail_first_load(monkeypatch: pytest.MonkeyPatch, error: BaseException) -> None:
+    real = torch.load
+    calls: list[int] = []
+
+    def flaky(*args: Any, **kw: Any) -> Any:
+        calls.append(1)
+        if len(calls) == 1:
+            raise error
+        return real(*args, **kw)
+
+    monkeypatch.setattr(torch, "load", flaky)
+
+
+MEMORY_HINT = (
+    "free memory before sdk.load_checkpoint, or load to the CPU (map_location='cpu', the "
+    "default) and move the state after; the checkpoint is left as it is"
+)
+DEVICE_HINT = "pass map_location to sdk.load_checkpoint (the default is 'cpu')"
+
+
+@pytest.mark.parametrize(
+    ("error", "detail", "hint"),
+    [
+        (
+            torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"),
+            "CUDA out of memory",
+            MEMORY_HINT,
+        ),
+        (MemoryError(), "out of memory", MEMORY_HINT),
+        (
+            RuntimeError("CUDA error: out of memory\nCUDA kernel errors might be reported..."),
+            "CUDA error: out of memory",
+            MEMORY_HINT,
+        ),
+        (
+            RuntimeError("CUDA error: an illegal memory access was encountered\nCompile with..."),
+            "CUDA error: an illegal memory access was encountered",
+            DEVICE_HINT,
+        ),
+        (
+            RuntimeError(
+                "Attempting to deserialize object on CUDA device 3 but "
+                "torch.cuda.device_count() is 1. Please use torch.load with ..."
+            ),
+            "Attempting to deserialize object on CUDA device 3 but torch.cuda.device_count() is 1",
+            DEVICE_HINT,
+        ),
+    ],
+    ids=["cuda-oom", "memory", "cuda-error-oom", "cuda-error", "no-such-gpu"],
+)
+def test_a_machine_failure_while_loading_is_one_line_and_sets_nothing_aside(
+    env: dict[str, Path],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    error: BaseException,
+    detail: str,
+    hint: str,
+) -> None:
+    _save(5)
+    _save(10)
+    before = sorted(os.listdir(env["ckpt"]))
+    capsys.readouterr()
+    _fail_first_load(monkeypatch, error)
+    with pytest.raises(ConfigError) as err:
+        sdk.load_checkpoint()
+    where = env["ckpt"] / "ckpt-00000010.pt"
+    assert err.value.message == f"checkpoint {where} cannot be loaded here: {detail}"
+    assert err.value.hint == hint
+    assert sorted(os.listdir(env["ckpt"])) == before  # nothing renamed
+    assert capsys.readouterr().err == ""
+    assert _events(env["events"], "checkpoint_rejected") == []
+    state = sdk.load_checkpoint()  # the next attempt: the newest checkpoint, unharmed
+    assert state is not None and state["step"] == 10
+
+
+def test_a_bad_map_location_sets_nothing_aside(env: dict[str, Path]) -> None:
+    _save(5)
+    _save(10)
+    before = sorted(os.listdir(env["ckpt"]))
+    where = env["ckpt"] / "ckpt-00000010.pt"
+    with pytest.raises(ConfigError) as err:
+        sdk.load_checkpoint(map_location="tpu-ish")
+    assert err.value.message == (
+        f"checkpoint {where} cannot be loaded here: don't know how to restore data location of "
+        "torch.storage.UntypedStorage (tagged with tpu-ish)"
+    )
+    with pytest.raises(TypeError, match=r"^map_location must be a device name .*, got int 3$"):
+        sdk.load_checkpoint(map_location=3)
+
+    def mine(storage: Any, location: str) -> Any:
+        raise KeyError("my own bug")
+
+    with pytest.raises(KeyError, match="my own bug"):  # the caller's own error, as it is
+        sdk.load_checkpoint(map_location=mine)
+    assert sorted(os.listdir(env["ckpt"])) == before
+    state = sdk.load_checkpoint(map_location=lambda storage, location: storage)
+    assert state is not None and state["step"] == 10
+
+
+def test_a_failed_read_from_the_store_sets_nothing_aside(
+    env: dict[str, Path], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fail_next: list[str] = []
+
+    class Throttled(FileBlobs):
+        def get(self, name: str, token: str = "") -> tuple[bytes | None, str]:
+            if name in fail_next:
+                fail_next.remove(name)
+                raise ProviderError(
+                    f"aws: reading {name} from s3://b/p failed: SlowDown (503): Please reduce "
+                    "your request rate"
+                )
+            return super().get(name, token)
+
+    folder = env["ckpt"].parent / "blobs"
+    monkeypatch.setattr(sdk, "checkpoint_store", lambda: BlobCheckpointStore(Throttled(folder)))
+    _save(5)
+    _save(10)
+    before = sorted(os.listdir(folder))
+    capsys.readouterr()
+    for name in ("ckpt-00000010.pt", "ckpt-00000010.json"):
+        fail_next.append(name)
+        with pytest.raises(CheckpointError) as err:
+            sdk.load_checkpoint()
+        assert not isinstance(err.value, UnusableCheckpointError)
+        assert err.value.message == (
+            f"checkpoint store: aws: reading {name} from s3://b/p failed: SlowDown (503): "
+            "Please reduce your request rate"
+        )
+        assert sorted(os.listdir(folder)) == before  # nothing renamed
+    assert capsys.readouterr().err == ""
+    state = sdk.load_checkpoint()  # the next attempt: the newest checkpoint, unharmed
+    assert state is not None and state["step"] == 10
+
+
 # -- 4: another trial's checkpoints ------------------------------------------------------------
 def test_another_trials_checkpoint_folder_is_refused(
     env: dict[str, Path], monkeypatch: pytest.MonkeyPatch
@@ -365,30 +506,118 @@ def test_a_bad_resume_step_is_a_config_error(
         sdk.load_checkpoint()
 
 
-# -- 3: steps only go forward ------------------------------------------------------------------
-def test_saving_an_older_step_than_the_latest_is_refused(env: dict[str, Path]) -> None:
-    _save(5)
-    _save(10)
-    with pytest.raises(ValueError) as err:
-        _save(3)
-    assert str(err.value) == (
-        f"checkpoint step 3 is older than the latest checkpoint (step 10) in {env['ckpt']}: "
-        "steps only go forward; resume from it first (sdk.load_checkpoint()) and save step 10 "
-        f"or later, or remove {env['ckpt']} to start over"
-    )
+# -- 3: a script that never resumes saves older steps than its earlier attempt left --------
+def test_saving_an_older_step_keeps_it_and_warns_once(
+    env: dict[str, Path], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for step in (5, 10, 15):  # the earlier attempt; retention leaves 10 and 15
+        _save(step)
+    monkeypatch.setattr(sdk, "_runtime", sdk._Runtime())  # the relaunch: a new process
+    capsys.readouterr()
+    uri = sdk.save_checkpoint({"step": 5, "w": torch.zeros(3)}, 5)  # retrains from scratch
+    assert uri == str(env["ckpt"] / "ckpt-00000005.pt") and Path(uri).exists()
+    assert capsys.readouterr().err.splitlines() == [
+        f"spotwise: warning: saving step 5 while {env['ckpt']} holds step 15 from an earlier "
+        "attempt: this script does not resume from its checkpoints (call sdk.load_checkpoint() "
+        "at its start to continue from step 15)"
+    ]
+    assert _events(env["events"], "checkpoint_behind") == [
+        {"type": "checkpoint_behind", "step": 5, "latest": 15, "uri": str(env["ckpt"])}
+    ]
+    assert (env["ckpt"] / "LATEST").read_text() == "ckpt-00000005.json\n"
     assert sorted(os.listdir(env["ckpt"])) == [
         "LATEST",
         "ckpt-00000005.json",
         "ckpt-00000005.pt",
         "ckpt-00000010.json",
         "ckpt-00000010.pt",
+        "ckpt-00000015.json",
+        "ckpt-00000015.pt",
     ]
-    assert (env["ckpt"] / "LATEST").read_text() == "ckpt-00000010.json\n"
-    assert [e["step"] for e in _events(env["events"], "checkpoint")] == [5, 10]
+    _save(10)  # still behind: no second warning, no second event
+    assert capsys.readouterr().err == ""
+    assert len(_events(env["events"], "checkpoint_behind")) == 1
+    assert sorted(os.listdir(env["ckpt"]))[1:] == [
+        "ckpt-00000010.json",
+        "ckpt-00000010.pt",
+        "ckpt-00000015.json",
+        "ckpt-00000015.pt",
+    ]
+    state = sdk.load_checkpoint()  # readers go by step: the earlier attempt's 15 is kept
+    assert state is not None and state["step"] == 15
+    assert [e["step"] for e in _events(env["events"], "checkpoint")] == [5, 10, 15, 5, 10]
+
+
+def test_going_back_within_one_process_says_so(
+    env: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    _save(10)
+    capsys.readouterr()
+    _save(5)
+    assert capsys.readouterr().err.splitlines() == [
+        f"spotwise: warning: saving step 5 after this script saved step 10 in {env['ckpt']}: a "
+        "relaunch resumes from the highest step (sdk.load_checkpoint() loads step 10)"
+    ]
+    assert (env["ckpt"] / "ckpt-00000005.pt").exists()
+
+
+def test_going_back_after_resuming_says_so(
+    env: dict[str, Path], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _save(10)
+    monkeypatch.setattr(sdk, "_runtime", sdk._Runtime())
     state = sdk.load_checkpoint()
     assert state is not None and state["step"] == 10
-    manifest = LocalCheckpointStore(env["ckpt"]).latest_manifest()
-    assert manifest is not None and manifest["step"] == 10
+    capsys.readouterr()
+    _save(5)  # it loaded step 10, then started over anyway
+    assert capsys.readouterr().err.splitlines() == [
+        f"spotwise: warning: saving step 5 while {env['ckpt']} holds step 10: a relaunch resumes "
+        "from the highest step (sdk.load_checkpoint() loads step 10)"
+    ]
+
+
+NO_LOAD = """\
+import sys
+from spotwise import sdk
+for step in range(1, sdk.steps() + 1):
+    sdk.report(step, step / 10)
+    if sdk.checkpoint_due(step):
+        sdk.save_checkpoint({"step": step}, step)
+sdk.done(sdk.steps())
+print("done", file=sys.stderr)
+"""
+
+
+def test_a_script_that_never_loads_still_finishes_on_a_relaunch(
+    env: dict[str, Path], tmp_path: Path
+) -> None:
+    (tmp_path / "noload.py").write_text(NO_LOAD)
+    base = {
+        **os.environ,
+        "SPOTWISE_STEPS": "12",
+        "SPOTWISE_CHECKPOINT_EVERY": "5",
+        "PYTHONPATH": os.pathsep.join(sys.path),
+    }
+    runs = [
+        subprocess.run(
+            [sys.executable, "noload.py"],
+            env={**base, "SPOTWISE_ATTEMPT": str(attempt)},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        for attempt in (0, 1)
+    ]
+    assert [(r.returncode, r.stderr.splitlines()[-1]) for r in runs] == [(0, "done"), (0, "done")]
+    assert runs[0].stderr.splitlines() == ["done"]
+    assert runs[1].stderr.splitlines() == [
+        f"spotwise: warning: saving step 5 while {env['ckpt']} holds step 10 from an earlier "
+        "attempt: this script does not resume from its checkpoints (call sdk.load_checkpoint() "
+        "at its start to continue from step 10)",
+        "done",
+    ]
+    assert (env["ckpt"] / "LATEST").read_text() == "ckpt-00000010.json\n"
+    assert [e["step"] for e in _events(env["events"], "done")] == [12, 12]
 
 
 # -- 1b end to end: the orchestrator hands the expected step to the relaunched trial ----------

@@ -25,9 +25,21 @@ skipped like a corrupt one. The caller decides what to tell the user, and may th
 ``<name>.corrupt`` (``.foreign`` for another trial's; never deleted), out of the way of the
 next save of that step, which would otherwise overwrite the evidence.
 
-Steps only go forward: :meth:`~ManifestCheckpointStore.put` refuses a step older than a newer
-checkpoint that verifies (retention keeps the newest steps, so the older one would be deleted
-as soon as it was written, and readers would go on resuming from the newer one).
+Only a checkpoint that is itself unusable is skipped: one whose bytes or manifest fail their
+checks, or that the decoder rejects, raises :class:`UnusableCheckpointError`. A read that fails
+(the store cannot be reached, an I/O error, a throttled request: a plain
+:class:`~spotwise.errors.CheckpointError` from the backend) or a decoder's failure that is not
+the file's (out of memory, no such device) propagates: the checkpoint may be fine, and the
+next attempt loads it.
+
+Steps may go back: a relaunched script that retrains from scratch instead of resuming saves
+steps older than the checkpoints its earlier attempt left. :meth:`~ManifestCheckpointStore.put`
+writes such a step like any other and ``LATEST`` names it (``LATEST`` is the checkpoint written
+last); retention keeps it, and leaves the newer ones until the script's later saves pass them
+(the newest ``keep`` steps are kept, as always). :attr:`~ManifestCheckpointStore.newer_at_put`
+says what the save found, from the listing it makes anyway. Readers go by step, not by
+``LATEST``: they load the highest step that verifies (a newer checkpoint of the earlier
+attempt while there is one), which retention never deletes.
 
 Backends implement the five blob primitives of :class:`ManifestCheckpointStore` (each write
 atomic per key) and inherit the rest; ``local.py`` is the reference implementation.
@@ -76,7 +88,15 @@ def _check_step(step: object) -> int:
     return step
 
 
-class ForeignCheckpointError(CheckpointError):
+class UnusableCheckpointError(CheckpointError):
+    """This checkpoint itself cannot be used, now or later: its data or manifest is missing,
+    partial, corrupt or malformed, or its decoder rejects it (not a torch file, a damaged
+    archive, objects safe loading refuses, not a dict). Loads skip it (and the SDK sets it
+    aside); any other :class:`~spotwise.errors.CheckpointError` (the store could not be read)
+    propagates instead."""
+
+
+class ForeignCheckpointError(UnusableCheckpointError):
     """A checkpoint that verifies but belongs to another trial (its manifest says so)."""
 
 
@@ -84,13 +104,18 @@ class ForeignCheckpointError(CheckpointError):
 class CheckpointStore(Protocol):
     """One trial's checkpoints. Every backend (local folder, S3, GCS, Azure Blob) is one."""
 
+    newer_at_put: int | None
+    """After :meth:`put`: the newest step newer than the one it wrote that the store held
+    (left by an earlier attempt), or None."""
+
     @property
     def uri(self) -> str:
         """Where this store keeps its checkpoints (folder path or URI)."""
         ...
 
     def put(self, name: str, data: bytes, meta: Manifest) -> str:
-        """Store one checkpoint atomically; ``meta["step"]`` is required. Return its URI."""
+        """Store one checkpoint atomically; ``meta["step"]`` is required. Return its URI.
+        Sets :attr:`newer_at_put`."""
         ...
 
     def get_latest(self) -> tuple[bytes, Manifest] | None:
@@ -114,7 +139,8 @@ class CheckpointStore(Protocol):
         ...
 
     def delete_older_than(self, keep: int) -> None:
-        """Keep the newest ``keep`` checkpoints (and always one that verifies); drop the rest."""
+        """Keep the newest ``keep`` checkpoints, the one this store wrote last, and always one
+        that verifies; drop the rest."""
         ...
 
 
@@ -126,6 +152,8 @@ class ManifestCheckpointStore(ABC):
             raise ValueError(f"keep must be an int >= 1, got {keep=}")
         self.keep = keep
         self._verified: set[tuple[str, str]] = set()  # (file, sha256) known good in this process
+        self._written_last: str | None = None  # the manifest of the last put: retention keeps it
+        self.newer_at_put: int | None = None
 
     # -- the primitives a backend implements ------------------------------------------------
     @property
@@ -189,34 +217,24 @@ class ManifestCheckpointStore(ABC):
         except (TypeError, ValueError) as e:
             raise ValueError(f"checkpoint meta must be JSON-serialisable: {e}") from None
         mkey = manifest_name(step)
-        self._check_forward(step)
+        self.newer_at_put = self._newest_after(step)
         self._write(name, data)  # 1. the data
         self._write(mkey, (text + "\n").encode())  # 2. the manifest: the checkpoint now exists
         self._write(LATEST, (mkey + "\n").encode())  # 3. the pointer
         self._verified.add((name, digest))
-        self.delete_older_than(self.keep)
+        self._written_last = mkey
+        self.delete_older_than(self.keep)  # keeps mkey, even when newer steps exist
         return self._location(name)
 
-    def _check_forward(self, step: int) -> None:
-        """Refuse ``step`` when a newer checkpoint that verifies exists: retention keeps the
-        newest steps, so the new one would be deleted at once and readers would resume from
-        the newer one. A newer checkpoint that does not verify does not count (a reader skips
-        it too, and retention keeps the one written now, the one that verifies). A store that
-        cannot be listed is left to the write to report (its error names the object)."""
+    def _newest_after(self, step: int) -> int | None:
+        """The highest step above ``step`` among the manifests (as listed, not verified), or
+        None. A store that cannot be listed is left to the write to report (its error names
+        the object)."""
         try:
-            entries = self._manifest_keys()
+            newest = self._manifest_keys()[-1:]
         except CheckpointError:
-            return
-        for newer, mkey in reversed(entries):
-            if newer <= step:
-                return
-            if self._verifies(mkey, newer, cached=False):  # rare: read it again
-                raise ValueError(
-                    f"checkpoint step {step} is older than the latest checkpoint (step {newer}) "
-                    f"in {self.uri}: steps only go forward; resume from it first "
-                    f"(sdk.load_checkpoint()) and save step {newer} or later, or remove "
-                    f"{self.uri} to start over"
-                )
+            return None
+        return newest[0][0] if newest and newest[0][0] > step else None
 
     def get_latest(self) -> tuple[bytes, Manifest] | None:
         return self.load_latest(_raw)
@@ -225,21 +243,23 @@ class ManifestCheckpointStore(ABC):
         """The newest checkpoint that verifies and that ``decode(data, manifest, location)``
         accepts, as ``(decoded, manifest)``; None when there is no checkpoint at all.
 
-        ``decode`` rejects a checkpoint by raising :class:`~spotwise.errors.CheckpointError`
-        (one line naming the file): it is skipped like a corrupt one. Any other exception
-        propagates. Each checkpoint skipped on the way is listed in the returned manifest's
-        ``fallback_skipped`` (``step``, ``file``, ``reason``, ``foreign``), the newest also in
-        ``fallback_from`` and ``fallback_reason``. When none is usable, raises the newest
-        one's error (with its hint, or one to remove the folder)."""
+        ``decode`` rejects a checkpoint by raising :class:`UnusableCheckpointError` (one line
+        naming the file): it is skipped like a corrupt one. Any other exception propagates, a
+        plain :class:`~spotwise.errors.CheckpointError` from reading the store included: a
+        checkpoint that could not be read is not known to be bad. Each checkpoint skipped on
+        the way is listed in the returned manifest's ``fallback_skipped`` (``step``, ``file``,
+        ``reason``, ``foreign``), the newest also in ``fallback_from`` and
+        ``fallback_reason``. When none is usable, raises the newest one's error (with its hint,
+        or one to remove the folder)."""
         skipped: list[dict[str, Any]] = []
-        first_error: CheckpointError | None = None
+        first_error: UnusableCheckpointError | None = None
         for step, mkey in reversed(self._manifest_keys()):
             try:
                 manifest = self._load_manifest(mkey, step)
                 data = self.read(manifest)
                 name = str(manifest["file"])
                 decoded = decode(data, manifest, self._location(name))
-            except CheckpointError as e:
+            except UnusableCheckpointError as e:
                 first_error = first_error or e
                 skipped.append(
                     {
@@ -255,7 +275,7 @@ class ManifestCheckpointStore(ABC):
                 manifest["fallback_reason"] = skipped[0]["reason"]
                 manifest["fallback_skipped"] = skipped
             return decoded, manifest
-        if first_error is not None:
+        if first_error is not None:  # a plain CheckpointError: a script's traceback names it
             raise CheckpointError(
                 f"{first_error.message}; no older checkpoint in {self.uri} is usable either",
                 hint=first_error.hint or f"remove {self.uri} to restart the trial from scratch",
@@ -315,17 +335,21 @@ class ManifestCheckpointStore(ABC):
         return out
 
     def delete_older_than(self, keep: int) -> None:
+        """Keep the newest ``keep`` steps, the checkpoint this store wrote last (an older step
+        than those when a relaunched script retrains instead of resuming), and always one that
+        verifies; drop the rest. What a reader resumes from, the highest step that verifies,
+        is always kept."""
         if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:
             raise ValueError(f"keep must be an int >= 1, got {keep=}")
         entries = self._manifest_keys()[::-1]  # newest first
         kept: set[str] = set()
         has_verified = False  # never delete the only checkpoint that verifies
         for i, (step, mkey) in enumerate(entries):
-            if i < keep:
+            if i < keep or mkey == self._written_last:
                 kept.add(mkey)
                 has_verified = has_verified or self._verifies(mkey, step)
             elif has_verified:
-                break
+                continue  # the one written last may still be further down
             elif self._verifies(mkey, step):
                 kept.add(mkey)
                 has_verified = True
@@ -353,30 +377,32 @@ class ManifestCheckpointStore(ABC):
         """The bytes a manifest names, after checking their size and SHA-256."""
         name = str(manifest.get("file", ""))
         if not name or "/" in name or "\\" in name:
-            raise CheckpointError(f"manifest of step {manifest.get('step')} names no valid file")
+            raise UnusableCheckpointError(
+                f"manifest of step {manifest.get('step')} names no valid file"
+            )
         where = self._location(name)
-        data = self._read(name)
+        data = self._read(name)  # a failed read: a plain CheckpointError, not the file's fault
         if data is None:
-            raise CheckpointError(f"checkpoint {where} is missing (its manifest exists)")
+            raise UnusableCheckpointError(f"checkpoint {where} is missing (its manifest exists)")
         size, digest = manifest.get("size"), manifest.get("sha256")
         if len(data) != size:
-            raise CheckpointError(
+            raise UnusableCheckpointError(
                 f"checkpoint {where} is partial or corrupt: size {len(data)} bytes, "
                 f"manifest says {size}"
             )
         actual = hashlib.sha256(data).hexdigest()
         if actual != digest:
-            raise CheckpointError(
+            raise UnusableCheckpointError(
                 f"checkpoint {where} is corrupt: sha256 {actual[:12]}…, manifest says "
                 f"{str(digest)[:12]}…"
             )
         self._verified.add((name, actual))
         return data
 
-    def _verifies(self, mkey: str, step: int, cached: bool = True) -> bool:
+    def _verifies(self, mkey: str, step: int) -> bool:
         try:
             manifest = self._load_manifest(mkey, step)
-            if cached and (manifest["file"], manifest["sha256"]) in self._verified:
+            if (manifest["file"], manifest["sha256"]) in self._verified:
                 return True
             self.read(manifest)
         except CheckpointError:
@@ -396,18 +422,20 @@ class ManifestCheckpointStore(ABC):
         where = self._location(mkey)
         raw = self._read(mkey)
         if raw is None:
-            raise CheckpointError(f"checkpoint manifest {where} disappeared while reading")
+            raise UnusableCheckpointError(f"checkpoint manifest {where} disappeared while reading")
         try:
             manifest = json.loads(raw.decode())
         except (UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise CheckpointError(f"checkpoint manifest {where} is not valid JSON: {e}") from None
+            raise UnusableCheckpointError(
+                f"checkpoint manifest {where} is not valid JSON: {e}"
+            ) from None
         if not isinstance(manifest, dict):
-            raise CheckpointError(f"checkpoint manifest {where} is not a JSON object")
+            raise UnusableCheckpointError(f"checkpoint manifest {where} is not a JSON object")
         missing = [k for k in ("step", "file", "sha256", "size") if k not in manifest]
         if missing:
-            raise CheckpointError(f"checkpoint manifest {where} lacks {missing}")
+            raise UnusableCheckpointError(f"checkpoint manifest {where} lacks {missing}")
         if manifest["step"] != step:
-            raise CheckpointError(
+            raise UnusableCheckpointError(
                 f"checkpoint manifest {where} says step {manifest['step']}, its name says {step}"
             )
         return manifest

@@ -1,8 +1,11 @@
 """Turning a checkpoint's state into bytes and back with torch, safely.
 
-:func:`torch_load` is ``torch.load(weights_only=True)`` whose every failure is a one-line
-:class:`~spotwise.errors.CheckpointError` naming the file (never torch's advice to load
-unsafely); :func:`check_loadable` refuses at save time what such a load would refuse.
+:func:`torch_load` is ``torch.load(weights_only=True)`` whose every failure is one line naming
+the file (never torch's advice to load unsafely): an
+:class:`~spotwise.checkpoint.base.UnusableCheckpointError` when the file is at fault (a load
+falls back from it and sets it aside), a :class:`~spotwise.errors.ConfigError` when this
+machine is (out of memory, no such device; the file is left alone for the next attempt).
+:func:`check_loadable` refuses at save time what such a load would refuse.
 """
 
 from __future__ import annotations
@@ -10,38 +13,102 @@ from __future__ import annotations
 import collections
 import io
 import re
+from collections.abc import Callable
 from typing import Any
 
-from spotwise.errors import CheckpointError, ConfigError
+from spotwise.checkpoint.base import UnusableCheckpointError
+from spotwise.errors import ConfigError
 
 _GLOBAL_RE = re.compile(r"GLOBAL ([\w.]+)")
+# a RuntimeError about the machine, not the file: no such device, an accelerator's failure
+_DEVICE_RE = re.compile(
+    r"deserialize object on|restore data location|\bdevice\b|\bcuda|cudnn|cublas|cusparse|"
+    r"\bnccl\b|\bhip\b|\bmps\b|\bxpu\b|\bnpu\b|accelerator",
+    re.IGNORECASE,
+)
+DEVICE_HINT = "pass map_location to sdk.load_checkpoint (the default is 'cpu')"
+MEMORY_HINT = (
+    "free memory before sdk.load_checkpoint, or load to the CPU (map_location='cpu', the "
+    "default) and move the state after; the checkpoint is left as it is"
+)
 
 
 def torch_load(data: bytes, where: str, map_location: Any) -> dict[str, Any]:
-    """``torch.load(weights_only=True)`` of one checkpoint's bytes, as a dict. Whatever it
-    fails with becomes a one-line :class:`CheckpointError` naming the file (which the load
-    falls back from), without torch's advice to load unsafely."""
+    """``torch.load(weights_only=True)`` of one checkpoint's bytes, as a dict.
+
+    A failure of the file (not a torch file, a damaged archive, an unpickling error, objects
+    safe loading refuses, not a dict) is a one-line :class:`UnusableCheckpointError` naming
+    it, without torch's advice to load unsafely. A failure of this machine (out of memory, a
+    device that is missing or failing) is a one-line :class:`ConfigError`, and an exception
+    from a ``map_location`` function propagates as it is: the file may be fine."""
     import warnings
 
     import torch
 
+    if not (
+        map_location is None
+        or isinstance(map_location, str | torch.device | dict)
+        or callable(map_location)
+    ):
+        raise TypeError(
+            "map_location must be a device name ('cpu', 'cuda:0'), a torch.device, a dict or a "
+            f"function, got {type(map_location).__name__} {map_location!r}"
+        )
+    raised: list[BaseException] = []  # by the caller's map_location function, if any
     try:
         with warnings.catch_warnings():  # e.g. "Detected pickle protocol 4": the error says it
             warnings.simplefilter("ignore")
-            state = torch.load(io.BytesIO(data), map_location=map_location, weights_only=True)
-    except MemoryError:
-        raise
-    except Exception as e:  # any failure to read a file is that file's failure
-        text = str(e)
-        if "deserialize object on" in text:  # this machine, not the file: no fallback
+            state = torch.load(
+                io.BytesIO(data), map_location=_watch(map_location, raised), weights_only=True
+            )
+    except MemoryError as e:  # this machine, not the file: no fallback, nothing set aside
+        raise _no_memory(e, where) from None
+    except Exception as e:
+        if raised and e is raised[0]:
+            raise
+        if isinstance(e, torch.OutOfMemoryError) or (
+            isinstance(e, RuntimeError) and "out of memory" in str(e).lower()
+        ):
+            raise _no_memory(e, where) from None
+        accelerator = getattr(torch, "AcceleratorError", ())  # torch >= 2.8
+        if isinstance(e, accelerator) or (
+            isinstance(e, RuntimeError) and _DEVICE_RE.search(str(e))
+        ):
             raise ConfigError(
-                f"checkpoint {where} cannot be loaded here: {_first_sentence(text)}",
-                hint="pass map_location to sdk.load_checkpoint (the default is 'cpu')",
+                f"checkpoint {where} cannot be loaded here: {_first_sentence(str(e))}",
+                hint=DEVICE_HINT,
             ) from None
-        raise CheckpointError(f"checkpoint {where} {_load_failure(e, data)}") from None
+        # anything else is the file's failure: a weights-only unpickler fails on bad bytes
+        # with many exception types (KeyError, IndexError, AssertionError, struct.error, ...)
+        raise UnusableCheckpointError(f"checkpoint {where} {_load_failure(e, data)}") from None
     if not isinstance(state, dict):
-        raise CheckpointError(f"checkpoint {where} holds a {type(state).__name__}, not a dict")
+        raise UnusableCheckpointError(
+            f"checkpoint {where} holds a {type(state).__name__}, not a dict"
+        )
     return state
+
+
+def _watch(map_location: Any, raised: list[BaseException]) -> Any:
+    """``map_location``; a function wrapped to record what it raises (not the file's fault)."""
+    if not callable(map_location) or isinstance(map_location, dict):
+        return map_location
+    user: Callable[[Any, str], Any] = map_location
+
+    def watched(storage: Any, location: str) -> Any:
+        try:
+            return user(storage, location)
+        except BaseException as e:
+            raised.append(e)
+            raise
+
+    return watched
+
+
+def _no_memory(e: BaseException, where: str) -> ConfigError:
+    detail = _first_sentence(str(e))
+    if "memory" not in detail.lower():
+        detail = "out of memory" + (f" ({detail})" if detail else "")
+    return ConfigError(f"checkpoint {where} cannot be loaded here: {detail}", hint=MEMORY_HINT)
 
 
 def _load_failure(e: Exception, data: bytes) -> str:

@@ -24,7 +24,7 @@ from spotwise.checkpoint import (
     checkpoint_name,
     manifest_name,
 )
-from spotwise.checkpoint.base import ForeignCheckpointError, Manifest
+from spotwise.checkpoint.base import ForeignCheckpointError, Manifest, UnusableCheckpointError
 from spotwise.errors import CheckpointError
 
 Factory = Callable[..., ManifestCheckpointStore]
@@ -233,25 +233,50 @@ def test_keep_must_be_positive(make_store: Factory) -> None:
         make_store().delete_older_than(0)
 
 
-# -- steps only go forward ---------------------------------------------------------------------
-def test_put_refuses_a_step_older_than_the_latest(make_store: Factory) -> None:
+# -- steps may go back (a relaunch that retrains instead of resuming) ------------------------
+def test_an_older_step_is_written_kept_and_named_by_latest(make_store: Factory) -> None:
     store = make_store()
-    _put(store, 5)
+    for step in (5, 10, 15):  # the earlier attempt; retention leaves 10 and 15
+        _put(store, step)
+    assert store.newer_at_put is None
+    relaunched = make_store()  # retrains from scratch: its first save is step 5 again
+    uri = _put(relaunched, 5, b"five, again")
+    assert relaunched.newer_at_put == 15  # what the put's own listing saw
+    assert uri == relaunched._location(checkpoint_name(5))
+    assert relaunched._read(checkpoint_name(5)) == b"five, again"  # the path it returned exists
+    assert relaunched._read("LATEST") == b"ckpt-00000005.json\n"  # names a manifest that exists
+    assert [m["step"] for m in relaunched.list()] == [5, 10, 15]  # nothing else deleted
+    assert not [k for k in relaunched._keys() if k.endswith(".corrupt")]  # nothing set aside
+    found = make_store().get_latest()  # a reader goes by step: the earlier attempt's 15
+    assert found is not None and found[1]["step"] == 15 and "fallback_from" not in found[1]
+
+    _put(relaunched, 10, b"ten, again")  # retention keeps 10 (just written) and 15 (newest)
+    assert relaunched.newer_at_put == 15
+    assert [m["step"] for m in relaunched.list()] == [10, 15]
+    assert relaunched._read("LATEST") == b"ckpt-00000010.json\n"
+    _put(relaunched, 15, b"fifteen, again")  # caught up: nothing newer any more
+    assert relaunched.newer_at_put is None
+    _put(relaunched, 20)
+    assert [m["step"] for m in relaunched.list()] == [15, 20]
+    assert sorted(k for k in relaunched._keys() if k.endswith(".pt")) == [
+        "ckpt-00000015.pt",
+        "ckpt-00000020.pt",
+    ]
+    assert relaunched.get_latest()[1]["step"] == 20  # type: ignore[index]
+
+
+def test_keep_one_still_keeps_the_older_step_just_written(make_store: Factory) -> None:
+    store = make_store(keep=1)
     _put(store, 10)
-    before = sorted(store._keys())
-    with pytest.raises(ValueError) as err:
-        _put(store, 3)
-    assert str(err.value) == (
-        f"checkpoint step 3 is older than the latest checkpoint (step 10) in {store.uri}: "
-        "steps only go forward; resume from it first (sdk.load_checkpoint()) and save step 10 "
-        f"or later, or remove {store.uri} to start over"
-    )
-    assert sorted(store._keys()) == before  # nothing written, nothing deleted
-    assert store._read("LATEST") == b"ckpt-00000010.json\n"
-    found = store.get_latest()
+    relaunched = make_store(keep=1)
+    _put(relaunched, 5)
+    assert [m["step"] for m in relaunched.list()] == [5, 10]
+    _put(relaunched, 7)  # 5 goes: neither the newest nor the one written last
+    assert [m["step"] for m in relaunched.list()] == [7, 10]
+    assert relaunched._read("LATEST") == b"ckpt-00000007.json\n"
+    assert checkpoint_name(5) not in relaunched._keys()
+    found = relaunched.get_latest()
     assert found is not None and found[1]["step"] == 10
-    _put(store, 10, b"again")  # the same step again still replaces it
-    assert store.get_latest()[0] == b"again"  # type: ignore[index]
 
 
 def test_an_older_step_past_a_corrupt_newer_one_is_kept(make_store: Factory) -> None:
@@ -260,10 +285,27 @@ def test_an_older_step_past_a_corrupt_newer_one_is_kept(make_store: Factory) -> 
     _put(store, 10, b"ten" * 100)
     _corrupt_byte(store, checkpoint_name(10))
     _put(store, 7, b"seven")  # resumed from 5 past the corrupt 10: 7 is the newest usable one
+    assert store.newer_at_put == 10  # as listed: the put reads no data to check it
     found = make_store().get_latest()
     assert found is not None and (found[0], found[1]["step"]) == (b"seven", 7)
     assert found[1]["fallback_from"] == "ckpt-00000010.pt"
     assert store._read("LATEST") == b"ckpt-00000007.json\n"
+
+
+def test_a_put_lists_the_store_as_often_as_before(make_store: Factory) -> None:
+    store = make_store(keep=5)
+    _put(store, 10)
+    calls: list[str] = []
+    real_keys = store._keys
+
+    def counting() -> list[str]:
+        calls.append("list")
+        return real_keys()
+
+    store._keys = counting  # type: ignore[method-assign]
+    _put(store, 5)  # the listing that finds step 10 is one retention needs anyway
+    assert store.newer_at_put == 10
+    assert len(calls) == 3  # newer steps, retention's manifests, retention's orphan data
 
 
 # -- loading with a decoder, setting aside what fails ----------------------------------------
@@ -276,7 +318,7 @@ def test_load_latest_skips_what_the_decoder_rejects(make_store: Factory) -> None
         if manifest["step"] == 15:
             raise ForeignCheckpointError(f"checkpoint {where} belongs to another trial")
         if manifest["step"] == 10:
-            raise CheckpointError(f"checkpoint {where} is not a torch file")
+            raise UnusableCheckpointError(f"checkpoint {where} is not a torch file")
         return data.decode()
 
     found = store.load_latest(decode)
@@ -308,7 +350,9 @@ def test_load_latest_when_the_decoder_rejects_every_one(make_store: Factory) -> 
     _put(store, 10)
 
     def reject(data: bytes, manifest: Manifest, where: str) -> bytes:
-        raise CheckpointError(f"checkpoint {where} is not a torch file", hint="save it again")
+        raise UnusableCheckpointError(
+            f"checkpoint {where} is not a torch file", hint="save it again"
+        )
 
     with pytest.raises(CheckpointError) as err:
         store.load_latest(reject)
@@ -318,6 +362,66 @@ def test_load_latest_when_the_decoder_rejects_every_one(make_store: Factory) -> 
         "either"
     )
     assert err.value.hint == "save it again"
+
+
+def test_load_latest_propagates_what_is_not_the_files_fault(make_store: Factory) -> None:
+    store = make_store()
+    _put(store, 5)
+    _put(store, 10)
+
+    def busy(data: bytes, manifest: Manifest, where: str) -> bytes:
+        raise CheckpointError(f"checkpoint {where} cannot be loaded here: out of memory")
+
+    with pytest.raises(CheckpointError) as err:  # not a fallback to step 5
+        store.load_latest(busy)
+    assert not isinstance(err.value, UnusableCheckpointError)
+    assert err.value.message == (
+        f"checkpoint {store._location(checkpoint_name(10))} cannot be loaded here: out of memory"
+    )
+
+
+@pytest.mark.parametrize("key", [checkpoint_name(10), manifest_name(10)])
+def test_a_failed_read_propagates_instead_of_falling_back(make_store: Factory, key: str) -> None:
+    store = make_store()
+    _put(store, 5)
+    _put(store, 10)
+    reopened = make_store()  # a relaunch: nothing known good yet
+    real_read = reopened._read
+
+    def throttled(name: str) -> bytes | None:
+        if name == key:
+            raise CheckpointError(f"checkpoint store: reading {name} failed: SlowDown (503)")
+        return real_read(name)
+
+    reopened._read = throttled  # type: ignore[method-assign]
+    with pytest.raises(CheckpointError) as err:
+        reopened.get_latest()
+    assert err.value.message == f"checkpoint store: reading {key} failed: SlowDown (503)"
+    assert not isinstance(err.value, UnusableCheckpointError)
+    reopened._read = real_read  # type: ignore[method-assign]
+    found = reopened.get_latest()  # the next attempt: the same newest checkpoint, unharmed
+    assert found is not None and found[1]["step"] == 10 and "fallback_from" not in found[1]
+
+
+def test_what_fails_its_checks_is_unusable(make_store: Factory) -> None:
+    store = make_store(keep=5)
+    for step in (1, 2, 3, 4):
+        _put(store, step, f"payload {step}".encode() * 10)
+    _corrupt_byte(store, checkpoint_name(4))  # checksum
+    store._write(checkpoint_name(3), b"short")  # size
+    store._remove(checkpoint_name(2))  # missing data
+    store._write(manifest_name(1), b"{")  # manifest
+    with pytest.raises(CheckpointError) as err:
+        make_store().get_latest()
+    assert "sha256" in err.value.message and "no older checkpoint" in err.value.message
+    skipped = []
+    for step in (4, 3, 2, 1):
+        try:
+            make_store().read(make_store()._load_manifest(manifest_name(step), step))
+        except UnusableCheckpointError as e:
+            skipped.append(step)
+            assert "\n" not in e.message
+    assert skipped == [4, 3, 2, 1]
 
 
 def test_set_aside_renames_and_never_deletes(make_store: Factory) -> None:
