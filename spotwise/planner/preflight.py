@@ -6,7 +6,8 @@ location a cloud's instances cannot reach). :func:`preflight` adds what a job wo
 only find out after :meth:`Store.create_job` — some of it only after instances were bought:
 
 * an option a launch needs (AWS ``image``; :data:`~spotwise.providers.registry.PROVIDER_OPTIONS`);
-* a region its cloud does not have (where the cloud module can tell: ``check_region``);
+* a region its cloud does not have (where the catalog or the cloud module can tell:
+  ``check_region``);
 * an instance type its catalog does not know (where the catalog can tell:
   ``check_instance_type``), in each region the job names;
 * a checkpoint location the orchestrator cannot write (:func:`probe_checkpoint_root`).
@@ -39,8 +40,8 @@ def preflight(spec: JobSpec, backend: Backend, checkpoint_root: str) -> None:
         if p.name == "local":
             continue  # open_backend checked the replayed market's regions, zones and offers
         _required_options(i, p)
-        _regions(i, p)
         catalog = catalogs.get(p.name)
+        _regions(i, p, catalog)
         if catalog is not None:
             _instance_types(i, p, catalog)
     aws_profile = next(
@@ -69,8 +70,12 @@ def _required_options(i: int, p: ProviderSpec) -> None:
         )
 
 
-def _regions(i: int, p: ProviderSpec) -> None:
-    check = getattr(cloud_module(p.name), "check_region", None)
+def _regions(i: int, p: ProviderSpec, catalog: Catalog | None) -> None:
+    """The job's catalog checks its regions when it can (GCP, Azure: their prices and API),
+    else the cloud module (AWS)."""
+    check = getattr(catalog, "check_region", None) or getattr(
+        cloud_module(p.name), "check_region", None
+    )
     if not callable(check):
         return  # this cloud's regions are known only to its API: offers show what exists
     for j, region in enumerate(p.regions):

@@ -33,11 +33,20 @@ import os
 import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from functools import cache
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from spotwise.errors import CapacityError, ProviderError, ProviderUnavailable, SpecError
+from spotwise.errors import (
+    CapacityError,
+    ProviderError,
+    ProviderUnavailable,
+    SpecError,
+)
 from spotwise.providers.base import Market
 from spotwise.providers.registry import INSTALL_HINT, CheckResult, OptionsMixin, ProviderConfig
+
+if TYPE_CHECKING:
+    pass
 
 NAME = "azure"
 ARM_SCOPE = "https://management.azure.com/.default"
@@ -125,6 +134,14 @@ def api_error(prefix: str, e: Exception) -> ProviderError:
     if code == "OperationNotAllowed" and "quota" in msg.lower():
         return ProviderError(text, hint="request a higher vCPU quota for this VM family")
     return ProviderError(text)
+
+
+# ---- regions --------------------------------------------------------------------------------
+@cache
+def shipped_regions() -> frozenset[str]:
+    from spotwise.providers.azure_prices import load
+
+    return frozenset(load().regions())
 
 
 # ---- registry entry points -----------------------------------------------------------------

@@ -5,6 +5,10 @@ resource SKUs of a region. Prices come live from the public Retail Prices API (c
 for the catalog's life) or, offline / on failure, from the shipped dated catalog. An Azure
 "zone" in an :class:`Offer` is ``<region>-<n>`` for zonal placement, or the region name itself
 where a size has no zones. Sizes without a price are never offered.
+
+Names a job gets wrong are refused before it starts (:mod:`spotwise.planner.preflight`):
+:meth:`AzureCatalog.check_instance_type` and :meth:`AzureCatalog.check_region` (regions from
+the prices, else from :meth:`AzureCatalog.lists_region`).
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from spotwise.errors import ProviderError
+from spotwise.errors import NotFoundError, ProviderError, SpecError, did_you_mean
 from spotwise.providers import azure_prices
 from spotwise.providers.azure import NAME, AzureSettings, api_error
 from spotwise.providers.base import InstanceType, Market, Offer, PricePoint
@@ -93,10 +97,59 @@ class AzureCatalog:
         self.client = client  # None: offline (hardware and prices from the catalog CSV)
         self.fallback = fallback
         self._skus: dict[str, list[Sku]] = {}
+        self._sizes: dict[str, set[str]] = {}  # region → every VM size ARM lists there
         self._live: dict[str, PriceTable] = {}
 
     def regions(self) -> list[str]:
         return list(self.settings.regions) or self.fallback.regions()
+
+    def lists_region(self, region: str) -> bool:
+        """Whether the resource SKUs API lists VM sizes in ``region`` (False offline, or for
+        a name not shaped like a region, which is never sent). The listing is the one the
+        offers make anyway: no extra call."""
+        if self.client is None:
+            return False
+        try:
+            azure_prices.retail_filter(region)
+        except SpecError:
+            return False
+        self.skus(region)
+        return bool(self._sizes.get(region))
+
+    def check_region(self, region: str) -> str:
+        """``region`` if Azure has it, else NotFoundError with "did you mean". Known without a
+        call: the regions of the shipped price catalog and of this catalog's prices. Else it is
+        accepted when the resource SKUs API lists VM sizes there (the listing the offers make
+        anyway), so a real region the price catalog lacks passes."""
+        from spotwise.providers.azure import shipped_regions
+
+        known = set(shipped_regions()) | set(self.fallback.regions())
+        if region in known or self.lists_region(region):
+            return region
+        choices = sorted(known)
+        raise NotFoundError(f"{NAME}: unknown region {region!r}{did_you_mean(region, choices)}")
+
+    def instance_type_names(self, region: str | None = None) -> list[str]:
+        """Every VM size the price catalog (any region) or, online, the resource SKUs API (in
+        ``region``, else in each of :meth:`regions`; restricted sizes too) knows."""
+        names = {r.instance_type for r in self.fallback.rows}
+        if self.client is not None:
+            for reg in [region] if region else self.regions():
+                self.skus(reg)
+                names |= self._sizes.get(reg, set())
+        return sorted(names)
+
+    def check_instance_type(self, name: str, region: str | None = None) -> str:
+        """``name`` if the price catalog or the resource SKUs API knows it, else NotFoundError
+        with "did you mean". A name the price catalog knows needs no call; else the region's
+        SKUs are listed (the listing the offers make anyway). A size without a price in
+        ``region`` passes: it is never offered there, as before."""
+        if any(r.instance_type == name for r in self.fallback.rows):
+            return name
+        names = self.instance_type_names(region)
+        if name not in names:
+            raise NotFoundError(f"{NAME}: unknown VM size {name!r}{did_you_mean(name, names)}")
+        return name
 
     # ---- hardware --------------------------------------------------------------------------
     def skus(self, region: str) -> list[Sku]:
@@ -122,6 +175,13 @@ class AzureCatalog:
                     raws = list(self.client.resource_skus.list(filter=f"location eq '{region}'"))
                 except Exception as e:
                     raise api_error(f"azure: listing VM sizes in {region} failed", e) from None
+                here = region.lower()
+                self._sizes[region] = {
+                    raw.name
+                    for raw in raws
+                    if getattr(raw, "resource_type", "") == "virtualMachines"
+                    and here in {str(loc).lower() for loc in getattr(raw, "locations", None) or []}
+                }
                 parsed = (parse_sku(raw, region) for raw in raws)
                 self._skus[region] = [s for s in parsed if s is not None]
         names = self.settings.instance_types

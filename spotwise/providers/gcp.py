@@ -32,12 +32,20 @@ import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from spotwise.errors import ProviderError, ProviderUnavailable, SpecError
+from spotwise.errors import (
+    ProviderError,
+    ProviderUnavailable,
+    SpecError,
+)
 from spotwise.providers.base import TAG_MANAGED, Market
 from spotwise.providers.registry import INSTALL_HINT, CheckResult, OptionsMixin, ProviderConfig
+
+if TYPE_CHECKING:
+    pass
 
 NAME = "gcp"
 SCOPES = ("https://www.googleapis.com/auth/cloud-platform",)
@@ -194,6 +202,13 @@ def label_filter(tags: Mapping[str, str]) -> str:
 def zone_region(zone: str) -> str:
     """``us-central1-a`` → ``us-central1``."""
     return zone.rsplit("-", 1)[0] if zone.count("-") >= 2 else zone
+
+
+@cache
+def shipped_regions() -> frozenset[str]:
+    from spotwise.providers.gcp_prices import load
+
+    return frozenset(load().regions())
 
 
 # ---- registry entry points -----------------------------------------------------------------

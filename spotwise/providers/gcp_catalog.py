@@ -4,6 +4,10 @@ With ``options.offline: true`` (no clients) the hardware comes from the price CS
 from ``providers[].zones``. Machine types without a price are never offered (a wrong price is
 worse than none). GCP has no spot price history API: :meth:`GcpCatalog.price_history` returns
 the catalog's dated point.
+
+Names a job gets wrong are refused before it starts (:mod:`spotwise.planner.preflight`):
+:meth:`GcpCatalog.check_instance_type` and :meth:`GcpCatalog.check_region` (regions from the
+prices, else from :meth:`GcpCatalog.listed_regions`).
 """
 
 from __future__ import annotations
@@ -12,7 +16,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from spotwise.errors import ProviderError, SpecError
+from spotwise.errors import NotFoundError, ProviderError, SpecError, did_you_mean
 from spotwise.providers.base import InstanceType, Market, Offer, PricePoint
 from spotwise.providers.gcp import NAME, GcpClients, GcpSettings, api_error, zone_region
 from spotwise.providers.gcp_prices import PriceTable
@@ -41,9 +45,60 @@ class GcpCatalog:
         self.clients = clients  # None: offline, hardware from the price catalog
         self.prices = prices
         self._listed: dict[tuple[str, ...], list[tuple[str, Any]]] = {}
+        self._zones: set[str] = set()  # every zone an API listing named, matched or not
 
     def regions(self) -> list[str]:
         return list(self.settings.regions) or self.prices.regions()
+
+    def listed_regions(self) -> set[str]:
+        """The regions of the zones the Compute API lists machine types in (empty offline).
+
+        The answer names every zone, those without a match too, so this is the listing the
+        offers make anyway (the job's machine types, else the priced ones): no extra call."""
+        if self.clients is None:
+            return set()
+        named = [n for n in self.settings.instance_types if _MACHINE_TYPE.match(n)]
+        self._machine_types(None, named or None)
+        return {zone_region(z) for z in self._zones}
+
+    def check_region(self, region: str) -> str:
+        """``region`` if GCP has it, else NotFoundError with "did you mean". Known without a
+        call: the regions of the shipped price catalog and of this catalog's prices. Else it
+        is looked for in the zones the Compute API lists machine types in (the listing the
+        offers make anyway), so a real region the price catalog lacks is accepted."""
+        from spotwise.providers.gcp import shipped_regions
+
+        known = set(shipped_regions()) | set(self.prices.regions())
+        if region in known:
+            return region
+        listed = self.listed_regions()
+        if region in listed:
+            return region
+        choices = sorted(known | listed)
+        raise NotFoundError(f"{NAME}: unknown region {region!r}{did_you_mean(region, choices)}")
+
+    def instance_type_names(self) -> list[str]:
+        """Every machine type the price catalog (any region) or, online, the Compute API (any
+        zone: one listing of everything, kept) knows."""
+        names = {r.instance_type for r in self.prices.rows}
+        if self.clients is not None:
+            names |= {mt.name for _, mt in self._listing(())}
+        return sorted(names)
+
+    def check_instance_type(self, name: str, region: str | None = None) -> str:
+        """``name`` if the price catalog or the Compute API knows it, else NotFoundError with
+        "did you mean". A priced name needs no call; else the API is asked for that name, and
+        only when it does not list it for everything (the error path). A machine type the
+        catalog does not price in ``region`` passes: it is never offered there, as before."""
+        if any(r.instance_type == name for r in self.prices.rows):
+            return name
+        asked = self.clients is not None and _MACHINE_TYPE.match(name)
+        if asked and any(mt.name == name for _, mt in self._listing((name,))):
+            return name
+        names = self.instance_type_names()
+        if name not in names:
+            raise NotFoundError(f"{NAME}: unknown machine type {name!r}{did_you_mean(name, names)}")
+        return name
 
     def _machine_types(
         self, region: str | None, names: Sequence[str] | None
@@ -60,21 +115,7 @@ class GcpCatalog:
         bad = [n for n in names if not _MACHINE_TYPE.match(n)]
         if bad:
             raise SpecError(f"providers[].instance_types: {bad} are not GCP machine type names")
-        key = tuple(names)
-        if key not in self._listed:
-            request: dict[str, Any] = {"project": self.settings.project}
-            if names:
-                request["filter"] = " OR ".join(f'(name = "{n}")' for n in names)
-            try:
-                pager = self.clients.get("MachineTypesClient").aggregated_list(request=request)
-                self._listed[key] = [
-                    (scope.split("/", 1)[-1], mt)
-                    for scope, scoped in pager
-                    for mt in scoped.machine_types
-                ]
-            except Exception as e:
-                raise _wrap(e, "gcp: listing machine types failed") from None
-        pairs = self._listed[key]
+        pairs = self._listing(tuple(names))
         regions = {region} if region else set(self.settings.regions)
         zones = set(self.settings.zones)
         return [
@@ -84,6 +125,27 @@ class GcpCatalog:
             and (not zones or z in zones)
             and (not names or mt.name in names)
         ]
+
+    def _listing(self, names: tuple[str, ...]) -> list[tuple[str, Any]]:
+        """(zone, MachineType) of the project's zones for ``names`` (every machine type when
+        empty; names already checked), one ``aggregated_list`` per set of names, kept."""
+        assert self.clients is not None
+        if names not in self._listed:
+            request: dict[str, Any] = {"project": self.settings.project}
+            if names:
+                request["filter"] = " OR ".join(f'(name = "{n}")' for n in names)
+            try:
+                pager = self.clients.get("MachineTypesClient").aggregated_list(request=request)
+                pairs: list[tuple[str, Any]] = []
+                for scope, scoped in pager:
+                    zone = scope.split("/", 1)[-1]
+                    if scope.startswith("zones/"):
+                        self._zones.add(zone)
+                    pairs += [(zone, mt) for mt in scoped.machine_types]
+            except Exception as e:
+                raise _wrap(e, "gcp: listing machine types failed") from None
+            self._listed[names] = pairs
+        return self._listed[names]
 
     def instance_types(self, region: str | None = None) -> list[InstanceType]:
         names = list(self.settings.instance_types) or None

@@ -1,0 +1,301 @@
+"""GCP and Azure refuse a mistyped region or instance type before the job is recorded
+(:mod:`spotwise.planner.preflight`, as ``tests/orchestrator/test_preflight.py`` checks for AWS):
+exit 2, one line with "did you mean", no job row, nothing created on the cloud.
+
+Before, neither cloud checked these names: the job was recorded and ran on with no offer at all,
+polling the API for ever. Names come from the price catalog without an API call; a name it lacks
+is looked up through the Compute API (GCP machine types and the zones they are listed in, Azure
+resource SKUs), so a real region or machine type the shipped catalog lacks still passes.
+
+The real google-cloud-compute and azure-mgmt-compute clients run against the fakes of
+``tests/fixtures`` (served through ``responses``, nothing leaves the process)."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, unquote, urlparse
+
+import pytest
+import responses
+import yaml
+from cloudfakes import GCP_IMAGE, AzureCredential, azure_config, fake_arm, fake_gce, gcp_credentials
+
+from spotwise import jobs
+from spotwise.errors import SpecError
+from spotwise.planner.backend import Backend, open_backend
+from spotwise.planner.preflight import preflight
+from spotwise.spec import load_spec
+from spotwise.store import Store
+
+pytestmark = [
+    pytest.mark.filterwarnings("ignore::DeprecationWarning"),
+    pytest.mark.timeout(120),  # before the checks, a mistyped name ran a job that never ended
+]
+
+PROJECT = "proj-1"
+
+
+# ---- the clouds ---------------------------------------------------------------------------------
+class LocatedARM(fake_arm.FakeARM):
+    """The ARM fake, its resource SKUs answering the ``location eq`` filter: eastus has the
+    recorded SKUs, westeurope (a region the shipped price catalog lacks) copies of them, any
+    other location none."""
+
+    regions = ("eastus", "westeurope")
+
+    def _skus(self, request: Any) -> tuple[int, dict[str, str], str]:
+        status, headers, text = super()._skus(request)
+        flt = unquote(" ".join(parse_qs(urlparse(request.url).query).get("$filter", [])))
+        where = re.search(r"location eq '([^']+)'", flt)
+        if where is None:
+            return status, headers, text
+        location = where.group(1)
+        if location not in self.regions:
+            return status, headers, json.dumps({"value": []})
+        page = json.loads(text)
+        if "nextLink" in page:  # the recorded link filters on eastus
+            page["nextLink"] = page["nextLink"].replace("%27eastus%27", f"%27{location}%27")
+        return status, headers, json.dumps(page).replace('"eastus"', json.dumps(location))
+
+
+@pytest.fixture
+def gcp_cloud(monkeypatch: pytest.MonkeyPatch) -> Iterator[fake_gce.FakeGCE]:
+    """The Compute Engine fake; the job's GCP clients get a fixed test token. Its machine type
+    listing names zones in us-central1, us-east4, europe-west4 and asia-south2 (the last one
+    without a machine type, and a region the shipped price catalog lacks)."""
+    monkeypatch.setattr(
+        "spotwise.providers.gcp.default_credentials",
+        lambda: (gcp_credentials("ya29.preflight"), PROJECT),
+    )
+    fake = fake_gce.FakeGCE(project=PROJECT)
+    with responses.RequestsMock(assert_all_requests_are_fired=False) as rs:
+        fake.install(rs)
+        yield fake
+    assert fake.instances == {}  # nothing was ever created
+    assert not [c for c in rs.calls if c.request.method == "POST"]
+
+
+@pytest.fixture
+def azure_cloud(monkeypatch: pytest.MonkeyPatch) -> Iterator[LocatedARM]:
+    monkeypatch.setattr(
+        "spotwise.providers.azure.default_credential", lambda: AzureCredential("preflight")
+    )
+    fake = LocatedARM()
+    with responses.RequestsMock(assert_all_requests_are_fired=False) as rs:
+        fake.install(rs)
+        yield fake
+    assert fake.vms == {}  # nothing was ever created
+    assert not [c for c in rs.calls if c.request.method == "PUT"]
+
+
+def gcp_provider(**fields: Any) -> dict[str, Any]:
+    opts = {"project": PROJECT, "image": GCP_IMAGE, "poll_s": "0.2"}
+    return {
+        "name": "gcp",
+        "regions": ["us-central1"],
+        "instance_types": ["e2-standard-2", "g2-standard-4"],
+        "markets": ["spot"],
+        "options": opts,
+        **fields,
+    }
+
+
+def azure_provider(fake: LocatedARM, **fields: Any) -> dict[str, Any]:
+    opts = {**azure_config(fake).options, "poll_s": "0.2"}
+    opts.pop("artifacts")  # the trial channel defaults to the file:// checkpoint location
+    return {
+        "name": "azure",
+        "regions": ["eastus"],
+        "instance_types": ["Standard_E8s_v5", "Standard_NC4as_T4_v3"],
+        "markets": ["spot"],
+        "options": opts,
+        **fields,
+    }
+
+
+# ---- the job ------------------------------------------------------------------------------------
+def write_spec(tmp_path: Path, provider: dict[str, Any]) -> Path:
+    spec = {
+        "name": "preflight",
+        "command": ["python", "train.py"],
+        "metric": {"name": "score"},
+        "steps": 4,
+        "trials": 2,
+        "parallel": 2,
+        "search_space": {"lr": {"type": "real", "low": 0.001, "high": 0.1, "log": True}},
+        "search": {"optimizer": "random"},
+        "providers": [provider],
+        "checkpoint": {"every": 2, "location": (tmp_path / "ckpt").as_uri()},
+    }
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return path
+
+
+def refused(tmp_path: Path, provider: dict[str, Any]) -> str:
+    """Run `tune` (the core call); return the SpecError's message, once checked that it is one
+    line and that the store holds no job (so no trial and no instance)."""
+    db = f"sqlite:///{tmp_path / 'spotwise.db'}"
+    with pytest.raises(SpecError) as info:
+        jobs.tune(write_spec(tmp_path, provider), db=db, run_root=tmp_path / "runs")
+    message = str(info.value)
+    assert "\n" not in message and "\r" not in message
+    assert info.value.exit_code == 2
+    with Store.open(db) as store:
+        assert store.list_jobs() == []
+        assert store.list_instances(None) == []
+    assert not (tmp_path / "runs").exists()
+    return message
+
+
+def passes_preflight(
+    tmp_path: Path, provider: dict[str, Any], rs: Any
+) -> tuple[Backend, list[str]]:
+    """Open the job's market and run its preflight (which must pass); return the market and
+    the URLs of the API calls the preflight made."""
+    spec = load_spec(write_spec(tmp_path, provider))
+    backend = open_backend(spec, tmp_path, tmp_path / "runs")
+    before = len(rs.calls)
+    preflight(spec, backend, f"{spec.checkpoint.location}/j-preflight")
+    return backend, [unquote(c.request.url) for c in list(rs.calls)[before:]]
+
+
+# ---- GCP ----------------------------------------------------------------------------------------
+def test_gcp_unknown_region_is_a_spec_error_before_the_job_starts(
+    tmp_path: Path, gcp_cloud: Any
+) -> None:
+    provider = gcp_provider(regions=["us-central1", "us-centrl1"])
+    assert refused(tmp_path, provider) == (
+        "spec field 'providers.0.regions.1': gcp: unknown region 'us-centrl1' "
+        "(did you mean 'us-central1'?)"
+    )
+
+
+def test_gcp_unknown_machine_type_is_a_spec_error_before_the_job_starts(
+    tmp_path: Path, gcp_cloud: Any
+) -> None:
+    provider = gcp_provider(instance_types=["e2-standard-2", "e2-standrd-2"])
+    assert refused(tmp_path, provider) == (
+        "spec field 'providers.0.instance_types.1': gcp: unknown machine type 'e2-standrd-2' "
+        "(did you mean 'e2-standard-2'?) in us-central1"
+    )
+
+
+def test_gcp_names_the_price_catalog_knows_pass_without_an_api_call(
+    tmp_path: Path, gcp_cloud: Any
+) -> None:
+    assert passes_preflight(tmp_path, gcp_provider(), gcp_cloud.rs)[1] == []
+
+
+def test_gcp_a_region_and_machine_type_only_the_api_lists_pass(
+    tmp_path: Path, gcp_cloud: Any
+) -> None:
+    """asia-south2 and c3-standard-4 are real but not in the shipped price catalog: the Compute
+    API lists them, so they pass (never offered without a price, as before), without the full
+    machine type listing (every call names its machine types); the region's listing is the
+    one the offers make, so listing them asks the API nothing more."""
+    provider = gcp_provider(
+        regions=["us-central1", "asia-south2"], instance_types=["e2-standard-2", "c3-standard-4"]
+    )
+    backend, calls = passes_preflight(tmp_path, provider, gcp_cloud.rs)
+    assert calls and all("/aggregated/machineTypes?" in u and "filter=" in u for u in calls)
+    before = len(gcp_cloud.rs.calls)
+    offers = backend.list_offers(0.0)
+    assert {o.instance_type for o in offers} == {"e2-standard-2"}  # c3: no price, not offered
+    listed = [c for c in list(gcp_cloud.rs.calls)[before:] if "machineTypes" in c.request.url]
+    assert listed == []
+
+
+# ---- Azure --------------------------------------------------------------------------------------
+def test_azure_unknown_region_is_a_spec_error_before_the_job_starts(
+    tmp_path: Path, azure_cloud: LocatedARM
+) -> None:
+    provider = azure_provider(azure_cloud, regions=["eastus", "eastsu"])
+    assert refused(tmp_path, provider) == (
+        "spec field 'providers.0.regions.1': azure: unknown region 'eastsu' "
+        "(did you mean 'eastus'?)"
+    )
+
+
+def test_azure_unknown_vm_size_is_a_spec_error_before_the_job_starts(
+    tmp_path: Path, azure_cloud: LocatedARM
+) -> None:
+    provider = azure_provider(azure_cloud, instance_types=["Standard_E8s_v5", "Standard_NC6s_v4"])
+    assert refused(tmp_path, provider) == (
+        "spec field 'providers.0.instance_types.1': azure: unknown VM size 'Standard_NC6s_v4' "
+        "(did you mean 'Standard_NC6s_v3'?) in eastus"
+    )
+
+
+def test_azure_names_the_price_catalog_knows_pass_without_an_api_call(
+    tmp_path: Path, azure_cloud: LocatedARM
+) -> None:
+    assert passes_preflight(tmp_path, azure_provider(azure_cloud), azure_cloud.rs)[1] == []
+
+
+def test_azure_a_region_and_vm_size_only_the_api_lists_pass(
+    tmp_path: Path, azure_cloud: LocatedARM
+) -> None:
+    """westeurope and Standard_B1s are not in the shipped price catalog: the resource SKUs of
+    each region list them, so they pass; one SKU listing per region, the one the offers use."""
+    provider = azure_provider(
+        azure_cloud,
+        regions=["eastus", "westeurope"],
+        instance_types=["Standard_E8s_v5", "Standard_B1s"],
+    )
+    _, calls = passes_preflight(tmp_path, provider, azure_cloud.rs)
+    firsts = [u for u in calls if "/skus?" in u and "skiptoken" not in u]
+    assert sorted(re.findall(r"location eq '(\w+)'", " ".join(firsts))) == [
+        "eastus",
+        "westeurope",
+    ]
+
+
+# ---- the command --------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("cloud", "line"),
+    [
+        (
+            "gcp",
+            "error: spec field 'providers.0.instance_types.0': gcp: unknown machine type "
+            "'g2-standrad-4' (did you mean 'g2-standard-4'?) in us-central1",
+        ),
+        (
+            "azure",
+            "error: spec field 'providers.0.regions.0': azure: unknown region 'estus' "
+            "(did you mean 'eastus'?)",
+        ),
+    ],
+)
+def test_tune_exits_2_with_one_line(
+    cloud: str,
+    line: str,
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``spotwise tune`` through the CLI's own entry point (in this process, where the fakes
+    answer): exit 2, one `error:` line, no job recorded."""
+    from spotwise.cli import app
+
+    if cloud == "gcp":
+        request.getfixturevalue("gcp_cloud")
+        provider = gcp_provider(instance_types=["g2-standrad-4"])
+    else:
+        provider = azure_provider(request.getfixturevalue("azure_cloud"), regions=["estus"])
+    db = f"sqlite:///{tmp_path / 'cli.db'}"
+    monkeypatch.setenv("SPOTWISE_HOME", str(tmp_path))
+    argv = ["spotwise", "tune", str(write_spec(tmp_path, provider)), "--db", db]
+    monkeypatch.setattr(sys, "argv", argv)
+    with pytest.raises(SystemExit) as exit_info:
+        app.main()
+    assert exit_info.value.code == 2
+    assert [x for x in capsys.readouterr().err.splitlines() if x.strip()] == [line]
+    with Store.open(db) as store:
+        assert store.list_jobs() == []
