@@ -3,7 +3,8 @@
 Written for cron jobs: one call reads the store, the rest is arithmetic on its rows.
 
 * Every instance life is counted once, in the window in which it **ended**: its bill is final
-  then, so a past window's numbers never change when the report is run again.
+  then, so a past window's numbers never change when the report is run again. Windows are
+  half-open, ``(now - since, now]``: a life that ended exactly on a boundary is in one window.
 * Lives that have not ended (a job still running, or an instance its job's drain could not
   terminate) are listed apart as **held**, with their hourly price: they are the money that is
   still flowing. One whose job has finished, or whose orchestrator has stopped, is a
@@ -106,9 +107,11 @@ def summarize(
     since: float | None,
     now: float,
 ) -> dict[str, Any]:
-    """The report from the store's rows; ``jobs`` describes every job of those rows."""
+    """The report from the store's rows; ``jobs`` describes every job of those rows. Of the
+    ``ended`` lives it counts those that ended in ``(since, now]`` (``since`` None: any time)."""
     sim = frozenset(j for j, info in jobs.items() if info.simulated)
-    ended = [r for r in ended if r.ended_at is not None and r.ended_at <= now]
+    lo = float("-inf") if since is None else since
+    ended = [r for r in ended if r.ended_at is not None and lo < r.ended_at <= now]
     groups: dict[str, list[LifeRow]] = {}
     for r in ended:
         groups.setdefault(group_key(r, by, r.job_id in sim), []).append(r)
@@ -168,7 +171,7 @@ def report(
     try:
         ended = [  # lives: launches a provider accepted (a refused one is no life, no bill)
             r
-            for r in store.list_instances(None, ended_since=start if start is not None else 0.0)
+            for r in store.list_instances(None, ended_since=start)
             if not r.is_active() and r.launched_at is not None
         ]
         held = store.list_instances(None, active_only=True)

@@ -155,15 +155,18 @@ class LocalProvisioner:
             raise ProviderError(
                 f"local: refusing to terminate {unknown}: not launched by spotwise here"
             )
-        for iid in instance_ids:
-            p = self._procs[iid]
-            if p.instance.state.is_terminal():
-                continue
-            # billing ends with the request, as on AWS ("you stop incurring charges for an
-            # instance as soon as its state changes to shutting-down"), not after the wall
-            # seconds the trial takes to wind down (minutes of market time at 300x)
-            asked = self.clock.now()
-            self._stop_process(p, graceful=True)
+        # billing ends with the request, as on AWS ("you stop incurring charges for an
+        # instance as soon as its state changes to shutting-down"), not after the wall
+        # seconds the trials take to wind down (minutes of market time at 300x): one reading
+        # of the clock for every id of the call, taken before any process is signalled
+        asked = self.clock.now()
+        live = [
+            p
+            for p in (self._procs[iid] for iid in dict.fromkeys(instance_ids))
+            if not p.instance.state.is_terminal()
+        ]
+        self._stop_processes(live, graceful=True)
+        for p in live:
             p.instance.state = InstanceState.TERMINATED
             p.instance.ended_at = asked
 
@@ -292,12 +295,13 @@ class LocalProvisioner:
         p.notice_at = now
 
     def shutdown(self) -> None:
-        """Kill every process still running (the orchestrator is leaving)."""
-        for p in self._procs.values():
-            if not p.instance.state.is_terminal():
-                self._stop_process(p, graceful=True)
-                p.instance.state = InstanceState.TERMINATED
-                p.instance.ended_at = self.clock.now()
+        """Kill every process still running (the orchestrator is leaving), billed to now."""
+        asked = self.clock.now()
+        live = [p for p in self._procs.values() if not p.instance.state.is_terminal()]
+        self._stop_processes(live, graceful=True)
+        for p in live:
+            p.instance.state = InstanceState.TERMINATED
+            p.instance.ended_at = asked
 
     def _signal(self, p: _Proc, sig: signal.Signals) -> None:
         if p.popen is None or p.popen.poll() is not None:
@@ -306,16 +310,27 @@ class LocalProvisioner:
             os.killpg(p.popen.pid, sig)
 
     def _stop_process(self, p: _Proc, graceful: bool) -> None:
-        if p.popen is not None and p.popen.poll() is None:
-            if graceful:
+        self._stop_processes([p], graceful)
+
+    def _stop_processes(self, procs: Sequence[_Proc], graceful: bool) -> None:
+        """End ``procs`` together: SIGTERM to all, one kill grace for the batch (not one each),
+        then SIGKILL to whatever is left."""
+        running = [(p, p.popen) for p in procs if p.popen is not None and p.popen.poll() is None]
+        if graceful and running:
+            for p, _ in running:
                 self._signal(p, signal.SIGTERM)
+            deadline = time.monotonic() + self.kill_grace_s
+            for _, popen in running:
                 with contextlib.suppress(subprocess.TimeoutExpired):
-                    p.popen.wait(self.kill_grace_s)
+                    popen.wait(max(0.0, deadline - time.monotonic()))
+        for p, _ in running:
             self._signal(p, signal.SIGKILL)
-            p.popen.wait()
-        if p.popen is not None and p.instance.exit_code is None:
-            p.instance.exit_code = p.popen.returncode
-        self._close_log(p)
+        for _, popen in running:
+            popen.wait()
+        for p in procs:
+            if p.popen is not None and p.instance.exit_code is None:
+                p.instance.exit_code = p.popen.returncode
+            self._close_log(p)
 
     @staticmethod
     def _close_log(p: _Proc) -> None:

@@ -281,13 +281,14 @@ class Store:
         self, job_id: str | None, active_only: bool = False, *, ended_since: float | None = None
     ) -> list[InstanceRow]:
         """The job's launches (every job's when ``job_id`` is None), oldest first;
-        ``active_only``: state not terminal; ``ended_since``: ended at or after that time."""
+        ``active_only``: state not terminal; ``ended_since``: ended after that time (strictly:
+        report windows are half-open, ``(start, end]``: a life ending on a boundary is in one)."""
         with self._scope("listing instances") as s:
             stmt = select(InstanceRow)
             if job_id is not None:
                 stmt = stmt.where(InstanceRow.job_id == job_id)
             if ended_since is not None:
-                stmt = stmt.where(col(InstanceRow.ended_at) >= ended_since)
+                stmt = stmt.where(col(InstanceRow.ended_at) > ended_since)
             if active_only:
                 stmt = stmt.where(col(InstanceRow.state).not_in(sorted(TERMINAL_INSTANCE_STATES)))
             stmt = stmt.order_by(col(InstanceRow.requested_at), col(InstanceRow.id))
