@@ -245,6 +245,7 @@ def _release(store: Any, job: Any) -> dict[str, Any]:
     rows = store.list_instances(job.id, active_only=True)
     first = spec.providers[0]
     ends: dict[str, float | None] = {}  # launch id → when it ended (None: now)
+    seen: dict[str, rec.Settled] = {}  # launch id → the instance the provider listed for it
     records: list[dict[str, Any]] = []
     errors: list[str] = []
     if first.name == "local":
@@ -257,6 +258,8 @@ def _release(store: Any, job: Any) -> dict[str, Any]:
         for one in res.records:
             if one.outcome != rec.OPEN:
                 ends[one.held.launch_id] = one.ended_at
+            if one.found:
+                seen[one.held.launch_id] = one
             records.append(
                 {
                     "launch_id": one.held.launch_id,
@@ -269,12 +272,26 @@ def _release(store: Any, job: Any) -> dict[str, Any]:
     now = time.time()
     speedup = (first.replay or ReplaySpec()).speedup if first.name == "local" else 1.0
     for row in rows:
+        found = seen.get(row.id)
+        # a launch that never answered (its orchestrator died mid-launch, or its failure could
+        # not be confirmed clean) has no instance id or start: the instance the provider
+        # listed for it gives both, and it is billed from its creation (else from the
+        # request: it cannot have started earlier). No instance listed: nothing to bill.
+        start = row.launched_at
+        known: dict[str, Any] = {}
+        if found is not None and row.provider_instance_id is None:
+            known["provider_instance_id"] = found.instance_id
+        if found is not None and start is None:
+            start = found.launched_at or row.requested_at
+            known["launched_at"] = start  # `spotwise report` bills ended lives from it
         if row.id not in ends:
+            if known:
+                store.update_instance(row.id, **known)
             continue
         end = min(ends[row.id] or now, now)
         extra_s = 0.0
-        if row.launched_at is not None and row.end_reason != "not deleted":
-            extra_s = max((end - row.launched_at) * speedup - row.market_seconds, 0.0)
+        if start is not None and row.end_reason != "not deleted":
+            extra_s = max((end - start) * speedup - row.market_seconds, 0.0)
         store.update_instance(
             row.id,
             state="terminated",
@@ -282,6 +299,7 @@ def _release(store: Any, job: Any) -> dict[str, Any]:
             ended_at=end,
             cost_usd=row.cost_usd + extra_s * row.price_per_hour / 3600.0,
             market_seconds=row.market_seconds + extra_s,
+            **known,
         )
     store.update_job(job.id, cost_usd=sum(r.cost_usd for r in store.list_instances(job.id)))
     return {

@@ -6,7 +6,9 @@ A mixin of :class:`~spotwise.planner.orchestrator.Orchestrator` (over
 recorded in the store *before* the provider is called, so a crash can be reconciled by tags.
 A launch that fails may still have started an instance (the cloud accepted it, then waiting
 on it failed): whatever carries that launch's tag is terminated at once, and every try uses up
-its attempt number, so two instances never run (or checkpoint as) one attempt.
+its attempt number, so two instances never run (or checkpoint as) one attempt. A failed
+launch whose record cannot be confirmed clean (the listing or the terminate failed) keeps
+its record open: the job ends with it as a leftover, and `spotwise cancel` releases it.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from spotwise.errors import CapacityError, ProviderError
-from spotwise.planner.ledger import Ledger
+from spotwise.planner.ledger import UNCONFIRMED, Ledger
 from spotwise.planner.policy import Action, Checkpoint, Launch, Phase, SetCheckpointEvery, StopEarly
 from spotwise.planner.runstate import (
     LIMITS,
@@ -143,12 +145,9 @@ class Actions(Ledger):
         try:
             inst = self.backend.provisioner.launch(req)
         except (CapacityError, ProviderError) as e:
-            self.store.update_instance(
-                launch_id, state="failed", end_reason="failed", ended_at=time.time()
-            )
             self.blocked[offer.key] = now + max(self._tick_s(), 1.0)
             self._event("launch_failed", now, t, offer=offer.key, error=str(e))
-            self._discard_launch(t, launch_id, now)
+            self._close_failed_launch(t, launch_id, now)
             if not isinstance(e, CapacityError):
                 t.last_error = str(e)
                 t.failures += 1
@@ -156,6 +155,7 @@ class Actions(Ledger):
                     self._close_trial(t, "failed", now)
             return
         except BaseException:  # a crash mid-launch: leave no untracked instance, then re-raise
+            # the record stays open (the cloud may still be creating it): cancel settles it
             with contextlib.suppress(Exception):  # the launch's own error is the one to raise
                 self._discard_launch(t, launch_id, now)
             raise
@@ -193,15 +193,39 @@ class Actions(Ledger):
         )
 
     # ---- leftovers ------------------------------------------------------------------------
-    def _discard_launch(self, t: TrialRun, launch_id: str, now: float) -> None:
+    def _close_failed_launch(self, t: TrialRun, launch_id: str, now: float) -> None:
+        """Close a failed launch's record as ``failed`` once :meth:`_discard_launch` confirms
+        nothing of it is left. Otherwise the record stays open (``requested``, end reason
+        :data:`UNCONFIRMED`): it may hold a billed instance, so the job ends with it as a
+        leftover, `spotwise report` lists it as held and `spotwise cancel` finds it by its
+        launch tag."""
+        confirmed, ids = self._discard_launch(t, launch_id, now)
+        if confirmed:
+            self.store.update_instance(
+                launch_id, state="failed", end_reason="failed", ended_at=time.time()
+            )
+            return
+        # one instance found (its terminate refused): its id lets `cancel` match the record
+        found = {"provider_instance_id": ids[0]} if len(ids) == 1 else {}
+        self.store.update_instance(launch_id, end_reason=UNCONFIRMED, **found)
+        # a leftover of the job (the summary and the job's error name it; `tune` exits 1): by
+        # the instance's id where one was found, else by the launch id (the instance's
+        # ``spotwise:launch`` tag, by which `spotwise cancel` finds it)
+        self.leftover_ids += ids or [launch_id]
+
+    def _discard_launch(self, t: TrialRun, launch_id: str, now: float) -> tuple[bool, list[str]]:
         """Terminate whatever a failed launch left running: the instances carrying its tag
-        (the cloud may have accepted it before the call failed). Errors become events."""
+        (the cloud may have accepted it before the call failed). Errors become events.
+
+        Returns whether nothing of the launch is left (the listing succeeded, and so did the
+        terminate of what it found), and the ids it found still holding a resource."""
         prov = self.backend.provisioner
         try:
             found = prov.describe({TAG_JOB: self.job_id, TAG_LAUNCH: launch_id})
         except ProviderError as e:
             self._event("error", now, t, error=f"looking for the failed launch's instance: {e}")
-            return
+            return False, []
         left = [i.instance_id for i in found if i.holds_resource()]
         if left:
-            self._terminate_quietly(t, left, now, "the failed launch's instance")
+            return self._terminate_quietly(t, left, now, "the failed launch's instance"), left
+        return True, []

@@ -22,6 +22,9 @@ from spotwise.providers.base import TAG_JOB, InstanceState
 STOP_TIMEOUT_WALL_S = 30.0  # a trial asked to stop that has not exited by then is terminated
 RELEASE_RETRY_WALL_S = 5.0  # a refused terminate is retried this long after
 RELEASE_TRIES = 4  # refusals before the job stops waiting; the drain tries once more, then reports
+#: The end reason of an open record of a failed launch that may have left an instance: its
+#: tagged instances could not be listed, or terminated (see ``Actions._discard_launch``).
+UNCONFIRMED = "unconfirmed"
 
 
 class Ledger(TrialBook):

@@ -9,7 +9,7 @@ confirmed gone (:func:`reconcile_records`).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from spotwise.errors import ProviderError, SpecError
 from spotwise.planner.backend import _MIXED_LOCAL, provider_config
@@ -65,13 +65,17 @@ class Settled:
     """What became of one record: ``terminated`` (by this call), ``ended`` (listed in a state
     that holds nothing; ``ended_at`` when the provider says), ``not found`` (absent from a
     listing of its region that succeeded: gone) or ``open`` (not confirmed: ``error`` says
-    why; the record must stay open so that a later cancel retries)."""
+    why; the record must stay open so that a later cancel retries). ``launched_at``: when the
+    provider says the instance it matched was created (None: no instance matched, or the
+    provider does not say), so that a record whose launch never answered is billed from then."""
 
     held: Held
     outcome: str
     instance_id: str  # the provider's id; the launch id when none is known
     ended_at: float | None = None
     error: str = ""
+    launched_at: float | None = None
+    found: bool = False  # the provider listed an instance for this record
 
 
 @dataclass
@@ -118,8 +122,6 @@ def _scopes(q: ProviderSpec, held: list[Held]) -> list[tuple[ProviderConfig, lis
     listing covers the regions of its config, so one listing per region (a region that fails
     holds up only its own records); a GCP listing covers the project, an Azure one the
     resource group: one for all."""
-    from dataclasses import replace
-
     config = provider_config(q)
     if q.name != "aws":
         return [(config, held)]
@@ -168,10 +170,12 @@ def _settle(
         inst = by_id.get(h.instance_id or "") or by_launch.get(h.launch_id)
         if inst is None:
             out.records.append(Settled(h, NOT_FOUND, h.instance_id or h.launch_id))
-        elif inst.instance_id in refused:
-            error = refused[inst.instance_id]
-            out.records.append(Settled(h, OPEN, inst.instance_id, error=error))
+            continue
+        since = inst.launched_at or None  # 0.0: the provider does not say
+        if inst.instance_id in refused:
+            one = Settled(h, OPEN, inst.instance_id, error=refused[inst.instance_id])
         elif inst.instance_id in live:
-            out.records.append(Settled(h, TERMINATED, inst.instance_id))
+            one = Settled(h, TERMINATED, inst.instance_id)
         else:
-            out.records.append(Settled(h, ENDED, inst.instance_id, ended_at=inst.ended_at))
+            one = Settled(h, ENDED, inst.instance_id, ended_at=inst.ended_at)
+        out.records.append(replace(one, launched_at=since, found=True))

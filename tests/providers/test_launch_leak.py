@@ -1,0 +1,198 @@
+"""A failed launch that may have left a VM, on the GCP fake (the real google-cloud-compute
+client through ``responses``).
+
+Review: the GET right after an insert failed (500), and so did the next listing (the failed
+launch's discard): the launch's record was closed as ``failed`` while its VM kept running and
+billing; the job "succeeded" with no leftover, `spotwise cancel` said "job already succeeded"
+and `spotwise report` saw nothing held. And a VM whose launch never answered (the orchestrator
+died mid-launch: no instance id, no launch time on its record) was terminated by `cancel` but
+billed $0.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+import responses
+from cloudfakes import fake_gce, gcp_config, gcp_credentials, gcp_provisioner
+
+SMOKE = Path(__file__).resolve().parents[1] / "smoke"
+if str(SMOKE) not in sys.path:
+    sys.path.insert(0, str(SMOKE))
+
+from e2e_common import write_job  # noqa: E402 (needs the path above)
+from test_gcp import LAUNCHES  # noqa: E402
+from test_gcp_e2e import PROJECT, TOKEN, EmulatedGCE, _provider  # noqa: E402
+from vm_emulator import VmEmulator  # noqa: E402
+
+from spotwise import costs, jobs  # noqa: E402
+from spotwise.providers.base import our_tags  # noqa: E402
+from spotwise.spec import parse_spec  # noqa: E402
+from spotwise.store import Store  # noqa: E402
+
+
+class LostLaunch(EmulatedGCE):
+    """The first GET of an inserted VM answers 500, and so does every listing of that
+    launch's VMs (the discard's, under its ``spotwise-launch`` label): the launch fails and
+    nothing can confirm that its VM is gone. Listings of the whole job still answer."""
+
+    lost: str = ""  # the launch id whose GET failed
+
+    def _get(self, request: Any) -> Any:
+        if not self.lost and "/instances/sw-" in request.url:
+            self.lost = request.url.split("/instances/sw-")[1].split("-")[0]
+            return fake_gce._err(500, "backendError", "Internal error. Please try again.")
+        return super()._get(request)
+
+    def _list_instances(self, request: Any) -> Any:
+        if self.lost and self.lost in request.url:
+            return fake_gce._err(500, "backendError", "Internal error. Please try again.")
+        return super()._list_instances(request)
+
+
+def _ours(fake: Any) -> dict[str, str]:
+    return {
+        n: i["status"]
+        for (_, n), i in fake.instances.items()
+        if i["labels"].get("spotwise-managed") == "true"
+    }
+
+
+@pytest.fixture
+def lossy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[LostLaunch]:
+    monkeypatch.setattr(
+        "spotwise.providers.gcp.default_credentials", lambda: (gcp_credentials(TOKEN), PROJECT)
+    )
+    fake = LostLaunch(project=PROJECT)
+    fake.insert_polls = 0
+    with responses.RequestsMock(assert_all_requests_are_fired=False) as rs:
+        fake.install(rs)
+        fake.emulator = VmEmulator(tmp_path / "vms", "spotwise.providers.gcp_agent", fake.metadata)
+        with fake.emulator:
+            yield fake
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_an_unconfirmed_failed_launch_is_a_leftover_that_cancel_terminates(
+    lossy: LostLaunch, tmp_path: Path
+) -> None:
+    spec = write_job(tmp_path, _provider(), (tmp_path / "ckpt").as_uri())
+    db = f"sqlite:///{tmp_path / 'spotwise.db'}"
+    summary = jobs.tune(spec, db=db, run_root=tmp_path / "runs")
+    job, lost = summary["job_id"], lossy.lost
+    assert lost, "the fault was never injected"
+    (vm,) = [n for n in _ours(lossy) if n.startswith(f"sw-{lost}-")]
+    assert _ours(lossy) == {vm: "RUNNING"}  # the lost launch's VM outlived the job
+
+    # the job names it as a leftover (`tune` exits 1 on that), and its record stays open
+    assert summary["completed"] == 2
+    assert summary["leftover_instances"] == [lost]
+    assert f"may still be billed: {lost}; retry with `spotwise cancel {job}`" in summary["error"]
+    with Store.open_existing(db) as s:
+        row = next(r for r in s.list_instances(job) if r.id == lost)
+        assert (row.state, row.end_reason, row.provider_instance_id) == (
+            "requested",
+            "unconfirmed",
+            None,
+        )
+    # `spotwise report --check` sees it held, by a finished job: a leftover
+    held = costs.report(since="all", db=db)
+    assert held["leftovers"] == 1 and [h["job_id"] for h in held["held"]] == [job]
+
+    out = jobs.cancel(job, db=db)
+    iid = f"us-central1-a/{vm}"
+    assert out["terminated_instances"] == [iid]
+    assert out["records"] == [
+        {"launch_id": lost, "instance_id": iid, "region": "us-central1", "outcome": "terminated"}
+    ]
+    assert out["message"] == (
+        "job already succeeded; its record still held instances: 1 tagged instance(s) "
+        "terminated, 1 instance record(s) closed and billed up to now (1 terminated now)"
+    )
+    assert _ours(lossy) == {}
+    with Store.open_existing(db) as s:
+        row = next(r for r in s.list_instances(job) if r.id == lost)
+    assert (row.state, row.end_reason, row.provider_instance_id) == (
+        "terminated",
+        "reconciled",
+        iid,
+    )
+    assert row.launched_at is not None and row.cost_usd > 0.0
+    assert costs.report(since="all", db=db)["leftovers"] == 0
+
+
+# ---- a launch that never answered is billed from its VM's creation ---------------------------
+@pytest.fixture
+def gce(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    monkeypatch.setattr(
+        "spotwise.providers.gcp.default_credentials", lambda: (gcp_credentials(TOKEN), PROJECT)
+    )
+    with responses.RequestsMock(assert_all_requests_are_fired=False) as rs:
+        yield fake_gce.FakeGCE(project=PROJECT).install(rs)
+
+
+def test_cancel_bills_a_launch_that_never_answered_from_its_vms_creation(
+    gce: Any, tmp_path: Path
+) -> None:
+    db = f"sqlite:///{tmp_path / 'state.db'}"
+    spec = parse_spec(
+        {
+            "name": "midlaunch",
+            "command": ["python", "train.py"],
+            "metric": {"name": "m", "direction": "maximize"},
+            "steps": 2,
+            "search_space": {"x": {"type": "real", "low": 0.0, "high": 1.0}},
+            "providers": [{"name": "gcp", "options": dict(gcp_config().options)}],
+        }
+    )
+    offer = LAUNCHES.offer()
+    created = float(int(time.time()) - 3600)  # the VM exists since an hour ago
+    with Store.open(db) as s:
+        job = s.create_job("midlaunch", spec.model_dump_json(), "job.yaml", "spot-greedy", "max")
+        t = s.add_trial(job.id, 0, {"x": 0.5})
+        row = s.record_launch(  # recorded before the call, as the orchestrator does
+            job_id=job.id,
+            trial_id=t.id,
+            provider="gcp",
+            region=offer.region,
+            zone=offer.zone,
+            instance_type=offer.instance_type,
+            market=offer.market.value,
+            offer_key=offer.key,
+            price_per_hour=offer.price_per_hour,
+            requested_at=created - 20,
+        )
+        req = replace(LAUNCHES.request(row.id), tags=our_tags(job.id, t.id, row.id))
+        inst = gcp_provisioner(gcp_config(), gcp_credentials(TOKEN)).launch(req)
+        # ... and the orchestrator died before the launch answered: no id, no launch time
+        s.update_job(job.id, state="running", pid=0)
+    zone, name = inst.instance_id.split("/")
+    gce.instances[(zone, name)]["creationTimestamp"] = datetime.fromtimestamp(
+        created, UTC
+    ).isoformat(timespec="milliseconds")
+
+    out = jobs.cancel(job.id, db=db)
+
+    assert out["terminated_instances"] == [inst.instance_id]
+    assert [r["outcome"] for r in out["records"]] == ["terminated"]
+    assert (zone, name) not in gce.instances
+    with Store.open_existing(db) as s:
+        (got,) = s.list_instances(job.id)
+        total = s.get_job(job.id).cost_usd
+    assert (got.state, got.end_reason) == ("terminated", "reconciled")
+    assert got.provider_instance_id == inst.instance_id
+    assert got.launched_at == created  # the VM's creation, not the request (20 s earlier)
+    assert got.ended_at is not None
+    seconds = got.ended_at - created
+    assert 3600 <= seconds < 3660
+    assert got.market_seconds == pytest.approx(seconds)
+    assert got.cost_usd == pytest.approx(seconds * offer.price_per_hour / 3600.0)
+    assert total == pytest.approx(got.cost_usd)
