@@ -235,17 +235,16 @@ def _print_catalog(result: dict[str, Any]) -> None:
     console.print(f"[dim]{_count(len(rows), 'instance type')}[/]")
 
 
-def _print_prices(result: dict[str, Any], limit: int = 0) -> None:
-    """The rows of ``cloud.prices`` in its order (already cut to its ``limit``; ``limit`` here
-    cuts further), with a footer that counts the whole list: ``total`` rows, of which
-    ``left_out`` are not shown, ``unavailable`` spot offers with no capacity now."""
+def _print_prices(result: dict[str, Any]) -> None:
+    """The rows of ``cloud.prices`` in its order (already cut to its ``limit``), with a footer
+    that counts the whole list: ``total`` rows, of which ``left_out`` are not shown,
+    ``unavailable`` spot offers with no capacity now."""
     from spotwise.cli.output import fit, listing
 
-    rows = result["prices"]
-    shown = rows if limit == 0 else rows[:limit]
-    total = result.get("total", len(rows))
-    left_out = result.get("left_out", 0) + len(rows) - len(shown)
-    unavailable = result.get("unavailable", sum(1 for r in rows if not r.get("available", True)))
+    shown = result["prices"]
+    total = result.get("total", len(shown))
+    left_out = result.get("left_out", 0)
+    unavailable = result.get("unavailable", sum(1 for r in shown if not r.get("available", True)))
     console = _console()
     if "history" in result:
         h = result["history"]

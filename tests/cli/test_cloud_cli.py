@@ -254,7 +254,7 @@ def test_prices_footer_counts_agree_in_number(
         "region": None,
         "prices": [_price(z, a) for z, a in zones.items()],
     }
-    assert _footer(monkeypatch, lambda c: c._print_prices(result, 0)) == footer
+    assert _footer(monkeypatch, lambda c: c._print_prices(result)) == footer
 
 
 def test_catalog_footer_counts_agree_in_number(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -276,7 +276,7 @@ def test_local_prices_show_the_market_time_and_list_unbuyable_offers_last(
 ) -> None:
     result = _local_prices(tmp_path)
     assert any(not r["available"] for r in result["prices"])  # the trace's last tick has some
-    text = _render(monkeypatch, lambda: cloud_cli._print_prices(result, 0))
+    text = _render(monkeypatch, lambda: cloud_cli._print_prices(result))
     lines = _readable(text, "us-east-1a", "p3.2xlarge", "on-demand", "1× V100")
     assert "local prices at market time 2023-04-02 11:54 UTC" in lines[0]
     rows = [line for line in lines if line.startswith("us-")]
@@ -291,7 +291,7 @@ def test_price_history_fits(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> N
     from spotwise import cloud
 
     hist = cloud.prices("local", instance_type="p3.2xlarge", history="1h", db="sqlite://")
-    text = _render(monkeypatch, lambda: cloud_cli._print_prices(hist, 0))
+    text = _render(monkeypatch, lambda: cloud_cli._print_prices(hist))
     lines = _readable(text, "2023-04-02 11:54 UTC", "us-west-2c", "p3.2xlarge")
     assert lines[0].strip() == "local spot price history, 2023-04-02 10:54 → 11:54 UTC"
 
