@@ -56,10 +56,39 @@ def _fmt(v: Any, spec: str = ".3g") -> str:
     return "—" if v is None else format(v, spec)
 
 
-def _print(title: str, columns: Sequence[str], rows: Sequence[Sequence[str]], caption: str) -> None:
-    """Policy names in the first column (never wrapped), numbers right-aligned."""
-    from rich import box
+def _print(
+    title: str,
+    columns: Sequence[str],
+    rows: Sequence[Sequence[str]],
+    caption: str,
+    movable: tuple[int, str] | None = None,
+) -> None:
+    """Policy names in the first column (never wrapped), numbers right-aligned.
+
+    ``movable`` = (column index, what it counts, as the caption says it after ``header: ``): a
+    column shown only where the table still fits the terminal with it; otherwise its values
+    leave the table for a last caption line.
+    """
     from rich.console import Console
+
+    console = Console()
+    t = _table(title, columns, rows, caption)
+    natural = console.measure(t, options=console.options.update_width(10_000)).maximum
+    if movable is not None and natural > console.width:
+        i, what = movable
+        keep = [k for k in range(len(columns)) if k != i]
+        values = " · ".join(f"{row[0]} {row[i]}" for row in rows)
+        t = _table(
+            title,
+            [columns[k] for k in keep],
+            [[row[k] for k in keep] for row in rows],
+            f"{caption.replace(f' · {columns[i]}: {what}', '')}\n{columns[i]} ({what}): {values}.",
+        )
+    console.print(t)
+
+
+def _table(title: str, columns: Sequence[str], rows: Sequence[Sequence[str]], caption: str) -> Any:
+    from rich import box
     from rich.table import Table
 
     t = Table(
@@ -75,7 +104,10 @@ def _print(title: str, columns: Sequence[str], rows: Sequence[Sequence[str]], ca
         t.add_column(col, justify="right", no_wrap=True)
     for row in rows:
         t.add_row(*row)
-    Console().print(t)
+    return t
+
+
+LIMIT = "trials stopped by the budget or deadline"
 
 
 def tuning_table(r: dict[str, Any]) -> None:
@@ -87,23 +119,42 @@ def tuning_table(r: dict[str, Any]) -> None:
             f"{p['cost_usd']:.2f}",
             _fmt(p["cost_vs_on_demand"], ".1%"),
             f"{p['makespan_hours']:.1f}",
-            f"{p['regret']:.4g}",
+            _fmt(p["regret"], ".4g"),
             f"{p['revocations']:.1f}",
             f"{p['lost_hours']:.2f}",
             f"{p['early_stopped']:.1f}",
+            _fmt(_limited(p), ".1f"),
             f"{p['completed']:.1f}",
         )
         for name, p in r["policies"].items()
     ]
+    failed = [
+        f"{name}: {p['no_result']} of {n}"
+        for name, p in r["policies"].items()
+        if p.get("no_result")
+    ]
     _print(
         f"{s['trials']} trials × {n} seed{'s' * (n != 1)} · parallel {s['parallel']} · "
         f"{r['metric']} ({r['direction']}) · revocation model: {r['revocation_model']}",
-        ("policy", "cost $", "vs OD", "hours", "regret", "revoc", "lost", "stop", "done"),
+        ("policy", "cost $", "vs OD", "hours", "regret", "revoc", "lost", "stop", "limit", "done"),
         rows,
         "Means over seeds. vs OD: cost ÷ on-demand's cost · hours: makespan · revoc: "
-        "revocations · lost: hours of work lost · stop: trials early-stopped · done: trials "
-        "completed.",
+        f"revocations · lost: hours of work lost · stop: trials early-stopped · limit: {LIMIT} "
+        "· done: trials completed."
+        + (
+            f" regret —: some runs completed no trial and returned nothing ({', '.join(failed)})."
+            if failed
+            else ""
+        ),
+        movable=(8, LIMIT),
     )
+
+
+def _limited(p: dict[str, Any]) -> float | None:
+    """Trials stopped by the budget or the deadline (mean per run); None in older results."""
+    if "budget_stopped" not in p:
+        return None
+    return float(p["budget_stopped"]) + float(p.get("deadline_stopped", 0.0))
 
 
 def deadline_table(r: dict[str, Any]) -> None:
@@ -140,14 +191,23 @@ def plot(r: dict[str, Any], path: Path) -> None:
     except ImportError:
         raise SpecError("--plot needs matplotlib", hint="pip install 'spotwise[plot]'") from None
     fig, ax = plt.subplots(figsize=(6, 4))
+    drawn = 0
     for name, runs in r["runs"].items():
-        xs = [x["cost_usd"] for x in runs]
-        ys = [x["regret"] for x in runs]
-        ax.scatter(xs, ys, label=name, alpha=0.6)
+        done = [x for x in runs if x["regret"] is not None]  # no trial completed: no regret
+        drawn += len(done)
+        label = name if len(done) == len(runs) else f"{name} ({len(runs) - len(done)} no result)"
+        ax.scatter(
+            [x["cost_usd"] for x in done], [x["regret"] for x in done], label=label, alpha=0.6
+        )
         p = r["policies"][name]
-        ax.scatter([p["cost_usd"]], [p["regret"]], marker="x", s=80, color="black")
-    ax.set_xscale("log")
-    ax.set_xlabel("cost (USD, log scale)")
+        if p["regret"] is not None:
+            ax.scatter([p["cost_usd"]], [p["regret"]], marker="x", s=80, color="black")
+    if drawn:
+        ax.set_xscale("log")
+        ax.set_xlabel("cost (USD, log scale)")
+    else:
+        ax.set_xlabel("cost (USD)")
+        ax.text(0.5, 0.5, "no run completed a trial", ha="center", transform=ax.transAxes)
     ax.set_ylabel(f"regret ({r['metric']})")
     ax.set_title("cost vs. regret per policy (× = mean over seeds)")
     ax.legend()

@@ -108,6 +108,11 @@ class PlannerView:
     # optional, added for the cost-aware policies (defaults keep older callers valid):
     tick_s: float = 60.0  # longest market time between two decide() calls (guards use it)
     checkpoint_s: float = 30.0  # market seconds one checkpoint write takes
+    # False while no trial of the job has timed a step yet: every ``seconds_per_step`` is then a
+    # guess, and with a budget the policy admits one trial at a time until one is measured
+    # (:func:`~spotwise.planner.policies._common.free_slots`). The orchestrator and the
+    # simulator set it; a view built by hand keeps ``seconds_per_step`` as measured.
+    speed_measured: bool = True
 
     def trial(self, trial_id: str) -> TrialView:
         for t in self.trials:

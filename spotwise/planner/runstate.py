@@ -157,6 +157,17 @@ def build_view(
         notice_lead_s=min(r.notice_lead_s for r in rules.values()),
         free_if_revoked_within_s=min(r.free_if_revoked_within_s for r in rules.values()),
         tick_s=tick_s,
+        speed_measured=speed_measured(trials),
+    )
+
+
+def speed_measured(trials: list[TrialRun]) -> bool:
+    """Whether a step has been timed: a trial's ``seconds_per_step`` (two reports of one life),
+    or, when every trial has a single step, a first report (its start-up includes that step)."""
+    if any(t.seconds_per_step for t in trials):
+        return True
+    return all(t.steps_total <= 1 for t in trials) and any(
+        t.restart_overhead_s is not None for t in trials
     )
 
 

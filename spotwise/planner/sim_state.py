@@ -48,16 +48,18 @@ class RunResult:
     start: float
     cost_usd: float
     makespan_hours: float
-    returned: str | None
+    returned: str | None  # the best completed trial; None when none completed
     returned_final: float | None
     best_final: float
-    regret: float
+    regret: float | None  # None (JSON null) when no trial completed: the job returned nothing
     revocations: int
     lost_hours: float
     overhead_hours: float
     early_stopped: int
     completed: int
     stopped_by: dict[str, int]
+    budget_stopped: int  # trials stopped by the budget (``max_cost_usd``)
+    deadline_stopped: int  # trials stopped by the deadline
     steps_run: int
     spot_hours: float
     on_demand_hours: float
@@ -117,23 +119,23 @@ class TrialState:
 
 def make_result(e: Engine, unfinished: bool) -> RunResult:
     """The run's numbers; the returned trial is the best *completed* one (by its observed final),
-    or the best last metric when none completed; regret uses the curves' true finals."""
+    as ``spotwise tune`` reports; regret uses the curves' true finals. A run that completed no
+    trial returns nothing: its ``returned`` and ``regret`` are None, never a number that could
+    rank it best."""
     better = (lambda a, b: a > b) if e.s.direction == "maximize" else (lambda a, b: a < b)
     best_final = e.curves[0].final
     for c in e.curves:
         if better(c.final, best_final):
             best_final = c.final
     done = [t for t in e.trials if t.completed]
-    pool = done or [t for t in e.trials if t.reported]
     returned: TrialState | None = None
-    for t in pool:
+    for t in done:
         v = t.reported[max(t.reported)]
         if returned is None or better(v, returned.reported[max(returned.reported)]):
             returned = t
     ret_final = returned.curve.final if returned else None
-    if ret_final is None:
-        regret = float("inf")
-    else:
+    regret: float | None = None
+    if ret_final is not None:
         regret = (
             (best_final - ret_final) if e.s.direction == "maximize" else (ret_final - best_final)
         )
@@ -159,6 +161,8 @@ def make_result(e: Engine, unfinished: bool) -> RunResult:
         early_stopped=early,
         completed=len(done),
         stopped_by=stopped,
+        budget_stopped=stopped.get("budget", 0),
+        deadline_stopped=stopped.get("deadline", 0),
         steps_run=sum(t.steps_run for t in e.trials),
         spot_hours=e.spot_s / 3600.0,
         on_demand_hours=e.od_s / 3600.0,

@@ -327,16 +327,23 @@ def summarize(rs: list[RunResult], od_cost: dict[int, float]) -> dict[str, Any]:
         return float(np.mean([getattr(r, key) for r in rs]))
 
     rel = [r.cost_usd / od_cost[r.seed] for r in rs if od_cost.get(r.seed)]
+    # a run that completed no trial returned nothing: its regret is undefined, and so is the
+    # policy's (a mean over the other seeds would rank a policy that failed some as good)
+    regrets = [r.regret for r in rs if r.regret is not None]
+    defined = len(regrets) == len(rs)
     return {
         "cost_usd": mean("cost_usd"),
         "cost_vs_on_demand": float(np.mean(rel)) if rel else None,
         "makespan_hours": mean("makespan_hours"),
-        "regret": mean("regret"),
-        "regret_max": float(max(r.regret for r in rs)),
+        "regret": float(np.mean(regrets)) if defined else None,
+        "regret_max": float(max(regrets)) if defined else None,
+        "no_result": len(rs) - len(regrets),  # runs that completed no trial
         "revocations": mean("revocations"),
         "lost_hours": mean("lost_hours"),
         "overhead_hours": mean("overhead_hours"),
         "early_stopped": mean("early_stopped"),
+        "budget_stopped": mean("budget_stopped"),
+        "deadline_stopped": mean("deadline_stopped"),
         "completed": mean("completed"),
         "steps_run": mean("steps_run"),
         "spot_hours": mean("spot_hours"),

@@ -32,19 +32,22 @@ def launch_cost(view: PlannerView, trial: TrialView, offer: OfferView) -> float:
     return busy_s * offer.price / 3600.0
 
 
+def finish_cost(view: PlannerView, t: TrialView) -> float:
+    """What a running trial will cost from now to its last step at its current price, the rest
+    of its start-up included (0 for a trial that is not running)."""
+    o = view.offer(t.offer_key) if t.phase is Phase.RUNNING and t.offer_key else None
+    if o is None:
+        return 0.0
+    boot = 0.0
+    if t.launched_at is not None:
+        boot = max(t.launched_at + view.restart_overhead_s - view.now, 0.0)
+    return boot * o.price / 3600.0 + t.remaining_steps * price_per_step(view, t, o)
+
+
 def projected_spend(view: PlannerView) -> float:
     """Spent so far plus what the running trials will cost to finish at their current price,
     the rest of their start-up included."""
-    total = view.spent_usd
-    for t in view.trials:
-        if t.phase is Phase.RUNNING and t.offer_key:
-            o = view.offer(t.offer_key)
-            if o is not None:
-                boot = 0.0
-                if t.launched_at is not None:
-                    boot = max(t.launched_at + view.restart_overhead_s - view.now, 0.0)
-                total += boot * o.price / 3600.0 + t.remaining_steps * price_per_step(view, t, o)
-    return total
+    return view.spent_usd + sum(finish_cost(view, t) for t in view.trials)
 
 
 def within_budget(
@@ -63,17 +66,6 @@ def within_budget(
     return None, spend  # the running trials' projections leave no room yet: wait for them
 
 
-def burn_rate_per_s(view: PlannerView) -> float:
-    """Dollars per market second the running instances cost right now (list price)."""
-    rate = 0.0
-    for t in view.trials:
-        if t.phase is Phase.RUNNING and t.offer_key:
-            o = view.offer(t.offer_key)
-            if o is not None:
-                rate += o.price / 3600.0
-    return rate
-
-
 def can_start_before_deadline(view: PlannerView, trial: TrialView) -> bool:
     """Whether a launch now could make at least one step before the deadline."""
     if view.deadline is None:
@@ -90,7 +82,16 @@ def needy(view: PlannerView) -> list[TrialView]:
 
 
 def free_slots(view: PlannerView) -> int:
-    return view.parallel - sum(1 for t in view.trials if t.phase is Phase.RUNNING)
+    """How many trials may be launched now: ``parallel`` less the running ones.
+
+    With a budget and no step timed yet (``speed_measured`` False) every projection rests on a
+    guessed ``seconds_per_step``: only one trial runs until its steps are timed, then the others
+    are admitted on projections at the measured speed. Without a budget nothing waits.
+    """
+    running = sum(1 for t in view.trials if t.phase is Phase.RUNNING)
+    if view.max_cost_usd is not None and not view.speed_measured:
+        return min(view.parallel, 1) - running
+    return view.parallel - running
 
 
 def place(
@@ -104,7 +105,7 @@ def place(
     could not make a step before it) and the budget: a launch is made only when the projected
     spend of the running trials plus this trial's start-up and remaining steps at the offer's
     price stays within ``max_cost_usd``; one that fits only once they are done waits
-    (:func:`within_budget`).
+    (:func:`within_budget`); until a step has been timed, one trial at a time (:func:`free_slots`).
     """
     slots = free_slots(view)
     if slots <= 0:
@@ -134,21 +135,65 @@ def checkpoint_on_notice(view: PlannerView, event: object) -> list[Action]:
 
 
 def over_budget(view: PlannerView) -> list[Action]:
-    """Stop everything still alive once the budget would be crossed before the next decision.
+    """Stop what would cross the budget before the next decision.
 
     ``spent_usd`` already counts the running instances as if they ended now; what they burn
-    until the next call (at most ``tick_s`` away, plus a minimum-billing minute) is added.
+    until the next call (at most ``tick_s`` away, plus a minimum-billing minute) is added. When
+    that reaches ``max_cost_usd`` every trial still alive that is not running is stopped, and
+    the running ones furthest from done (the most cost still to go; ties: the later trial)
+    until what the others burn fits: those nearest their end keep going. A trial that has made
+    its last step is leaving with its result: it is never stopped and its instance not counted.
     """
-    if view.max_cost_usd is None:
+    cap = view.max_cost_usd
+    if cap is None:
         return []
-    margin = burn_rate_per_s(view) * (view.tick_s + 60.0)
-    if view.spent_usd + margin < view.max_cost_usd:
+    window = view.tick_s + 60.0
+    running = [t for t in view.trials if t.phase is Phase.RUNNING and t.remaining_steps > 0]
+    rate = sum(_price_of(view, t) for t in running) / 3600.0
+    if view.spent_usd + rate * window < cap:
         return []
-    return [
-        StopEarly(t.trial_id, "budget", t.last_metric)
+    stop = {
+        t.trial_id
         for t in view.trials
-        if not t.phase.is_terminal() and not (t.stopping and t.phase is not Phase.RUNNING)
+        if not t.phase.is_terminal() and t.phase is not Phase.RUNNING and not t.stopping
+    }
+    for t in sorted(running, key=lambda t: (-finish_cost(view, t), -t.number)):
+        if view.spent_usd + rate * window < cap:
+            break
+        stop.add(t.trial_id)
+        rate -= _price_of(view, t) / 3600.0
+    return [
+        StopEarly(t.trial_id, "budget", t.last_metric) for t in view.trials if t.trial_id in stop
     ]
+
+
+def _price_of(view: PlannerView, t: TrialView) -> float:
+    o = view.offer(t.offer_key) if t.offer_key else None
+    return o.price if o is not None else 0.0
+
+
+def shed_for_budget(view: PlannerView) -> list[Action]:
+    """Stop the running trials furthest from done while the others' projections overrun.
+
+    Trials are admitted on projections; a trial slower than the speed it was admitted at (the
+    job's mean) can push the running trials' projected spend past ``max_cost_usd``, and
+    :func:`over_budget` would later stop every one of them, often a step from the end. Once
+    steps are timed, while the projection is over the cap and more than one trial runs, the
+    one with the most cost still to go (ties: the later trial) is stopped for the budget, so
+    the rest can finish.
+    """
+    cap = view.max_cost_usd
+    if cap is None or not view.speed_measured:
+        return []
+    running = [t for t in view.trials if finish_cost(view, t) > 0.0]
+    spend = projected_spend(view)
+    out: list[Action] = []
+    for t in sorted(running, key=lambda t: (-finish_cost(view, t), -t.number)):
+        if spend <= cap or len(running) - len(out) <= 1:
+            break
+        out.append(StopEarly(t.trial_id, "budget", t.last_metric))
+        spend -= finish_cost(view, t)
+    return out
 
 
 def finish_eta(view: PlannerView, t: TrialView) -> float:
@@ -177,8 +222,7 @@ def past_deadline(view: PlannerView) -> list[Action]:
 
 def guards(view: PlannerView) -> list[Action]:
     """The budget and deadline stops every policy applies before anything else."""
-    stop = over_budget(view)
-    return stop if stop else past_deadline(view)
+    return over_budget(view) or shed_for_budget(view) or past_deadline(view)
 
 
 # ---- learning curves ----------------------------------------------------------------------
