@@ -19,6 +19,7 @@ after the job leaves an instance (``TrialExited``), exactly as a policy sees the
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -241,10 +242,20 @@ class DeadlineEngine:
     def _spot(self) -> Offer:
         return self.spot_up if self.traces.available[self.z, self.tick] else self.spot_down
 
+    def _next_gap(self) -> float:
+        """Market seconds to the next decision: the next trace tick. SkyNomad traces are not
+        evenly spaced (194–280 s around a 195 s median), so the median would let the Safety
+        Net decide too late."""
+        i = self.tick
+        if i + 1 < self.traces.n_ticks:
+            return max(float(self.times[i + 1] - self.times[i]), 0.0)
+        return self.gap
+
     def _view(self) -> PlannerView:
         p = self.risk(self.tick) if self.risk is not None else 0.0
         life = self.life
-        step = round(self.progress)  # whole seconds of progress
+        # whole seconds of progress, rounded down: the policy never sees more than was done
+        step = math.floor(self.progress + 1e-6)
         trial = frozen(
             TrialView,
             trial_id="job",
@@ -273,7 +284,7 @@ class DeadlineEngine:
             restart_overhead_s=self.job.restart_s,
             notice_lead_s=0.0,
             free_if_revoked_within_s=self.rule.free_if_revoked_within_s,
-            tick_s=self.gap,
+            tick_s=self._next_gap(),
             checkpoint_s=0.0,
         )
 

@@ -442,9 +442,19 @@ class Engine:
             restart_overhead_s=self.s.restart_overhead_s,
             notice_lead_s=self.rule.notice_lead_s,
             free_if_revoked_within_s=self.rule.free_if_revoked_within_s,
-            tick_s=self.gap,
+            tick_s=self._to_next_tick(),
             checkpoint_s=self.s.checkpoint_s,
+            speed_measured=bool(runs),
         )
+
+    def _to_next_tick(self) -> float:
+        """The longest market time to the next decision: the next trace tick (the SkyNomad
+        ticks are 194-280 s apart around a 195 s median; the median would let the budget and
+        deadline guards decide too late)."""
+        nxt = self.tick + 1
+        if nxt < len(self.times):
+            return max(float(self.times[nxt]) - self.now, 0.0)
+        return self.gap
 
     def _trial_view(self, t: TrialState, default_sps: float) -> TrialView:
         return trial_view(t, self.steps_total, default_sps)

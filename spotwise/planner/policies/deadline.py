@@ -5,7 +5,7 @@ A job's state is idle, on spot or on on-demand. With ``C(t)`` the remaining comp
 
 * ``greedy`` (§3.4): stay on spot until it is preempted (Exploitation Rule); wait while no spot
   is available; when idle and ``R(t) < C(t) + 2d``, move to on-demand and stay there to the end
-  (Safety Net Rule).
+  (Safety Net Rule; with decisions a tick apart, see :attr:`JobClock.safety_net`).
 * ``uniform-progress`` (§5.2): with expected progress ``ep(t) = t · C(0) / R(0)`` and current
   progress ``cp(t)``: (1) idle and ``cp < ep`` → on-demand; (2) take spot whenever it is
   available, even behind, and stay on it until preempted; (3) hysteresis: on on-demand, stay
@@ -52,6 +52,7 @@ class JobClock:
     window: float  # R(0): deadline − start
     elapsed: float  # t − start
     d: float  # changeover delay
+    tick: float = 0.0  # longest market time until the next decision (PlannerView.tick_s)
 
     def expected(self, at_elapsed: float) -> float:
         """ep(t) = t · C(0) / R(0)."""
@@ -62,8 +63,26 @@ class JobClock:
         return self.done < self.expected(self.elapsed)
 
     @property
+    def safety_net_margin(self) -> float:
+        """The slack ``R(t) − C(t)`` below which the job goes to on-demand: ``d + max(d, tick)``.
+
+        The paper decides continuously and uses ``2d``. Here decisions are up to ``tick`` apart,
+        and the slack falls by up to ``tick`` (idle, or booting) before the next one; what must
+        be left at any decision is ``d``, the changeover to on-demand. A job whose slack is at
+        least the margin can therefore (a) wait one tick and still have ``d`` left, and (b)
+        launch a spot instance, lose ``d`` to its start-up and still have ``d`` left for the
+        changeover if it is preempted. Slack falls only while the job is idle or starting up
+        (a decision on a booting instance already sees the part of the boot that has passed),
+        so every decision finds at least ``d`` of slack, and a job that starts with ``d`` or
+        more never misses its deadline. With ``tick ≤ d`` this is the paper's ``2d``.
+        """
+        return self.d + max(self.d, self.tick)
+
+    @property
     def safety_net(self) -> bool:
-        return self.left < self.remaining + 2.0 * self.d
+        """Safety Net Rule: ``R(t) < C(t) + d + max(d, tick)`` (the paper's ``2d`` for a
+        continuous decision)."""
+        return self.left < self.remaining + self.safety_net_margin
 
 
 def job_clock(view: PlannerView, expected_fraction: float = 1.0) -> JobClock | None:
@@ -90,6 +109,7 @@ def job_clock(view: PlannerView, expected_fraction: float = 1.0) -> JobClock | N
         window=view.deadline - view.started_at,
         elapsed=view.now - view.started_at,
         d=view.restart_overhead_s,
+        tick=max(view.tick_s, 0.0),
     )
 
 
