@@ -5,10 +5,10 @@ A mixin of :class:`~spotwise.planner.orchestrator.Orchestrator` (over
 :class:`~spotwise.planner.ledger.Ledger`), kept apart so each file stays readable. A launch is
 recorded in the store *before* the provider is called, so a crash can be reconciled by tags.
 A launch that fails may still have started an instance (the cloud accepted it, then waiting
-on it failed): whatever carries that launch's tag is terminated at once, and every try uses up
-its attempt number, so two instances never run (or checkpoint as) one attempt. A failed
-launch whose record cannot be confirmed clean (the listing or the terminate failed) keeps
-its record open: the job ends with it as a leftover, and `spotwise cancel` releases it.
+on it failed): whatever carries that launch's tag is terminated at once
+(:meth:`~spotwise.planner.ledger.Ledger._close_failed_launch`), and every try uses up its
+attempt number, so two instances never run (or checkpoint as) one attempt. The budget stops
+of one decision pass are terminated together, at the end of the pass, in one provider call.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from spotwise.errors import CapacityError, ProviderError
-from spotwise.planner.ledger import UNCONFIRMED, Ledger
+from spotwise.planner.ledger import Ledger
 from spotwise.planner.policy import Action, Checkpoint, Launch, Phase, SetCheckpointEvery, StopEarly
 from spotwise.planner.runstate import (
     LIMITS,
@@ -33,7 +33,7 @@ from spotwise.planner.runstate import (
     write_control,
 )
 from spotwise.planner.trialbook import MAX_FAILURES
-from spotwise.providers.base import TAG_JOB, TAG_LAUNCH, LaunchRequest, our_tags
+from spotwise.providers.base import LaunchRequest, our_tags
 
 
 class Actions(Ledger):
@@ -102,10 +102,23 @@ class Actions(Ledger):
         self._event("stop_early", now, t, reason=why, already_stopping_for=t.stop_reason)
 
     def _stop_paying(self, t: TrialRun, action: StopEarly, now: float) -> None:
-        """A trial stopped for the budget is abandoned: its instance is terminated at once
-        rather than billed while the trial winds down (its result is its last metric)."""
+        """A trial stopped for the budget is abandoned: its instance is terminated at the end
+        of this decision pass (:meth:`_release_budget_stops`) rather than billed while the trial
+        winds down (its result is its last metric)."""
         if action.reason == "budget" and t.life is not None and not t.life.exited:
-            self._try_release(t, t.life.instance_id, t.life, now, "the instance of a budget stop")
+            self.budget_stops.append((t, t.life))
+
+    def _release_budget_stops(self, now: float) -> None:
+        """Terminate the instances of this pass's budget stops in one provider call.
+
+        One call each made every stop wait for the ones before it (the local provider waits a
+        kill grace per call, minutes of a fast replayed clock; a cloud API has its own round
+        trip), while the instances still running were billed: four trials stopped by a $4
+        budget cost $4.9 to $5.6. Each life is billed up to the request
+        (:meth:`~spotwise.planner.ledger.Ledger._release_all`)."""
+        stops, self.budget_stops = self.budget_stops, []
+        live = [(t, life) for t, life in stops if not life.exited and t.life is life]
+        self._release_all(live, now, "the instance of a budget stop")
 
     def _request_stop(self, t: TrialRun, reason: str) -> None:
         assert t.life is not None
@@ -191,41 +204,3 @@ class Actions(Ledger):
             attempt=attempt,
             resume_step=t.checkpoint_step,
         )
-
-    # ---- leftovers ------------------------------------------------------------------------
-    def _close_failed_launch(self, t: TrialRun, launch_id: str, now: float) -> None:
-        """Close a failed launch's record as ``failed`` once :meth:`_discard_launch` confirms
-        nothing of it is left. Otherwise the record stays open (``requested``, end reason
-        :data:`UNCONFIRMED`): it may hold a billed instance, so the job ends with it as a
-        leftover, `spotwise report` lists it as held and `spotwise cancel` finds it by its
-        launch tag."""
-        confirmed, ids = self._discard_launch(t, launch_id, now)
-        if confirmed:
-            self.store.update_instance(
-                launch_id, state="failed", end_reason="failed", ended_at=time.time()
-            )
-            return
-        # one instance found (its terminate refused): its id lets `cancel` match the record
-        found = {"provider_instance_id": ids[0]} if len(ids) == 1 else {}
-        self.store.update_instance(launch_id, end_reason=UNCONFIRMED, **found)
-        # a leftover of the job (the summary and the job's error name it; `tune` exits 1): by
-        # the instance's id where one was found, else by the launch id (the instance's
-        # ``spotwise:launch`` tag, by which `spotwise cancel` finds it)
-        self.leftover_ids += ids or [launch_id]
-
-    def _discard_launch(self, t: TrialRun, launch_id: str, now: float) -> tuple[bool, list[str]]:
-        """Terminate whatever a failed launch left running: the instances carrying its tag
-        (the cloud may have accepted it before the call failed). Errors become events.
-
-        Returns whether nothing of the launch is left (the listing succeeded, and so did the
-        terminate of what it found), and the ids it found still holding a resource."""
-        prov = self.backend.provisioner
-        try:
-            found = prov.describe({TAG_JOB: self.job_id, TAG_LAUNCH: launch_id})
-        except ProviderError as e:
-            self._event("error", now, t, error=f"looking for the failed launch's instance: {e}")
-            return False, []
-        left = [i.instance_id for i in found if i.holds_resource()]
-        if left:
-            return self._terminate_quietly(t, left, now, "the failed launch's instance"), left
-        return True, []

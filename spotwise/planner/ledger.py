@@ -1,5 +1,6 @@
 """What the orchestrator pays, and how it leaves: billing each instance life, releasing a
-noticed instance when that is cheaper, and draining every instance at the end.
+noticed instance when that is cheaper, cleaning up after a failed launch, and draining every
+instance at the end.
 
 A mixin of :class:`~spotwise.planner.orchestrator.Orchestrator` (over
 :class:`~spotwise.planner.trialbook.TrialBook`), kept apart so each file stays readable. Every
@@ -17,7 +18,7 @@ from spotwise.planner.backend import Backend
 from spotwise.planner.report import life_cost, release_is_cheaper, running_reference
 from spotwise.planner.runstate import Life, TrialRun
 from spotwise.planner.trialbook import TrialBook
-from spotwise.providers.base import TAG_JOB, InstanceState
+from spotwise.providers.base import TAG_JOB, TAG_LAUNCH, InstanceState
 
 STOP_TIMEOUT_WALL_S = 30.0  # a trial asked to stop that has not exited by then is terminated
 RELEASE_RETRY_WALL_S = 5.0  # a refused terminate is retried this long after
@@ -25,6 +26,12 @@ RELEASE_TRIES = 4  # refusals before the job stops waiting; the drain tries once
 #: The end reason of an open record of a failed launch that may have left an instance: its
 #: tagged instances could not be listed, or terminated (see ``Actions._discard_launch``).
 UNCONFIRMED = "unconfirmed"
+
+
+def launch_leftover(launch_id: str) -> str:
+    """How a leftover known only by its launch is named to the user: `spotwise cancel` finds
+    its instance by the launch's ``spotwise:launch`` tag."""
+    return f"launch {launch_id} (no instance id known)"
 
 
 class Ledger(TrialBook):
@@ -36,6 +43,9 @@ class Ledger(TrialBook):
     on_demand_usd: float
     leftover_ids: list[str]  # instances the drain could not terminate
     migrations: int
+    # failed launches whose cleanup was not confirmed: launch id → (trial, ids found holding)
+    unconfirmed: dict[str, tuple[TrialRun, list[str]]]
+    budget_stops: list[tuple[TrialRun, Life]]  # this pass's budget stops, released together
 
     # ---- money --------------------------------------------------------------------------
     def _release_is_cheaper(self, life: Life, now: float) -> bool:
@@ -125,6 +135,28 @@ class Ledger(TrialBook):
         life.release_retry_wall = time.monotonic() + RELEASE_RETRY_WALL_S
         return False
 
+    def _release_all(self, lives: list[tuple[TrialRun, Life]], now: float, what: str) -> None:
+        """Terminate several lives' instances in one provider call: the local provider bills
+        every id of a call up to the request and waits one kill grace for them all, where one
+        call each billed the later ones while the earlier ones wound down. A refused batch is
+        tried again one instance at a time (:meth:`_try_release`), so that one refusal does
+        not keep the others running, and each life keeps its own retry and refusal count."""
+        due: dict[str, tuple[TrialRun, Life]] = {}
+        for t, life in lives:
+            if not life.release_asked and time.monotonic() >= life.release_retry_wall:
+                due.setdefault(life.instance_id, (t, life))  # a guard repeats its stop
+        if len(due) > 1:
+            try:
+                self.backend.provisioner.terminate(list(due))
+            except ProviderError:
+                pass  # one by one below: each refusal is reported against its own life
+            else:
+                for _, life in due.values():
+                    life.release_asked = True
+                return
+        for iid, (t, life) in due.items():
+            self._try_release(t, iid, life, now, what)
+
     @staticmethod
     def _stop_overdue(life: Life) -> bool:
         waited = time.monotonic() - (life.stop_wall or time.monotonic())
@@ -191,8 +223,31 @@ class Ledger(TrialBook):
                     if inst.holds_resource():  # stopped or deallocated, not deleted: delete it
                         self._delete_ended(t, iid, life, now)
             time.sleep(self.opts.poll_s)
-        for iid, (t, life) in list(self.lives.items()):
-            asked = backend.now()  # the bill ends with the request, not the wind-down
+        self._terminate_running(backend, now)
+        self._settle_unconfirmed(now)
+        for t in self.trials:
+            if not t.phase.is_terminal():
+                self._close_trial(t, "cancelled", now)
+        backend.close()
+
+    def _terminate_running(self, backend: Backend, now: float) -> None:
+        """Terminate every life still running in one provider call (one kill grace for all on
+        the local provider), each billed up to the request, not the wind-down. A refused batch
+        is tried one instance at a time: a life the provider still will not let go is billed
+        up to its request and its record stays open (a leftover)."""
+        running = list(self.lives.items())
+        if len(running) > 1:
+            asked = backend.now()
+            try:
+                backend.provisioner.terminate([iid for iid, _ in running])
+            except ProviderError:
+                pass  # one by one below: each refusal is reported against its own life
+            else:
+                for _, (t, life) in running:
+                    self._bill(t, life, InstanceState.TERMINATED, asked)
+                return
+        for iid, (t, life) in running:
+            asked = backend.now()
             try:
                 backend.provisioner.terminate([iid])
             except ProviderError as e:
@@ -200,13 +255,57 @@ class Ledger(TrialBook):
                 self._bill(t, life, InstanceState.RUNNING, asked)  # record stays open
                 continue
             self._bill(t, life, InstanceState.TERMINATED, asked)
-        for t in self.trials:
-            if not t.phase.is_terminal():
-                self._close_trial(t, "cancelled", now)
-        backend.close()
+
+    # ---- failed launches -------------------------------------------------------------------
+    def _close_failed_launch(self, t: TrialRun, launch_id: str, now: float) -> None:
+        """Close a failed launch's record as ``failed`` once :meth:`_discard_launch` confirms
+        nothing of it is left. Otherwise the record stays open (``requested``, end reason
+        :data:`UNCONFIRMED`): it may hold a billed instance. The drain tries once more
+        (:meth:`_settle_unconfirmed`); one still unconfirmed then is a leftover of the job,
+        `spotwise report` lists it as held and `spotwise cancel` finds it by its launch tag."""
+        confirmed, ids = self._discard_launch(t, launch_id, now)
+        if confirmed:
+            self.unconfirmed.pop(launch_id, None)
+            self.store.update_instance(
+                launch_id, state="failed", end_reason="failed", ended_at=time.time()
+            )
+            return
+        # one instance found (its terminate refused): its id lets `cancel` match the record
+        found = {"provider_instance_id": ids[0]} if len(ids) == 1 else {}
+        self.store.update_instance(launch_id, end_reason=UNCONFIRMED, **found)
+        self.unconfirmed[launch_id] = (t, ids)
+
+    def _discard_launch(self, t: TrialRun, launch_id: str, now: float) -> tuple[bool, list[str]]:
+        """Terminate whatever a failed launch left running: the instances carrying its tag
+        (the cloud may have accepted it before the call failed). Errors become events.
+
+        Returns whether nothing of the launch is left (the listing succeeded, and so did the
+        terminate of what it found), and the ids it found still holding a resource."""
+        prov = self.backend.provisioner
+        try:
+            found = prov.describe({TAG_JOB: self.job_id, TAG_LAUNCH: launch_id})
+        except ProviderError as e:
+            self._event("error", now, t, error=f"looking for the failed launch's instance: {e}")
+            return False, []
+        left = [i.instance_id for i in found if i.holds_resource()]
+        if left:
+            return self._terminate_quietly(t, left, now, "the failed launch's instance"), left
+        return True, []
+
+    def _settle_unconfirmed(self, now: float) -> None:
+        """At the end of the job, one more try at each failed launch whose cleanup could not
+        be confirmed (a transient error listing or terminating its instance must not fail the
+        job): confirmed clean now, its record is closed as ``failed``; otherwise it is a
+        leftover, named by the instance found or, with none known, by its launch
+        (:func:`launch_leftover`: the summary and the job's error say so; `tune` exits 1)."""
+        for launch_id, (t, _) in list(self.unconfirmed.items()):
+            self._close_failed_launch(t, launch_id, now)
+        for launch_id, (_, ids) in self.unconfirmed.items():
+            self.leftover_ids += ids or [launch_leftover(launch_id)]
 
     def leftovers(self) -> list[str]:
-        """After the drain: the instances the provider would not terminate, still billed."""
+        """After the drain: the instances the provider would not terminate, still billed, and
+        the failed launches not confirmed clean (:func:`launch_leftover`)."""
         return sorted(self.leftover_ids)
 
     def leftover_error(self, error: str | None) -> str | None:

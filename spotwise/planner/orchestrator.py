@@ -87,6 +87,8 @@ class Orchestrator(Actions):
         self.trials: list[TrialRun] = []
         self.lives: dict[str, tuple[TrialRun, Life]] = {}  # instance id → life not yet billed
         self.leftover_ids: list[str] = []
+        self.unconfirmed: dict[str, tuple[TrialRun, list[str]]] = {}  # failed launches, unclean
+        self.budget_stops: list[tuple[TrialRun, Life]] = []  # released at the end of a pass
         self.blocked: dict[str, float] = {}  # offer key → market time until which it is avoided
         self.cancelled = False
         self.cancel_requested = False
@@ -185,6 +187,7 @@ class Orchestrator(Actions):
                 )
                 for action in self.policy.decide(view, ev):
                     self._execute(action, offers, now)
+            self._release_budget_stops(now)  # one terminate call for all of this pass's stops
             done = self._finished()  # the last picture is drawn too, not one a poll before
             due = time.monotonic() - last_update >= self.opts.update_every_s
             if self.opts.on_update and (done or due):

@@ -117,6 +117,7 @@ class Book(Actions):
         self.trial.lives_started = 1
         self.trials = [self.trial]
         self.lives = {"i-1": (self.trial, self.trial.life)}
+        self.budget_stops = []
 
     def _trial_dir(self, t: TrialRun) -> Path:
         return self.tmp_path
@@ -126,6 +127,7 @@ class Book(Actions):
 
     def stop(self, reason: str) -> None:
         self._execute(StopEarly("t-1", reason, 0.5), [], 100.0)
+        self._release_budget_stops(100.0)  # the end of the decision pass
 
 
 @pytest.mark.parametrize("first", [CURVE, "deadline"])

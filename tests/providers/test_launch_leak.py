@@ -92,10 +92,12 @@ def test_an_unconfirmed_failed_launch_is_a_leftover_that_cancel_terminates(
     (vm,) = [n for n in _ours(lossy) if n.startswith(f"sw-{lost}-")]
     assert _ours(lossy) == {vm: "RUNNING"}  # the lost launch's VM outlived the job
 
-    # the job names it as a leftover (`tune` exits 1 on that), and its record stays open
+    # the job names it as a leftover (`tune` exits 1 on that), by its launch (no instance id
+    # is known: the drain's last try could not list it either), and its record stays open
     assert summary["completed"] == 2
-    assert summary["leftover_instances"] == [lost]
-    assert f"may still be billed: {lost}; retry with `spotwise cancel {job}`" in summary["error"]
+    named = f"launch {lost} (no instance id known)"
+    assert summary["leftover_instances"] == [named]
+    assert f"may still be billed: {named}; retry with `spotwise cancel {job}`" in summary["error"]
     with Store.open_existing(db) as s:
         row = next(r for r in s.list_instances(job) if r.id == lost)
         assert (row.state, row.end_reason, row.provider_instance_id) == (
