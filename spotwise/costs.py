@@ -11,8 +11,10 @@ Written for cron jobs: one call reads the store, the rest is arithmetic on its r
   **leftover**: ``spotwise cancel JOB`` releases it. (An orchestrator recorded on another
   machine, with a shared database, cannot be judged from here and is taken for running.)
 * Lives of jobs on the ``local`` provider were billed by a *replayed* market (their offers
-  still name the cloud the trace came from, e.g. ``aws``): their dollars are simulated, their
-  provider is shown as ``aws (replay)``, and the totals say how much of the sum is simulated.
+  still name the cloud the trace came from, e.g. ``aws``): their dollars are simulated, never
+  added to real ones. ``totals`` and ``groups`` count the real clouds' lives only (the money);
+  the replayed lives have their own ``replay`` section with the same fields (and their
+  provider shown as ``aws (replay)``).
 """
 
 from __future__ import annotations
@@ -79,9 +81,8 @@ def group_key(row: LifeRow, by: str, simulated: bool = False) -> str:
     raise SpecError(f"--by: {by!r} is not a grouping; use one of {', '.join(GROUPS)}")
 
 
-def tally(rows: Iterable[LifeRow], simulated: frozenset[str] = frozenset()) -> dict[str, Any]:
-    """Totals of ended lives: cost, on-demand cost of the same seconds, what was saved;
-    ``simulated``: the jobs whose dollars come from the replayed market."""
+def tally(rows: Iterable[LifeRow]) -> dict[str, Any]:
+    """Totals of ended lives: cost, on-demand cost of the same seconds, what was saved."""
     rows = list(rows)
     cost = sum(r.cost_usd for r in rows)
     od = sum(r.on_demand_cost_usd for r in rows)
@@ -94,7 +95,18 @@ def tally(rows: Iterable[LifeRow], simulated: frozenset[str] = frozenset()) -> d
         "saved_usd": od - cost,
         # no on-demand reference (nothing ran long enough to be billed): no percentage
         "saved_pct": (1.0 - cost / od) * 100.0 if od > 0 else None,
-        "simulated_cost_usd": sum(r.cost_usd for r in rows if r.job_id in simulated),
+    }
+
+
+def section(rows: Iterable[LifeRow], by: str, simulated: bool) -> dict[str, Any]:
+    """``totals`` and ``groups`` of ended lives that are all real or all replayed."""
+    rows = list(rows)
+    groups: dict[str, list[LifeRow]] = {}
+    for r in rows:
+        groups.setdefault(group_key(r, by, simulated), []).append(r)
+    return {
+        "totals": {**tally(rows), "jobs": len({r.job_id for r in rows})},
+        "groups": [{"key": k, **tally(v)} for k, v in sorted(groups.items())],
     }
 
 
@@ -108,13 +120,13 @@ def summarize(
     now: float,
 ) -> dict[str, Any]:
     """The report from the store's rows; ``jobs`` describes every job of those rows. Of the
-    ``ended`` lives it counts those that ended in ``(since, now]`` (``since`` None: any time)."""
+    ``ended`` lives it counts those that ended in ``(since, now]`` (``since`` None: any time):
+    the real clouds' in ``totals`` and ``groups``, the replayed market's apart in ``replay``."""
     sim = frozenset(j for j, info in jobs.items() if info.simulated)
     lo = float("-inf") if since is None else since
     ended = [r for r in ended if r.ended_at is not None and lo < r.ended_at <= now]
-    groups: dict[str, list[LifeRow]] = {}
-    for r in ended:
-        groups.setdefault(group_key(r, by, r.job_id in sim), []).append(r)
+    real = section((r for r in ended if r.job_id not in sim), by, simulated=False)
+    replay = section((r for r in ended if r.job_id in sim), by, simulated=True)
     held_rows = []
     for r in sorted(held, key=lambda r: (r.requested_at, r.id)):
         info = jobs.get(r.job_id, JobInfo("unknown", running=False, simulated=False))
@@ -143,8 +155,10 @@ def summarize(
         "since": since,
         "until": now,
         "by": by,
-        "totals": {**tally(ended, sim), "jobs": len({r.job_id for r in ended})},
-        "groups": [{"key": k, **tally(v, sim)} for k, v in sorted(groups.items())],
+        # real clouds only: money; the replayed market's simulated dollars are never added in
+        "totals": real["totals"],
+        "groups": real["groups"],
+        "replay": replay,
         "held": held_rows,
         # what real clouds charge now for what is still held; the replay's, apart (not money)
         "held_usd_per_hour": sum(h["usd_per_hour"] for h in held_rows if not h["simulated"]),

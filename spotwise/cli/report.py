@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from spotwise.cli.options import DbOpt, JsonOpt
+
+if TYPE_CHECKING:
+    from rich.table import Table
 
 
 def report_cmd(
@@ -30,7 +33,8 @@ def report_cmd(
             "--check",
             help="Exit 1 when an instance is held by a finished job or one whose orchestrator "
             "has stopped (may be billed: `spotwise cancel JOB` releases it). Without a "
-            "database the report exits 3, so a wrong --db never reads as 'nothing held'.",
+            "database (a missing file, a server that cannot be reached) the report exits 3, "
+            "and 2 for a --db URL it cannot use, so a wrong --db never reads as 'nothing held'.",
         ),
     ] = False,
     db: DbOpt = None,
@@ -41,7 +45,8 @@ def report_cmd(
 
     Each instance life is counted in the window in which it ended, once its bill is final;
     lives still held are listed apart with their hourly price. Costs on the `local` provider
-    come from the replayed market and are marked simulated.
+    come from the replayed market: simulated dollars, in a table of their own (`replay` in
+    --json), never added to the real clouds' totals.
 
     Examples:
       spotwise report --since 7d --by day
@@ -73,35 +78,44 @@ def _when(ts: float | None) -> str:
     return "the start" if ts is None else datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M")
 
 
+def _money_table(by: str, sec: dict[str, Any], title: str | None = None) -> Table:
+    """The money of one section of the report (the real clouds', or the replay's)."""
+    from spotwise.cli.output import listing
+
+    t = listing(title)
+    t.add_column(by, overflow="fold")
+    for col in ("lives", "revoked", "hours", "$", "on-demand $", "saved"):
+        t.add_column(col, justify="right", no_wrap=True)
+    for g in sec["groups"]:
+        t.add_row(g["key"], *_money(g))
+    t.add_row("[bold]total[/]", *_money(sec["totals"]), end_section=True)
+    return t
+
+
 def _print_report(out: dict[str, Any]) -> None:
     from rich.console import Console
 
     from spotwise.cli.output import fit, listing
 
     console = Console(highlight=False)
-    tot = out["totals"]
+    real, replay = out, out["replay"]
     console.print(f"[bold]cost report[/] by {out['by']}")
     console.print(f"lives that ended from {_when(out['since'])} to {_when(out['until'])} UTC")
-    if tot["lives"]:
-        t = listing()
-        t.add_column(out["by"], overflow="fold")
-        for col in ("lives", "revoked", "hours", "$", "on-demand $", "saved"):
-            t.add_column(col, justify="right", no_wrap=True)
-        for g in out["groups"]:
-            t.add_row(g["key"], *_money(g))
-        t.add_row("[bold]total[/]", *_money(tot), end_section=True)
-        console.print(fit(t, console.width))
+    if real["totals"]["lives"]:
+        title = "real clouds" if replay["totals"]["lives"] else None
+        console.print(fit(_money_table(out["by"], real, title), console.width))
+    elif replay["totals"]["lives"]:
+        console.print("no instance life on a real cloud ended in this window")
+    else:
+        console.print("no instance life ended in this window")
+    if replay["totals"]["lives"]:
+        title = "replayed market: simulated dollars, not money"
+        console.print(fit(_money_table(out["by"], replay, title), console.width))
+    if real["totals"]["lives"] or replay["totals"]["lives"]:
         console.print(
             "[dim]on-demand $: the same kept work (steps not lost to a revocation) on on-demand "
             "capacity; hours: billed instance time (market time on a replay)[/]"
         )
-        if tot["simulated_cost_usd"]:
-            console.print(
-                f"${tot['simulated_cost_usd']:.4f} of it is simulated "
-                "(the local provider's replayed market)"
-            )
-    else:
-        console.print("no instance life ended in this window")
     held = out["held"]
     if not held:
         console.print("nothing held now")

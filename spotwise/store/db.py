@@ -28,6 +28,9 @@ ENV_VAR = "SPOTWISE_DB"
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
 EXAMPLE_URLS = "sqlite:////path/to/spotwise.db or postgresql+psycopg://user@host:5432/spotwise"
 SQLITE_BUSY_TIMEOUT_S = 30
+#: Seconds a PostgreSQL connection may take (libpq's ``connect_timeout``) unless the URL sets
+#: one: a firewalled host would otherwise hang `report --check` for the system's TCP timeout.
+PG_CONNECT_TIMEOUT_S = 10
 _DRIVER_HINTS = {
     "postgresql": "pip install 'spotwise[postgres]'",
 }
@@ -181,6 +184,19 @@ def _use_wal(cursor: Any) -> None:
             time.sleep(0.05)
 
 
+def _driver_hint(parsed: URL, missing: str) -> str | None:
+    """What to install for a URL whose driver is missing: spotwise's extra installs psycopg 3
+    (``postgresql://`` and ``postgresql+psycopg://``); another driver named in the URL
+    (``postgresql+psycopg2://``, …) is not what that extra brings."""
+    hint = _DRIVER_HINTS.get(parsed.get_backend_name())
+    if hint is None or missing.split(".")[0] == "psycopg":
+        return hint
+    return (
+        f"spotwise's PostgreSQL driver is psycopg 3 ({hint}): write postgresql+psycopg://… in "
+        f"--db, or install {missing!r} yourself"
+    )
+
+
 def make_engine(url: str) -> Engine:
     """An engine for ``url``; ConfigError for an unparseable URL, unknown dialect or missing
     driver. Nothing is connected yet."""
@@ -193,14 +209,14 @@ def make_engine(url: str) -> Engine:
             kwargs["poolclass"] = StaticPool
     else:
         kwargs["pool_pre_ping"] = True
+        if parsed.get_backend_name() == "postgresql" and "connect_timeout" not in parsed.query:
+            kwargs["connect_args"] = {"connect_timeout": PG_CONNECT_TIMEOUT_S}
     try:
         engine = sa.create_engine(parsed, **kwargs)
     except ImportError as exc:
         name = getattr(exc, "name", None) or str(exc)
         raise _config_error(
-            url,
-            f"its driver {name!r} is not installed",
-            hint=_DRIVER_HINTS.get(parsed.get_backend_name()),
+            url, f"its driver {name!r} is not installed", hint=_driver_hint(parsed, name)
         ) from exc
     except (ArgumentError, ValueError, TypeError) as exc:
         reason = (
@@ -214,12 +230,41 @@ def make_engine(url: str) -> Engine:
     return engine
 
 
+class DatabaseUnreachable(StoreError, NotFoundError):
+    """The database server cannot be reached or refuses us (down, wrong host or port, wrong
+    password, no such database): a database failure, with the exit code of "no database" (3),
+    as a missing SQLite file has, so `report --check` never reads it as "something is held"."""
+
+
+def _connect(engine: Engine) -> Connection:
+    """A command's first connection: :class:`DatabaseUnreachable` when a database server
+    cannot be reached; SQLite's connect errors (a locked file) stay plain database errors."""
+    try:
+        return engine.connect()
+    except SQLAlchemyError as exc:
+        if engine.dialect.name == "sqlite":
+            raise
+        reason = _first_line(exc)
+        password = engine.url.password
+        if password:  # drivers do not echo it; never risk it
+            reason = reason.replace(str(password), "***")
+        raise DatabaseUnreachable(
+            f"cannot connect to the database {engine.url.render_as_string(hide_password=True)} "
+            f"given by --db/SPOTWISE_DB: {reason}",
+            hint="check that the server is up and the URL (host, port, user, database) is right",
+        ) from exc
+
+
+def _first_line(exc: BaseException) -> str:
+    orig = getattr(exc, "orig", None)
+    lines = str(orig if orig is not None else exc).strip().splitlines()
+    return lines[0].strip() if lines else type(exc).__name__
+
+
 def store_error(exc: BaseException, engine: Engine | None = None, action: str = "") -> StoreError:
     """One line for a database failure: the driver's message, no SQL, no parameters, no
     password."""
-    orig = getattr(exc, "orig", None)
-    message = str(orig if orig is not None else exc).strip().splitlines()
-    reason = message[0] if message else type(exc).__name__
+    reason = _first_line(exc)
     where = f" ({engine.url.render_as_string(hide_password=True)})" if engine else ""
     doing = f" while {action}" if action else ""
     hint = None
@@ -298,7 +343,7 @@ def migrate(engine: Engine, attempts: int = 5) -> None:
     for attempt in range(attempts):
         current: str | None = None
         try:
-            with engine.connect() as conn:
+            with _connect(engine) as conn:
                 current = current_revision(conn)
             if current == head:
                 return

@@ -59,7 +59,7 @@ def test_totals_groups_and_savings_are_the_sums_of_the_lives() -> None:
     assert tot["on_demand_cost_usd"] == pytest.approx(4.59)
     assert tot["saved_usd"] == pytest.approx(3.19)
     assert tot["saved_pct"] == pytest.approx((1 - 1.4 / 4.59) * 100)
-    assert tot["simulated_cost_usd"] == 0
+    assert out["replay"]["totals"]["lives"] == 0 and out["replay"]["groups"] == []
     aws, gcp = out["groups"]
     assert (aws["key"], aws["lives"], aws["cost_usd"]) == ("aws", 2, pytest.approx(0.9))
     assert aws["saved_pct"] == pytest.approx((1 - 0.9 / 4.59) * 100)
@@ -75,9 +75,32 @@ def test_replayed_lives_are_marked_simulated_and_grouped_apart() -> None:
         "j-real": JobInfo("succeeded", running=False, simulated=False),
     }
     out = summarize(ended, [], infos, by="instance-type", since=None, now=NOW)
-    assert [g["key"] for g in out["groups"]] == ["aws (replay):p3.2xlarge", "aws:p3.2xlarge"]
-    assert out["totals"]["simulated_cost_usd"] == pytest.approx(0.9)
-    assert out["totals"]["cost_usd"] == pytest.approx(1.1)
+    assert [g["key"] for g in out["groups"]] == ["aws:p3.2xlarge"]
+    assert out["totals"]["cost_usd"] == pytest.approx(0.2)  # real money only
+    replay = out["replay"]
+    assert [g["key"] for g in replay["groups"]] == ["aws (replay):p3.2xlarge"]
+    assert replay["totals"]["cost_usd"] == pytest.approx(0.9)
+
+
+@pytest.mark.parametrize("by", ["market", "day", "job", "provider", "zone", "instance-type"])
+def test_no_grouping_adds_replayed_dollars_to_real_ones(by: str) -> None:
+    """By market or day a replayed life and a real one shared a row, and the totals' saving was
+    mostly the replay's."""
+    ended = [
+        _life(id="l-1", job_id="j-sim", cost_usd=1.0, on_demand_cost_usd=100.0),
+        _life(id="l-2", job_id="j-real", cost_usd=0.5, on_demand_cost_usd=1.0),
+    ]
+    infos = {
+        "j-sim": JobInfo("succeeded", running=False, simulated=True),
+        "j-real": JobInfo("succeeded", running=False, simulated=False),
+    }
+    out = summarize(ended, [], infos, by=by, since=None, now=NOW)
+    real, replay = out["totals"], out["replay"]["totals"]
+    assert (real["lives"], real["jobs"], real["cost_usd"], real["saved_usd"]) == (1, 1, 0.5, 0.5)
+    assert (replay["lives"], replay["jobs"], replay["cost_usd"]) == (1, 1, 1.0)
+    assert replay["saved_usd"] == 99.0
+    assert [g["cost_usd"] for g in out["groups"]] == [0.5]
+    assert [g["cost_usd"] for g in out["replay"]["groups"]] == [1.0]
 
 
 def test_by_day_uses_the_utc_day_each_life_ended() -> None:
@@ -184,11 +207,11 @@ def test_report_reads_the_window_from_the_store(
     db = _store(tmp_path, monkeypatch)
     day = costs.report(since="24h", db=db, now=NOW)
     assert day["since"] == NOW - 24 * H
-    assert [(g["key"], g["lives"], g["cost_usd"]) for g in day["groups"]] == [
-        ("aws", 1, 1.0),
-        ("aws (replay)", 1, 2.0),
+    assert [(g["key"], g["lives"], g["cost_usd"]) for g in day["groups"]] == [("aws", 1, 1.0)]
+    assert [(g["key"], g["lives"], g["cost_usd"]) for g in day["replay"]["groups"]] == [
+        ("aws (replay)", 1, 2.0)
     ]
-    assert day["totals"]["revoked"] == 1 and day["totals"]["simulated_cost_usd"] == 2.0
+    assert day["totals"]["revoked"] == 1 and day["totals"]["cost_usd"] == 1.0
     # the life its drain could not terminate: held, a leftover (its job finished), not in totals
     (left,) = day["held"]
     assert (left["launch_id"], left["instance_id"], left["leftover"]) == (
@@ -200,11 +223,10 @@ def test_report_reads_the_window_from_the_store(
 
     everything = costs.report(since="all", by="job", db=db, now=NOW)
     assert everything["since"] is None
-    assert [(g["key"], g["cost_usd"]) for g in everything["groups"]] == [
-        ("j-real", 6.0),
-        ("j-sim", 2.0),
-    ]
-    assert everything["totals"]["on_demand_cost_usd"] == 18.0
+    assert [(g["key"], g["cost_usd"]) for g in everything["groups"]] == [("j-real", 6.0)]
+    assert [(g["key"], g["cost_usd"]) for g in everything["replay"]["groups"]] == [("j-sim", 2.0)]
+    assert everything["totals"]["on_demand_cost_usd"] == 12.0
+    assert everything["replay"]["totals"]["on_demand_cost_usd"] == 6.0
 
 
 def test_cli_report_json_and_check_exit_code(
@@ -215,7 +237,8 @@ def test_cli_report_json_and_check_exit_code(
     done = runner.invoke(app, ["report", "--since", "all", "--db", db, "--json"])
     assert done.exit_code == 0, done.output
     out = json.loads(done.stdout)
-    assert out["totals"]["lives"] == 3 and out["leftovers"] == 1
+    assert out["totals"]["lives"] == 2 and out["leftovers"] == 1
+    assert out["replay"]["totals"]["lives"] == 1
 
     # cron: --check turns a leftover into a non-zero exit, with the command that fixes it
     done = runner.invoke(app, ["report", "--check", "--db", db], env={"COLUMNS": "200"})
@@ -262,7 +285,7 @@ def test_report_at_80_columns_keeps_ids_money_and_the_fix_whole(
         assert done.exit_code == 0, done.output
         text = done.stdout
         assert "…" not in text and max(len(line) for line in text.splitlines()) <= 80
-        assert "8.0000" in text  # the total, whole
+        assert "6.0000" in text and "2.0000" in text  # the real total and the replay's, whole
     assert "i-l-left" in text
     assert "j-real: 1 instance(s) held by a job that is finished" in " ".join(text.split())
     assert "run `spotwise cancel j-real`" in text
