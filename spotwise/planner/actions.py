@@ -160,7 +160,7 @@ class Actions(Ledger):
         except (CapacityError, ProviderError) as e:
             self.blocked[offer.key] = now + max(self._tick_s(), 1.0)
             self._event("launch_failed", now, t, offer=offer.key, error=str(e))
-            self._close_failed_launch(t, launch_id, now)
+            self._close_failed_launch(t, launch_id, now, offer)
             if not isinstance(e, CapacityError):
                 t.last_error = str(e)
                 t.failures += 1
@@ -170,7 +170,7 @@ class Actions(Ledger):
         except BaseException:  # a crash mid-launch: leave no untracked instance, then re-raise
             # the record stays open (the cloud may still be creating it): cancel settles it
             with contextlib.suppress(Exception):  # the launch's own error is the one to raise
-                self._discard_launch(t, launch_id, now)
+                self._discard_launch(t, launch_id, now, offer)
             raise
         self.store.update_instance(
             launch_id,

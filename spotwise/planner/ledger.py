@@ -18,7 +18,7 @@ from spotwise.planner.backend import Backend
 from spotwise.planner.report import life_cost, release_is_cheaper, running_reference
 from spotwise.planner.runstate import Life, TrialRun
 from spotwise.planner.trialbook import TrialBook
-from spotwise.providers.base import TAG_JOB, TAG_LAUNCH, InstanceState
+from spotwise.providers.base import TAG_JOB, TAG_LAUNCH, Instance, InstanceState, Offer
 
 STOP_TIMEOUT_WALL_S = 30.0  # a trial asked to stop that has not exited by then is terminated
 RELEASE_RETRY_WALL_S = 5.0  # a refused terminate is retried this long after
@@ -43,8 +43,9 @@ class Ledger(TrialBook):
     on_demand_usd: float
     leftover_ids: list[str]  # instances the drain could not terminate
     migrations: int
-    # failed launches whose cleanup was not confirmed: launch id → (trial, ids found holding)
-    unconfirmed: dict[str, tuple[TrialRun, list[str]]]
+    # failed launches whose cleanup was not confirmed: launch id → (trial, ids found holding,
+    # when the launch was asked for (market clock), the offer it was for)
+    unconfirmed: dict[str, tuple[TrialRun, list[str], float, Offer]]
     budget_stops: list[tuple[TrialRun, Life]]  # this pass's budget stops, released together
 
     # ---- money --------------------------------------------------------------------------
@@ -257,40 +258,68 @@ class Ledger(TrialBook):
             self._bill(t, life, InstanceState.TERMINATED, asked)
 
     # ---- failed launches -------------------------------------------------------------------
-    def _close_failed_launch(self, t: TrialRun, launch_id: str, now: float) -> None:
+    def _close_failed_launch(self, t: TrialRun, launch_id: str, now: float, offer: Offer) -> None:
         """Close a failed launch's record as ``failed`` once :meth:`_discard_launch` confirms
         nothing of it is left. Otherwise the record stays open (``requested``, end reason
         :data:`UNCONFIRMED`): it may hold a billed instance. The drain tries once more
         (:meth:`_settle_unconfirmed`); one still unconfirmed then is a leftover of the job,
-        `spotwise report` lists it as held and `spotwise cancel` finds it by its launch tag."""
-        confirmed, ids = self._discard_launch(t, launch_id, now)
+        `spotwise report` lists it as held and `spotwise cancel` finds it by its launch tag.
+        ``now`` (market clock): when the launch was asked for; ``offer``: what it was for."""
+        confirmed, ids, cost = self._discard_launch(t, launch_id, now, offer)
         if confirmed:
             self.unconfirmed.pop(launch_id, None)
+            bill = {"cost_usd": cost, "on_demand_cost_usd": 0.0} if cost else {}
             self.store.update_instance(
-                launch_id, state="failed", end_reason="failed", ended_at=time.time()
+                launch_id, state="failed", end_reason="failed", ended_at=time.time(), **bill
             )
             return
         # one instance found (its terminate refused): its id lets `cancel` match the record
         found = {"provider_instance_id": ids[0]} if len(ids) == 1 else {}
         self.store.update_instance(launch_id, end_reason=UNCONFIRMED, **found)
-        self.unconfirmed[launch_id] = (t, ids)
+        self.unconfirmed[launch_id] = (t, ids, now, offer)
 
-    def _discard_launch(self, t: TrialRun, launch_id: str, now: float) -> tuple[bool, list[str]]:
+    def _discard_launch(
+        self, t: TrialRun, launch_id: str, asked_at: float, offer: Offer
+    ) -> tuple[bool, list[str], float]:
         """Terminate whatever a failed launch left running: the instances carrying its tag
         (the cloud may have accepted it before the call failed). Errors become events.
 
         Returns whether nothing of the launch is left (the listing succeeded, and so did the
-        terminate of what it found), and the ids it found still holding a resource."""
+        terminate of what it found), the ids it found still holding a resource, and what the
+        instances it terminated cost (:meth:`_bill_discarded`)."""
         prov = self.backend.provisioner
+        now = self.backend.now()
         try:
             found = prov.describe({TAG_JOB: self.job_id, TAG_LAUNCH: launch_id})
         except ProviderError as e:
             self._event("error", now, t, error=f"looking for the failed launch's instance: {e}")
-            return False, []
-        left = [i.instance_id for i in found if i.holds_resource()]
-        if left:
-            return self._terminate_quietly(t, left, now, "the failed launch's instance"), left
-        return True, []
+            return False, [], 0.0
+        held = [i for i in found if i.holds_resource()]
+        left = [i.instance_id for i in held]
+        if not left:
+            return True, [], 0.0
+        if not self._terminate_quietly(t, left, now, "the failed launch's instance"):
+            return False, left, 0.0
+        return True, left, self._bill_discarded(t, held, asked_at, now, offer)
+
+    def _bill_discarded(
+        self, t: TrialRun, held: list[Instance], asked_at: float, ended_at: float, offer: Offer
+    ) -> float:
+        """What instances a failed launch left running cost, from their start (else the launch
+        request) to the terminate request, at the price of the offer launched on, under its
+        provider's rule. Counted in the trial's and the job's spend (the budget sees it). An
+        instance found only at the end of the job may have run all along."""
+        rule = self.backend.rule_of(offer)
+        cost = 0.0
+        for inst in held:
+            start = inst.launched_at if inst.launched_at > 0 else asked_at
+            segs = self.backend.segments(offer, min(start, ended_at), ended_at)
+            cost += rule.charge(segs, revoked_by_provider=False)
+        if cost:
+            t.cost_usd += cost
+            self.spent_usd += cost
+            self.store.update_trial(t.trial_id, cost_usd=t.cost_usd)
+        return cost
 
     def _settle_unconfirmed(self, now: float) -> None:
         """At the end of the job, one more try at each failed launch whose cleanup could not
@@ -298,9 +327,9 @@ class Ledger(TrialBook):
         job): confirmed clean now, its record is closed as ``failed``; otherwise it is a
         leftover, named by the instance found or, with none known, by its launch
         (:func:`launch_leftover`: the summary and the job's error say so; `tune` exits 1)."""
-        for launch_id, (t, _) in list(self.unconfirmed.items()):
-            self._close_failed_launch(t, launch_id, now)
-        for launch_id, (_, ids) in self.unconfirmed.items():
+        for launch_id, (t, _, asked_at, offer) in list(self.unconfirmed.items()):
+            self._close_failed_launch(t, launch_id, asked_at, offer)
+        for launch_id, (_, ids, _, _) in self.unconfirmed.items():
             self.leftover_ids += ids or [launch_leftover(launch_id)]
 
     def leftovers(self) -> list[str]:

@@ -87,7 +87,7 @@ class Orchestrator(Actions):
         self.trials: list[TrialRun] = []
         self.lives: dict[str, tuple[TrialRun, Life]] = {}  # instance id → life not yet billed
         self.leftover_ids: list[str] = []
-        self.unconfirmed: dict[str, tuple[TrialRun, list[str]]] = {}  # failed launches, unclean
+        self.unconfirmed: dict[str, tuple[TrialRun, list[str], float, Offer]] = {}  # unclean
         self.budget_stops: list[tuple[TrialRun, Life]] = []  # released at the end of a pass
         self.blocked: dict[str, float] = {}  # offer key → market time until which it is avoided
         self.cancelled = False

@@ -141,6 +141,10 @@ def test_an_instance_a_failed_launch_started_is_terminated_and_its_attempt_is_us
         launches = store.events(job, kind="launch")
         cleanup = store.events(job, kind="terminated")
     assert [r.state for r in rows] == ["failed", "terminated"]
+    # the instance the failed launch started was paid for until its terminate: it is billed,
+    # and counted in the job's spend (it was closed at $0)
+    assert rows[0].cost_usd is not None and rows[0].cost_usd > 0
+    assert summary["cost_usd"] == pytest.approx(sum(r.cost_usd or 0 for r in rows), abs=1e-6)
     assert [e.detail["attempt"] for e in launches] == [1]
     assert [e.detail["instances"] for e in cleanup] == [[first]]
     assert all(not i.holds_resource() for i in prov.inner.describe({TAG_JOB: job}))
@@ -173,6 +177,11 @@ def test_a_failed_launch_whose_cleanup_failed_once_is_settled_at_the_end_of_the_
         ("failed", "failed"),
         ("terminated", "completed"),
     ]
+    # found only at the end, the failed launch's instance ran as long as the trial's own life
+    # (both started together): billed for all of it, not $0
+    failed, ok = rows
+    assert failed.cost_usd == pytest.approx(ok.cost_usd, rel=0.25)
+    assert summary["cost_usd"] == pytest.approx(failed.cost_usd + ok.cost_usd, abs=1e-6)
     assert [e.detail["error"] for e in errors] == [
         f"looking for the failed launch's instance: {LISTING_500}"
     ]
