@@ -41,63 +41,63 @@ says what the save found, from the listing it makes anyway. Readers go by step, 
 ``LATEST``: they load the highest step that verifies (a newer checkpoint of the earlier
 attempt while there is one), which retention never deletes.
 
-Backends implement the five blob primitives of :class:`ManifestCheckpointStore` (each write
-atomic per key) and inherit the rest; ``local.py`` is the reference implementation.
+Backends implement the blob primitives of :class:`ManifestCheckpointStore` (each write atomic
+per key) and inherit the rest; ``local.py`` is the reference implementation. The names of the
+layout and the errors are in :mod:`spotwise.checkpoint.layout`, the read side (verification,
+fallback, listing) in :mod:`spotwise.checkpoint.reading`; both are re-exported here.
+:meth:`ManifestCheckpointStore.probe` checks that a location can be written before a job
+relies on it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import re
 import time
-from abc import ABC, abstractmethod
-from collections.abc import Callable
-from typing import Any, Protocol, TypeVar, runtime_checkable
+from abc import abstractmethod
+from typing import Protocol, runtime_checkable
 
+from spotwise.checkpoint.layout import (
+    CORRUPT_SUFFIX,
+    DATA_RE,
+    DEFAULT_KEEP,
+    FOREIGN_SUFFIX,
+    LATEST,
+    RESERVED_KEYS,
+    Decoder,
+    ForeignCheckpointError,
+    Manifest,
+    Manifests,
+    T,
+    UnusableCheckpointError,
+    check_step,
+    checkpoint_name,
+    manifest_name,
+)
+from spotwise.checkpoint.reading import ManifestReader
 from spotwise.errors import CheckpointError
 
-Manifest = dict[str, Any]
-Manifests = list[Manifest]
-_StepKeys = list[tuple[int, str]]  # (step, manifest key); aliased: the class defines list()
-T = TypeVar("T")
-Decoder = Callable[[bytes, Manifest, str], T]  # (data, manifest, location) -> decoded
+__all__ = [  # the names other modules import from here (some now defined in layout/reading)
+    "CORRUPT_SUFFIX",
+    "DEFAULT_KEEP",
+    "FOREIGN_SUFFIX",
+    "LATEST",
+    "RESERVED_KEYS",
+    "CheckpointStore",
+    "Decoder",
+    "ForeignCheckpointError",
+    "Manifest",
+    "ManifestCheckpointStore",
+    "ManifestReader",
+    "Manifests",
+    "UnusableCheckpointError",
+    "checkpoint_name",
+    "manifest_name",
+]
 
-LATEST = "LATEST"
-DEFAULT_KEEP = 2
-CORRUPT_SUFFIX = ".corrupt"  # a checkpoint set aside after a load rejected it
-FOREIGN_SUFFIX = ".foreign"  # ... because it belongs to another trial
-RESERVED_KEYS = ("file", "sha256", "size", "created_at")
-_MANIFEST_RE = re.compile(r"^ckpt-(\d{8,})\.json$")
-_DATA_RE = re.compile(r"^ckpt-(\d{8,})\.pt$")
-
-
-def checkpoint_name(step: int) -> str:
-    """The data file name of the checkpoint taken after ``step``: ``ckpt-00000005.pt``."""
-    return f"ckpt-{_check_step(step):08d}.pt"
-
-
-def manifest_name(step: int) -> str:
-    """The manifest name of the checkpoint taken after ``step``: ``ckpt-00000005.json``."""
-    return f"ckpt-{_check_step(step):08d}.json"
-
-
-def _check_step(step: object) -> int:
-    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
-        raise ValueError(f"step must be an int >= 0, got {step!r}")
-    return step
-
-
-class UnusableCheckpointError(CheckpointError):
-    """This checkpoint itself cannot be used, now or later: its data or manifest is missing,
-    partial, corrupt or malformed, or its decoder rejects it (not a torch file, a damaged
-    archive, objects safe loading refuses, not a dict). Loads skip it (and the SDK sets it
-    aside); any other :class:`~spotwise.errors.CheckpointError` (the store could not be read)
-    propagates instead."""
-
-
-class ForeignCheckpointError(UnusableCheckpointError):
-    """A checkpoint that verifies but belongs to another trial (its manifest says so)."""
+PROBE_TEXT = b"spotwise checks that it can write here; safe to delete\n"
 
 
 @runtime_checkable
@@ -144,42 +144,27 @@ class CheckpointStore(Protocol):
         ...
 
 
-class ManifestCheckpointStore(ABC):
-    """The shared manifest, verification, fallback and retention logic over five primitives."""
+class ManifestCheckpointStore(ManifestReader):
+    """The shared manifest, verification, fallback and retention logic over the primitives:
+    the read ones of :class:`~spotwise.checkpoint.reading.ManifestReader` (``uri``, ``_read``,
+    ``_keys``, ``_location``) and ``_write`` and ``_remove`` here."""
 
     def __init__(self, keep: int = DEFAULT_KEEP) -> None:
         if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:
             raise ValueError(f"keep must be an int >= 1, got {keep=}")
+        super().__init__()
         self.keep = keep
-        self._verified: set[tuple[str, str]] = set()  # (file, sha256) known good in this process
         self._written_last: str | None = None  # the manifest of the last put: retention keeps it
         self.newer_at_put: int | None = None
 
-    # -- the primitives a backend implements ------------------------------------------------
-    @property
-    @abstractmethod
-    def uri(self) -> str:
-        """Where this store lives."""
-
+    # -- the write primitives a backend implements ------------------------------------------
     @abstractmethod
     def _write(self, key: str, data: bytes) -> None:
         """Write one object atomically: readers see the old bytes or the new, never a part."""
 
     @abstractmethod
-    def _read(self, key: str) -> bytes | None:
-        """The object's bytes, or None when it does not exist."""
-
-    @abstractmethod
-    def _keys(self) -> list[str]:
-        """Names of every object in the store (no prefix, no temporary files)."""
-
-    @abstractmethod
     def _remove(self, key: str) -> None:
         """Delete one object; a missing one is not an error."""
-
-    @abstractmethod
-    def _location(self, key: str) -> str:
-        """The URI of one object, for messages and for :meth:`put`'s return value."""
 
     def _move(self, src: str, dst: str) -> None:
         """Rename one object (``dst`` does not exist): copy, then delete the source. A backend
@@ -198,7 +183,7 @@ class ManifestCheckpointStore(ABC):
             raise ValueError(f"checkpoint name must not end in .json (manifests do), got {name!r}")
         if not isinstance(data, bytes | bytearray | memoryview):
             raise TypeError(f"checkpoint data must be bytes, got {type(data).__name__}")
-        step = _check_step(meta.get("step"))
+        step = check_step(meta.get("step"))
         clash = sorted(k for k in RESERVED_KEYS if k in meta)
         if clash:
             raise ValueError(f"meta must not set {clash}: the store writes them")
@@ -236,52 +221,6 @@ class ManifestCheckpointStore(ABC):
             return None
         return newest[0][0] if newest and newest[0][0] > step else None
 
-    def get_latest(self) -> tuple[bytes, Manifest] | None:
-        return self.load_latest(_raw)
-
-    def load_latest(self, decode: Decoder[T]) -> tuple[T, Manifest] | None:
-        """The newest checkpoint that verifies and that ``decode(data, manifest, location)``
-        accepts, as ``(decoded, manifest)``; None when there is no checkpoint at all.
-
-        ``decode`` rejects a checkpoint by raising :class:`UnusableCheckpointError` (one line
-        naming the file): it is skipped like a corrupt one. Any other exception propagates, a
-        plain :class:`~spotwise.errors.CheckpointError` from reading the store included: a
-        checkpoint that could not be read is not known to be bad. Each checkpoint skipped on
-        the way is listed in the returned manifest's ``fallback_skipped`` (``step``, ``file``,
-        ``reason``, ``foreign``), the newest also in ``fallback_from`` and
-        ``fallback_reason``. When none is usable, raises the newest one's error (with its hint,
-        or one to remove the folder)."""
-        skipped: list[dict[str, Any]] = []
-        first_error: UnusableCheckpointError | None = None
-        for step, mkey in reversed(self._manifest_keys()):
-            try:
-                manifest = self._load_manifest(mkey, step)
-                data = self.read(manifest)
-                name = str(manifest["file"])
-                decoded = decode(data, manifest, self._location(name))
-            except UnusableCheckpointError as e:
-                first_error = first_error or e
-                skipped.append(
-                    {
-                        "step": step,
-                        "file": self._data_key(mkey, step),
-                        "reason": e.message,
-                        "foreign": isinstance(e, ForeignCheckpointError),
-                    }
-                )
-                continue
-            if skipped:
-                manifest["fallback_from"] = skipped[0]["file"]
-                manifest["fallback_reason"] = skipped[0]["reason"]
-                manifest["fallback_skipped"] = skipped
-            return decoded, manifest
-        if first_error is not None:  # a plain CheckpointError: a script's traceback names it
-            raise CheckpointError(
-                f"{first_error.message}; no older checkpoint in {self.uri} is usable either",
-                hint=first_error.hint or f"remove {self.uri} to restart the trial from scratch",
-            )
-        return None
-
     def set_aside(self, step: int, suffix: str = CORRUPT_SUFFIX) -> str | None:
         """Move the checkpoint of ``step`` out of the way, keeping its bytes: its data file
         and manifest are renamed ``<name><suffix>`` (``<suffix>-2``, ... when that exists), so
@@ -317,23 +256,6 @@ class ManifestCheckpointStore(ABC):
                 self._remove(LATEST)
         return moved
 
-    def latest_manifest(self) -> Manifest | None:
-        for step, mkey in reversed(self._manifest_keys()):
-            try:
-                return self._load_manifest(mkey, step)
-            except CheckpointError:
-                continue
-        return None
-
-    def list(self) -> Manifests:
-        out: Manifests = []
-        for step, mkey in self._manifest_keys():
-            try:
-                out.append(self._load_manifest(mkey, step))
-            except CheckpointError:
-                continue
-        return out
-
     def delete_older_than(self, keep: int) -> None:
         """Keep the newest ``keep`` steps, the checkpoint this store wrote last (an older step
         than those when a relaunched script retrains instead of resuming), and always one that
@@ -368,87 +290,31 @@ class ManifestCheckpointStore(ABC):
         if oldest_kept is None:
             return
         for key in self._keys():  # data left by a crash between the data and its manifest
-            m = _DATA_RE.match(key)
+            m = DATA_RE.match(key)
             if m and int(m.group(1)) < oldest_kept and key not in files_kept:
                 self._remove(key)
 
-    # -- reading and verifying --------------------------------------------------------------
-    def read(self, manifest: Manifest) -> bytes:
-        """The bytes a manifest names, after checking their size and SHA-256."""
-        name = str(manifest.get("file", ""))
-        if not name or "/" in name or "\\" in name:
-            raise UnusableCheckpointError(
-                f"manifest of step {manifest.get('step')} names no valid file"
-            )
-        where = self._location(name)
-        data = self._read(name)  # a failed read: a plain CheckpointError, not the file's fault
-        if data is None:
-            raise UnusableCheckpointError(f"checkpoint {where} is missing (its manifest exists)")
-        size, digest = manifest.get("size"), manifest.get("sha256")
-        if len(data) != size:
-            raise UnusableCheckpointError(
-                f"checkpoint {where} is partial or corrupt: size {len(data)} bytes, "
-                f"manifest says {size}"
-            )
-        actual = hashlib.sha256(data).hexdigest()
-        if actual != digest:
-            raise UnusableCheckpointError(
-                f"checkpoint {where} is corrupt: sha256 {actual[:12]}…, manifest says "
-                f"{str(digest)[:12]}…"
-            )
-        self._verified.add((name, actual))
-        return data
-
-    def _verifies(self, mkey: str, step: int) -> bool:
+    def probe(self, name: str) -> None:
+        """Write the small object ``name`` (a dot name: no reader lists it as a checkpoint),
+        read it back and delete it: proof that this process can keep checkpoints here. A
+        write or a read that fails raises the backend's :class:`CheckpointError` (it names the
+        object); bytes that do not read back raise one naming the location. A delete that
+        fails is let be: whoever may write there need not be allowed to delete, and the
+        object is ignored by every reader."""
+        if not re.fullmatch(r"\.[A-Za-z0-9][A-Za-z0-9._-]*", name):
+            raise ValueError(f"probe name must be a dot name like '.probe-1', got {name!r}")
+        self._write(name, PROBE_TEXT)
         try:
-            manifest = self._load_manifest(mkey, step)
-            if (manifest["file"], manifest["sha256"]) in self._verified:
-                return True
-            self.read(manifest)
-        except CheckpointError:
-            return False
-        return True
-
-    def _manifest_keys(self) -> _StepKeys:
-        """(step, manifest key) of every manifest, oldest first."""
-        found: _StepKeys = []
-        for key in self._keys():
-            m = _MANIFEST_RE.match(key)
-            if m:
-                found.append((int(m.group(1)), key))
-        return sorted(found)
-
-    def _load_manifest(self, mkey: str, step: int) -> Manifest:
-        where = self._location(mkey)
-        raw = self._read(mkey)
-        if raw is None:
-            raise UnusableCheckpointError(f"checkpoint manifest {where} disappeared while reading")
-        try:
-            manifest = json.loads(raw.decode())
-        except (UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise UnusableCheckpointError(
-                f"checkpoint manifest {where} is not valid JSON: {e}"
-            ) from None
-        if not isinstance(manifest, dict):
-            raise UnusableCheckpointError(f"checkpoint manifest {where} is not a JSON object")
-        missing = [k for k in ("step", "file", "sha256", "size") if k not in manifest]
-        if missing:
-            raise UnusableCheckpointError(f"checkpoint manifest {where} lacks {missing}")
-        if manifest["step"] != step:
-            raise UnusableCheckpointError(
-                f"checkpoint manifest {where} says step {manifest['step']}, its name says {step}"
-            )
-        return manifest
-
-    def _data_key(self, mkey: str, step: int) -> str:
-        try:
-            return str(self._load_manifest(mkey, step)["file"])
-        except CheckpointError:
-            return checkpoint_name(step)
-
-
-def _raw(data: bytes, manifest: Manifest, where: str) -> bytes:
-    return data
+            back = self._read(name)
+            if back != PROBE_TEXT:
+                got = "nothing" if back is None else f"{len(back)} other bytes"
+                raise CheckpointError(
+                    f"checkpoint location {self.uri}: wrote {self._location(name)} but read "
+                    f"back {got}"
+                )
+        finally:
+            with contextlib.suppress(CheckpointError):
+                self._remove(name)
 
 
 def _free_name(key: str, suffix: str, taken: set[str]) -> str:

@@ -12,6 +12,7 @@ import os
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fake_azure_blob import azure_blob_backend
@@ -512,3 +513,86 @@ def test_local_root_that_is_a_file(tmp_path: Path) -> None:
     (tmp_path / "f").write_text("x")
     with pytest.raises(CheckpointError, match="not a folder"):
         LocalCheckpointStore(tmp_path / "f")
+
+
+# ---- probe: can this process keep checkpoints here? ---------------------------------------------
+PROBE = ".spotwise-probe-test1"
+
+
+def _recording(store: ManifestCheckpointStore, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Record each primitive call on ``store`` as ``"<name> <key>"``."""
+    calls: list[str] = []
+    for name in ("_write", "_read", "_remove"):
+        real = getattr(store, name)
+
+        def record(key: str, *rest: Any, _name: str = name, _real: Any = real) -> Any:
+            calls.append(f"{_name} {key}")
+            return _real(key, *rest)
+
+        monkeypatch.setattr(store, name, record)
+    return calls
+
+
+def test_probe_writes_reads_back_and_deletes_a_dot_named_object(
+    make_store: Factory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = make_store()
+    _put(store, 5)
+    before = store.list()
+    calls = _recording(store, monkeypatch)
+    assert store.probe(PROBE) is None
+    assert calls == [f"_write {PROBE}", f"_read {PROBE}", f"_remove {PROBE}"]
+    assert store._read(PROBE) is None  # gone again
+    assert store.list() == before  # the checkpoints are untouched
+    found = store.get_latest()
+    assert found is not None and found[1]["step"] == 5
+
+
+@pytest.mark.parametrize("back", [b"other", None])
+def test_probe_that_does_not_read_back_names_the_location(
+    back: bytes | None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = LocalCheckpointStore(tmp_path / "t")
+    monkeypatch.setattr(store, "_read", lambda key: back)
+    got = "nothing" if back is None else "5 other bytes"
+    with pytest.raises(CheckpointError) as info:
+        store.probe(PROBE)
+    assert str(info.value) == (
+        f"checkpoint location {tmp_path / 't'}: wrote {tmp_path / 't' / PROBE} but read back {got}"
+    )
+    assert os.listdir(tmp_path / "t") == []  # removed all the same
+
+
+def test_probe_lets_a_failed_delete_be(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whoever may write checkpoints need not be allowed to delete them; no reader lists the
+    dot-named object."""
+    store = LocalCheckpointStore(tmp_path / "t")
+
+    def refuse(key: str) -> None:
+        raise CheckpointError(f"cannot delete checkpoint {tmp_path / 't' / key}: denied")
+
+    monkeypatch.setattr(store, "_remove", refuse)
+    store.probe(PROBE)
+    assert os.listdir(tmp_path / "t") == [PROBE]
+    assert store.list() == [] and store.get_latest() is None
+
+
+def test_probe_that_cannot_write_raises_the_backend_s_error(tmp_path: Path) -> None:
+    (tmp_path / "afile").write_text("x")
+    store = LocalCheckpointStore(tmp_path / "afile" / "t")
+    with pytest.raises(CheckpointError) as info:
+        store.probe(PROBE)
+    assert str(info.value).startswith(
+        f"cannot write checkpoint {tmp_path / 'afile' / 't' / PROBE}: "
+    )
+    assert isinstance(info.value.__cause__, OSError)  # preflight reports the system's reason
+
+
+@pytest.mark.parametrize(
+    "name", ["probe", "", ".", "..", "./x", ".a/b", ".a\\b", "ckpt-00000001.pt"]
+)
+def test_probe_takes_only_a_dot_name(name: str, tmp_path: Path) -> None:
+    store = LocalCheckpointStore(tmp_path / "t")
+    with pytest.raises(ValueError, match=r"^probe name must be a dot name like '\.probe-1', got "):
+        store.probe(name)
+    assert not (tmp_path / "t").exists()
