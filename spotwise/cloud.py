@@ -29,6 +29,7 @@ from spotwise.units import parse_duration
 
 LOCAL_TRACE = "builtin:skynomad-v100-2023"
 CACHE_MAX_AGE_S = 24 * 3600.0
+TABLE_LIMIT = 40  # rows `prices` shows in a table unless --limit says otherwise
 
 
 def _unprefixed(provider: str, reason: str) -> str:
@@ -232,13 +233,18 @@ def prices(
     history: str | None = None,
     db: str | None = None,
     now: float | None = None,
-    limit: int = 0,
+    limit: int | None = None,
+    table: bool = False,
 ) -> dict[str, Any]:
     """Current prices in :func:`price_order` (on-demand joined), or the spot price history over
     a window; current prices are cached in the store (all of them, whatever ``limit``).
 
-    ``limit`` keeps the first rows only (0: all); ``total``, ``left_out`` and ``unavailable``
-    (spot offers with no capacity now) always count the whole list."""
+    ``limit`` keeps the first rows only (0: all; None: the default for the output, the first
+    :data:`TABLE_LIMIT` rows for a ``table`` a person reads, else all of them, as a JSON
+    document wants); ``total``, ``left_out`` and ``unavailable`` (spot offers with no capacity
+    now) always count the whole list."""
+    if limit is None:
+        limit = TABLE_LIMIT if table else 0
     if limit < 0:
         raise SpecError(f"--limit must be 0 (all) or more, got {limit}")
     return _cut(_prices(provider, region, instance_type, market, history, db, now), limit)

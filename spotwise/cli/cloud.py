@@ -80,7 +80,6 @@ def catalog_cmd(
 
 
 def prices_cmd(
-    ctx: typer.Context,
     provider: ProviderOpt = "local",
     region: RegionOpt = None,
     instance_type: Annotated[
@@ -106,14 +105,15 @@ def prices_cmd(
         ),
     ] = None,
     limit: Annotated[
-        int,
+        int | None,
         typer.Option(
             "--limit",
             min=0,
-            help="Rows to show (0 = all); --json prints all unless --limit is given. "
+            help="Rows to show (0 = all; default: 40 in the table, all with --json). "
             "A --history keeps its latest points.",
+            show_default=False,
         ),
-    ] = 40,
+    ] = None,
     db: DbOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
@@ -128,18 +128,10 @@ def prices_cmd(
     from spotwise.providers.base import Market
 
     market = None if spot is None else (Market.SPOT if spot else Market.ON_DEMAND)
-    if json_out and not _given(ctx, "limit"):
-        limit = 0  # --json prints every row unless --limit says otherwise
     result = cloud.prices(
-        provider, region, instance_type, market, history=history, db=db, limit=limit
+        provider, region, instance_type, market, history, db=db, limit=limit, table=not json_out
     )
     emit(result, json_out, _print_prices)
-
-
-def _given(ctx: typer.Context, name: str) -> bool:
-    """Whether the option ``name`` was typed on the command line (not its default). By the
-    source's name: typer may carry its own copy of click's ``ParameterSource``."""
-    return getattr(ctx.get_parameter_source(name), "name", None) == "COMMANDLINE"
 
 
 def register(app: typer.Typer) -> None:

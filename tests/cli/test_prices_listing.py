@@ -140,3 +140,28 @@ def test_footer_when_a_limit_cuts_some_of_the_offers_with_no_capacity(
         "3 prices (1 more not shown; --limit 0 for all) · 2 spot offers have no capacity now "
         "(listed last, 1 not shown)"
     )
+
+
+def test_the_default_limit_is_the_core_s_40_rows_for_a_table_and_all_for_json(
+    tmp_path: Path,
+) -> None:
+    """No --limit: the core picks the default for the output (the CLI no longer inspects
+    whether --limit was typed): the first ``TABLE_LIMIT`` (40) rows of a table, every row of a
+    JSON document. The 1 h history has 180 points, so the cut shows."""
+    db = f"sqlite:///{tmp_path / 's.db'}"
+    assert cloud.TABLE_LIMIT == 40
+    args = {"instance_type": "p3.2xlarge", "history": "1h", "db": db}
+    table = cloud.prices("local", **args, table=True)
+    assert (len(table["prices"]), table["total"], table["left_out"]) == (40, 180, 140)
+    doc = cloud.prices("local", **args)
+    assert (len(doc["prices"]), doc["left_out"]) == (180, 0)
+    assert table["prices"] == doc["prices"][-40:]  # the latest points
+    assert len(cloud.prices("local", **args, table=True, limit=0)["prices"]) == 180
+    assert len(cloud.prices("local", **args, limit=7)["prices"]) == 7
+
+    history = ("--instance-type", "p3.2xlarge", "--history", "1h")
+    shown = _cli(tmp_path, *history).stdout
+    assert " ".join(shown.split()).endswith("180 prices (140 earlier not shown; --limit 0 for all)")
+    assert len(json.loads(_cli(tmp_path, *history, "--json").stdout)["prices"]) == 180
+    cut = json.loads(_cli(tmp_path, *history, "--json", "--limit", "40").stdout)
+    assert (len(cut["prices"]), cut["left_out"]) == (40, 140)
