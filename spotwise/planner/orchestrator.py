@@ -14,6 +14,7 @@ releasing noticed instances, draining at the end) and :class:`~spotwise.planner.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -22,7 +23,7 @@ from typing import Any
 
 from spotwise.errors import SpotwiseError
 from spotwise.planner.actions import Actions
-from spotwise.planner.backend import open_backend
+from spotwise.planner.backend import NoOfferWatch, open_backend
 from spotwise.planner.ledger import RELEASE_TRIES
 from spotwise.planner.policy import (
     Event,
@@ -56,6 +57,7 @@ from spotwise.providers.base import (
 from spotwise.spec import JobSpec
 from spotwise.store.models import new_id
 
+log = logging.getLogger("spotwise.planner")
 REBALANCE_AVOID_S = 600.0  # market seconds a pool with a rebalance recommendation is avoided
 SAVE_TOTALS_EVERY_WALL_S = 2.0  # how often a running job writes its spend to the store
 
@@ -100,6 +102,7 @@ class Orchestrator(Actions):
     def run(self) -> dict[str, Any]:
         spec = self.spec
         self.job_id: str = new_id("j")
+        self.offer_watch = NoOfferWatch(self.job_id)  # says so when no offer is left for long
         # absolute: the trial runs in the spec's folder and must find the same events/stop files
         self.run_dir = ((self.opts.run_root or default_run_root()) / self.job_id).resolve()
         # the search first (skopt takes seconds to import): the market clock starts with the backend
@@ -168,6 +171,7 @@ class Orchestrator(Actions):
             events: list[Event] = [*self._admit(), *self._collect(now)]
             events.append(Tick(now))
             offers = self._usable_offers(now)
+            self._watch_offers(offers, now)
             risk = b.risk(offers, now) if b.risk is not None else {}
             for ev in events:
                 view = build_view(
@@ -200,6 +204,12 @@ class Orchestrator(Actions):
                 return
             prev_now = now
             time.sleep(self.opts.poll_s)
+
+    def _watch_offers(self, offers: list[Offer], now: float) -> None:
+        waiting = any(t.phase in (Phase.QUEUED, Phase.WAITING) for t in self.trials)
+        if said := self.offer_watch.note(offers, waiting):
+            log.warning("%s: %s", self.job_id, said)
+            self._event("no_offers", now, message=said)
 
     def _usable_offers(self, now: float) -> list[Offer]:
         """The market's offers, with those that just sent a notice or refused a launch marked

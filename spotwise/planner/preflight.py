@@ -10,6 +10,10 @@ only find out after :meth:`Store.create_job` — some of it only after instances
   ``check_region``);
 * an instance type its catalog does not know (where the catalog can tell:
   ``check_instance_type``), in each region the job names;
+* a cloud with no offer at all for the job's filters (:func:`check_offers`): real names that
+  no price, zone or market matches (a machine type the price catalog has no price for, a zone
+  that does not sell the types, ``markets: [spot]`` for a type without a spot price). Such a
+  job would be recorded and then poll for ever, buying nothing;
 * a checkpoint location the orchestrator cannot write (:func:`probe_checkpoint_root`).
 
 Each failure is a one-line :class:`~spotwise.errors.SpecError` (exit 2) naming the spec field.
@@ -18,13 +22,20 @@ Each failure is a one-line :class:`~spotwise.errors.SpecError` (exit 2) naming t
 from __future__ import annotations
 
 import contextlib
+import difflib
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from spotwise.errors import CheckpointError, NotFoundError, ProviderError, SpecError
-from spotwise.planner.backend import Backend
-from spotwise.providers.base import Catalog
+from spotwise.errors import (
+    CheckpointError,
+    NotFoundError,
+    ProviderError,
+    SpecError,
+    SpotwiseError,
+)
+from spotwise.planner.backend import Backend, provider_config
+from spotwise.providers.base import Catalog, Market
 from spotwise.providers.registry import cloud_module, missing_required
 from spotwise.spec import JobSpec, ProviderSpec
 
@@ -44,6 +55,7 @@ def preflight(spec: JobSpec, backend: Backend, checkpoint_root: str) -> None:
         _regions(i, p, catalog)
         if catalog is not None:
             _instance_types(i, p, catalog)
+    check_offers(spec, backend)
     aws_profile = next(
         (
             q.options["profile"]
@@ -101,12 +113,124 @@ def _instance_types(i: int, p: ProviderSpec, catalog: Catalog) -> None:
                 ) from None
 
 
+def check_offers(spec: JobSpec, backend: Backend) -> None:
+    """Refuse a job on a cloud whose filters leave it no offer: the backend's offers are listed
+    once (the listing the job's first poll then reuses), each cloud's share on its own so that
+    on several clouds the one without offers is named. A :class:`ProviderError` while listing
+    (the cloud cannot be reached) propagates as it is. ``local`` is checked by
+    :func:`~spotwise.planner.backend.open_backend`."""
+    clouds = [(i, p) for i, p in enumerate(spec.providers) if p.name != "local"]
+    if not clouds:
+        return
+    listed = {o.provider for o in backend.list_offers(backend.now())}
+    catalogs = _catalogs(backend)
+    for i, p in clouds:
+        if p.name not in listed:
+            raise SpecError(_no_offer(i, p, catalogs.get(p.name)))
+
+
+_SHOWN = 8  # names listed in a message before "and N more"
+
+
+def _no_offer(i: int, p: ProviderSpec, catalog: Catalog | None) -> str:
+    fields: dict[str, Sequence[str]] = {
+        "regions": p.regions,
+        "zones": p.zones,
+        "instance_types": p.instance_types,
+        "markets": p.markets,
+    }
+    filters = "; ".join(f"{k}: {', '.join(v)}" for k, v in fields.items() if v)
+    line = f"spec field 'providers.{i}': no {p.name} offer matches its filters ({filters})"
+    nearby = _nearby(p, catalog) if catalog is not None else ""
+    return f"{line}; {nearby}" if nearby else line
+
+
+def _nearby(p: ProviderSpec, catalog: Catalog) -> str:
+    """What the cloud does offer for the job's regions and instance types in any zone and
+    either market, in a few words; "" when that cannot be found out (the error the caller
+    raises says enough without it). On the error path only: the zones are dropped by opening
+    the catalog again without them, and each market is listed on its own."""
+    types = list(p.instance_types) or None
+    regions: list[str | None] = list(p.regions) or [None]
+    try:
+        relaxed = catalog
+        if p.zones:
+            anywhere = provider_config(p.model_copy(update={"zones": []}))
+            relaxed = cloud_module(p.name).open_catalog(anywhere)
+        found = [
+            o
+            for r in regions
+            for m in Market
+            for o in relaxed.offers(region=r, instance_types=types, market=m)
+        ]
+    except SpotwiseError:
+        return ""
+    if not found:
+        return _unoffered(p, catalog, regions)
+    usable = [o for o in found if o.market.value in p.markets] or found
+    what = f"{p.name} offers {_few(sorted({o.instance_type for o in usable}))}"
+    if p.zones:
+        where = f" in zones {_few(sorted({o.zone for o in usable}))}"
+    else:
+        where = f" in {_few(sorted({o.region for o in usable}))}"
+    if any(o.market.value in p.markets for o in found):
+        return what + where
+    return f"{what}{where} only as {' and '.join(sorted({o.market.value for o in found}))}"
+
+
+def _unoffered(p: ProviderSpec, catalog: Catalog, regions: Sequence[str | None]) -> str:
+    """Why no zone or market offers the job's instance types: not sold in the region, or
+    sold there without a price (the catalog never offers a wrong price); and, where the
+    catalog holds a price table in memory, what it does price there."""
+    if not p.instance_types:
+        where = _few([r or "its default region" for r in regions])
+        return f"{p.name} lists no priced instance type in {where}"
+    bits: list[str] = []
+    for r in regions:
+        where = r or "its default region"
+        try:
+            known = {t.name: t for t in catalog.instance_types(r)}
+        except SpotwiseError:
+            return ""  # the refusal stands without the reason
+        unsold = [t for t in p.instance_types if t not in known]
+        unpriced = [
+            t for t in p.instance_types if t in known and known[t].on_demand_price_per_hour is None
+        ]
+        if unpriced:
+            bits.append(f"{p.name} has no price for {_few(unpriced)} in {where}")
+        if unsold:
+            bits.append(f"{p.name} does not sell {_few(unsold)} in {where}")
+    priced = _priced_names(catalog, regions[0]) if len(regions) == 1 else []
+    alike = [n for n in priced if n not in p.instance_types]
+    if len(alike) > _SHOWN:
+        close = {c for t in p.instance_types for c in difflib.get_close_matches(t, alike, n=3)}
+        alike = sorted(close)
+    if bits and alike:
+        bits[-1] += f" (it prices {_few(alike)} there)"
+    return "; ".join(bits)
+
+
+def _priced_names(catalog: Catalog, region: str | None) -> list[str]:
+    """The instance types the catalog's in-memory price table (GCP's) prices in ``region``;
+    [] for a catalog whose prices come from an API call."""
+    for_region = getattr(getattr(catalog, "prices", None), "for_region", None)
+    if not callable(for_region):
+        return []
+    return sorted({row.instance_type for row in for_region(region)})
+
+
+def _few(names: Sequence[str]) -> str:
+    shown = ", ".join(names[:_SHOWN])
+    return f"{shown} and {len(names) - _SHOWN} more" if len(names) > _SHOWN else shown
+
+
 def probe_checkpoint_root(root: str, location: str = "", aws_profile: str | None = None) -> None:
-    """Write, then delete, one small object under the job's checkpoint ``root`` with the
-    checkpoint store's own primitives; SpecError naming ``checkpoint.location`` (as written:
-    ``location``) with the reason when the write fails: a read-only folder, a path through a
-    file, a missing bucket. (A delete that fails is let be: the orchestrator never deletes
-    there, and no reader lists a dot-named object as a checkpoint.)
+    """Write, read back and delete one small object under the job's checkpoint ``root``
+    (:meth:`~spotwise.checkpoint.base.ManifestCheckpointStore.probe`); SpecError naming
+    ``checkpoint.location`` (as written: ``location``) with the reason when the write or the
+    read fails: a read-only folder, a path through a file, a missing bucket. (A delete that
+    fails is let be: the orchestrator never deletes there, and no reader lists a dot-named
+    object as a checkpoint.)
 
     This proves the *orchestrator's* access, from this machine with its credentials. It does
     not prove the instances': on a cloud they write with their own identity (an instance
@@ -130,19 +254,13 @@ def probe_checkpoint_root(root: str, location: str = "", aws_profile: str | None
     except (CheckpointError, ProviderError) as e:
         raise _unwritable(where, e) from None
     if not isinstance(store, ManifestCheckpointStore):
-        return  # a store registered by someone else: it has no primitives to probe with
+        return  # a store registered by someone else: it has no probe
     created = _missing_folders(store.root) if isinstance(store, LocalCheckpointStore) else []
-    key = f"{PROBE_PREFIX}{uuid.uuid4().hex[:12]}"
     try:
-        try:
-            store._write(key, b"spotwise checks that it can write here; safe to delete\n")
-        except (CheckpointError, ProviderError) as e:
-            folder = created[-1].parent if created else getattr(store, "root", None)
-            raise _unwritable(where, e, folder) from None
-        # the orchestrator never needs to delete there (the trials prune their own
-        # checkpoints): a probe it may not delete stays, ignored by every reader
-        with contextlib.suppress(CheckpointError, ProviderError):
-            store._remove(key)
+        store.probe(f"{PROBE_PREFIX}{uuid.uuid4().hex[:12]}")
+    except (CheckpointError, ProviderError) as e:
+        folder = created[-1].parent if created else getattr(store, "root", None)
+        raise _unwritable(where, e, folder) from None
     finally:
         for folder in created:  # deepest first; one that is not empty is left alone
             with contextlib.suppress(OSError):

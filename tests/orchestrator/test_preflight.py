@@ -188,6 +188,20 @@ def test_aws_unknown_region_is_a_spec_error_before_the_job_starts(tmp_path: Path
     )
 
 
+def test_aws_zone_with_no_offer_is_a_spec_error_before_the_job_starts(
+    tmp_path: Path, aws: Any
+) -> None:
+    """A zone that sells none of the job's types: no offer at all. Before, the job was
+    recorded and polled for ever; now it is refused, naming what the region does offer."""
+    spec = aws_spec(tmp_path, zones=["us-east-1z"])
+    assert refused(tmp_path, spec) == (
+        "spec field 'providers.0': no aws offer matches its filters (regions: us-east-1; "
+        "zones: us-east-1z; instance_types: c5.xlarge, m5.xlarge; markets: spot, on-demand); "
+        "aws offers c5.xlarge, m5.xlarge in zones us-east-1a, us-east-1b, us-east-1c, "
+        "us-east-1d, us-east-1f"
+    )
+
+
 def test_aws_without_an_image_is_a_spec_error_before_the_job_starts(
     tmp_path: Path, aws: Any
 ) -> None:

@@ -186,10 +186,20 @@ def test_gcp_unknown_machine_type_is_a_spec_error_before_the_job_starts(
     )
 
 
-def test_gcp_names_the_price_catalog_knows_pass_without_an_api_call(
+def test_gcp_names_the_price_catalog_knows_pass_with_only_the_listing_the_offers_make(
     tmp_path: Path, gcp_cloud: Any
 ) -> None:
-    assert passes_preflight(tmp_path, gcp_provider(), gcp_cloud.rs)[1] == []
+    """The names need no call; the offers are listed once (one machine type listing of the
+    job's types, in two pages), and the job's first poll reuses that listing."""
+    backend, calls = passes_preflight(tmp_path, gcp_provider(), gcp_cloud.rs)
+    listing = (
+        f"https://compute.googleapis.com/compute/v1/projects/{PROJECT}/aggregated/machineTypes"
+    )
+    names = 'filter=(name+=+"e2-standard-2")+OR+(name+=+"g2-standard-4")'
+    assert calls == [f"{listing}?{names}", f"{listing}?pageToken=page-2&{names}"]
+    before = len(gcp_cloud.rs.calls)
+    assert backend.list_offers(backend.now())
+    assert len(gcp_cloud.rs.calls) == before
 
 
 def test_gcp_a_region_and_machine_type_only_the_api_lists_pass(
@@ -209,6 +219,21 @@ def test_gcp_a_region_and_machine_type_only_the_api_lists_pass(
     assert {o.instance_type for o in offers} == {"e2-standard-2"}  # c3: no price, not offered
     listed = [c for c in list(gcp_cloud.rs.calls)[before:] if "machineTypes" in c.request.url]
     assert listed == []
+
+
+def test_gcp_a_machine_type_the_api_lists_but_the_price_catalog_does_not_price_is_refused(
+    tmp_path: Path, gcp_cloud: Any
+) -> None:
+    """c3-standard-4 is real (the API lists it in us-central1-c), so the name check passes;
+    the price catalog has no price for it, so it is never offered. Before, the job was
+    recorded and polled for ever with no offer."""
+    provider = gcp_provider(instance_types=["c3-standard-4"])
+    assert refused(tmp_path, provider) == (
+        "spec field 'providers.0': no gcp offer matches its filters (regions: us-central1; "
+        "instance_types: c3-standard-4; markets: spot); gcp has no price for c3-standard-4 in "
+        "us-central1 (it prices e2-standard-16, e2-standard-2, g2-standard-4, g2-standard-8, "
+        "n2d-standard-48, n2d-standard-64, t2d-standard-16 there)"
+    )
 
 
 # ---- Azure --------------------------------------------------------------------------------------
@@ -232,10 +257,17 @@ def test_azure_unknown_vm_size_is_a_spec_error_before_the_job_starts(
     )
 
 
-def test_azure_names_the_price_catalog_knows_pass_without_an_api_call(
+def test_azure_names_the_price_catalog_knows_pass_with_only_the_listing_the_offers_make(
     tmp_path: Path, azure_cloud: LocatedARM
 ) -> None:
-    assert passes_preflight(tmp_path, azure_provider(azure_cloud), azure_cloud.rs)[1] == []
+    """The names need no call; the offers are listed once (eastus's resource SKUs and retail
+    prices), and the job's first poll reuses that listing."""
+    backend, calls = passes_preflight(tmp_path, azure_provider(azure_cloud), azure_cloud.rs)
+    assert calls and all("/skus?" in u or "/api/retail/prices?" in u for u in calls)
+    assert len([u for u in calls if "/skus?" in u and "skiptoken" not in u]) == 1
+    before = len(azure_cloud.rs.calls)
+    assert backend.list_offers(backend.now())
+    assert len(azure_cloud.rs.calls) == before
 
 
 def test_azure_a_region_and_vm_size_only_the_api_lists_pass(
@@ -254,6 +286,74 @@ def test_azure_a_region_and_vm_size_only_the_api_lists_pass(
         "eastus",
         "westeurope",
     ]
+
+
+def test_azure_a_vm_size_the_api_lists_but_no_price_is_known_for_is_refused(
+    tmp_path: Path, azure_cloud: LocatedARM
+) -> None:
+    """Standard_NC6s_v3 is listed by eastus's resource SKUs, but the Retail Prices API has no
+    price for it there: no offer, refused before the job is recorded."""
+    provider = azure_provider(azure_cloud, instance_types=["Standard_NC6s_v3"])
+    assert refused(tmp_path, provider) == (
+        "spec field 'providers.0': no azure offer matches its filters (regions: eastus; "
+        "instance_types: Standard_NC6s_v3; markets: spot); azure has no price for "
+        "Standard_NC6s_v3 in eastus"
+    )
+
+
+def test_azure_spot_only_for_a_size_without_a_spot_price_is_refused(
+    tmp_path: Path, azure_cloud: LocatedARM
+) -> None:
+    """Standard_B1s has an on-demand price in eastus but no spot price (nor spot capability):
+    ``markets: [spot]`` leaves the job no offer; the message says what is offered."""
+    provider = azure_provider(azure_cloud, instance_types=["Standard_B1s"], markets=["spot"])
+    assert refused(tmp_path, provider) == (
+        "spec field 'providers.0': no azure offer matches its filters (regions: eastus; "
+        "instance_types: Standard_B1s; markets: spot); azure offers Standard_B1s in eastus only "
+        "as on-demand"
+    )
+
+
+# ---- several clouds -----------------------------------------------------------------------------
+@pytest.fixture
+def both_clouds(monkeypatch: pytest.MonkeyPatch) -> Iterator[LocatedARM]:
+    """The Compute Engine and the ARM fakes behind one ``responses`` mock; yields the ARM fake
+    (its ids name the Azure provider's options)."""
+    monkeypatch.setattr(
+        "spotwise.providers.gcp.default_credentials",
+        lambda: (gcp_credentials("ya29.preflight"), PROJECT),
+    )
+    monkeypatch.setattr(
+        "spotwise.providers.azure.default_credential", lambda: AzureCredential("preflight")
+    )
+    gce, arm = fake_gce.FakeGCE(project=PROJECT), LocatedARM()
+    with responses.RequestsMock(assert_all_requests_are_fired=False) as rs:
+        gce.install(rs)
+        arm.install(rs)
+        yield arm
+    assert gce.instances == {} and arm.vms == {}
+
+
+def test_several_clouds_name_the_one_without_an_offer(
+    tmp_path: Path, both_clouds: LocatedARM
+) -> None:
+    """GCP has offers, Azure (the second provider) none: the union is not empty, yet the job
+    would never use Azure; its own share is checked, and its spec field is named."""
+    azure = azure_provider(both_clouds, instance_types=["Standard_NC6s_v3"])
+    db = f"sqlite:///{tmp_path / 'spotwise.db'}"
+    spec = yaml.safe_load(write_spec(tmp_path, gcp_provider()).read_text())
+    spec["providers"].append(azure)
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    with pytest.raises(SpecError) as info:
+        jobs.tune(path, db=db, run_root=tmp_path / "runs")
+    assert str(info.value) == (
+        "spec field 'providers.1': no azure offer matches its filters (regions: eastus; "
+        "instance_types: Standard_NC6s_v3; markets: spot); azure has no price for "
+        "Standard_NC6s_v3 in eastus"
+    )
+    with Store.open(db) as store:
+        assert store.list_jobs() == []
 
 
 # ---- the command --------------------------------------------------------------------------------
