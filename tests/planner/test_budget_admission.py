@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from conftest import T0, curve, make_traces
+from plan_helpers import T0, curve, make_traces
 
 from spotwise.planner.policies._common import over_budget, shed_for_budget
 from spotwise.planner.policy import (

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import make_traces
+from plan_helpers import make_traces
 
 from spotwise.errors import SpecError
 from spotwise.planner.deadline_sim import (

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import make_traces
+from plan_helpers import T0, curve, make_traces
 
 from spotwise.planner.deadline_sim import DeadlineEngine, DeadlineJob, run_many, sample_starts
 from spotwise.planner.policies.deadline import JobClock
@@ -92,10 +92,6 @@ def test_the_tuning_simulator_gives_the_time_to_the_next_tick() -> None:
     Every view now reaches exactly the next trace tick, wherever between two ticks it is made."""
     import dataclasses
 
-    import numpy as np
-    from conftest import T0, curve, make_traces
-
-    from spotwise.planner.policy import get_policy
     from spotwise.planner.simulator import Engine, SimSettings
     from spotwise.providers.billing import rule_for
     from spotwise.providers.replay import ReplayMarket

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import curve, last_value_predictor, make_traces
+from plan_helpers import curve, last_value_predictor, make_traces
 
 from spotwise.planner.policy import Policy, get_policy
 from spotwise.planner.sim_curves import CurvePool

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import T0, last_value_predictor
+from plan_helpers import T0, last_value_predictor
 
 from spotwise.errors import SpecError
 from spotwise.planner.policies.asha import rungs

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import SHARED
+from plan_helpers import SHARED
 from typer.testing import CliRunner
 
 from spotwise.cli.simulate import app

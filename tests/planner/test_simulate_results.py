@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import T0, curve, make_traces
+from plan_helpers import T0, curve, make_traces
 from test_simulate_cli import write_curves, write_skynomad
 from typer.testing import CliRunner
 

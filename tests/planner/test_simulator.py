@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from conftest import GAP, T0, curve, make_traces
+from plan_helpers import GAP, T0, curve, make_traces
 
 from spotwise.planner.policy import get_policy
 from spotwise.planner.simulator import Engine, SimSettings
