@@ -136,6 +136,51 @@ def test_a_trial_that_made_its_last_step_is_not_stopped_by_the_budget() -> None:
     assert over_budget(v) == [StopEarly("t1", "budget", None)]
 
 
+def test_a_guessed_speed_never_stops_the_first_trial() -> None:
+    """On the 60 s guess a $0.30 budget stopped every trial of a job whose steps were fast
+    (each really cost $0.10): nothing ran, and the job failed at $0. Until a step is timed the
+    first trial is launched when its start-up fits; only then can the projection stop one."""
+    v = view(QUEUED, max_cost_usd=0.3, speed_measured=False)  # each projected at $1.68
+    assert launches("on-demand", v) == ["t0"]
+    spent = view(QUEUED, max_cost_usd=0.3, spent_usd=0.29, speed_measured=False)
+    actions = get_policy("on-demand").decide(spent, Tick(NOW))  # $0.29 + $0.017 start-up
+    assert actions[:1] == [StopEarly("t0", "budget", None)]
+    measured = view(QUEUED, max_cost_usd=0.3, speed_measured=True)
+    assert launches("on-demand", measured) == []  # timed: the projection decides
+
+
+def test_shedding_waits_for_more_than_a_tick_of_drift_a_started_trial_and_no_notice() -> None:
+    """A trial admitted at a projection just under the cap was shed 107 s later, at 0 steps,
+    when the projection had drifted $0.0003 over; another while the others were leaving under
+    a notice (their refunds brought the spend down one pass later)."""
+    run = {"phase": Phase.RUNNING, "offer_key": OD.key, "launched_at": NOW - 3600.0}
+    near, far = trial(0, step=9, **run), trial(1, step=2, **run)
+    # spent $3, to go 1 + 8 steps = $1.50 → $4.50; two instances burn $0.067 in a tick + 60 s
+    drift = view([near, far], max_cost_usd=4.45, spent_usd=3.0, tick_s=60.0)
+    assert shed_for_budget(drift) == []
+    over = view([near, far], max_cost_usd=4.40, spent_usd=3.0, tick_s=60.0)
+    assert shed_for_budget(over) == [StopEarly("t1", "budget", None)]
+    # the furthest from done is still starting up: the next one is shed instead
+    booting = trial(1, step=0, phase=Phase.RUNNING, offer_key=OD.key, launched_at=NOW - 30.0)
+    mid = trial(2, step=5, **run)
+    v = view([near, booting, mid], max_cost_usd=4.8, spent_usd=3.0, tick_s=60.0)
+    assert shed_for_budget(v) == [StopEarly("t2", "budget", None)]
+    noticed = trial(0, step=9, notice_deadline=NOW + 120.0, **run)
+    assert shed_for_budget(view([noticed, far], max_cost_usd=4.40, spent_usd=3.0)) == []
+
+
+def test_a_waiting_trial_a_launch_now_finishes_in_time_is_not_stopped_by_the_deadline() -> None:
+    """With 93 s of slack the guard stopped a job waiting for spot before the Safety Net could
+    put it on on-demand, and the job missed a deadline it could have made."""
+    from spotwise.planner.policies._common import past_deadline
+
+    waiting = trial(0, Phase.WAITING, step=9)  # 1 step of 600 s + 60 s start-up to go
+    v = view([waiting], deadline=NOW + 700.0, tick_s=800.0, started_at=NOW - 36000.0)
+    assert past_deadline(v) == []
+    late = view([waiting], deadline=NOW + 600.0, tick_s=800.0, started_at=NOW - 36000.0)
+    assert past_deadline(late) == [StopEarly("t0", "deadline", None)]
+
+
 # ---- the orchestrator's view ----------------------------------------------------------
 
 
@@ -223,7 +268,7 @@ def test_simulate_on_demand_parallel_8_completes_trials_within_the_cap() -> None
     out = run_suite(ts, load_curve_pool(SHIPPED_CURVES), suite, revocation_risk(ts, "none"))
     rs = out["runs"]["on-demand"]
     assert [r["completed"] for r in rs] == [3, 2]
-    assert [r["cost_usd"] for r in rs] == pytest.approx([14.06665, 10.591])
+    assert [r["cost_usd"] for r in rs] == pytest.approx([14.06665, 11.40785])
     for r in rs:
         assert r["cost_usd"] <= 15.0 and not r["budget_exceeded"]
         assert r["budget_stopped"] == 20 - r["completed"]

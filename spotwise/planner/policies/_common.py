@@ -56,9 +56,20 @@ def within_budget(
     """With the projected spend after it: ``Launch`` when the projected spend plus this launch
     stays within ``max_cost_usd``; ``None`` (wait) when it fits only once the running trials
     are done; ``StopEarly(budget)`` when it cannot fit even then (what is spent plus this launch
-    alone is over the cap)."""
+    alone is over the cap).
+
+    Before any step is timed (``speed_measured`` False) the steps' cost is a guess (60 s a
+    step): a trial is launched when what is spent plus its start-up fits, and never stopped on
+    the guess (a $0.30 budget refused trials of 10 fast steps that cost $0.10 each);
+    :func:`free_slots` keeps that to one trial, and :func:`over_budget` guards the real spend.
+    """
     extra = launch_cost(view, trial, offer)
     cap = view.max_cost_usd
+    if cap is not None and not view.speed_measured:
+        boot = view.restart_overhead_s * offer.price / 3600.0
+        if view.spent_usd + boot <= cap:
+            return Launch(trial.trial_id, offer.key), spend + extra
+        return StopEarly(trial.trial_id, "budget", trial.last_metric), spend
     if cap is None or spend + extra <= cap:
         return Launch(trial.trial_id, offer.key), spend + extra
     if view.spent_usd + extra > cap:
@@ -178,22 +189,36 @@ def shed_for_budget(view: PlannerView) -> list[Action]:
     Trials are admitted on projections; a trial slower than the speed it was admitted at (the
     job's mean) can push the running trials' projected spend past ``max_cost_usd``, and
     :func:`over_budget` would later stop every one of them, often a step from the end. Once
-    steps are timed, while the projection is over the cap and more than one trial runs, the
-    one with the most cost still to go (ties: the later trial) is stopped for the budget, so
-    the rest can finish.
+    steps are timed, while the projection is over the cap by more than the running trials
+    burn in one tick (admission uses the same cap: a projection that merely drifts, a start-up
+    re-measured, must not stop a trial just admitted) and more than one trial runs, the one
+    with the most cost still to go (ties: the later trial) is stopped for the budget, so the
+    rest can finish. A trial still starting up is not chosen (its start-up would be wasted),
+    and nothing is shed while a running trial has a notice: its instance is leaving, and its
+    projection with it.
     """
     cap = view.max_cost_usd
     if cap is None or not view.speed_measured:
         return []
     running = [t for t in view.trials if finish_cost(view, t) > 0.0]
+    if any(t.notice_deadline is not None for t in running):
+        return []
+    burn = sum(_price_of(view, t) for t in running) / 3600.0 * (view.tick_s + 60.0)
     spend = projected_spend(view)
     out: list[Action] = []
     for t in sorted(running, key=lambda t: (-finish_cost(view, t), -t.number)):
-        if spend <= cap or len(running) - len(out) <= 1:
+        if spend <= cap + burn or len(running) - len(out) <= 1:
             break
+        if _starting(view, t):
+            continue
         out.append(StopEarly(t.trial_id, "budget", t.last_metric))
         spend -= finish_cost(view, t)
     return out
+
+
+def _starting(view: PlannerView, t: TrialView) -> bool:
+    """Still in its start-up: launched less than the job's measured start-up ago."""
+    return t.launched_at is not None and view.now < t.launched_at + view.restart_overhead_s
 
 
 def finish_eta(view: PlannerView, t: TrialView) -> float:
@@ -207,17 +232,28 @@ def finish_eta(view: PlannerView, t: TrialView) -> float:
 def past_deadline(view: PlannerView) -> list[Action]:
     """Stop what cannot finish once the deadline falls before the next decision.
 
-    A running trial that will be done by the deadline keeps going; everything else still alive
-    is stopped (its last metric is its result).
+    A running trial that will be done by the deadline keeps going, and so does one waiting for
+    an instance that a launch now would finish in time; everything else still alive is stopped
+    (its last metric is its result).
     """
     if view.deadline is None or view.now + view.tick_s + view.checkpoint_s < view.deadline:
         return []
     return [
         StopEarly(t.trial_id, "deadline", t.last_metric)
         for t in view.trials
-        if not t.phase.is_terminal()
-        and not (t.phase is Phase.RUNNING and finish_eta(view, t) <= view.deadline)
+        if not t.phase.is_terminal() and not _can_finish(view, t, view.deadline)
     ]
+
+
+def _can_finish(view: PlannerView, t: TrialView, deadline: float) -> bool:
+    """A running trial that will be done by the deadline, or one waiting for an instance that
+    a launch now would finish by then (the deadline policies' Safety Net launches it on
+    on-demand: stopping it first made a job with 93 s of slack miss its deadline)."""
+    if t.phase is Phase.RUNNING:
+        return finish_eta(view, t) <= deadline
+    if t.stopping:
+        return False
+    return view.now + view.restart_overhead_s + t.remaining_steps * t.seconds_per_step <= deadline
 
 
 def guards(view: PlannerView) -> list[Action]:
