@@ -113,6 +113,7 @@ class TrialState:
     stopping: bool = False
     completed: bool = False
     stop_reason: str | None = None
+    lives: int = 0  # instances launched for it
     pending_every: int | None = None
     view: TrialView | None = None
 

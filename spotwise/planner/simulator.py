@@ -143,9 +143,19 @@ class Engine:
         return make_result(self, unfinished)
 
     def _done(self) -> bool:
-        return len(self.trials) >= len(self.curves) and all(
+        return (len(self.trials) >= len(self.curves) or self._budget_spent()) and all(
             t.phase is Phase.DONE for t in self.trials
         )
+
+    def _budget_spent(self) -> bool:
+        """No new trial starts (as in `tune`, ``Ledger._budget_spent``): the cap is reached, or
+        a trial that never ran was stopped for the budget (a new one would not fit either)."""
+        cap = self.s.max_cost_usd
+        if cap is None:
+            return False
+        if self._spent() >= cap:
+            return True
+        return any(t.stop_reason == "budget" and not t.lives for t in self.trials)
 
     def _push(self, t: float, kind: str, idx: int, lid: int, arg: int) -> None:
         heapq.heappush(self.heap, (t, next(self.seq), kind, idx, lid, arg))
@@ -153,7 +163,7 @@ class Engine:
     def _admit(self) -> list[Event]:
         active = sum(1 for t in self.trials if t.phase is not Phase.DONE)
         out: list[Event] = []
-        if self.s.max_cost_usd is not None and self._spent() >= self.s.max_cost_usd:
+        if self._budget_spent():
             return out
         while active < self.s.parallel and len(self.trials) < len(self.curves):
             n = len(self.trials)
@@ -292,6 +302,7 @@ class Engine:
         revoke_at = None
         if offer.market is Market.SPOT:
             revoke_at = self.market.next_revocation(offer.zone, self.now)
+        t.lives += 1
         life = Life(
             next(self.lids),
             offer,

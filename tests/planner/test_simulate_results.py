@@ -86,9 +86,9 @@ def test_simulate_shows_no_regret_for_a_policy_that_completed_nothing(tmp_path: 
     assert [r["completed"] for r in doc["runs"]["on-demand"]] == [0, 0]
     assert [r["regret"] for r in doc["runs"]["on-demand"]] == [None, None]
     assert (od["regret"], od["regret_max"], od["no_result"]) == (None, None, 2)
-    assert (od["budget_stopped"], od["deadline_stopped"]) == (4.0, 0.0)
+    assert (od["budget_stopped"], od["deadline_stopped"]) == (2.0, 0.0)
     assert greedy["no_result"] == 0 and greedy["regret"] == pytest.approx(0.2198, abs=1e-4)
-    assert greedy["budget_stopped"] == 3.0
+    assert greedy["budget_stopped"] == 2.0
 
     res = runner.invoke(app, args, env={"COLUMNS": "80"})
     assert res.exit_code == 0, res.output
@@ -102,8 +102,8 @@ def test_simulate_shows_no_regret_for_a_policy_that_completed_nothing(tmp_path: 
     rows = {
         row[0]: row for row in map(str.split, lines) if row[:1] in (["on-demand"], ["spot-greedy"])
     }
-    assert rows["on-demand"][4:] == ["—", "0.0", "0.00", "0.0", "4.0", "0.0"]
-    assert rows["spot-greedy"][4:] == ["0.2198", "2.0", "0.45", "0.0", "3.0", "1.0"]
+    assert rows["on-demand"][4:] == ["—", "0.0", "0.00", "0.0", "2.0", "0.0"]
+    assert rows["spot-greedy"][4:] == ["0.2198", "2.0", "0.45", "0.0", "2.0", "1.0"]
     caption = " ".join(res.output.split())
     assert "limit: trials stopped by the budget or deadline" in caption
     assert "regret —: some runs completed no trial and returned nothing (on-demand: 2 of 2)." in (
