@@ -94,7 +94,7 @@ class Actions(Ledger):
     def _also_stopped_by(self, t: TrialRun, action: StopEarly, now: float) -> None:
         """A limit (budget, deadline) reaching a trial already stopping for another reason: the
         first reason stays the trial's, and the limit is recorded too, once (an event; the
-        budget guard then creates no new trial; the summary's ``limits`` counts it)."""
+        summary's ``limits`` counts it)."""
         why = action.reason
         if why not in LIMITS or why in t.limits_hit:
             return
@@ -104,7 +104,7 @@ class Actions(Ledger):
     def _stop_paying(self, t: TrialRun, action: StopEarly, now: float) -> None:
         """A trial stopped for the budget is abandoned: its instance is terminated at the end
         of this decision pass (:meth:`_release_budget_stops`) rather than billed while the trial
-        winds down (its result is its last metric)."""
+        winds down (its result is its last metric), unless the provider is taking it anyway."""
         if action.reason == "budget" and t.life is not None and not t.life.exited:
             self.budget_stops.append((t, t.life))
 
@@ -115,9 +115,19 @@ class Actions(Ledger):
         kill grace per call, minutes of a fast replayed clock; a cloud API has its own round
         trip), while the instances still running were billed: four trials stopped by a $4
         budget cost $4.9 to $5.6. Each life is billed up to the request
-        (:meth:`~spotwise.planner.ledger.Ledger._release_all`)."""
+        (:meth:`~spotwise.planner.ledger.Ledger._release_all`).
+
+        A noticed instance whose release is not cheaper than its provider taking it (AWS: a
+        spot instance it interrupts within its first hour is free) is left to the provider,
+        as when its trial leaves on the notice: it is billed when its end is reported."""
         stops, self.budget_stops = self.budget_stops, []
-        live = [(t, life) for t, life in stops if not life.exited and t.life is life]
+        live = [
+            (t, life)
+            for t, life in stops
+            if not life.exited
+            and t.life is life
+            and (life.notice_deadline is None or self._release_is_cheaper(life, now))
+        ]
         self._release_all(live, now, "the instance of a budget stop")
 
     def _request_stop(self, t: TrialRun, reason: str) -> None:

@@ -11,6 +11,7 @@ life (:meth:`~spotwise.planner.backend.Backend.rule_of`; a job may trade on seve
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from spotwise.errors import ProviderError
@@ -34,6 +35,17 @@ def launch_leftover(launch_id: str) -> str:
     return f"launch {launch_id} (no instance id known)"
 
 
+@dataclass
+class Unconfirmed:
+    """A failed launch whose cleanup was not confirmed: it may hold a billed instance."""
+
+    trial: TrialRun
+    ids: list[str]  # the instances found holding a resource (none known: the listing failed)
+    asked_at: float  # when the launch was asked for (market clock)
+    offer: Offer  # what it was for: its price and its provider's rule
+    retry_wall: float = 0.0  # wall time (monotonic) before which its cleanup is not retried
+
+
 class Ledger(TrialBook):
     job_id: str
     opts: Any  # RunOptions (poll_s)
@@ -43,9 +55,7 @@ class Ledger(TrialBook):
     on_demand_usd: float
     leftover_ids: list[str]  # instances the drain could not terminate
     migrations: int
-    # failed launches whose cleanup was not confirmed: launch id → (trial, ids found holding,
-    # when the launch was asked for (market clock), the offer it was for)
-    unconfirmed: dict[str, tuple[TrialRun, list[str], float, Offer]]
+    unconfirmed: dict[str, Unconfirmed]  # launch id → a failed launch not confirmed clean
     budget_stops: list[tuple[TrialRun, Life]]  # this pass's budget stops, released together
 
     # ---- money --------------------------------------------------------------------------
@@ -102,9 +112,21 @@ class Ledger(TrialBook):
         self.store.update_trial(t.trial_id, cost_usd=t.cost_usd, revocations=t.revocations)
 
     def _running_cost(self, now: float) -> float:
+        """What the lives not billed yet cost up to ``now``, as their bills will count them: a
+        noticed life we have not asked to release is costed as its provider bills a life it
+        takes (AWS: nothing within the first hour; :meth:`_bill`), the others at their price.
+        A failed launch not confirmed clean (:class:`Unconfirmed`) may have started an
+        instance: it counts from its request at its offer's price, until a retry settles it
+        (:meth:`_retry_unconfirmed`; its bill, if any, then replaces this)."""
         total = 0.0
         for _, life in self.lives.values():
             segs = self.backend.segments(life.offer, life.launched_at, now)
+            if life.notice_deadline is not None and not life.release_asked:
+                total += self.backend.rule_of(life.offer).charge(segs, revoked_by_provider=True)
+            else:
+                total += sum(s * p for s, p in segs) / 3600.0
+        for u in self.unconfirmed.values():
+            segs = self.backend.segments(u.offer, u.asked_at, now)
             total += sum(s * p for s, p in segs) / 3600.0
         return total
 
@@ -187,11 +209,14 @@ class Ledger(TrialBook):
         return True
 
     def _budget_spent(self) -> bool:
-        """The cap is reached, or the budget has stopped a trial (a new one would only be),
-        even one that was already stopping for another reason."""
+        """No new trial starts: the cap is reached, or the budget stopped a trial before it
+        ever launched (a new one would not fit either). A running trial the budget stopped
+        (shed while the running projections overrun) says nothing of what a new one needs."""
         cap = self.spec.budget.max_cost_usd
-        stopped = any("budget" in t.limits_hit for t in self.trials)
-        return cap is not None and (self.spent_usd >= cap or stopped)
+        if cap is None:
+            return False
+        never_ran = any("budget" in t.limits_hit and t.lives_started == 0 for t in self.trials)
+        return self.spent_usd >= cap or never_ran
 
     def _save_totals(self, now: float) -> None:
         """The running job's spend so far (running instances as if they ended now) and its
@@ -261,22 +286,35 @@ class Ledger(TrialBook):
     def _close_failed_launch(self, t: TrialRun, launch_id: str, now: float, offer: Offer) -> None:
         """Close a failed launch's record as ``failed`` once :meth:`_discard_launch` confirms
         nothing of it is left. Otherwise the record stays open (``requested``, end reason
-        :data:`UNCONFIRMED`): it may hold a billed instance. The drain tries once more
-        (:meth:`_settle_unconfirmed`); one still unconfirmed then is a leftover of the job,
-        `spotwise report` lists it as held and `spotwise cancel` finds it by its launch tag.
-        ``now`` (market clock): when the launch was asked for; ``offer``: what it was for."""
+        :data:`UNCONFIRMED`): it may hold a billed instance, which the budget counts
+        (:meth:`_running_cost`). Each pass of the loop tries again, a pause
+        (:data:`RELEASE_RETRY_WALL_S`) after the last try (:meth:`_retry_unconfirmed`), and
+        the drain once more (:meth:`_settle_unconfirmed`); one still unconfirmed then is a
+        leftover of the job, `spotwise report` lists it as held and `spotwise cancel` finds it
+        by its launch tag. ``now`` (market clock): when the launch was asked for; ``offer``:
+        what it was for."""
         confirmed, ids, cost = self._discard_launch(t, launch_id, now, offer)
+        before = self.unconfirmed.pop(launch_id, None)
         if confirmed:
-            self.unconfirmed.pop(launch_id, None)
             bill = {"cost_usd": cost, "on_demand_cost_usd": 0.0} if cost else {}
             self.store.update_instance(
                 launch_id, state="failed", end_reason="failed", ended_at=time.time(), **bill
             )
             return
+        if not ids and before is not None:
+            ids = before.ids  # the listing failed this time: the instances found before stay
         # one instance found (its terminate refused): its id lets `cancel` match the record
         found = {"provider_instance_id": ids[0]} if len(ids) == 1 else {}
         self.store.update_instance(launch_id, end_reason=UNCONFIRMED, **found)
-        self.unconfirmed[launch_id] = (t, ids, now, offer)
+        retry = time.monotonic() + RELEASE_RETRY_WALL_S
+        self.unconfirmed[launch_id] = Unconfirmed(t, ids, now, offer, retry)
+
+    def _retry_unconfirmed(self) -> None:
+        """Each pass of the loop: try again to clean up each failed launch not confirmed clean
+        whose pause is over. Its instance may be running, billed, until the drain otherwise."""
+        for launch_id, u in list(self.unconfirmed.items()):
+            if time.monotonic() >= u.retry_wall:
+                self._close_failed_launch(u.trial, launch_id, u.asked_at, u.offer)
 
     def _discard_launch(
         self, t: TrialRun, launch_id: str, asked_at: float, offer: Offer
@@ -327,10 +365,10 @@ class Ledger(TrialBook):
         job): confirmed clean now, its record is closed as ``failed``; otherwise it is a
         leftover, named by the instance found or, with none known, by its launch
         (:func:`launch_leftover`: the summary and the job's error say so; `tune` exits 1)."""
-        for launch_id, (t, _, asked_at, offer) in list(self.unconfirmed.items()):
-            self._close_failed_launch(t, launch_id, asked_at, offer)
-        for launch_id, (_, ids, _, _) in self.unconfirmed.items():
-            self.leftover_ids += ids or [launch_leftover(launch_id)]
+        for launch_id, u in list(self.unconfirmed.items()):  # whatever its pause
+            self._close_failed_launch(u.trial, launch_id, u.asked_at, u.offer)
+        for launch_id, u in self.unconfirmed.items():
+            self.leftover_ids += u.ids or [launch_leftover(launch_id)]
 
     def leftovers(self) -> list[str]:
         """After the drain: the instances the provider would not terminate, still billed, and

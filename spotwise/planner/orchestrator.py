@@ -24,7 +24,7 @@ from typing import Any
 from spotwise.errors import SpotwiseError
 from spotwise.planner.actions import Actions
 from spotwise.planner.backend import NoOfferWatch, open_backend
-from spotwise.planner.ledger import RELEASE_TRIES
+from spotwise.planner.ledger import RELEASE_TRIES, Unconfirmed
 from spotwise.planner.policy import (
     Event,
     NoticeReceived,
@@ -89,7 +89,7 @@ class Orchestrator(Actions):
         self.trials: list[TrialRun] = []
         self.lives: dict[str, tuple[TrialRun, Life]] = {}  # instance id → life not yet billed
         self.leftover_ids: list[str] = []
-        self.unconfirmed: dict[str, tuple[TrialRun, list[str], float, Offer]] = {}  # unclean
+        self.unconfirmed: dict[str, Unconfirmed] = {}  # failed launches not confirmed clean
         self.budget_stops: list[tuple[TrialRun, Life]] = []  # released at the end of a pass
         self.blocked: dict[str, float] = {}  # offer key → market time until which it is avoided
         self.cancelled = False
@@ -192,6 +192,7 @@ class Orchestrator(Actions):
                 for action in self.policy.decide(view, ev):
                     self._execute(action, offers, now)
             self._release_budget_stops(now)  # one terminate call for all of this pass's stops
+            self._retry_unconfirmed()  # a failed launch's instance may be running, billed
             done = self._finished()  # the last picture is drawn too, not one a poll before
             due = time.monotonic() - last_update >= self.opts.update_every_s
             if self.opts.on_update and (done or due):

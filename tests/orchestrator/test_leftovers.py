@@ -160,7 +160,11 @@ def test_a_failed_launch_whose_cleanup_failed_once_is_settled_at_the_end_of_the_
 ) -> None:
     """The failed launch's instance could not be listed once (a transient 500): its record
     stayed open and the job ended with it as a leftover (`tune` exited 1) until `spotwise
-    cancel`. The drain tries once more; the listing answers, and the record is closed."""
+    cancel`. The drain tries once more; the listing answers, and the record is closed. (The
+    loop's own retries wait longer than the job here: test_budget_review covers them.)"""
+    from spotwise.planner import ledger
+
+    monkeypatch.setattr(ledger, "RELEASE_RETRY_WALL_S", 1e9)
     summary, prov, db = _run(
         tmp_path, monkeypatch, calm=True, fail_first_launch=True, fail_launch_listings=1
     )
@@ -201,7 +205,10 @@ def test_a_failed_launch_whose_cleanup_keeps_failing_is_a_leftover_named_by_its_
     from typer.testing import CliRunner
 
     from spotwise.cli.app import app
+    from spotwise.planner import ledger
 
+    # the loop's retries wait longer than the job: the tries counted below are deterministic
+    monkeypatch.setattr(ledger, "RELEASE_RETRY_WALL_S", 1e9)
     write_trace(tmp_path / "trace.csv", avail_ticks=TRACE_TICKS)
     seen: list[Cloudlike] = []
     real = orchestrator.open_backend
@@ -237,7 +244,7 @@ def test_a_failed_launch_whose_cleanup_keeps_failing_is_a_leftover_named_by_its_
         "unconfirmed",
         None,
     )
-    # tried when the launch failed, and once more at the end of the job
+    # tried when the launch failed, and once more at the end of the job (whatever the pause)
     assert [e.detail["error"] for e in errors] == [
         f"looking for the failed launch's instance: {LISTING_500}"
     ] * 2

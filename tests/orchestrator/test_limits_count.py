@@ -3,9 +3,12 @@
 The budget guard repeats its stop every tick; a trial the curve rule (or the deadline) had
 already stopped kept that first reason and the budget's stop left no trace but the release of
 its instance. So the summary's ``limits`` left it out, and the guard that creates no new trial
-once the budget has stopped one (``any(t.stop_reason == "budget")``) did not fire: a new trial
-was created only to be stopped by the budget in turn. The first reason stays the trial's; the
-limit is recorded too.
+once the budget has stopped one (``any(t.stop_reason == "budget")``) did not fire. The first
+reason stays the trial's; the limit is recorded too.
+
+Since the budget also sheds a running trial when the running projections overrun, a launched
+trial it stopped no longer ends the creation of trials: only the cap reached, or a trial that
+the budget stopped before it ever launched (a new one would not fit either), does.
 """
 
 from __future__ import annotations
@@ -56,15 +59,16 @@ class CurveStop:
 
 
 @pytest.mark.timeout(120)
-def test_a_budget_stop_of_a_trial_already_stopping_counts_and_no_new_trial_starts(
+def test_a_budget_stop_of_a_trial_already_stopping_counts(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """$0.12 fits the first launch (60 s start-up + 6 x 60 s at $1/h = $0.117, the policy's
     guess before it has measured anything). The curve rule stops the trial at step 2 (+240 s);
     its trial never looks at its stop file. The budget guard fires at +360 s (spent $0.1 plus a
     tick and a minute at $1/h reach $0.12) and terminates the instance: $0.10 billed, under the
-    cap. Before, the job then created a second trial, which the budget stopped before it
-    started ("limits" counted only that one); now no new trial, and the stopped one counts."""
+    cap, and the stop counts in "limits" (before, only the trial after it did). The job then
+    creates a second trial, which does not fit ($0.117 more) and is stopped before it starts:
+    no third one."""
     monkeypatch.setitem(policy_registry._POLICIES, CurveStop.name, CurveStop)
     market = ScriptedMarket(steps=6)
     summary, db = run_scripted(
@@ -75,9 +79,9 @@ def test_a_budget_stop_of_a_trial_already_stopping_counts_and_no_new_trial_start
         trials=3,
         budget={"max_cost_usd": 0.12},
     )
-    assert (summary["trials"], summary["trials_planned"]) == (1, 3), summary
-    assert summary["limits"] == {"budget": {"stopped": 1, "never_started": 0}}
-    assert (summary["early_stopped"], summary["completed"]) == (1, 0)
+    assert (summary["trials"], summary["trials_planned"]) == (2, 3), summary
+    assert summary["limits"] == {"budget": {"stopped": 2, "never_started": 1}}
+    assert (summary["early_stopped"], summary["completed"]) == (2, 0)
     assert summary["cost_usd"] == pytest.approx(usd(360, SPOT), abs=1e-9)
     assert summary["state"] == "failed"
     assert summary["error"] == (
@@ -87,12 +91,16 @@ def test_a_budget_stop_of_a_trial_already_stopping_counts_and_no_new_trial_start
     (launched,) = market.launched
     assert market.lives["i-0"]["terminated_at"] == launched + 360.0  # released by the budget
     with Store.open_existing(db) as store:
-        stops = [e.detail for e in store.events(summary["job_id"], kind="stop_early")]
-    # the curve rule's stop, then the budget's, once, naming the reason it came on top of
-    assert [(d["reason"], d.get("already_stopping_for")) for d in stops] == [
-        (CURVE, None),
-        ("budget", CURVE),
+        stops = [(e, e.detail) for e in store.events(summary["job_id"], kind="stop_early")]
+        first, second = (t.id for t in store.list_trials(summary["job_id"]))
+    # the curve rule's stop, then the budget's, once, naming the reason it came on top of;
+    # then the budget's stop of the second trial, before it launched
+    assert [(e.trial_id, d["reason"], d.get("already_stopping_for")) for e, d in stops] == [
+        (first, CURVE, None),
+        (first, "budget", CURVE),
+        (second, "budget", None),
     ]
+    assert first != second
 
 
 # ---- the action-application code directly ---------------------------------------------------
@@ -142,7 +150,8 @@ def test_the_budget_reaching_a_stopping_trial_is_recorded_besides_its_first_reas
     t = book.trial
     assert (t.stop_reason, t.stopping) == (first, "early")  # the first reason stays
     assert t.limits_hit == (("budget", "deadline") if first == "deadline" else ("budget",))
-    assert book._budget_spent() is True  # no new trial: the budget has stopped one
+    # it had launched (shed while the running projections overrun): a new trial may still fit
+    assert book._budget_spent() is False
     assert book.terminated == [["i-1"]]  # the budget stop still terminates it, once
     assert book.events == [
         ("stop_early", {"reason": first, "predicted": 0.5}),
