@@ -23,6 +23,9 @@ from spotwise.providers.base import TAG_JOB, TAG_LAUNCH, Instance, InstanceState
 
 STOP_TIMEOUT_WALL_S = 30.0  # a trial asked to stop that has not exited by then is terminated
 RELEASE_RETRY_WALL_S = 5.0  # a refused terminate is retried this long after
+#: A failed launch's cleanup that keeps failing is retried after a pause that doubles from
+#: RELEASE_RETRY_WALL_S up to this: each try that fails writes an "error" event.
+UNCONFIRMED_RETRY_MAX_WALL_S = 300.0
 RELEASE_TRIES = 4  # refusals before the job stops waiting; the drain tries once more, then reports
 #: The end reason of an open record of a failed launch that may have left an instance: its
 #: tagged instances could not be listed, or terminated (see ``Actions._discard_launch``).
@@ -44,6 +47,17 @@ class Unconfirmed:
     asked_at: float  # when the launch was asked for (market clock)
     offer: Offer  # what it was for: its price and its provider's rule
     retry_wall: float = 0.0  # wall time (monotonic) before which its cleanup is not retried
+    tries: int = 1  # cleanups tried and not confirmed: the pause doubles with each
+    started_at: float | None = None  # the earliest start of the instances found (market clock)
+
+    def pause(self) -> float:
+        """How long to wait before the next try: doubling, capped (a cloud that keeps refusing
+        is not asked, and its refusal not recorded, every few seconds for the whole job)."""
+        return min(RELEASE_RETRY_WALL_S * 2 ** (self.tries - 1), UNCONFIRMED_RETRY_MAX_WALL_S)
+
+    def since(self) -> float:
+        """Where its running cost starts: the instance found, else the launch request."""
+        return self.started_at if self.started_at is not None else self.asked_at
 
 
 class Ledger(TrialBook):
@@ -126,7 +140,7 @@ class Ledger(TrialBook):
             else:
                 total += sum(s * p for s, p in segs) / 3600.0
         for u in self.unconfirmed.values():
-            segs = self.backend.segments(u.offer, u.asked_at, now)
+            segs = self.backend.segments(u.offer, min(u.since(), now), now)
             total += sum(s * p for s, p in segs) / 3600.0
         return total
 
@@ -287,13 +301,14 @@ class Ledger(TrialBook):
         """Close a failed launch's record as ``failed`` once :meth:`_discard_launch` confirms
         nothing of it is left. Otherwise the record stays open (``requested``, end reason
         :data:`UNCONFIRMED`): it may hold a billed instance, which the budget counts
-        (:meth:`_running_cost`). Each pass of the loop tries again, a pause
-        (:data:`RELEASE_RETRY_WALL_S`) after the last try (:meth:`_retry_unconfirmed`), and
-        the drain once more (:meth:`_settle_unconfirmed`); one still unconfirmed then is a
+        (:meth:`_running_cost`). The loop tries again after a pause that doubles with each try
+        (:meth:`Unconfirmed.pause`, :meth:`_retry_unconfirmed`), and the drain once more
+        (:meth:`_settle_unconfirmed`); one still unconfirmed then is a
         leftover of the job, `spotwise report` lists it as held and `spotwise cancel` finds it
         by its launch tag. ``now`` (market clock): when the launch was asked for; ``offer``:
         what it was for."""
-        confirmed, ids, cost = self._discard_launch(t, launch_id, now, offer)
+        confirmed, held, cost = self._discard_launch(t, launch_id, now, offer)
+        ids = [i.instance_id for i in held]
         before = self.unconfirmed.pop(launch_id, None)
         if confirmed:
             bill = {"cost_usd": cost, "on_demand_cost_usd": 0.0} if cost else {}
@@ -301,13 +316,18 @@ class Ledger(TrialBook):
                 launch_id, state="failed", end_reason="failed", ended_at=time.time(), **bill
             )
             return
+        starts = [i.launched_at for i in held if i.launched_at > 0]
+        started = min(starts) if starts else None
         if not ids and before is not None:
             ids = before.ids  # the listing failed this time: the instances found before stay
+            started = before.started_at
         # one instance found (its terminate refused): its id lets `cancel` match the record
         found = {"provider_instance_id": ids[0]} if len(ids) == 1 else {}
         self.store.update_instance(launch_id, end_reason=UNCONFIRMED, **found)
-        retry = time.monotonic() + RELEASE_RETRY_WALL_S
-        self.unconfirmed[launch_id] = Unconfirmed(t, ids, now, offer, retry)
+        u = Unconfirmed(t, ids, now, offer, tries=before.tries + 1 if before else 1)
+        u.started_at = started
+        u.retry_wall = time.monotonic() + u.pause()
+        self.unconfirmed[launch_id] = u
 
     def _retry_unconfirmed(self) -> None:
         """Each pass of the loop: try again to clean up each failed launch not confirmed clean
@@ -318,13 +338,13 @@ class Ledger(TrialBook):
 
     def _discard_launch(
         self, t: TrialRun, launch_id: str, asked_at: float, offer: Offer
-    ) -> tuple[bool, list[str], float]:
+    ) -> tuple[bool, list[Instance], float]:
         """Terminate whatever a failed launch left running: the instances carrying its tag
         (the cloud may have accepted it before the call failed). Errors become events.
 
         Returns whether nothing of the launch is left (the listing succeeded, and so did the
-        terminate of what it found), the ids it found still holding a resource, and what the
-        instances it terminated cost (:meth:`_bill_discarded`)."""
+        terminate of what it found), the instances it found still holding a resource, and what
+        the instances it terminated cost (:meth:`_bill_discarded`)."""
         prov = self.backend.provisioner
         now = self.backend.now()
         try:
@@ -333,12 +353,12 @@ class Ledger(TrialBook):
             self._event("error", now, t, error=f"looking for the failed launch's instance: {e}")
             return False, [], 0.0
         held = [i for i in found if i.holds_resource()]
-        left = [i.instance_id for i in held]
-        if not left:
+        if not held:
             return True, [], 0.0
+        left = [i.instance_id for i in held]
         if not self._terminate_quietly(t, left, now, "the failed launch's instance"):
-            return False, left, 0.0
-        return True, left, self._bill_discarded(t, held, asked_at, now, offer)
+            return False, held, 0.0
+        return True, held, self._bill_discarded(t, held, asked_at, now, offer)
 
     def _bill_discarded(
         self, t: TrialRun, held: list[Instance], asked_at: float, ended_at: float, offer: Offer
@@ -364,11 +384,30 @@ class Ledger(TrialBook):
         be confirmed (a transient error listing or terminating its instance must not fail the
         job): confirmed clean now, its record is closed as ``failed``; otherwise it is a
         leftover, named by the instance found or, with none known, by its launch
-        (:func:`launch_leftover`: the summary and the job's error say so; `tune` exits 1)."""
+        (:func:`launch_leftover`: the summary and the job's error say so; `tune` exits 1).
+
+        An instance found running that would not terminate is billed up to ``now`` (from its
+        start, else the launch request) into the trial's and the job's cost, and the record
+        keeps that bill, open: `spotwise cancel` adds what it runs after. With no instance
+        found (the listing kept failing) nothing is known to bill: the record stays open at
+        $0 and the job's error names it."""
         for launch_id, u in list(self.unconfirmed.items()):  # whatever its pause
             self._close_failed_launch(u.trial, launch_id, u.asked_at, u.offer)
         for launch_id, u in self.unconfirmed.items():
             self.leftover_ids += u.ids or [launch_leftover(launch_id)]
+            if u.ids:
+                self._bill_leftover_launch(launch_id, u, now)
+
+    def _bill_leftover_launch(self, launch_id: str, u: Unconfirmed, now: float) -> None:
+        start = min(u.since(), now)
+        segs = self.backend.segments(u.offer, start, now)
+        cost = self.backend.rule_of(u.offer).charge(segs, revoked_by_provider=False)
+        seconds = sum(s for s, _ in segs) * len(u.ids)
+        cost *= len(u.ids)
+        u.trial.cost_usd += cost
+        self.spent_usd += cost
+        self.store.update_trial(u.trial.trial_id, cost_usd=u.trial.cost_usd)
+        self.store.update_instance(launch_id, cost_usd=cost, market_seconds=seconds)
 
     def leftovers(self) -> list[str]:
         """After the drain: the instances the provider would not terminate, still billed, and

@@ -118,7 +118,7 @@ def test_an_unconfirmed_failed_launch_counts_in_the_spend_until_a_retry_settles_
 
     led._close_failed_launch(t, "l-1", 100.0, AWS)  # the launch failed, and so did its listing
     assert led.unconfirmed == {
-        "l-1": Unconfirmed(t, [], 100.0, AWS, 1000.0 + ledger.RELEASE_RETRY_WALL_S)
+        "l-1": Unconfirmed(t, [], 100.0, AWS, 1000.0 + ledger.RELEASE_RETRY_WALL_S, tries=1)
     }
     assert led.store.instances == {"l-1": {"end_reason": "unconfirmed"}}
     # from its request, at its offer's price: what the budget guard and `status` see
@@ -168,6 +168,80 @@ def test_a_retry_whose_listing_fails_keeps_the_instance_found_before(
     led._settle_unconfirmed(100.0)  # the drain tries whatever the pause
     assert len(prov.listings) == 3
     assert led.leftovers() == ["i-9"]
+
+
+def test_a_cleanup_that_keeps_failing_is_retried_after_a_doubling_capped_pause(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A cloud whose listing keeps failing was asked, and an "error" event written, every
+    5 s for the whole job (720 an hour). The pause now doubles from 5 s up to 5 min."""
+    wall = [0.0]
+    monkeypatch.setattr(ledger.time, "monotonic", lambda: wall[0])
+    prov = Prov(listing_fails=10**6)
+    led = _ledger(prov, [100.0])
+    t = TrialRun("t-1", 0, {}, 10, 5)
+    led._close_failed_launch(t, "l-1", 100.0, AWS)
+    tried_at = [0.0]
+    for _ in range(3 * 3600):  # three hours of one-second passes
+        wall[0] += 1.0
+        before = len(prov.listings)
+        led._retry_unconfirmed()
+        if len(prov.listings) > before:
+            tried_at.append(wall[0])
+    gaps = [b - a for a, b in zip(tried_at, tried_at[1:], strict=False)]
+    assert gaps[:7] == [5.0, 10.0, 20.0, 40.0, 80.0, 160.0, 300.0]
+    assert set(gaps[7:]) == {300.0}
+    assert len(tried_at) == 41  # 7 tries in the first 5 min 15 s, then one each 5 min
+    assert len(led.events) == len(tried_at)  # one error event each
+    assert led.unconfirmed["l-1"].tries == len(tried_at)
+    assert led.unconfirmed["l-1"].asked_at == 100.0  # billed from the request throughout
+
+
+def test_an_instance_left_by_a_failed_launch_is_billed_into_the_jobs_final_cost(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Found running but never terminated: the job's final cost counted it up to the last
+    pass only (`_running_cost`), then dropped it: `cost_usd` fell at the end, and the record
+    said $0. It is billed from the instance's start to the drain, in the trial's, the job's
+    and the record's cost; `spotwise cancel` adds what it runs after."""
+    wall = [0.0]
+    monkeypatch.setattr(ledger.time, "monotonic", lambda: wall[0])
+    clock = [100.0]
+    orphan = Instance("i-9", AWS, InstanceState.RUNNING, launched_at=160.0)
+    prov = Prov([orphan])
+    prov.refuse_terminate = True
+    led = _ledger(prov, clock)
+    t = TrialRun("t-1", 0, {}, 10, 5)
+    led._close_failed_launch(t, "l-1", 100.0, AWS)
+    clock[0] = 1960.0
+    running = led._running_cost(1960.0)
+    assert running == pytest.approx(usd(1800.0))  # from the instance's start, not the request
+    led._settle_unconfirmed(1960.0)
+    assert led.leftovers() == ["i-9"]
+    assert led.spent_usd == pytest.approx(usd(1800.0))
+    assert t.cost_usd == pytest.approx(usd(1800.0))
+    assert led.store.instances["l-1"] == {
+        "end_reason": "unconfirmed",
+        "provider_instance_id": "i-9",
+        "cost_usd": pytest.approx(usd(1800.0)),
+        "market_seconds": 1800.0,
+    }
+
+
+def test_a_failed_launch_with_no_instance_found_adds_nothing_to_the_final_cost(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The listing kept failing: no instance is known, so none is billed (the job's error
+    names the launch and `spotwise cancel` settles it)."""
+    monkeypatch.setattr(ledger.time, "monotonic", lambda: 0.0)
+    prov = Prov(listing_fails=10**6)
+    led = _ledger(prov, [100.0])
+    t = TrialRun("t-1", 0, {}, 10, 5)
+    led._close_failed_launch(t, "l-1", 100.0, AWS)
+    led._settle_unconfirmed(1900.0)
+    assert led.leftovers() == ["launch l-1 (no instance id known)"]
+    assert led.spent_usd == 0.0 and t.cost_usd == 0.0
+    assert led.store.instances["l-1"] == {"end_reason": "unconfirmed"}
 
 
 @pytest.mark.timeout(120)
