@@ -74,7 +74,8 @@ class TrialRun:
     stopping: str | None = None  # reason the trial was asked to leave its instance
     predicted_final: float | None = None
     seconds_per_step: float | None = None  # market seconds per step, observed
-    restart_overhead_s: float | None = None
+    restart_overhead_s: float | None = None  # launch → first report, its steps included
+    restart_steps: int = 0  # the steps that first report covered (timed into the overhead)
 
     @property
     def final_metric(self) -> float | None:
@@ -133,7 +134,11 @@ def build_view(
     (each offer carries its own provider's notice lead and refund window)."""
     observed = [t.seconds_per_step for t in trials if t.seconds_per_step]
     default_sps = sum(observed) / len(observed) if observed else 60.0
-    overheads = [t.restart_overhead_s for t in trials if t.restart_overhead_s is not None]
+    overheads = [
+        startup_s(t, t.seconds_per_step or default_sps if observed else None)
+        for t in trials
+        if t.restart_overhead_s is not None
+    ]
     return PlannerView(
         now=now,
         offers=tuple(
@@ -159,6 +164,17 @@ def build_view(
         tick_s=tick_s,
         speed_measured=speed_measured(trials),
     )
+
+
+def startup_s(t: TrialRun, seconds_per_step: float | None) -> float:
+    """A trial's measured start-up (launch to its first step), without the steps its first
+    report covered: they are projected at ``seconds_per_step`` already, and counting them
+    twice made every projection a step (or a reporting interval) too dear. Unknown speed:
+    the whole interval."""
+    raw = t.restart_overhead_s or 0.0
+    if seconds_per_step is None:
+        return raw
+    return max(raw - t.restart_steps * seconds_per_step, 0.0)
 
 
 def speed_measured(trials: list[TrialRun]) -> bool:

@@ -77,6 +77,7 @@ class TrialBook:
                 if life.first_report_at is None:
                     life.first_report_at, life.first_report_step = now, step
                     t.restart_overhead_s = now - life.launched_at
+                    t.restart_steps = max(step - life.start_step, 0)
                 elif step > life.first_report_step:
                     t.seconds_per_step = (now - life.first_report_at) / (
                         step - life.first_report_step
