@@ -5,8 +5,9 @@ with a trial whose steps take 10 wall s = 300 market s, slower than the 60 s per
 assumes before it has measured any: the first launch is projected at (60 s start-up + 12 x 60 s)
 = $0.217, within a $0.25 budget, but would really cost about $1. The budget guard must stop it
 before $0.25 and terminate its instance at once (before, the instance was billed until the
-trial noticed the stop at the end of its step, up to 300 market s later, past the budget). The local provider ends the bill when termination is asked,
-as AWS does, not once the trial has wound down. The second trial is then projected at the
+trial noticed the stop at the end of its step, up to 300 market s later, past the budget). The
+local provider ends the bill when termination is asked, as AWS does, not once the trial has
+wound down. The second trial is then projected at the
 measured speed, does not fit, and is stopped without ever launching; after that no new trial
 is created.
 """
