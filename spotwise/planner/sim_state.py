@@ -8,14 +8,10 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from spotwise.planner.policy import Phase, TrialView
 from spotwise.planner.sim_curves import RecordedCurve
-from spotwise.providers.base import Market, Offer
-from spotwise.providers.billing import BillingRule
+from spotwise.providers.base import Offer
 
 if TYPE_CHECKING:
-    import numpy as np
-
     from spotwise.planner.simulator import Engine
-    from spotwise.providers.replay import ReplayMarket
 
 _V = TypeVar("_V")
 
@@ -199,79 +195,5 @@ def frozen(cls: type[_V], **fields: Any) -> _V:
     return obj
 
 
-def price_matrix(market: ReplayMarket) -> np.ndarray:
-    """(Z, T) spot price the market charges (override-aware, read-only)."""
-    return market.spot_prices
-
-
 def iid(life: Life) -> str:
     return f"i{life.lid}"
-
-
-def trial_view(t: TrialState, steps_total: int, default_sps: float) -> TrialView:
-    """The frozen view of one simulated trial (as the orchestrator's ``trial_view``)."""
-    life = t.life
-    return frozen(
-        TrialView,
-        trial_id=t.tid,
-        number=t.number,
-        phase=t.phase,
-        step=t.step,
-        steps_total=steps_total,
-        curve=tuple(sorted(t.reported.items())),
-        checkpoint_step=t.checkpoint_step,
-        checkpoint_every=t.checkpoint_every,
-        instance_id=iid(life) if life else None,
-        offer_key=life.offer.key if life else None,
-        launched_at=life.launched_at if life else None,
-        notice_deadline=life.revoke_at if life and life.noticed else None,
-        seconds_per_step=t.run_s / t.steps_run if t.steps_run else default_sps,
-        cost_usd=t.cost,
-        revocations=t.revocations,
-        stopping=t.stopping,
-        params={"curve_id": t.curve.curve_id},
-    )
-
-
-class Meter:
-    """Bills instance lives by the provider's rule; prices running ones fast for the views."""
-
-    def __init__(self, market: ReplayMarket, rule: BillingRule) -> None:
-        self.market, self.rule = market, rule
-        self._cum: np.ndarray | None = None
-        self._prices: np.ndarray | None = None
-
-    def charge(self, life: Life, end: float, revoked: bool) -> float:
-        """The exact bill of a life ending at ``end`` (the market's priced segments)."""
-        segs = self.market.segments(life.offer, life.launched_at, end)
-        return self.rule.charge(segs, revoked_by_provider=revoked)
-
-    def accrued(self, lives: list[Life], now: float) -> float:
-        """What the running lives would cost if terminated by us now (no refund)."""
-        total = 0.0
-        for life in lives:
-            secs = now - life.launched_at
-            if secs <= 0:
-                continue
-            if life.offer.market is Market.SPOT:
-                zi = self.market.zone_index(life.offer.zone)
-                dollars_h = self._integral(zi, now) - self._integral(zi, life.launched_at)
-            else:
-                dollars_h = secs * life.offer.price_per_hour
-            total += self.rule.charge([(secs, dollars_h / secs)], revoked_by_provider=False)
-        return total
-
-    def _integral(self, zi: int, t: float) -> float:
-        """∫ spot price dt (price-hours × 3600) from the trace start to ``t`` in zone ``zi``."""
-        times = self.market.traces.times
-        if self._cum is None or self._prices is None:
-            import numpy as np
-
-            price = self._prices = price_matrix(self.market)
-            gap = float(self.market.traces.gap_seconds or 60.0)
-            widths = np.diff(times, append=times[-1] + gap)
-            self._cum = np.concatenate(
-                [np.zeros((price.shape[0], 1)), np.cumsum(price * widths, axis=1)], axis=1
-            )
-        i = self.market.traces.tick_at(t)
-        return float(self._cum[zi, i]) + float(self._prices[zi, i]) * (t - float(times[i]))

@@ -17,6 +17,9 @@ The model (docs/simulation.md has the why of each choice):
   (``lost_hours``). After a notice the engine lets the provider take the instance when that is
   cheaper (a revoked first hour is free on AWS), else terminates it at once.
 * Each instance life is billed by the provider's rule (:mod:`spotwise.providers.billing`).
+
+The bills and the running spend are in :mod:`spotwise.planner.sim_money`, the policy's views
+in :mod:`spotwise.planner.sim_view`, the state and results in :mod:`spotwise.planner.sim_state`.
 """
 
 from __future__ import annotations
@@ -24,7 +27,6 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections.abc import Callable, Sequence
-from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from spotwise.planner.policy import (
@@ -36,7 +38,6 @@ from spotwise.planner.policy import (
     NoticeReceived,
     OfferView,
     Phase,
-    PlannerView,
     Policy,
     Progress,
     SetCheckpointEvery,
@@ -44,20 +45,19 @@ from spotwise.planner.policy import (
     Tick,
     TrialAdded,
     TrialExited,
-    TrialView,
 )
 from spotwise.planner.sim_curves import RecordedCurve
+from spotwise.planner.sim_money import Meter
 from spotwise.planner.sim_state import (
     Life,
-    Meter,
     RunResult,
     SimSettings,
     TrialState,
     frozen,
     iid,
     make_result,
-    trial_view,
 )
+from spotwise.planner.sim_view import RiskFn, SimViews
 from spotwise.providers.base import Market, Offer
 from spotwise.providers.billing import BillingRule
 
@@ -66,14 +66,10 @@ if TYPE_CHECKING:
 
     from spotwise.providers.replay import ReplayMarket
 
-__all__ = ["Engine", "RunResult", "SimSettings", "frozen"]
+__all__ = ["Engine", "RiskFn", "RunResult", "SimSettings", "frozen"]
 
 
-# tick index → (Z,) P(revoked within the horizon), or None for no forecast
-RiskFn = Callable[[int], "np.ndarray | None"]
-
-
-class Engine:
+class Engine(SimViews):
     """One job, one policy, one pass over the market. Not reusable."""
 
     def __init__(
@@ -146,16 +142,6 @@ class Engine:
         return (len(self.trials) >= len(self.curves) or self._budget_spent()) and all(
             t.phase is Phase.DONE for t in self.trials
         )
-
-    def _budget_spent(self) -> bool:
-        """No new trial starts (as in `tune`, ``Ledger._budget_spent``): the cap is reached, or
-        a trial that never ran was stopped for the budget (a new one would not fit either)."""
-        cap = self.s.max_cost_usd
-        if cap is None:
-            return False
-        if self._spent() >= cap:
-            return True
-        return any(t.stop_reason == "budget" and not t.lives for t in self.trials)
 
     def _push(self, t: float, kind: str, idx: int, lid: int, arg: int) -> None:
         heapq.heappush(self.heap, (t, next(self.seq), kind, idx, lid, arg))
@@ -336,53 +322,7 @@ class Engine:
             self._push(life.ckpt_until, "exit", t.number, life.lid, life.ckpt_step)
         return []
 
-    # ---- money and bookkeeping ----------------------------------------------------------
-    def _end_life(
-        self, t: TrialState, life: Life, *, revoked: bool, may_leave_to_provider: bool = False
-    ) -> None:
-        end = self.now
-        cost = self._charge(life, end, revoked)
-        if may_leave_to_provider and life.revoke_at is not None and life.revoke_at >= end:
-            later = self._charge(life, life.revoke_at, True)
-            if later < cost:  # let the provider take it (a revoked first hour is free)
-                cost, end = later, life.revoke_at
-        t.cost += cost
-        self.billed += cost
-        if cost == 0.0 and end > life.launched_at:
-            self.refunded_s += end - life.launched_at
-        t.overhead_s += min(max(end - life.launched_at, 0.0), self.s.restart_overhead_s)
-        secs = max(end - life.launched_at, 0.0)
-        if life.offer.market is Market.SPOT:
-            self.spot_s += secs
-        else:
-            self.od_s += secs
-        self.last_end = max(self.last_end, end)
-        t.life = None
-        t.view = None
-
-    def _charge(self, life: Life, end: float, revoked: bool) -> float:
-        return self.meter.charge(life, end, revoked)
-
-    def _to_waiting(self, t: TrialState) -> None:
-        t.phase, t.step, t.stopping = Phase.WAITING, t.checkpoint_step, False
-        t.view = None
-
-    def _close(self, t: TrialState, reason: str | None) -> None:
-        t.phase, t.stop_reason, t.stopping = Phase.DONE, reason, False
-        t.view = None
-        self.last_end = max(self.last_end, self.now)
-
-    def _abandon(self) -> None:
-        for t in self.trials:
-            if t.life is not None:
-                self._end_life(t, t.life, revoked=False)
-            if t.phase is not Phase.DONE:
-                self._close(t, "unfinished")
-
-    def _spent(self) -> float:
-        """Billed lives plus the running ones as if terminated now (what the orchestrator shows)."""
-        return self.billed + self.meter.accrued([t.life for t in self.trials if t.life], self.now)
-
+    # ---- helpers ------------------------------------------------------------------------
     def _step_s(self, t: TrialState, k: int, offer: Offer) -> float:
         k = min(max(k, 1), t.curve.steps)
         return t.curve.step_seconds[k - 1] * self.s.time_scale / max(self.speed(offer), 1e-9)
@@ -393,79 +333,3 @@ class Engine:
             if n < len(self.trials):
                 return self.trials[n]
         return None
-
-    # ---- the view -----------------------------------------------------------------------
-    def _refresh_offers(self) -> None:
-        """Offers at the current tick; a spot zone whose capacity goes within the notice lead is
-        shown (and treated) as unavailable: the provider refuses launches it is reclaiming."""
-        if self._offers_tick != self.tick:
-            at = float(self.times[self.tick])
-            self._tick_offers = self.market.offers(at=at)
-            self._next_rev = {
-                o.zone: self.market.next_revocation(o.zone, at)
-                for o in self._tick_offers
-                if o.market is Market.SPOT and o.available
-            }
-            self._risk_now = self.risk(self.tick) if self.risk is not None else None
-            self._offers_tick, self._imminent = self.tick, None
-        lead = self.rule.notice_lead_s
-        imminent = frozenset(
-            z for z, r in self._next_rev.items() if r is not None and r - self.now <= lead
-        )
-        if imminent == self._imminent:
-            return
-        offers = [
-            replace(o, available=False) if o.market is Market.SPOT and o.zone in imminent else o
-            for o in self._tick_offers
-        ]
-        p = self._risk_now
-        views = []
-        for o in offers:
-            pr = 0.0
-            if o.market is Market.SPOT and p is not None:
-                pr = float(p[self.market.zone_index(o.zone)])
-            views.append(OfferView(o, pr, self.risk_horizon_s))
-        self._offers = {o.key: o for o in offers}
-        self._offer_views = tuple(views)
-        self._imminent = imminent
-
-    def _view(self) -> PlannerView:
-        self._refresh_offers()
-        runs = [t.run_s / t.steps_run for t in self.trials if t.steps_run]
-        default_sps = sum(runs) / len(runs) if runs else 60.0
-        views = []
-        for t in self.trials:
-            if t.view is None or (not t.steps_run and t.view.seconds_per_step != default_sps):
-                t.view = self._trial_view(t, default_sps)
-            views.append(t.view)
-        return frozen(
-            PlannerView,
-            now=self.now,
-            offers=self._offer_views,
-            trials=tuple(views),
-            direction=self.s.direction,
-            parallel=self.s.parallel,
-            trials_total=len(self.curves),
-            spent_usd=self._spent(),
-            max_cost_usd=self.s.max_cost_usd,
-            started_at=self.start,
-            deadline=self.deadline,
-            restart_overhead_s=self.s.restart_overhead_s,
-            notice_lead_s=self.rule.notice_lead_s,
-            free_if_revoked_within_s=self.rule.free_if_revoked_within_s,
-            tick_s=self._to_next_tick(),
-            checkpoint_s=self.s.checkpoint_s,
-            speed_measured=bool(runs),
-        )
-
-    def _to_next_tick(self) -> float:
-        """The longest market time to the next decision: the next trace tick (the SkyNomad
-        ticks are 194-280 s apart around a 195 s median; the median would let the budget and
-        deadline guards decide too late)."""
-        nxt = self.tick + 1
-        if nxt < len(self.times):
-            return max(float(self.times[nxt]) - self.now, 0.0)
-        return self.gap
-
-    def _trial_view(self, t: TrialState, default_sps: float) -> TrialView:
-        return trial_view(t, self.steps_total, default_sps)
