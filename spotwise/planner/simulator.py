@@ -263,8 +263,8 @@ class Engine(SimViews):
         if isinstance(action, Launch):
             return self._launch(t, action.offer_key)
         if isinstance(action, StopEarly):
-            if t.life is not None:
-                self._end_life(t, t.life, revoked=False)
+            if t.life is not None:  # a noticed one is left to its provider when cheaper, as in tune
+                self._end_life(t, t.life, revoked=False, may_leave_to_provider=t.life.noticed)
             self._close(t, action.reason)
             return []
         if isinstance(action, Checkpoint):

@@ -18,6 +18,7 @@ from spotwise.planner.policy import (
     NoticeReceived,
     PlannerView,
     Policy,
+    StopEarly,
     Tick,
     get_policy,
 )
@@ -122,3 +123,35 @@ def test_a_noticed_life_past_the_free_window_is_costed_at_its_price() -> None:
     assert v.now == T0 + 3300.0 - 30.0
     assert v.spent_usd == pytest.approx(3270 * 0.8 / 3600)
     assert v.spent_usd == pytest.approx(_orchestrator_running_cost(market, "gcp", v))
+
+
+@dataclass
+class StopOnNotice(Recorder):
+    """spot-greedy, but a trial whose instance is noticed is stopped early there."""
+
+    def decide(self, view: PlannerView, event: Event) -> list[Action]:
+        self.seen.append((event, view))
+        if isinstance(event, NoticeReceived):
+            return [StopEarly(event.trial_id, "test", None)]
+        return self.inner.decide(view, event)
+
+
+@pytest.mark.parametrize(
+    ("provider", "cost"),
+    [("aws", 0.0), ("gcp", 3270 * 0.8 / 3600)],
+)
+def test_a_noticed_life_stopped_early_is_left_to_its_provider_when_that_is_cheaper(
+    provider: str, cost: float
+) -> None:
+    """`tune` leaves a noticed instance whose trial stopped to its provider when that is
+    cheaper (Ledger._release_is_cheaper: an AWS first hour is free); the simulator billed it
+    at once as terminated by us ($0.71 here on AWS). On GCP (free only in the first minute)
+    releasing now is cheaper: billed up to the stop, as before."""
+    tr = make_traces({"z": [1] * 11 + [0] * 49}, {"z": 0.8})
+    settings = SimSettings(
+        parallel=1, time_scale=1.0, restart_overhead_s=120.0, checkpoint_s=10.0, checkpoint_every=5
+    )
+    rec = StopOnNotice()
+    one = [curve("only", 0.9, steps=12, step_s=600.0)]
+    result = Engine(rec, ReplayMarket(tr), rule_for(provider), one, settings, T0).run()
+    assert result.cost_usd == pytest.approx(cost)
