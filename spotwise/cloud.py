@@ -6,7 +6,8 @@ SkyNomad p3.2xlarge trace; its "now" is the trace's last tick, as for ``predicto
 the clouds go through :mod:`spotwise.providers.registry`, so a cloud SDK is imported only when
 that cloud is asked for. Current prices are cached in the store with the time they were
 fetched; when the provider cannot be reached, ``prices`` falls back to that cache (marked
-``source: cache``).
+``source: cache``). The rows' shape, order and limit, and that cache, are
+:mod:`spotwise.price_rows`'s.
 """
 
 from __future__ import annotations
@@ -22,13 +23,22 @@ from spotwise.errors import (
     SpecError,
     did_you_mean,
 )
-from spotwise.providers.base import Catalog, Market, Offer, PricePoint
+from spotwise.price_rows import (  # re-exported: spotwise.cloud.price_order and so on
+    CACHE_MAX_AGE_S,  # noqa: F401 (re-exported)
+    price_order,
+)
+from spotwise.price_rows import cache_rows as _cache
+from spotwise.price_rows import cached_rows as _from_cache
+from spotwise.price_rows import cut as _cut
+from spotwise.price_rows import history_row as _history_row
+from spotwise.price_rows import offer_row as _offer_row
+from spotwise.price_rows import replay_now as _replay_now
+from spotwise.providers.base import Catalog, Market
 from spotwise.providers.registry import PROVIDER_NAMES, ProviderConfig, cloud_module, validate_name
 from spotwise.providers.replay import ReplayMarket
 from spotwise.units import parse_duration
 
 LOCAL_TRACE = "builtin:skynomad-v100-2023"
-CACHE_MAX_AGE_S = 24 * 3600.0
 TABLE_LIMIT = 40  # rows `prices` shows in a table unless --limit says otherwise
 
 
@@ -190,41 +200,6 @@ def catalog(
     return out
 
 
-def _offer_row(provider: str, o: Offer, observed_at: float) -> dict[str, Any]:
-    od = o.on_demand_price_per_hour if o.on_demand_price_per_hour > 0 else None
-    savings = None
-    if od and o.market is Market.SPOT:
-        savings = round(1.0 - o.price_per_hour / od, 4)
-    return {
-        "provider": provider,
-        "region": o.region,
-        "zone": o.zone,
-        "instance_type": o.instance_type,
-        "market": o.market.value,
-        "price_per_hour": o.price_per_hour,
-        "on_demand_price_per_hour": od,
-        "savings": savings,
-        "vcpus": o.vcpus,
-        "memory_gb": o.memory_gb,
-        "gpus": o.gpus,
-        "gpu_name": o.gpu_name,
-        "available": o.available,
-        "observed_at": observed_at,
-    }
-
-
-def _history_row(provider: str, p: PricePoint, region: str) -> dict[str, Any]:
-    return {
-        "provider": provider,
-        "region": region,
-        "zone": p.zone,
-        "instance_type": p.instance_type,
-        "market": p.market.value,
-        "price_per_hour": p.price_per_hour,
-        "observed_at": p.timestamp,
-    }
-
-
 def prices(
     provider: str = "local",
     region: str | None = None,
@@ -248,35 +223,6 @@ def prices(
     if limit < 0:
         raise SpecError(f"--limit must be 0 (all) or more, got {limit}")
     return _cut(_prices(provider, region, instance_type, market, history, db, now), limit)
-
-
-def price_order(row: dict[str, Any]) -> tuple[bool, float, str, str, str]:
-    """How ``prices`` lists current prices: the offers one can buy now first (a spot offer with
-    no capacity stays listed, last), then from cheapest; zone, instance type and market break
-    ties. Rows without ``available`` (read from the cache) count as available."""
-    return (
-        not row.get("available", True),
-        row["price_per_hour"],
-        row["zone"],
-        row["instance_type"],
-        row["market"],
-    )
-
-
-def _cut(out: dict[str, Any], limit: int) -> dict[str, Any]:
-    """The first ``limit`` rows of ``out["prices"]`` (0: all), with the counts of the whole list:
-    ``total``, ``left_out`` (rows cut by the limit) and ``unavailable``. A price history, in
-    time order, keeps its last ``limit`` points instead: the latest prices are the ones asked."""
-    rows = out["prices"]
-    latest = "history" in out
-    shown = rows if limit == 0 else (rows[-limit:] if latest else rows[:limit])
-    return {
-        **out,
-        "prices": shown,
-        "total": len(rows),
-        "left_out": len(rows) - len(shown),
-        "unavailable": sum(1 for r in rows if not r.get("available", True)),
-    }
 
 
 def _prices(
@@ -358,12 +304,6 @@ def _history(
     }
 
 
-def _replay_now(market: ReplayMarket) -> float:
-    """The replayed market's "now" for ``prices``, ``prices --history`` and (by default)
-    ``predictor forecast``: the start of the trace's last tick."""
-    return float(market.traces.times[-1])
-
-
 def _default_region(provider: str, required: bool = True) -> str | None:
     """AWS's configured default region; other providers have none (None, or an error when
     ``required``)."""
@@ -374,66 +314,3 @@ def _default_region(provider: str, required: bool = True) -> str | None:
     if required:
         raise SpecError(f"--history with --provider {provider} needs --region")
     return None
-
-
-def _cache(rows: list[dict[str, Any]], db: str | None, fetched_at: float) -> int:
-    from spotwise.store import Store
-
-    keep = (
-        "provider",
-        "region",
-        "zone",
-        "instance_type",
-        "market",
-        "price_per_hour",
-        "observed_at",
-    )
-    store = Store.open(db)
-    try:
-        return store.cache_prices(
-            [{**{k: r[k] for k in keep}, "fetched_at": fetched_at} for r in rows]
-        )
-    finally:
-        store.close()
-
-
-def _from_cache(
-    provider: str,
-    region: str | None,
-    instance_type: str | None,
-    market: Market | None,
-    db: str | None,
-) -> list[dict[str, Any]]:
-    from spotwise.store import Store
-
-    store = Store.open(db)
-    try:
-        got = store.cached_prices(
-            provider,
-            region=region,
-            instance_type=instance_type,
-            market=market.value if market else None,
-            max_age_s=CACHE_MAX_AGE_S,
-        )
-    finally:
-        store.close()
-    latest: dict[tuple[str, str, str], Any] = {}
-    for row in got:  # newest fetch per (zone, type, market)
-        key = (row.zone, row.instance_type, row.market)
-        if key not in latest or row.fetched_at >= latest[key].fetched_at:
-            latest[key] = row
-    rows = [
-        {
-            "provider": r.provider,
-            "region": r.region,
-            "zone": r.zone,
-            "instance_type": r.instance_type,
-            "market": r.market,
-            "price_per_hour": r.price_per_hour,
-            "observed_at": r.observed_at,
-            "fetched_at": r.fetched_at,
-        }
-        for r in latest.values()
-    ]
-    rows.sort(key=price_order)
-    return rows

@@ -115,12 +115,10 @@ from __future__ import annotations
 import io
 import json
 import math
-import operator
 import os
 import signal
 import threading
-import time
-from typing import Any, SupportsIndex
+from typing import Any
 
 from spotwise.checkpoint.base import (
     CheckpointStore,
@@ -132,22 +130,26 @@ from spotwise.checkpoint.registry import open_checkpoint_store
 from spotwise.checkpoint.resumelog import set_aside, warn_behind, warn_saving_behind
 from spotwise.checkpoint.torchstate import check_loadable, torch_load
 from spotwise.errors import ConfigError
-
-ENV_JOB_ID = "SPOTWISE_JOB_ID"
-ENV_TRIAL_ID = "SPOTWISE_TRIAL_ID"
-ENV_ATTEMPT = "SPOTWISE_ATTEMPT"
-ENV_PARAMS = "SPOTWISE_PARAMS"
-ENV_STEPS = "SPOTWISE_STEPS"
-ENV_CHECKPOINT_URI = "SPOTWISE_CHECKPOINT_URI"
-ENV_CHECKPOINT_EVERY = "SPOTWISE_CHECKPOINT_EVERY"
-ENV_EVENTS_FILE = "SPOTWISE_EVENTS_FILE"
-ENV_STOP_FILE = "SPOTWISE_STOP_FILE"
-ENV_CONTROL_FILE = "SPOTWISE_CONTROL_FILE"
-ENV_RESUME_STEP = "SPOTWISE_RESUME_STEP"
-
-STANDALONE_CHECKPOINT_DIR = "spotwise-checkpoints"
-DEFAULT_CHECKPOINT_EVERY = 5
-CONTROL_MAX_BYTES = 4096  # a control file is a few bytes; never read a huge one
+from spotwise.sdk_io import (  # the contract's names: spotwise.sdk.ENV_* and so on
+    CONTROL_MAX_BYTES,  # noqa: F401 (re-exported)
+    DEFAULT_CHECKPOINT_EVERY,
+    ENV_ATTEMPT,
+    ENV_CHECKPOINT_EVERY,
+    ENV_CHECKPOINT_URI,
+    ENV_CONTROL_FILE,
+    ENV_EVENTS_FILE,  # noqa: F401 (re-exported)
+    ENV_JOB_ID,
+    ENV_PARAMS,
+    ENV_RESUME_STEP,
+    ENV_STEPS,
+    ENV_STOP_FILE,
+    ENV_TRIAL_ID,
+    STANDALONE_CHECKPOINT_DIR,
+)
+from spotwise.sdk_io import check_step as _check_step
+from spotwise.sdk_io import emit as _emit
+from spotwise.sdk_io import env_int as _env_int
+from spotwise.sdk_io import read_control as _read_control
 
 
 class _Runtime:
@@ -236,37 +238,10 @@ def _control_every() -> int | None:
     return _runtime.control_every
 
 
-def _read_control(path: str) -> int | None:
-    """The valid ``checkpoint_every`` in the control file at ``path``, or None (never raises)."""
-    try:
-        with open(path, "rb") as fh:
-            raw = fh.read(CONTROL_MAX_BYTES + 1)
-        doc = json.loads(raw) if len(raw) <= CONTROL_MAX_BYTES else None
-    except (OSError, ValueError, RecursionError):  # bad JSON or UTF-8 (a partial write), ...
-        return None
-    value = doc.get("checkpoint_every") if isinstance(doc, dict) else None
-    if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
-        return value
-    return None
-
-
 def checkpoint_store() -> CheckpointStore:
     """This trial's checkpoint store (``SPOTWISE_CHECKPOINT_URI`` or ``./spotwise-checkpoints``)."""
     uri = os.environ.get(ENV_CHECKPOINT_URI, "").strip() or STANDALONE_CHECKPOINT_DIR
     return open_checkpoint_store(uri)
-
-
-def _env_int(name: str, default: int, *, minimum: int) -> int:
-    raw = os.environ.get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ConfigError(f"{name} must be an integer, got {raw!r}") from None
-    if value < minimum:
-        raise ConfigError(f"{name} must be >= {minimum}, got {value}")
-    return value
 
 
 # -- stopping ------------------------------------------------------------------------------
@@ -310,35 +285,6 @@ def checkpoint_due(step: int) -> bool:
 
 
 # -- events --------------------------------------------------------------------------------
-def _emit(event: dict[str, Any]) -> None:
-    """Append one event line to the events file (flushed and fsynced); no-op without one."""
-    path = os.environ.get(ENV_EVENTS_FILE, "").strip()
-    if not path:
-        return
-    line = json.dumps({**event, "time": time.time()}, allow_nan=False, separators=(",", ":"))
-    data = (line + "\n").encode()
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        while data:  # O_APPEND: each write lands at the end, whole lines in one write
-            n = os.write(fd, data)
-            data = data[n:]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _check_step(step: object) -> int:
-    if isinstance(step, bool):
-        raise TypeError(f"step must be an int >= 0, got {step!r}")
-    if not isinstance(step, SupportsIndex):
-        raise TypeError(f"step must be an int >= 0, got {type(step).__name__} {step!r}")
-    value = operator.index(step)  # ints, numpy ints, 0-d integer tensors
-    if value < 0:
-        raise ValueError(f"step must be an int >= 0, got {value}")
-    return value
-
-
 def report(step: int, metric: float) -> None:
     """Record the trial's metric after ``step``. NaN or inf is recorded as invalid, not raised."""
     _ensure_handler()

@@ -40,6 +40,10 @@ once: the controller cannot learn the end any other way, and it takes an instanc
 without an exit code for a failed attempt (waiting ``shutdown_after_s`` would only bill the
 idle machine and hold the job). Storage failures are logged and retried at the next poll;
 they never stop the trial.
+
+Beside it: :mod:`~spotwise.providers.trial_config` (the :class:`TrialConfig` it runs, and the
+controller's :func:`instance_argv` / :func:`instance_env`, re-exported here) and
+:mod:`~spotwise.providers.trial_output` (reading the trial's output file).
 """
 
 from __future__ import annotations
@@ -53,51 +57,27 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 from typing import Any
 
 from spotwise.errors import ProviderError
 from spotwise.providers.blobs import Blobs
+from spotwise.providers.trial_config import (  # re-exported: the controller imports them here
+    LOCAL_PATHS,  # noqa: F401 (re-exported)
+    TrialConfig,
+    instance_argv,  # noqa: F401 (re-exported)
+    instance_env,  # noqa: F401 (re-exported)
+)
+from spotwise.providers.trial_output import echo_since, output_tail
 
 log = logging.getLogger("spotwise.agent")
 
 NoticeWatcher = Callable[[], list[dict[str, Any]]]
-LOCAL_PATHS = ("SPOTWISE_EVENTS_FILE", "SPOTWISE_STOP_FILE", "SPOTWISE_CONTROL_FILE")
 FINAL_TRIES = 30  # polls spent retrying the final upload before giving up
 OUTPUT_TAIL_BYTES = 64 * 1024  # the end of the trial's output uploaded for the controller
 OUTPUT_SYNC_S = 30.0  # a running trial's output tail is uploaded at most this often
 OUTPUT_CONTENT_TYPE = "text/plain; charset=utf-8"
-
-
-@dataclass
-class TrialConfig:
-    """What one trial attempt on one instance needs (cloud-neutral)."""
-
-    job_id: str
-    trial_id: str
-    attempt: int
-    launch_id: str
-    argv: list[str]
-    env: dict[str, str]
-    workdir: str = ""
-    poll_s: float = 2.0
-    sync_s: float = 5.0
-    rebalance: str = "stop"  # stop | ignore
-    shutdown_after_s: float = 600.0  # power off this long after the trial ends (< 0: never)
-    state_dir: str = ""  # where the trial's events, stop and control files live on the instance
-    kill_grace_s: float = 100.0  # SIGKILL the trial this long after a notice's SIGTERM
-
-
-def instance_argv(argv: Sequence[str]) -> list[str]:
-    """The controller's interpreter path means nothing on an instance: ``python`` instead."""
-    return [("python" if i == 0 and a == sys.executable else a) for i, a in enumerate(argv)]
-
-
-def instance_env(env: dict[str, str]) -> dict[str, str]:
-    """The launch env without the controller-local paths (the agent sets its own)."""
-    return {k: v for k, v in env.items() if k not in LOCAL_PATHS}
 
 
 class TrialAgent:
@@ -167,19 +147,7 @@ class TrialAgent:
     def output_tail(self) -> bytes:
         """The last ``OUTPUT_TAIL_BYTES`` of the trial's output, from a line start; a first line
         says how much was left out."""
-        try:
-            with open(self.output, "rb") as fh:
-                size = fh.seek(0, os.SEEK_END)
-                start = max(size - OUTPUT_TAIL_BYTES, 0)
-                fh.seek(start)
-                data = fh.read(size - start)
-        except OSError:
-            return b""
-        if start == 0:
-            return data
-        cut = data.find(b"\n") + 1  # drop the partial first line (none: keep it all)
-        data = data[cut:]
-        return b"[spotwise: the first %d bytes of the output are left out]\n" % (start + cut) + data
+        return output_tail(self.output, OUTPUT_TAIL_BYTES)
 
     def sync_output(self, force: bool = False) -> None:
         """Upload the output's tail when it grew, at most every ``OUTPUT_SYNC_S`` unless
@@ -198,18 +166,7 @@ class TrialAgent:
 
     def echo_output(self) -> None:
         """Copy what the trial printed since the last call to the agent's stdout (its log)."""
-        sink = getattr(sys.stdout, "buffer", None)
-        try:
-            with open(self.output, "rb") as fh:
-                fh.seek(self._echoed)
-                while chunk := fh.read(1 << 20):
-                    self._echoed += len(chunk)
-                    if sink is not None:
-                        sink.write(chunk)
-            if sink is not None:
-                sink.flush()
-        except (OSError, ValueError):  # no output yet, or the agent's stdout is closed
-            return
+        self._echoed = echo_since(self.output, self._echoed)
 
     def stop_requested(self) -> bool:
         try:

@@ -2,19 +2,19 @@
 
 No cost math and no policy here: callers compute, the store records. Every method runs in
 its own session scope (commit on success, rollback + StoreError on a database error) and
-returns plain, detached rows whose attributes stay readable after the session closes.
+returns plain, detached rows whose attributes stay readable after the session closes. Here:
+opening, and the rows whose state changes (jobs, trials, instances); the append-only records
+(observations, events, the price cache) are inherited from :mod:`spotwise.store.records`.
 """
 
 from __future__ import annotations
 
 import time as _time
-from collections.abc import Iterable, Mapping
-from contextlib import AbstractContextManager
+from collections.abc import Mapping
 from typing import Any, Self, TypeVar
 
-import sqlalchemy as sa
 from sqlalchemy.engine import Engine
-from sqlmodel import Session, SQLModel, col, select
+from sqlmodel import SQLModel, col, select
 
 from spotwise.errors import ConfigError, NotFoundError
 from spotwise.store.db import (
@@ -22,38 +22,35 @@ from spotwise.store.db import (
     default_url,
     make_engine,
     migrate,
-    session_scope,
     sqlite_path,
 )
 from spotwise.store.models import (
     INSTANCE_REQUESTED,
     TERMINAL_INSTANCE_STATES,
-    Event,
     InstanceRow,
     Job,
     JobState,
-    Observation,
-    PriceCache,
     Trial,
     TrialState,
     new_id,
     to_json,
 )
+from spotwise.store.records import Records
 from spotwise.store.rows import (
     assign,
     coerce_state,
     find_by_id_or_prefix,
     instance_state,
     plain,
-    price_rows,
 )
 
 RowT = TypeVar("RowT", bound=SQLModel)
 
 
-class Store:
+class Store(Records):
     """Repository over one database. Open with :meth:`open` (creates and migrates) or
-    :meth:`open_existing` (read-only commands: never creates a SQLite file)."""
+    :meth:`open_existing` (read-only commands: never creates a SQLite file). The append-only
+    records (observations, events, the price cache) are :class:`Records`'s methods."""
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
@@ -116,9 +113,6 @@ class Store:
 
     def __repr__(self) -> str:
         return f"Store({self.url!r})"
-
-    def _scope(self, action: str) -> AbstractContextManager[Session]:
-        return session_scope(self.engine, action)
 
     def _get(self, model: type[RowT], key: str, what: str, prefix: str, hint: str) -> RowT:
         with self._scope(f"reading {what} {key!r}") as s:
@@ -292,113 +286,4 @@ class Store:
             if active_only:
                 stmt = stmt.where(col(InstanceRow.state).not_in(sorted(TERMINAL_INSTANCE_STATES)))
             stmt = stmt.order_by(col(InstanceRow.requested_at), col(InstanceRow.id))
-            return list(s.exec(stmt))
-
-    # --- observations -------------------------------------------------------------------------
-
-    def add_observation(
-        self,
-        trial_id: str,
-        step: int,
-        metric: float,
-        wall_time: float,
-        market_time: float | None = None,
-        instance_id: str | None = None,
-    ) -> Observation:
-        obs = Observation(
-            trial_id=trial_id,
-            step=int(step),
-            metric=float(metric),
-            wall_time=float(wall_time),
-            market_time=None if market_time is None else float(market_time),
-            instance_id=instance_id,
-        )
-        with self._scope(f"adding an observation to trial {trial_id!r}") as s:
-            s.add(obs)
-        return obs
-
-    def observations(self, trial_id: str) -> list[Observation]:
-        """Every observation of the trial in the order recorded (re-reported steps included)."""
-        with self._scope("reading observations") as s:
-            stmt = select(Observation).where(Observation.trial_id == trial_id)
-            return list(s.exec(stmt.order_by(col(Observation.id))))
-
-    def curve(self, trial_id: str) -> list[tuple[int, float]]:
-        """(step, metric) by step; where a step was reported twice, the newest report wins."""
-        latest: dict[int, float] = {}
-        for obs in self.observations(trial_id):
-            latest[obs.step] = obs.metric
-        return sorted(latest.items())
-
-    # --- events -------------------------------------------------------------------------------
-
-    def add_event(
-        self,
-        job_id: str,
-        kind: str,
-        time: float,
-        trial_id: str | None = None,
-        instance_id: str | None = None,
-        **detail: Any,
-    ) -> Event:
-        ev = Event(
-            job_id=job_id,
-            trial_id=trial_id,
-            instance_id=instance_id,
-            time=float(time),
-            kind=str(plain(kind)),
-            detail_json=to_json(detail),
-        )
-        with self._scope(f"recording a {kind!s} event") as s:
-            s.add(ev)
-        return ev
-
-    def events(
-        self, job_id: str, kind: str | None = None, after_id: int | None = None
-    ) -> list[Event]:
-        """The job's events in the order recorded; ``after_id`` to tail new ones."""
-        with self._scope("reading events") as s:
-            stmt = select(Event).where(Event.job_id == job_id)
-            if kind is not None:
-                stmt = stmt.where(Event.kind == str(plain(kind)))
-            if after_id is not None:
-                stmt = stmt.where(col(Event.id) > after_id)
-            return list(s.exec(stmt.order_by(col(Event.id))))
-
-    # --- price cache --------------------------------------------------------------------------
-
-    def cache_prices(self, rows: Iterable[Mapping[str, Any]]) -> int:
-        """Insert price rows (keys: provider, region, zone, instance_type, market,
-        price_per_hour, observed_at, fetched_at=now); returns how many were stored."""
-        values = price_rows(rows, now=_time.time())
-        if not values:
-            return 0
-        with self._scope("caching prices") as s:
-            s.execute(sa.insert(PriceCache), values)
-        return len(values)
-
-    def cached_prices(
-        self,
-        provider: str,
-        region: str | None = None,
-        instance_type: str | None = None,
-        market: str | None = None,
-        max_age_s: float | None = None,
-        *,
-        now: float | None = None,
-    ) -> list[PriceCache]:
-        """Cached prices, by observed_at; ``max_age_s`` keeps rows fetched within that many
-        seconds of ``now`` (default: the wall clock)."""
-        with self._scope("reading cached prices") as s:
-            stmt = select(PriceCache).where(PriceCache.provider == provider)
-            if region is not None:
-                stmt = stmt.where(PriceCache.region == region)
-            if instance_type is not None:
-                stmt = stmt.where(PriceCache.instance_type == instance_type)
-            if market is not None:
-                stmt = stmt.where(PriceCache.market == plain(market))
-            if max_age_s is not None:
-                cutoff = (_time.time() if now is None else now) - max_age_s
-                stmt = stmt.where(col(PriceCache.fetched_at) >= cutoff)
-            stmt = stmt.order_by(col(PriceCache.observed_at), col(PriceCache.id))
             return list(s.exec(stmt))
