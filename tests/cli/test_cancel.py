@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 import yaml
+from shared_helpers import record_launch, run_cli
 
 from spotwise import jobs
 from spotwise.store import Store
@@ -65,14 +66,7 @@ def test_cancel_running_job_checkpoints_and_leaves_nothing(tmp_path: Path) -> No
                 break
             time.sleep(0.25)
         assert spend > 0
-        done = subprocess.run(
-            [sys.executable, "-m", "spotwise.cli.app", "cancel", job_id, "--json"],
-            env=env,
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=90,
-        )
+        done = run_cli("cancel", job_id, "--json", env=env, timeout=90)
         assert done.returncode == 0, done.stderr
         assert json.loads(done.stdout)["state"] == "cancelled"
         proc.wait(timeout=60)
@@ -92,32 +86,31 @@ def test_cancel_running_job_checkpoints_and_leaves_nothing(tmp_path: Path) -> No
     assert str(tmp_path / "ckpt") not in ps  # no trial process left behind
 
 
+def _holding_one_local_instance(
+    db: str, spec: str, pid: int, **instance: Any
+) -> tuple[str, str, str]:
+    """A job of ``spec`` (JSON) recorded as running under ``pid``, with one running trial and
+    the record of one running local instance (``instance``: more columns for it); returns the
+    job's, the trial's and the launch's ids."""
+    with Store.open(db) as s:
+        job = s.create_job("x", spec, "job.yaml", "spot-greedy", "maximize")
+        s.update_job(job.id, state="running", pid=pid)
+        trial = s.add_trial(job.id, 0, {"lr": 0.1})
+        s.update_trial(trial.id, state="running")
+        row = record_launch(s, job.id, trial.id, provider="local", price_per_hour=1.0)
+        s.update_instance(row.id, state="running", **instance)
+    return job.id, trial.id, row.id
+
+
 def test_cancel_job_whose_orchestrator_died(tmp_path: Path) -> None:
     db = f"sqlite:///{tmp_path / 'state.db'}"
-    store = Store.open(db)
     from spotwise.spec import load_spec
 
-    spec = load_spec(ROOT / "examples/digits/job.yaml")
-    job = store.create_job("x", spec.model_dump_json(), "", "spot-greedy", "maximize")
-    store.update_job(job.id, state="running", pid=2**22 + 12345)  # no such process
-    trial = store.add_trial(job.id, 0, {"lr": 0.1})
-    store.update_trial(trial.id, state="running")
-    row = store.record_launch(
-        job_id=job.id,
-        trial_id=trial.id,
-        provider="local",
-        region="us-east-1",
-        zone="us-east-1a",
-        instance_type="p3.2xlarge",
-        market="spot",
-        offer_key="k",
-        price_per_hour=1.0,
-    )
-    store.update_instance(row.id, state="running")
-    store.close()
+    spec = load_spec(ROOT / "examples/digits/job.yaml").model_dump_json()
+    job, trial, launch = _holding_one_local_instance(db, spec, 2**22 + 12345)  # no such process
 
     # `status` says the orchestrator is gone and what to run (it said "running", no hint)
-    assert jobs.status(job.id, db=db)["orchestrator"] == "gone"
+    assert jobs.status(job, db=db)["orchestrator"] == "gone"
     from rich.console import Console
 
     from spotwise.cli import render
@@ -125,21 +118,21 @@ def test_cancel_job_whose_orchestrator_died(tmp_path: Path) -> None:
     console = Console(width=200, record=True, color_system=None)
     render.console, saved = console, render.console
     try:
-        render.print_status(jobs.status(job.id, db=db))
+        render.print_status(jobs.status(job, db=db))
     finally:
         render.console = saved
     assert (
         "its orchestrator is no longer running (it crashed or was killed): "
-        f"`spotwise cancel {job.id}` releases what it still holds"
+        f"`spotwise cancel {job}` releases what it still holds"
     ) in console.export_text()
 
-    out = jobs.cancel(job.id, db=db)
+    out = jobs.cancel(job, db=db)
     assert out["state"] == "cancelled" and out["cancelled"]
-    assert "orchestrator" not in jobs.status(job.id, db=db)
+    assert "orchestrator" not in jobs.status(job, db=db)
     store = Store.open_existing(db)
-    assert store.get_job(job.id).state.value == "cancelled"
-    assert store.get_trial(trial.id).state.value == "cancelled"
-    inst = store.get_instance(row.id)
+    assert store.get_job(job).state.value == "cancelled"
+    assert store.get_trial(trial).state.value == "cancelled"
+    inst = store.get_instance(launch)
     assert inst.end_reason == "reconciled" and inst.ended_at is not None
     store.close()
 
@@ -169,19 +162,7 @@ def _cloud_job(
         s.update_job(job.id, state="running", pid=0, host=host, cost_usd=0.123)
         for n, row in enumerate(rows):
             t = s.add_trial(job.id, n, {"lr": 0.1})
-            s.record_launch(
-                id=row.pop("id"),
-                job_id=job.id,
-                trial_id=t.id,
-                provider="aws",
-                region="us-east-1",
-                zone="us-east-1a",
-                instance_type="p3.2xlarge",
-                market="spot",
-                offer_key="aws:us-east-1a:p3.2xlarge:spot",
-                price_per_hour=0.9,
-                **row,
-            )
+            record_launch(s, job.id, t.id, price_per_hour=0.9, **row)
     return db, job.id
 
 
@@ -320,24 +301,9 @@ def test_cancel_reads_a_stored_spec_that_todays_checks_would_refuse(tmp_path: Pa
     stored = json.loads(parse_spec(data, "job.yaml").model_dump_json())
     stored["checkpoint"]["location"] = "file://ckpt/sub"
     db = f"sqlite:///{tmp_path / 'state.db'}"
-    with Store.open(db) as s:
-        job = s.create_job("digits", json.dumps(stored), "job.yaml", "spot-greedy", "max")
-        t = s.add_trial(job.id, 0, {"lr": 0.05})
-        row = s.record_launch(
-            job_id=job.id,
-            trial_id=t.id,
-            provider="local",
-            region="us-east-1",
-            zone="us-east-1a",
-            instance_type="p3.2xlarge",
-            market="spot",
-            offer_key="k",
-            price_per_hour=1.0,
-        )
-        s.update_instance(row.id, provider_instance_id="pid-1", state="running")
-        s.update_job(job.id, state="running", pid=0)
-    out = jobs.cancel(job.id, db=db)
+    job, _, _ = _holding_one_local_instance(db, json.dumps(stored), 0, provider_instance_id="pid-1")
+    out = jobs.cancel(job, db=db)
     assert (out["state"], out["cancelled"]) == ("cancelled", True)
     with Store.open_existing(db) as s:
-        rows = [(r.state, r.end_reason) for r in s.list_instances(job.id)]
+        rows = [(r.state, r.end_reason) for r in s.list_instances(job)]
     assert rows == [("terminated", "reconciled")]

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
+from shared_helpers import record_life
 from typer.testing import CliRunner
 
 from spotwise.cli.app import app
@@ -109,22 +110,9 @@ def _two_markets(tmp_path: Path) -> str:
                 ("j-sim", "l-sim", "spot", 2.0, 90.0),
             ]
         ):
-            t = s.add_trial(job, n, {"lr": 0.1})
-            s.record_launch(
-                id=lid,
-                job_id=job,
-                trial_id=t.id,
-                provider="aws",
-                region="us-east-1",
-                zone="us-east-1a",
-                instance_type="p3.2xlarge",
-                market=market,
-                offer_key=f"aws:us-east-1a:p3.2xlarge:{market}",
-                price_per_hour=0.95,
-                requested_at=NOW - 3 * H,
-            )
-            s.update_instance(
-                lid, state="terminated", launched_at=NOW - 3 * H, ended_at=NOW - H,
+            record_life(
+                s, job, n, lid, market=market, requested_at=NOW - 3 * H,
+                state="terminated", launched_at=NOW - 3 * H, ended_at=NOW - H,
                 cost_usd=cost, on_demand_cost_usd=od, market_seconds=2 * H,
                 provider_instance_id=f"i-{lid}",
             )  # fmt: skip

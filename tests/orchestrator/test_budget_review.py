@@ -15,18 +15,19 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from test_leftovers import LISTING_500, Cloudlike
+from orch_fakes import LISTING_500, cloudlike_backends
 from test_orchestrator import TRACE_TICKS, spec_dict, write_spec, write_trace
 
 from spotwise import jobs
 from spotwise.errors import ProviderError
-from spotwise.planner import ledger, orchestrator
+from spotwise.planner import ledger
 from spotwise.planner.actions import Actions
 from spotwise.planner.ledger import Ledger, Unconfirmed
 from spotwise.planner.policy import Phase, StopEarly
@@ -188,7 +189,7 @@ def test_a_cleanup_that_keeps_failing_is_retried_after_a_doubling_capped_pause(
         led._retry_unconfirmed()
         if len(prov.listings) > before:
             tried_at.append(wall[0])
-    gaps = [b - a for a, b in zip(tried_at, tried_at[1:], strict=False)]
+    gaps = [b - a for a, b in itertools.pairwise(tried_at)]
     assert gaps[:7] == [5.0, 10.0, 20.0, 40.0, 80.0, 160.0, 300.0]
     assert set(gaps[7:]) == {300.0}
     assert len(tried_at) == 41  # 7 tries in the first 5 min 15 s, then one each 5 min
@@ -251,22 +252,18 @@ def test_the_loop_terminates_a_failed_launchs_instance_within_the_budget(
     """The reviewer's job, shorter: the failed launch's instance could not be listed once.
     Before, it ran beside the trial's own life until the drain: $0.136 for a $0.11 cap (a
     trial alone costs about $0.07). Now the next pass after the pause finds it and terminates
-    it: billed the 60 s minimum, the trial completes, and the job stays within its cap."""
+    it: billed the 60 s minimum, the trial completes, and the job stays within its cap.
+
+    The cap leaves room for a loaded machine: the market runs at 30x the wall clock, so a
+    slow start-up costs market minutes, and a $0.11 cap stopped the trial for the budget on a
+    busy 2-core machine (old code too). What is checked is that the instance was terminated
+    during the run at the 60 s minimum (below), and the budget's count of it is checked
+    exactly in test_an_unconfirmed_failed_launch_counts_in_the_spend_until_a_retry_settles_it.
+    """
     monkeypatch.setattr(ledger, "RELEASE_RETRY_WALL_S", 0.2)
     write_trace(tmp_path / "trace.csv", avail_ticks=TRACE_TICKS)
-    seen: list[Cloudlike] = []
-    real = orchestrator.open_backend
-
-    def open_backend(*args: Any, **kwargs: Any) -> Any:
-        backend = real(*args, **kwargs)
-        backend.provisioner = Cloudlike(
-            backend.provisioner, fail_first_launch=True, fail_launch_listings=1
-        )
-        seen.append(backend.provisioner)
-        return backend
-
-    monkeypatch.setattr(orchestrator, "open_backend", open_backend)
-    cap = 0.11
+    seen = cloudlike_backends(monkeypatch, fail_first_launch=True, fail_launch_listings=1)
+    cap = 0.2
     spec = spec_dict(
         tmp_path, steps=6, env={"STEADY_TRIAL_STEP_S": "1.0"}, budget={"max_cost_usd": cap}
     )

@@ -2,20 +2,21 @@
 started anyway, and an ended instance that still exists (a VM stopped from inside, a Spot VM
 preempted with ``STOP``).
 
-The market is the replayed one of ``test_orchestrator`` with the local provisioner, wrapped so
-that a test can play what a cloud does: a launch the cloud accepted that then fails (a GCP
-operation wait that times out, Azure's ``poller.result()`` raising), or an instance whose trial
-ended and whose VM is stopped, not deleted (``exists=True`` in a terminal state).
+The market is the replayed one of ``test_orchestrator`` with the local provisioner, wrapped
+(``orch_fakes.Cloudlike``) so that a test can play what a cloud does: a launch the cloud
+accepted that then fails (a GCP operation wait that times out, Azure's ``poller.result()``
+raising), or an instance whose trial ended and whose VM is stopped, not deleted
+(``exists=True`` in a terminal state).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
+from orch_fakes import LISTING_500, Cloudlike, cloudlike_backends
 from test_orchestrator import TRACE_TICKS, spec_dict, tiny_spec, write_spec, write_trace
 
 from spotwise import jobs
@@ -23,74 +24,11 @@ from spotwise.errors import ProviderError
 from spotwise.planner import orchestrator
 from spotwise.providers.base import (
     TAG_JOB,
-    TAG_LAUNCH,
     Instance,
     InstanceState,
     LaunchRequest,
-    Notice,
 )
 from spotwise.store import Store
-
-
-class Cloudlike:
-    """The local provisioner, behaving like a cloud in the ways a test asks for."""
-
-    def __init__(
-        self,
-        inner: Any,
-        *,
-        fail_first_launch: bool = False,
-        stop_when_exited: bool = False,
-        fail_terminate: bool = False,
-        fail_launch_listings: int = 0,
-    ) -> None:
-        self.inner = inner
-        # how many listings of one launch's instances (a failed launch's cleanup) fail
-        self.fail_launch_listings = fail_launch_listings
-        self.name = inner.name
-        self.fail_first_launch = fail_first_launch
-        self.stop_when_exited = stop_when_exited
-        self.fail_terminate = fail_terminate
-        self.log: list[tuple[str, Any]] = []
-        self.launches: list[tuple[str, str]] = []  # (instance id, SPOTWISE_ATTEMPT)
-        self.terminated: list[str] = []
-
-    def launch(self, request: LaunchRequest) -> Instance:
-        left = [i.instance_id for i in self.inner.describe() if i.holds_resource()]
-        self.log.append(("still there at launch", left))
-        inst = self.inner.launch(request)
-        self.launches.append((inst.instance_id, request.env["SPOTWISE_ATTEMPT"]))
-        if self.fail_first_launch and len(self.launches) == 1:
-            # the cloud created the VM, then waiting on it failed
-            raise ProviderError("gcp: launching: operation op-1 still running at the deadline")
-        return inst
-
-    def describe(self, tags: Mapping[str, str] | None = None) -> list[Instance]:
-        if tags and TAG_LAUNCH in tags and self.fail_launch_listings > 0:
-            self.fail_launch_listings -= 1
-            raise ProviderError("gcp: listing instances: 500 Internal error. Please try again.")
-        out = []
-        for inst in self.inner.describe(tags):
-            ended = inst.exit_code is not None and inst.instance_id not in self.terminated
-            if self.stop_when_exited and ended:
-                # the trial ended and its VM powered off: stopped, still there, billed
-                now = self.inner.clock.now()
-                inst = replace(inst, state=InstanceState.TERMINATED, ended_at=now, exists=True)
-            out.append(inst)
-        return out
-
-    def terminate(self, instance_ids: Sequence[str]) -> None:
-        self.log.append(("terminate", list(instance_ids)))
-        if self.fail_terminate:
-            raise ProviderError("gcp: deleting: 403 the caller does not have permission")
-        self.terminated += instance_ids
-        self.inner.terminate(instance_ids)
-
-    def notices(self) -> list[Notice]:
-        return list(self.inner.notices())
-
-    def progress(self, instance_id: str) -> list[dict[str, object]]:
-        return list(self.inner.progress(instance_id))
 
 
 def _run(
@@ -98,16 +36,7 @@ def _run(
 ) -> tuple[dict[str, Any], Cloudlike, str]:
     """``calm``: spot stays available in every zone for the whole trace (nothing is revoked)."""
     write_trace(tmp_path / "trace.csv", **({"avail_ticks": TRACE_TICKS} if calm else {}))
-    seen: list[Cloudlike] = []
-    real = orchestrator.open_backend
-
-    def open_backend(*args: Any, **kwargs: Any) -> Any:
-        backend = real(*args, **kwargs)
-        backend.provisioner = Cloudlike(backend.provisioner, **behaviour)
-        seen.append(backend.provisioner)
-        return backend
-
-    monkeypatch.setattr(orchestrator, "open_backend", open_backend)
+    seen = cloudlike_backends(monkeypatch, **behaviour)
     db = f"sqlite:///{tmp_path / 'spotwise.db'}"
     spec = write_spec(tmp_path, tiny_spec(tmp_path, 3))
     summary = jobs.tune(spec, db=db, run_root=tmp_path / "runs")
@@ -149,9 +78,6 @@ def test_an_instance_a_failed_launch_started_is_terminated_and_its_attempt_is_us
     assert [e.detail["instances"] for e in cleanup] == [[first]]
     assert all(not i.holds_resource() for i in prov.inner.describe({TAG_JOB: job}))
     assert second != first
-
-
-LISTING_500 = "gcp: listing instances: 500 Internal error. Please try again."
 
 
 @pytest.mark.timeout(180)
@@ -210,18 +136,7 @@ def test_a_failed_launch_whose_cleanup_keeps_failing_is_a_leftover_named_by_its_
     # the loop's retries wait longer than the job: the tries counted below are deterministic
     monkeypatch.setattr(ledger, "RELEASE_RETRY_WALL_S", 1e9)
     write_trace(tmp_path / "trace.csv", avail_ticks=TRACE_TICKS)
-    seen: list[Cloudlike] = []
-    real = orchestrator.open_backend
-
-    def open_backend(*args: Any, **kwargs: Any) -> Any:
-        backend = real(*args, **kwargs)
-        backend.provisioner = Cloudlike(
-            backend.provisioner, fail_first_launch=True, fail_launch_listings=10**6
-        )
-        seen.append(backend.provisioner)
-        return backend
-
-    monkeypatch.setattr(orchestrator, "open_backend", open_backend)
+    seen = cloudlike_backends(monkeypatch, fail_first_launch=True, fail_launch_listings=10**6)
     monkeypatch.setenv("SPOTWISE_HOME", str(tmp_path / "home"))
     db = f"sqlite:///{tmp_path / 'spotwise.db'}"
     spec = write_spec(tmp_path, tiny_spec(tmp_path, 3))
@@ -347,16 +262,7 @@ def test_a_hung_trial_on_a_provider_that_refuses_terminate_does_not_hang_the_job
     script = tmp_path / "hung.py"
     script.write_text(HUNG)
     write_trace(tmp_path / "trace.csv", avail_ticks=TRACE_TICKS)
-    seen: list[Cloudlike] = []
-    real = orchestrator.open_backend
-
-    def open_backend(*args: Any, **kwargs: Any) -> Any:
-        backend = real(*args, **kwargs)
-        backend.provisioner = Cloudlike(backend.provisioner, fail_terminate=True)
-        seen.append(backend.provisioner)
-        return backend
-
-    monkeypatch.setattr(orchestrator, "open_backend", open_backend)
+    seen = cloudlike_backends(monkeypatch, fail_terminate=True)
     db = f"sqlite:///{tmp_path / 'spotwise.db'}"
     spec = spec_dict(tmp_path, command=["python", str(script)], steps=5)
     try:

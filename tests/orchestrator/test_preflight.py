@@ -7,64 +7,28 @@ it through ``AWS_ENDPOINT_URL``), as ``tests/providers`` does."""
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
+from shared_helpers import preflight_spec, tune_cli_refused, tune_refused, write_job_yaml
 
-from spotwise import jobs
 from spotwise.errors import SpecError
 from spotwise.planner.preflight import PROBE_PREFIX, probe_checkpoint_root
 from spotwise.store import Store
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
-REPO = Path(__file__).resolve().parents[2]
 BUCKET = "spotwise-preflight"
 AMI = "ami-12c6146b"  # an image moto knows
 
 
-def spec_dict(tmp_path: Path, **changes: Any) -> dict[str, Any]:
-    spec: dict[str, Any] = {
-        "name": "preflight",
-        "command": ["python", "train.py"],
-        "metric": {"name": "score"},
-        "steps": 4,
-        "trials": 2,
-        "parallel": 2,
-        "search_space": {"lr": {"type": "real", "low": 0.001, "high": 0.1, "log": True}},
-        "search": {"optimizer": "random"},
-        "providers": [{"name": "local", "replay": {"speedup": 600}}],
-        "checkpoint": {"every": 2, "location": str(tmp_path / "ckpt")},
-    }
-    spec.update(changes)
-    return spec
-
-
-def write_spec(tmp_path: Path, spec: dict[str, Any]) -> Path:
-    path = tmp_path / "job.yaml"
-    path.write_text(yaml.safe_dump(spec, sort_keys=False))
-    return path
-
-
 def refused(tmp_path: Path, spec: dict[str, Any]) -> str:
-    """Run `tune` (the core call) on ``spec``; return the SpecError's message, once checked
-    that it is one line and that the store holds no job (so no trial and no instance)."""
-    db = f"sqlite:///{tmp_path / 'spotwise.db'}"
-    with pytest.raises(SpecError) as info:
-        jobs.tune(write_spec(tmp_path, spec), db=db, run_root=tmp_path / "runs")
-    message = str(info.value)
-    assert "\n" not in message and "\r" not in message
-    with Store.open(db) as store:
-        assert store.list_jobs() == []
-        assert store.list_instances(None) == []
-    assert not (tmp_path / "runs").exists()
-    return message
+    """Run `tune` (the core call) on ``spec``; the SpecError's message, once checked that it
+    is one line and that nothing was recorded or bought (``shared_helpers``)."""
+    return tune_refused(tmp_path, write_job_yaml(tmp_path, spec))
 
 
 # ---- a checkpoint location the orchestrator cannot write ----------------------------------------
@@ -72,7 +36,7 @@ def test_a_checkpoint_location_through_a_file_is_refused_before_the_job_starts(
     tmp_path: Path,
 ) -> None:
     (tmp_path / "afile").write_text("not a folder\n")
-    spec = spec_dict(tmp_path, checkpoint={"every": 2, "location": "afile/ckpts"})
+    spec = preflight_spec(tmp_path, checkpoint={"every": 2, "location": "afile/ckpts"})
     message = refused(tmp_path, spec)
     assert message == (
         "spec field 'checkpoint.location': spotwise cannot write checkpoints under "
@@ -87,7 +51,7 @@ def test_a_read_only_checkpoint_folder_is_refused_before_the_job_starts(tmp_path
     ro.mkdir()
     ro.chmod(0o555)
     try:
-        message = refused(tmp_path, spec_dict(tmp_path, checkpoint={"location": "ro"}))
+        message = refused(tmp_path, preflight_spec(tmp_path, checkpoint={"location": "ro"}))
     finally:
         ro.chmod(0o755)
     assert message.startswith(
@@ -165,7 +129,7 @@ def aws_spec(tmp_path: Path, **provider: Any) -> dict[str, Any]:
         "options": {"image": AMI, "pricing": "offline"},
         **provider,
     }
-    return spec_dict(
+    return preflight_spec(
         tmp_path, providers=[p], checkpoint={"every": 2, "location": f"s3://{BUCKET}/ckpt"}
     )
 
@@ -255,23 +219,11 @@ def test_tune_cli_exits_2_with_one_line_for_an_unknown_aws_instance_type(
     tmp_path: Path, aws: Any
 ) -> None:
     """The whole command: exit 2, `error:` and at most a `hint:` line, no job recorded."""
-    path = write_spec(tmp_path, aws_spec(tmp_path, instance_types=["c5.xlarg"]))
-    db = tmp_path / "spotwise.db"
-    env = {**os.environ, "SPOTWISE_DB": f"sqlite:///{db}", "SPOTWISE_HOME": str(tmp_path)}
-    res = subprocess.run(
-        [sys.executable, "-m", "spotwise.cli.app", "tune", str(path)],
-        env=env,
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert res.returncode == 2, res.stderr
-    lines = res.stderr.strip().splitlines()
+    path = write_job_yaml(tmp_path, aws_spec(tmp_path, instance_types=["c5.xlarg"]))
+    lines = tune_cli_refused(tmp_path, path)  # exit 2, `error:` and at most a `hint:` line
     assert lines[0] == (
         "error: spec field 'providers.0.instance_types.0': aws: unknown instance type "
         "'c5.xlarg' (did you mean 'c5.xlarge'?) in us-east-1"
     )
-    assert len(lines) == 1 or (len(lines) == 2 and lines[1].startswith("hint: "))
-    with Store.open(f"sqlite:///{db}") as store:
+    with Store.open(f"sqlite:///{tmp_path / 'spotwise.db'}") as store:
         assert store.list_jobs() == []

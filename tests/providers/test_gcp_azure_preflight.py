@@ -24,9 +24,8 @@ import pytest
 import responses
 import yaml
 from cloudfakes import GCP_IMAGE, AzureCredential, azure_config, fake_arm, fake_gce, gcp_credentials
+from shared_helpers import preflight_spec, tune_refused, write_job_yaml
 
-from spotwise import jobs
-from spotwise.errors import SpecError
 from spotwise.planner.backend import Backend, open_backend
 from spotwise.planner.preflight import preflight
 from spotwise.spec import load_spec
@@ -120,37 +119,17 @@ def azure_provider(fake: LocatedARM, **fields: Any) -> dict[str, Any]:
 
 # ---- the job ------------------------------------------------------------------------------------
 def write_spec(tmp_path: Path, provider: dict[str, Any]) -> Path:
-    spec = {
-        "name": "preflight",
-        "command": ["python", "train.py"],
-        "metric": {"name": "score"},
-        "steps": 4,
-        "trials": 2,
-        "parallel": 2,
-        "search_space": {"lr": {"type": "real", "low": 0.001, "high": 0.1, "log": True}},
-        "search": {"optimizer": "random"},
-        "providers": [provider],
-        "checkpoint": {"every": 2, "location": (tmp_path / "ckpt").as_uri()},
-    }
-    path = tmp_path / "job.yaml"
-    path.write_text(yaml.safe_dump(spec, sort_keys=False))
-    return path
+    location = (tmp_path / "ckpt").as_uri()
+    spec = preflight_spec(
+        tmp_path, providers=[provider], checkpoint={"every": 2, "location": location}
+    )
+    return write_job_yaml(tmp_path, spec)
 
 
 def refused(tmp_path: Path, provider: dict[str, Any]) -> str:
-    """Run `tune` (the core call); return the SpecError's message, once checked that it is one
-    line and that the store holds no job (so no trial and no instance)."""
-    db = f"sqlite:///{tmp_path / 'spotwise.db'}"
-    with pytest.raises(SpecError) as info:
-        jobs.tune(write_spec(tmp_path, provider), db=db, run_root=tmp_path / "runs")
-    message = str(info.value)
-    assert "\n" not in message and "\r" not in message
-    assert info.value.exit_code == 2
-    with Store.open(db) as store:
-        assert store.list_jobs() == []
-        assert store.list_instances(None) == []
-    assert not (tmp_path / "runs").exists()
-    return message
+    """Run `tune` (the core call); the SpecError's message, once checked that it is one line
+    and that nothing was recorded or created (``shared_helpers``)."""
+    return tune_refused(tmp_path, write_spec(tmp_path, provider))
 
 
 def passes_preflight(
@@ -340,20 +319,14 @@ def test_several_clouds_name_the_one_without_an_offer(
     """GCP has offers, Azure (the second provider) none: the union is not empty, yet the job
     would never use Azure; its own share is checked, and its spec field is named."""
     azure = azure_provider(both_clouds, instance_types=["Standard_NC6s_v3"])
-    db = f"sqlite:///{tmp_path / 'spotwise.db'}"
     spec = yaml.safe_load(write_spec(tmp_path, gcp_provider()).read_text())
     spec["providers"].append(azure)
-    path = tmp_path / "job.yaml"
-    path.write_text(yaml.safe_dump(spec, sort_keys=False))
-    with pytest.raises(SpecError) as info:
-        jobs.tune(path, db=db, run_root=tmp_path / "runs")
-    assert str(info.value) == (
+    path = write_job_yaml(tmp_path, spec)
+    assert tune_refused(tmp_path, path) == (
         "spec field 'providers.1': no azure offer matches its filters (regions: eastus; "
         "instance_types: Standard_NC6s_v3; markets: spot); azure has no price for "
         "Standard_NC6s_v3 in eastus"
     )
-    with Store.open(db) as store:
-        assert store.list_jobs() == []
 
 
 # ---- the command --------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from shared_helpers import record_launch, record_life
 from typer.testing import CliRunner
 
 from spotwise import costs
@@ -172,22 +173,12 @@ def _store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
                 ("j-real", "l-refused", NOW - 3 * H, 0.0, 0.0, "failed"),  # no life: not counted
             ]
         ):
-            t = s.add_trial(job, n, {"lr": 0.1})
-            s.record_launch(
-                id=lid,
-                job_id=job,
-                trial_id=t.id,
-                provider="aws",
-                region="us-east-1",
-                zone="us-east-1a",
-                instance_type="p3.2xlarge",
-                market="spot",
-                offer_key="aws:us-east-1a:p3.2xlarge:spot",
-                price_per_hour=0.95,
-                requested_at=NOW - 50 * H,
-            )
-            s.update_instance(
+            record_life(
+                s,
+                job,
+                n,
                 lid,
+                requested_at=NOW - 50 * H,
                 state=state,
                 ended_at=ended,
                 cost_usd=cost,
@@ -298,16 +289,11 @@ def test_a_replay_job_without_a_replay_block_uses_the_specs_default_speed(
     db = _store(tmp_path, monkeypatch)  # j-sim's spec names `local` with no replay block
     with Store.open_existing(db) as s:
         t = s.add_trial("j-sim", 9, {"lr": 0.1})
-        s.record_launch(
+        record_launch(
+            s,
+            "j-sim",
+            t.id,
             id="l-held",
-            job_id="j-sim",
-            trial_id=t.id,
-            provider="aws",
-            region="us-east-1",
-            zone="us-east-1a",
-            instance_type="p3.2xlarge",
-            market="spot",
-            offer_key="aws:us-east-1a:p3.2xlarge:spot",
             price_per_hour=0.95,
             state="running",
             launched_at=NOW - 6.0,

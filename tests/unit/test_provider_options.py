@@ -6,15 +6,13 @@ nothing written). The declaration must cover every option the providers' code re
 from __future__ import annotations
 
 import copy
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from shared_helpers import tune_cli_refused, write_job_yaml
 
 from spotwise.errors import SpecError
 from spotwise.providers.registry import PROVIDER_NAMES, PROVIDER_OPTIONS, OptionSpec
@@ -157,25 +155,12 @@ def test_a_job_stored_with_an_unknown_option_still_loads_for_cancel() -> None:
 
 def test_tune_exits_2_with_one_line_and_writes_nothing(tmp_path: Path) -> None:
     spec = spec_on("aws", image="ami-1", instance_profle="spotwise-trial")
-    path = tmp_path / "job.yaml"
-    path.write_text(yaml.safe_dump(spec))
-    db = tmp_path / "spotwise.db"
-    env = {**os.environ, "SPOTWISE_DB": f"sqlite:///{db}", "SPOTWISE_HOME": str(tmp_path)}
-    res = subprocess.run(
-        [sys.executable, "-m", "spotwise.cli.app", "tune", str(path)],
-        env=env,
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert res.returncode == 2, res.stderr
-    lines = res.stderr.strip().splitlines()
+    path = write_job_yaml(tmp_path, spec)
+    lines = tune_cli_refused(tmp_path, path)  # exit 2, `error:` and at most a `hint:` line
     assert lines[0].startswith(
         f"error: {path}: spec field 'providers.0.options.instance_profle': unknown aws option "
         "(did you mean 'instance_profile'?)"
     )
-    assert len(lines) == 1 or (len(lines) == 2 and lines[1].startswith("hint: "))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["job.yaml"]
 
 

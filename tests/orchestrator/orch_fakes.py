@@ -1,0 +1,94 @@
+"""Fakes the orchestrator tests share: the local provisioner behaving like a cloud.
+
+Import it as ``orch_fakes`` (pytest puts this folder on ``sys.path``)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from spotwise.errors import ProviderError
+from spotwise.planner import orchestrator
+from spotwise.providers.base import TAG_LAUNCH, Instance, InstanceState, LaunchRequest, Notice
+
+LISTING_500 = "gcp: listing instances: 500 Internal error. Please try again."
+
+
+class Cloudlike:
+    """The local provisioner, behaving like a cloud in the ways a test asks for."""
+
+    def __init__(
+        self,
+        inner: Any,
+        *,
+        fail_first_launch: bool = False,
+        stop_when_exited: bool = False,
+        fail_terminate: bool = False,
+        fail_launch_listings: int = 0,
+    ) -> None:
+        self.inner = inner
+        # how many listings of one launch's instances (a failed launch's cleanup) fail
+        self.fail_launch_listings = fail_launch_listings
+        self.name = inner.name
+        self.fail_first_launch = fail_first_launch
+        self.stop_when_exited = stop_when_exited
+        self.fail_terminate = fail_terminate
+        self.log: list[tuple[str, Any]] = []
+        self.launches: list[tuple[str, str]] = []  # (instance id, SPOTWISE_ATTEMPT)
+        self.terminated: list[str] = []
+
+    def launch(self, request: LaunchRequest) -> Instance:
+        left = [i.instance_id for i in self.inner.describe() if i.holds_resource()]
+        self.log.append(("still there at launch", left))
+        inst = self.inner.launch(request)
+        self.launches.append((inst.instance_id, request.env["SPOTWISE_ATTEMPT"]))
+        if self.fail_first_launch and len(self.launches) == 1:
+            # the cloud created the VM, then waiting on it failed
+            raise ProviderError("gcp: launching: operation op-1 still running at the deadline")
+        return inst
+
+    def describe(self, tags: Mapping[str, str] | None = None) -> list[Instance]:
+        if tags and TAG_LAUNCH in tags and self.fail_launch_listings > 0:
+            self.fail_launch_listings -= 1
+            raise ProviderError(LISTING_500)
+        out = []
+        for inst in self.inner.describe(tags):
+            ended = inst.exit_code is not None and inst.instance_id not in self.terminated
+            if self.stop_when_exited and ended:
+                # the trial ended and its VM powered off: stopped, still there, billed
+                now = self.inner.clock.now()
+                inst = replace(inst, state=InstanceState.TERMINATED, ended_at=now, exists=True)
+            out.append(inst)
+        return out
+
+    def terminate(self, instance_ids: Sequence[str]) -> None:
+        self.log.append(("terminate", list(instance_ids)))
+        if self.fail_terminate:
+            raise ProviderError("gcp: deleting: 403 the caller does not have permission")
+        self.terminated += instance_ids
+        self.inner.terminate(instance_ids)
+
+    def notices(self) -> list[Notice]:
+        return list(self.inner.notices())
+
+    def progress(self, instance_id: str) -> list[dict[str, object]]:
+        return list(self.inner.progress(instance_id))
+
+
+def cloudlike_backends(monkeypatch: pytest.MonkeyPatch, **behaviour: Any) -> list[Cloudlike]:
+    """Wrap the provisioner of every market the orchestrator opens in a :class:`Cloudlike`
+    with ``behaviour``; returns the list each wrapper is added to as its market is opened."""
+    seen: list[Cloudlike] = []
+    real = orchestrator.open_backend
+
+    def open_backend(*args: Any, **kwargs: Any) -> Any:
+        backend = real(*args, **kwargs)
+        backend.provisioner = Cloudlike(backend.provisioner, **behaviour)
+        seen.append(backend.provisioner)
+        return backend
+
+    monkeypatch.setattr(orchestrator, "open_backend", open_backend)
+    return seen

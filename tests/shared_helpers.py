@@ -1,0 +1,156 @@
+"""Setup and checks that tests in several folders share: instance lives recorded in a real store
+(``tests/cli``, ``tests/unit``, ``tests/orchestrator``), and the refusal of a job before it is
+recorded (the preflight tests of ``tests/orchestrator`` and ``tests/providers``, the spec checks
+of ``tests/unit``).
+
+pytest puts only a test file's own folder on ``sys.path``; a test file in a subfolder of
+``tests`` puts this folder there before importing ``shared_helpers``::
+
+    TESTS = str(Path(__file__).resolve().parents[1])
+    if TESTS not in sys.path:
+        sys.path.insert(0, TESTS)
+    from shared_helpers import record_launch  # noqa: E402 (needs the path above)
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from spotwise.store import InstanceRow, Store
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+# ---- instance lives in a store ------------------------------------------------------------------
+def record_launch(
+    store: Store,
+    job_id: str,
+    trial_id: str,
+    *,
+    price_per_hour: float,
+    provider: str = "aws",
+    market: str = "spot",
+    region: str = "us-east-1",
+    zone: str = "us-east-1a",
+    **fields: Any,
+) -> InstanceRow:
+    """Record the launch of a p3.2xlarge for ``trial_id`` (its offer key named after the
+    provider, zone and market); ``fields``: more columns (``id``, ``state``, ``launched_at``…)."""
+    return store.record_launch(
+        job_id=job_id,
+        trial_id=trial_id,
+        provider=provider,
+        region=region,
+        zone=zone,
+        instance_type="p3.2xlarge",
+        market=market,
+        offer_key=f"{provider}:{zone}:p3.2xlarge:{market}",
+        price_per_hour=price_per_hour,
+        **fields,
+    )
+
+
+def record_life(
+    store: Store,
+    job_id: str,
+    number: int,
+    launch_id: str,
+    *,
+    market: str = "spot",
+    requested_at: float,
+    **ended: Any,
+) -> None:
+    """Trial ``number`` of ``job_id`` with one AWS spot (or ``market``) life at $0.95/h,
+    requested at ``requested_at``, then updated with ``ended`` (its state, end, cost…)."""
+    trial = store.add_trial(job_id, number, {"lr": 0.1})
+    record_launch(
+        store,
+        job_id,
+        trial.id,
+        id=launch_id,
+        market=market,
+        price_per_hour=0.95,
+        requested_at=requested_at,
+    )
+    store.update_instance(launch_id, **ended)
+
+
+# ---- a job refused before it is recorded --------------------------------------------------------
+def preflight_spec(tmp_path: Path, **changes: Any) -> dict[str, Any]:
+    """A replayed job of two trials, checkpointed under ``tmp_path / "ckpt"``; ``changes``
+    replace its top-level fields."""
+    spec: dict[str, Any] = {
+        "name": "preflight",
+        "command": ["python", "train.py"],
+        "metric": {"name": "score"},
+        "steps": 4,
+        "trials": 2,
+        "parallel": 2,
+        "search_space": {"lr": {"type": "real", "low": 0.001, "high": 0.1, "log": True}},
+        "search": {"optimizer": "random"},
+        "providers": [{"name": "local", "replay": {"speedup": 600}}],
+        "checkpoint": {"every": 2, "location": str(tmp_path / "ckpt")},
+    }
+    spec.update(changes)
+    return spec
+
+
+def write_job_yaml(tmp_path: Path, spec: dict[str, Any]) -> Path:
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return path
+
+
+def tune_refused(tmp_path: Path, path: Path) -> str:
+    """Run `tune` (the core call) on the spec at ``path``; return the SpecError's message, once
+    checked that it is one line, exit 2, and that the store holds no job (so no trial and no
+    instance) and no run folder was made."""
+    from spotwise import jobs
+    from spotwise.errors import SpecError
+
+    db = f"sqlite:///{tmp_path / 'spotwise.db'}"
+    with pytest.raises(SpecError) as info:
+        jobs.tune(path, db=db, run_root=tmp_path / "runs")
+    message = str(info.value)
+    assert "\n" not in message and "\r" not in message
+    assert info.value.exit_code == 2
+    with Store.open(db) as store:
+        assert store.list_jobs() == []
+        assert store.list_instances(None) == []
+    assert not (tmp_path / "runs").exists()
+    return message
+
+
+def run_cli(
+    *args: str, env: dict[str, str], timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    """Run ``spotwise ARGS`` as a user does: a subprocess in the repository, its output kept."""
+    return subprocess.run(
+        [sys.executable, "-m", "spotwise.cli.app", *args],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def tune_cli_refused(tmp_path: Path, path: Path) -> list[str]:
+    """Run `spotwise tune` on ``path`` (:func:`run_cli`, SPOTWISE_DB at
+    ``tmp_path / "spotwise.db"``); check it exits 2 with an `error:` line and at most a `hint:`
+    line, and return those lines."""
+    db = tmp_path / "spotwise.db"
+    env = {**os.environ, "SPOTWISE_DB": f"sqlite:///{db}", "SPOTWISE_HOME": str(tmp_path)}
+    res = run_cli("tune", str(path), env=env)
+    assert res.returncode == 2, res.stderr
+    lines = res.stderr.strip().splitlines()
+    assert lines[0].startswith("error: ")
+    assert len(lines) == 1 or (len(lines) == 2 and lines[1].startswith("hint: "))
+    return lines
