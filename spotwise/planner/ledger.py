@@ -128,17 +128,17 @@ class Ledger(TrialBook):
     def _running_cost(self, now: float) -> float:
         """What the lives not billed yet cost up to ``now``, as their bills will count them: a
         noticed life we have not asked to release is costed as its provider bills a life it
-        takes (AWS: nothing within the first hour; :meth:`_bill`), the others at their price.
+        takes (AWS: nothing within the first hour; :meth:`_bill`), the others as terminated by
+        us now (the rule's minimum included, as ``simulate`` counts them).
         A failed launch not confirmed clean (:class:`Unconfirmed`) may have started an
         instance: it counts from its request at its offer's price, until a retry settles it
         (:meth:`_retry_unconfirmed`; its bill, if any, then replaces this)."""
         total = 0.0
         for _, life in self.lives.values():
             segs = self.backend.segments(life.offer, life.launched_at, now)
-            if life.notice_deadline is not None and not life.release_asked:
-                total += self.backend.rule_of(life.offer).charge(segs, revoked_by_provider=True)
-            else:
-                total += sum(s * p for s, p in segs) / 3600.0
+            taken = life.notice_deadline is not None and not life.release_asked
+            # the others as their bill would be if terminated now (AWS/GCP: a 60 s minimum)
+            total += self.backend.rule_of(life.offer).charge(segs, revoked_by_provider=taken)
         for u in self.unconfirmed.values():
             segs = self.backend.segments(u.offer, min(u.since(), now), now)
             total += sum(s * p for s, p in segs) / 3600.0

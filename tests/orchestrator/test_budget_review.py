@@ -290,6 +290,17 @@ def test_the_loop_terminates_a_failed_launchs_instance_within_the_budget(
     assert second != first
 
 
+def test_a_young_life_counts_the_minimum_its_bill_would_have() -> None:
+    """A life 20 s old would be billed AWS's and GCP's 60 s minimum if terminated now;
+    `simulate` counts that, `tune` counted 20 s. Azure has no minimum."""
+    led = _ledger(Prov(), [20.0])
+    t = TrialRun("t-1", 0, {}, 10, 5)
+    led.lives = {"i-1": (t, Life("l-1", "i-1", AWS, 0.0, 0, 0))}
+    assert led._running_cost(20.0) == pytest.approx(usd(60.0))
+    led.lives = {"i-1": (t, Life("l-1", "i-1", AZURE, 0.0, 0, 0))}
+    assert led._running_cost(20.0) == pytest.approx(usd(20.0))
+
+
 # ---- 2. a noticed life is costed as its provider bills a life it takes --------------------
 @pytest.mark.parametrize(
     "offer,launched_at,asked,want",
