@@ -131,7 +131,8 @@ class Ledger(TrialBook):
         takes (AWS: nothing within the first hour; :meth:`_bill`), the others as terminated by
         us now (the rule's minimum included, as ``simulate`` counts them).
         A failed launch not confirmed clean (:class:`Unconfirmed`) may have started an
-        instance: it counts from its request at its offer's price, until a retry settles it
+        instance: it counts at its offer's price from the start of the instance found (none
+        found: from its request), until a retry settles it
         (:meth:`_retry_unconfirmed`; its bill, if any, then replaces this)."""
         total = 0.0
         for _, life in self.lives.values():
@@ -399,6 +400,9 @@ class Ledger(TrialBook):
                 self._bill_leftover_launch(launch_id, u, now)
 
     def _bill_leftover_launch(self, launch_id: str, u: Unconfirmed, now: float) -> None:
+        """Bill a failed launch's instances the cloud would not terminate, up to ``now``, each
+        from the earliest start found (a launch starts one instance; a retried create may
+        have started more)."""
         start = min(u.since(), now)
         segs = self.backend.segments(u.offer, start, now)
         cost = self.backend.rule_of(u.offer).charge(segs, revoked_by_provider=False)
