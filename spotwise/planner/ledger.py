@@ -1,66 +1,49 @@
 """What the orchestrator pays, and how it leaves: billing each instance life, releasing a
-noticed instance when that is cheaper, cleaning up after a failed launch, and draining every
-instance at the end.
+noticed instance when that is cheaper, and draining every instance at the end (the cleanup
+after a failed launch is in :mod:`spotwise.planner.launch_cleanup`).
 
 A mixin of :class:`~spotwise.planner.orchestrator.Orchestrator` (over
-:class:`~spotwise.planner.trialbook.TrialBook`), kept apart so each file stays readable. Every
-dollar goes through :meth:`Ledger._bill`, under the billing rule of the provider that sold the
-life (:meth:`~spotwise.planner.backend.Backend.rule_of`; a job may trade on several clouds).
+:class:`~spotwise.planner.launch_cleanup.LaunchCleanup`), kept apart so each file stays
+readable. Every dollar goes through :meth:`Ledger._bill`, under the billing rule of the provider
+that sold the life (:meth:`~spotwise.planner.backend.Backend.rule_of`; a job may trade on
+several clouds).
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 from typing import Any
 
 from spotwise.errors import ProviderError
 from spotwise.planner.backend import Backend
+from spotwise.planner.launch_cleanup import (
+    RELEASE_RETRY_WALL_S,
+    UNCONFIRMED,
+    UNCONFIRMED_RETRY_MAX_WALL_S,
+    LaunchCleanup,
+    Unconfirmed,
+    launch_leftover,
+)
 from spotwise.planner.report import life_cost, release_is_cheaper, running_reference
 from spotwise.planner.runstate import Life, TrialRun
-from spotwise.planner.trialbook import TrialBook
-from spotwise.providers.base import TAG_JOB, TAG_LAUNCH, Instance, InstanceState, Offer
+from spotwise.providers.base import TAG_JOB, InstanceState
+
+__all__ = [
+    "RELEASE_RETRY_WALL_S",
+    "RELEASE_TRIES",
+    "STOP_TIMEOUT_WALL_S",
+    "UNCONFIRMED",
+    "UNCONFIRMED_RETRY_MAX_WALL_S",
+    "Ledger",
+    "Unconfirmed",
+    "launch_leftover",
+]
 
 STOP_TIMEOUT_WALL_S = 30.0  # a trial asked to stop that has not exited by then is terminated
-RELEASE_RETRY_WALL_S = 5.0  # a refused terminate is retried this long after
-#: A failed launch's cleanup that keeps failing is retried after a pause that doubles from
-#: RELEASE_RETRY_WALL_S up to this: each try that fails writes an "error" event.
-UNCONFIRMED_RETRY_MAX_WALL_S = 300.0
 RELEASE_TRIES = 4  # refusals before the job stops waiting; the drain tries once more, then reports
-#: The end reason of an open record of a failed launch that may have left an instance: its
-#: tagged instances could not be listed, or terminated (see ``Actions._discard_launch``).
-UNCONFIRMED = "unconfirmed"
 
 
-def launch_leftover(launch_id: str) -> str:
-    """How a leftover known only by its launch is named to the user: `spotwise cancel` finds
-    its instance by the launch's ``spotwise:launch`` tag."""
-    return f"launch {launch_id} (no instance id known)"
-
-
-@dataclass
-class Unconfirmed:
-    """A failed launch whose cleanup was not confirmed: it may hold a billed instance."""
-
-    trial: TrialRun
-    ids: list[str]  # the instances found holding a resource (none known: the listing failed)
-    asked_at: float  # when the launch was asked for (market clock)
-    offer: Offer  # what it was for: its price and its provider's rule
-    retry_wall: float = 0.0  # wall time (monotonic) before which its cleanup is not retried
-    tries: int = 1  # cleanups tried and not confirmed: the pause doubles with each
-    started_at: float | None = None  # the earliest start of the instances found (market clock)
-
-    def pause(self) -> float:
-        """How long to wait before the next try: doubling, capped (a cloud that keeps refusing
-        is not asked, and its refusal not recorded, every few seconds for the whole job)."""
-        return min(RELEASE_RETRY_WALL_S * 2 ** (self.tries - 1), UNCONFIRMED_RETRY_MAX_WALL_S)
-
-    def since(self) -> float:
-        """Where its running cost starts: the instance found, else the launch request."""
-        return self.started_at if self.started_at is not None else self.asked_at
-
-
-class Ledger(TrialBook):
+class Ledger(LaunchCleanup):
     job_id: str
     opts: Any  # RunOptions (poll_s)
     trials: list[TrialRun]
@@ -213,16 +196,6 @@ class Ledger(TrialBook):
             self.leftover_ids.append(iid)
             self.store.update_instance(life.launch_id, state="stopping", end_reason="not deleted")
 
-    def _terminate_quietly(self, t: TrialRun, ids: list[str], now: float, what: str) -> bool:
-        """Terminate ``ids``; a provider error becomes an "error" event (never a crash)."""
-        try:
-            self.backend.provisioner.terminate(ids)
-        except ProviderError as e:
-            self._event("error", now, t, error=f"terminating {what} {ids} failed: {e}")
-            return False
-        self._event("terminated", now, t, instances=ids, reason=what)
-        return True
-
     def _budget_spent(self) -> bool:
         """No new trial starts: the cap is reached, or the budget stopped a trial before it
         ever launched (a new one would not fit either). A running trial the budget stopped
@@ -296,122 +269,6 @@ class Ledger(TrialBook):
                 self._bill(t, life, InstanceState.RUNNING, asked)  # record stays open
                 continue
             self._bill(t, life, InstanceState.TERMINATED, asked)
-
-    # ---- failed launches -------------------------------------------------------------------
-    def _close_failed_launch(self, t: TrialRun, launch_id: str, now: float, offer: Offer) -> None:
-        """Close a failed launch's record as ``failed`` once :meth:`_discard_launch` confirms
-        nothing of it is left. Otherwise the record stays open (``requested``, end reason
-        :data:`UNCONFIRMED`): it may hold a billed instance, which the budget counts
-        (:meth:`_running_cost`). The loop tries again after a pause that doubles with each try
-        (:meth:`Unconfirmed.pause`, :meth:`_retry_unconfirmed`), and the drain once more
-        (:meth:`_settle_unconfirmed`); one still unconfirmed then is a
-        leftover of the job, `spotwise report` lists it as held and `spotwise cancel` finds it
-        by its launch tag. ``now`` (market clock): when the launch was asked for; ``offer``:
-        what it was for."""
-        confirmed, held, cost = self._discard_launch(t, launch_id, now, offer)
-        ids = [i.instance_id for i in held]
-        before = self.unconfirmed.pop(launch_id, None)
-        if confirmed:
-            bill = {"cost_usd": cost, "on_demand_cost_usd": 0.0} if cost else {}
-            self.store.update_instance(
-                launch_id, state="failed", end_reason="failed", ended_at=time.time(), **bill
-            )
-            return
-        starts = [i.launched_at for i in held if i.launched_at > 0]
-        started = min(starts) if starts else None
-        if not ids and before is not None:
-            ids = before.ids  # the listing failed this time: the instances found before stay
-            started = before.started_at
-        # one instance found (its terminate refused): its id lets `cancel` match the record
-        found = {"provider_instance_id": ids[0]} if len(ids) == 1 else {}
-        self.store.update_instance(launch_id, end_reason=UNCONFIRMED, **found)
-        u = Unconfirmed(t, ids, now, offer, tries=before.tries + 1 if before else 1)
-        u.started_at = started
-        u.retry_wall = time.monotonic() + u.pause()
-        self.unconfirmed[launch_id] = u
-
-    def _retry_unconfirmed(self) -> None:
-        """Each pass of the loop: try again to clean up each failed launch not confirmed clean
-        whose pause is over. Its instance may be running, billed, until the drain otherwise."""
-        for launch_id, u in list(self.unconfirmed.items()):
-            if time.monotonic() >= u.retry_wall:
-                self._close_failed_launch(u.trial, launch_id, u.asked_at, u.offer)
-
-    def _discard_launch(
-        self, t: TrialRun, launch_id: str, asked_at: float, offer: Offer
-    ) -> tuple[bool, list[Instance], float]:
-        """Terminate whatever a failed launch left running: the instances carrying its tag
-        (the cloud may have accepted it before the call failed). Errors become events.
-
-        Returns whether nothing of the launch is left (the listing succeeded, and so did the
-        terminate of what it found), the instances it found still holding a resource, and what
-        the instances it terminated cost (:meth:`_bill_discarded`)."""
-        prov = self.backend.provisioner
-        now = self.backend.now()
-        try:
-            found = prov.describe({TAG_JOB: self.job_id, TAG_LAUNCH: launch_id})
-        except ProviderError as e:
-            self._event("error", now, t, error=f"looking for the failed launch's instance: {e}")
-            return False, [], 0.0
-        held = [i for i in found if i.holds_resource()]
-        if not held:
-            return True, [], 0.0
-        left = [i.instance_id for i in held]
-        if not self._terminate_quietly(t, left, now, "the failed launch's instance"):
-            return False, held, 0.0
-        return True, held, self._bill_discarded(t, held, asked_at, now, offer)
-
-    def _bill_discarded(
-        self, t: TrialRun, held: list[Instance], asked_at: float, ended_at: float, offer: Offer
-    ) -> float:
-        """What instances a failed launch left running cost, from their start (else the launch
-        request) to the terminate request, at the price of the offer launched on, under its
-        provider's rule. Counted in the trial's and the job's spend (the budget sees it). An
-        instance found only at the end of the job may have run all along."""
-        rule = self.backend.rule_of(offer)
-        cost = 0.0
-        for inst in held:
-            start = inst.launched_at if inst.launched_at > 0 else asked_at
-            segs = self.backend.segments(offer, min(start, ended_at), ended_at)
-            cost += rule.charge(segs, revoked_by_provider=False)
-        if cost:
-            t.cost_usd += cost
-            self.spent_usd += cost
-            self.store.update_trial(t.trial_id, cost_usd=t.cost_usd)
-        return cost
-
-    def _settle_unconfirmed(self, now: float) -> None:
-        """At the end of the job, one more try at each failed launch whose cleanup could not
-        be confirmed (a transient error listing or terminating its instance must not fail the
-        job): confirmed clean now, its record is closed as ``failed``; otherwise it is a
-        leftover, named by the instance found or, with none known, by its launch
-        (:func:`launch_leftover`: the summary and the job's error say so; `tune` exits 1).
-
-        An instance found running that would not terminate is billed up to ``now`` (from its
-        start, else the launch request) into the trial's and the job's cost, and the record
-        keeps that bill, open: `spotwise cancel` adds what it runs after. With no instance
-        found (the listing kept failing) nothing is known to bill: the record stays open at
-        $0 and the job's error names it."""
-        for launch_id, u in list(self.unconfirmed.items()):  # whatever its pause
-            self._close_failed_launch(u.trial, launch_id, u.asked_at, u.offer)
-        for launch_id, u in self.unconfirmed.items():
-            self.leftover_ids += u.ids or [launch_leftover(launch_id)]
-            if u.ids:
-                self._bill_leftover_launch(launch_id, u, now)
-
-    def _bill_leftover_launch(self, launch_id: str, u: Unconfirmed, now: float) -> None:
-        """Bill a failed launch's instances the cloud would not terminate, up to ``now``, each
-        from the earliest start found (a launch starts one instance; a retried create may
-        have started more)."""
-        start = min(u.since(), now)
-        segs = self.backend.segments(u.offer, start, now)
-        cost = self.backend.rule_of(u.offer).charge(segs, revoked_by_provider=False)
-        seconds = sum(s for s, _ in segs) * len(u.ids)
-        cost *= len(u.ids)
-        u.trial.cost_usd += cost
-        self.spent_usd += cost
-        self.store.update_trial(u.trial.trial_id, cost_usd=u.trial.cost_usd)
-        self.store.update_instance(launch_id, cost_usd=cost, market_seconds=seconds)
 
     def leftovers(self) -> list[str]:
         """After the drain: the instances the provider would not terminate, still billed, and

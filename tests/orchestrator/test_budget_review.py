@@ -27,7 +27,7 @@ from test_orchestrator import TRACE_TICKS, spec_dict, write_spec, write_trace
 
 from spotwise import jobs
 from spotwise.errors import ProviderError
-from spotwise.planner import ledger
+from spotwise.planner import launch_cleanup, ledger
 from spotwise.planner.actions import Actions
 from spotwise.planner.ledger import Ledger, Unconfirmed
 from spotwise.planner.policy import Phase, StopEarly
@@ -260,7 +260,7 @@ def test_the_loop_terminates_a_failed_launchs_instance_within_the_budget(
     during the run at the 60 s minimum (below), and the budget's count of it is checked
     exactly in test_an_unconfirmed_failed_launch_counts_in_the_spend_until_a_retry_settles_it.
     """
-    monkeypatch.setattr(ledger, "RELEASE_RETRY_WALL_S", 0.2)
+    monkeypatch.setattr(launch_cleanup, "RELEASE_RETRY_WALL_S", 0.2)
     write_trace(tmp_path / "trace.csv", avail_ticks=TRACE_TICKS)
     seen = cloudlike_backends(monkeypatch, fail_first_launch=True, fail_launch_listings=1)
     cap = 0.2

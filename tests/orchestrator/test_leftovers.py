@@ -88,9 +88,9 @@ def test_a_failed_launch_whose_cleanup_failed_once_is_settled_at_the_end_of_the_
     stayed open and the job ended with it as a leftover (`tune` exited 1) until `spotwise
     cancel`. The drain tries once more; the listing answers, and the record is closed. (The
     loop's own retries wait longer than the job here: test_budget_review covers them.)"""
-    from spotwise.planner import ledger
+    from spotwise.planner import launch_cleanup
 
-    monkeypatch.setattr(ledger, "RELEASE_RETRY_WALL_S", 1e9)
+    monkeypatch.setattr(launch_cleanup, "RELEASE_RETRY_WALL_S", 1e9)
     summary, prov, db = _run(
         tmp_path, monkeypatch, calm=True, fail_first_launch=True, fail_launch_listings=1
     )
@@ -131,10 +131,10 @@ def test_a_failed_launch_whose_cleanup_keeps_failing_is_a_leftover_named_by_its_
     from typer.testing import CliRunner
 
     from spotwise.cli.app import app
-    from spotwise.planner import ledger
+    from spotwise.planner import launch_cleanup
 
     # the loop's retries wait longer than the job: the tries counted below are deterministic
-    monkeypatch.setattr(ledger, "RELEASE_RETRY_WALL_S", 1e9)
+    monkeypatch.setattr(launch_cleanup, "RELEASE_RETRY_WALL_S", 1e9)
     write_trace(tmp_path / "trace.csv", avail_ticks=TRACE_TICKS)
     seen = cloudlike_backends(monkeypatch, fail_first_launch=True, fail_launch_listings=10**6)
     monkeypatch.setenv("SPOTWISE_HOME", str(tmp_path / "home"))
