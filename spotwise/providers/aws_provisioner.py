@@ -60,7 +60,7 @@ from spotwise.providers.base import (
 from spotwise.providers.channel import artifacts_uri
 from spotwise.providers.registry import ProviderConfig
 from spotwise.providers.s3_blobs import S3Blobs
-from spotwise.providers.trial_agent import instance_argv, instance_env
+from spotwise.providers.trial_config import instance_argv, instance_env
 from spotwise.providers.trialfiles import Tracks, TrialFiles
 
 TAG_MARKET, TAG_PRICE, TAG_OD_PRICE = "spotwise:market", "spotwise:price", "spotwise:od-price"

@@ -47,7 +47,7 @@ from typing import Any
 from spotwise.errors import ProviderError
 from spotwise.providers.base import TAG_JOB, TAG_TRIAL, LaunchRequest
 from spotwise.providers.blobs_open import scheme_of
-from spotwise.providers.trial_agent import TrialConfig, instance_argv, instance_env
+from spotwise.providers.trial_config import TrialConfig, instance_argv, instance_env
 
 AGENT_NUMBERS = ("poll_s", "sync_s", "kill_grace_s", "shutdown_after_s")
 SECRET_ENV = frozenset({
