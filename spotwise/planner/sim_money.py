@@ -46,10 +46,9 @@ class Meter:
         provider bills a life it takes (AWS: nothing within the first hour), the others as if
         terminated by us now."""
         total = 0.0
-        free_s = self.rule.free_if_revoked_within_s
         for life in lives:
             secs = now - life.launched_at
-            if secs <= 0 or (life.noticed and secs < free_s):
+            if secs <= 0:
                 continue
             if life.offer.market is Market.SPOT:
                 zi = self.market.zone_index(life.offer.zone)
