@@ -24,9 +24,10 @@ from spotwise.planner.launch_cleanup import (
     Unconfirmed,
     launch_leftover,
 )
+from spotwise.planner.policy import Event
 from spotwise.planner.report import life_cost, release_is_cheaper, running_reference
 from spotwise.planner.runstate import Life, TrialRun
-from spotwise.providers.base import TAG_JOB, InstanceState
+from spotwise.providers.base import TAG_JOB, Instance, InstanceState
 
 __all__ = [
     "RELEASE_RETRY_WALL_S",
@@ -195,6 +196,42 @@ class Ledger(LaunchCleanup):
         if not self._terminate_quietly(t, [iid], now, "the ended instance"):
             self.leftover_ids.append(iid)
             self.store.update_instance(life.launch_id, state="stopping", end_reason="not deleted")
+
+    def _settle_lives(self, states: dict[str, Instance], now: float) -> list[Event]:
+        """What each of our instances' state means for its life: an ended trial's life is billed
+        (and a stopped-not-deleted VM deleted), an exited one released when it should be, an
+        overdue stop terminated; returns the exits this reveals, as events for the policy."""
+        events: list[Event] = []
+        for iid, (t, life) in list(self.lives.items()):
+            inst = states.get(iid)
+            if inst is None:
+                continue
+            if not life.exited and (inst.exit_code is not None or inst.state.is_terminal()):
+                events += self._read_progress(t, life, now)
+                events.append(self._on_exit(t, inst.exit_code, inst.state, now))
+            if life.exited:
+                if inst.state.is_terminal():
+                    self._bill(
+                        t, life, inst.state, inst.ended_at if inst.ended_at is not None else now
+                    )
+                    if inst.holds_resource():  # stopped, not deleted: still billed; delete it
+                        self._delete_ended(t, iid, life, now)
+                elif life.notice_deadline is None:
+                    # left on its own and no notice: release it now
+                    if self._try_release(t, iid, life, now, "the exited instance"):
+                        self._bill(t, life, InstanceState.TERMINATED, now)
+                elif self._release_is_cheaper(life, now) and self._try_release(
+                    t, iid, life, now, "the noticed instance"
+                ):
+                    # noticed, trial gone, and waiting for the provider would cost more (past
+                    # the free first hour on AWS, always on Azure): released it ourselves
+                    self._bill(t, life, InstanceState.TERMINATED, now, released=True)
+            elif t.stopping and life.stop_wall is not None and self._stop_overdue(life):
+                self._try_release(t, iid, life, now, "the instance of an overdue stop")
+                if life.release_failures >= RELEASE_TRIES:  # neither trial nor provider lets go
+                    events += self._read_progress(t, life, now)
+                    events.append(self._on_exit(t, None, inst.state, now))  # the drain reports it
+        return events
 
     def _budget_spent(self) -> bool:
         """No new trial starts: the cap is reached, or the budget stopped a trial before it

@@ -24,7 +24,7 @@ from typing import Any
 from spotwise.errors import SpotwiseError
 from spotwise.planner.actions import Actions
 from spotwise.planner.backend import NoOfferWatch, open_backend
-from spotwise.planner.ledger import RELEASE_TRIES, Unconfirmed
+from spotwise.planner.ledger import Unconfirmed
 from spotwise.planner.policy import (
     Event,
     NoticeReceived,
@@ -50,7 +50,6 @@ from spotwise.planner.runstate import (
 from spotwise.planner.search import Search
 from spotwise.providers.base import (
     TAG_JOB,
-    InstanceState,
     NoticeKind,
     Offer,
 )
@@ -271,35 +270,7 @@ class Orchestrator(Actions):
             if not life.exited:
                 events += self._read_progress(t, life, now)
         states = {i.instance_id: i for i in prov.describe({TAG_JOB: self.job_id})}
-        for iid, (t, life) in list(self.lives.items()):
-            inst = states.get(iid)
-            if inst is None:
-                continue
-            if not life.exited and (inst.exit_code is not None or inst.state.is_terminal()):
-                events += self._read_progress(t, life, now)
-                events.append(self._on_exit(t, inst.exit_code, inst.state, now))
-            if life.exited:
-                if inst.state.is_terminal():
-                    self._bill(
-                        t, life, inst.state, inst.ended_at if inst.ended_at is not None else now
-                    )
-                    if inst.holds_resource():  # stopped, not deleted: still billed; delete it
-                        self._delete_ended(t, iid, life, now)
-                elif life.notice_deadline is None:
-                    # left on its own and no notice: release it now
-                    if self._try_release(t, iid, life, now, "the exited instance"):
-                        self._bill(t, life, InstanceState.TERMINATED, now)
-                elif self._release_is_cheaper(life, now) and self._try_release(
-                    t, iid, life, now, "the noticed instance"
-                ):
-                    # noticed, trial gone, and waiting for the provider would cost more (past
-                    # the free first hour on AWS, always on Azure): released it ourselves
-                    self._bill(t, life, InstanceState.TERMINATED, now, released=True)
-            elif t.stopping and life.stop_wall is not None and self._stop_overdue(life):
-                self._try_release(t, iid, life, now, "the instance of an overdue stop")
-                if life.release_failures >= RELEASE_TRIES:  # neither trial nor provider lets go
-                    events += self._read_progress(t, life, now)
-                    events.append(self._on_exit(t, None, inst.state, now))  # the drain reports it
+        events += self._settle_lives(states, now)
         return events
 
     def _totals(self) -> dict[str, float]:
