@@ -26,9 +26,9 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from spotwise.errors import SpecError
+from spotwise.states import FINISHED_JOB_STATES
 
 GROUPS = ("provider", "job", "instance-type", "zone", "market", "day")
-_FINISHED = ("succeeded", "failed", "cancelled")
 
 
 class LifeRow(Protocol):
@@ -130,7 +130,7 @@ def summarize(
     held_rows = []
     for r in sorted(held, key=lambda r: (r.requested_at, r.id)):
         info = jobs.get(r.job_id, JobInfo("unknown", running=False, simulated=False))
-        leftover = info.state in _FINISHED or not info.running
+        leftover = info.state in FINISHED_JOB_STATES or not info.running
         start = r.launched_at if r.launched_at is not None else r.requested_at
         held_rows.append(
             {

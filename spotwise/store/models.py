@@ -20,36 +20,8 @@ from sqlalchemy.engine import Dialect
 from sqlmodel import Field, SQLModel
 
 from spotwise.providers.base import InstanceState
-
-
-class JobState(enum.StrEnum):
-    PENDING = "pending"
-    RUNNING = "running"
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"
-    CANCELLED = "cancelled"
-
-    def is_terminal(self) -> bool:
-        return self in (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED)
-
-
-class TrialState(enum.StrEnum):
-    PENDING = "pending"
-    RUNNING = "running"
-    WAITING = "waiting"  # between instances: revoked or migrating, to be relaunched
-    COMPLETED = "completed"
-    STOPPED_EARLY = "stopped_early"
-    FAILED = "failed"
-    CANCELLED = "cancelled"
-
-    def is_terminal(self) -> bool:
-        return self in (
-            TrialState.COMPLETED,
-            TrialState.STOPPED_EARLY,
-            TrialState.FAILED,
-            TrialState.CANCELLED,
-        )
-
+from spotwise.states import JobState as JobState  # re-exported: they lived here
+from spotwise.states import TrialState as TrialState
 
 #: Instance state of a launch recorded before the cloud call confirmed it.
 INSTANCE_REQUESTED = "requested"
