@@ -33,7 +33,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -50,25 +50,13 @@ _CONFIG_RE = re.compile(CONFIG_VAR + r"='([A-Za-z0-9+/=]+)'")
 NOTICE_LEAD_S = 120.0
 
 
-@dataclass
-class AgentConfig:
-    """Everything the agent needs; travels base64-encoded JSON inside the user-data."""
+@dataclass(kw_only=True)
+class AgentConfig(TrialConfig):
+    """Everything the agent needs: the cloud-neutral :class:`TrialConfig` plus where its
+    artifacts live; travels as base64-encoded flat JSON inside the user-data."""
 
-    job_id: str
-    trial_id: str
-    attempt: int
-    launch_id: str
-    argv: list[str]
-    env: dict[str, str]
     artifacts: str  # s3://bucket/prefix/<job>/<trial>
     region: str
-    workdir: str = ""
-    poll_s: float = 2.0
-    sync_s: float = 5.0
-    rebalance: str = "stop"  # stop | ignore
-    shutdown_after_s: float = 600.0  # power off this long after the trial ends (< 0: never)
-    state_dir: str = ""  # where the trial's events and stop files live on the instance
-    kill_grace_s: float = 100.0  # SIGKILL the trial this long after a notice's SIGTERM
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_b64(self) -> str:
@@ -84,21 +72,8 @@ class AgentConfig:
 
     def trial(self) -> TrialConfig:
         """The cloud-neutral part, for :class:`~spotwise.providers.trial_agent.TrialAgent`."""
-        return TrialConfig(
-            job_id=self.job_id,
-            trial_id=self.trial_id,
-            attempt=self.attempt,
-            launch_id=self.launch_id,
-            argv=list(self.argv),
-            env=dict(self.env),
-            workdir=self.workdir,
-            poll_s=self.poll_s,
-            sync_s=self.sync_s,
-            rebalance=self.rebalance,
-            shutdown_after_s=self.shutdown_after_s,
-            state_dir=self.state_dir,
-            kill_grace_s=self.kill_grace_s,
-        )
+        part = {f.name: getattr(self, f.name) for f in fields(TrialConfig)}
+        return TrialConfig(**{**part, "argv": list(self.argv), "env": dict(self.env)})
 
 
 def render_user_data(
