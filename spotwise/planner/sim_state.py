@@ -104,7 +104,7 @@ class TrialState:
     revocations: int = 0
     lost_s: float = 0.0
     overhead_s: float = 0.0
-    run_s: float = 0.0  # market seconds spent in steps (for the observed seconds per step)
+    run_s: float = 0.0  # market s in steps and checkpoint writes (observed seconds per step)
     steps_run: int = 0
     stopping: bool = False
     completed: bool = False

@@ -10,7 +10,8 @@ The model (docs/simulation.md has the why of each choice):
 * A launch takes ``restart_overhead_s`` (boot, setup, restore) before the first step; every
   launch pays it. Steps last their recorded seconds × ``time_scale`` (÷ the offer's speed).
 * A trial writes a checkpoint after every ``checkpoint_every`` steps (``checkpoint_s`` each,
-  no progress meanwhile); it is valid once written.
+  no progress meanwhile); it is valid once written. The observed seconds per step the
+  policy sees include these writes, as ``tune`` measures them (report to report).
 * A spot instance is revoked at the first tick its zone is unavailable; the notice comes
   ``notice_lead_s`` earlier. A trial asked to leave (notice or ``Checkpoint``) finishes its
   current step, writes a checkpoint and exits; work after the last valid checkpoint is lost
@@ -222,6 +223,7 @@ class Engine(SimViews):
         wait = 0.0
         if k % t.checkpoint_every == 0:
             wait = self.s.checkpoint_s
+            t.run_s += wait  # tune times a step from report to report, checkpoint writes included
             life.ckpt_until, life.ckpt_step = self.now + wait, k
             self._push(self.now + wait, "ckpt", t.number, life.lid, k)
         life.token += 1

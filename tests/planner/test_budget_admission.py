@@ -268,7 +268,7 @@ def test_simulate_on_demand_parallel_8_completes_trials_within_the_cap() -> None
     out = run_suite(ts, load_curve_pool(SHIPPED_CURVES), suite, revocation_risk(ts, "none"))
     rs = out["runs"]["on-demand"]
     assert [r["completed"] for r in rs] == [3, 2]
-    assert [r["cost_usd"] for r in rs] == pytest.approx([14.06665, 11.40785])
+    assert [r["cost_usd"] for r in rs] == pytest.approx([14.06665, 10.7015])
     for r in rs:
         assert r["cost_usd"] <= 15.0 and not r["budget_exceeded"]
     # as in `tune`, no new trial starts once one that never ran was stopped for the budget
