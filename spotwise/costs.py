@@ -181,12 +181,15 @@ def report(
         raise SpecError(f"--by: {by!r} is not a grouping; use one of {', '.join(GROUPS)}")
     now = time.time() if now is None else now
     start = None if since.strip().lower() == "all" else now - parse_duration(since, field="--since")
+    if start is not None and start <= 0:  # back past 1970: every life there is, as `all`
+        start = None
     store = Store.open_existing(db)
     try:
-        ended = [  # lives: launches a provider accepted (a refused one is no life, no bill)
+        ended = [  # lives: launches a provider accepted (a refused one is no life, no bill),
+            # and a failed launch's instance that ran until we terminated it (billed)
             r
             for r in store.list_instances(None, ended_since=start)
-            if not r.is_active() and r.launched_at is not None
+            if not r.is_active() and (r.launched_at is not None or r.cost_usd > 0)
         ]
         held = store.list_instances(None, active_only=True)
         jobs: dict[str, JobInfo] = {}

@@ -80,13 +80,23 @@ class LaunchCleanup(TrialBook):
         leftover of the job, `spotwise report` lists it as held and `spotwise cancel` finds it
         by its launch tag. ``now`` (market clock): when the launch was asked for; ``offer``:
         what it was for."""
-        confirmed, held, cost = self._discard_launch(t, launch_id, now, offer)
+        confirmed, held, cost, seconds = self._discard_launch(t, launch_id, now, offer)
         ids = [i.instance_id for i in held]
         before = self.unconfirmed.pop(launch_id, None)
         if confirmed:
+            # an instance it started and we terminated is a billed life: `spotwise report`
+            # counts it by its cost and market seconds, `cancel`/support find it by its id
             bill = {"cost_usd": cost, "on_demand_cost_usd": 0.0} if cost else {}
+            if seconds:
+                bill["market_seconds"] = seconds
+            found = {"provider_instance_id": ids[0]} if len(ids) == 1 else {}
             self.store.update_instance(
-                launch_id, state="failed", end_reason="failed", ended_at=time.time(), **bill
+                launch_id,
+                state="failed",
+                end_reason="failed",
+                ended_at=time.time(),
+                **bill,
+                **found,
             )
             return
         starts = [i.launched_at for i in held if i.launched_at > 0]
@@ -111,46 +121,48 @@ class LaunchCleanup(TrialBook):
 
     def _discard_launch(
         self, t: TrialRun, launch_id: str, asked_at: float, offer: Offer
-    ) -> tuple[bool, list[Instance], float]:
+    ) -> tuple[bool, list[Instance], float, float]:
         """Terminate whatever a failed launch left running: the instances carrying its tag
         (the cloud may have accepted it before the call failed). Errors become events.
 
         Returns whether nothing of the launch is left (the listing succeeded, and so did the
         terminate of what it found), the instances it found still holding a resource, and what
-        the instances it terminated cost (:meth:`_bill_discarded`)."""
+        the instances it terminated cost and ran, in market seconds (:meth:`_bill_discarded`)."""
         prov = self.backend.provisioner
         now = self.backend.now()
         try:
             found = prov.describe({TAG_JOB: self.job_id, TAG_LAUNCH: launch_id})
         except ProviderError as e:
             self._event("error", now, t, error=f"looking for the failed launch's instance: {e}")
-            return False, [], 0.0
+            return False, [], 0.0, 0.0
         held = [i for i in found if i.holds_resource()]
         if not held:
-            return True, [], 0.0
+            return True, [], 0.0, 0.0
         left = [i.instance_id for i in held]
         if not self._terminate_quietly(t, left, now, "the failed launch's instance"):
-            return False, held, 0.0
-        return True, held, self._bill_discarded(t, held, asked_at, now, offer)
+            return False, held, 0.0, 0.0
+        return True, held, *self._bill_discarded(t, held, asked_at, now, offer)
 
     def _bill_discarded(
         self, t: TrialRun, held: list[Instance], asked_at: float, ended_at: float, offer: Offer
-    ) -> float:
-        """What instances a failed launch left running cost, from their start (else the launch
-        request) to the terminate request, at the price of the offer launched on, under its
-        provider's rule. Counted in the trial's and the job's spend (the budget sees it). An
-        instance found only at the end of the job may have run all along."""
+    ) -> tuple[float, float]:
+        """What instances a failed launch left running cost, and how many market seconds they
+        ran, from their start (else the launch request) to the terminate request, at the price
+        of the offer launched on, under its provider's rule. Counted in the trial's and the
+        job's spend (the budget sees it). An instance found only at the end of the job may
+        have run all along."""
         rule = self.backend.rule_of(offer)
-        cost = 0.0
+        cost = seconds = 0.0
         for inst in held:
             start = inst.launched_at if inst.launched_at > 0 else asked_at
             segs = self.backend.segments(offer, min(start, ended_at), ended_at)
             cost += rule.charge(segs, revoked_by_provider=False)
+            seconds += sum(s for s, _ in segs)
         if cost:
             t.cost_usd += cost
             self.spent_usd += cost
             self.store.update_trial(t.trial_id, cost_usd=t.cost_usd)
-        return cost
+        return cost, seconds
 
     def _settle_unconfirmed(self, now: float) -> None:
         """At the end of the job, one more try at each failed launch whose cleanup could not

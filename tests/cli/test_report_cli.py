@@ -201,3 +201,17 @@ def test_a_server_that_never_answers_is_given_up_after_the_connect_timeout() -> 
     assert took < 30
     assert "cannot connect to the database" in done.stderr
     assert "timeout" in done.stderr.lower()
+
+
+def test_a_since_reaching_back_past_1970_reports_everything_as_all_does(tmp_path: Path) -> None:
+    """``--since 999999d`` printed the title, then `internal error: year -712 is out of range`."""
+    db = _two_markets(tmp_path)
+    text = CliRunner().invoke(app, ["report", "--since", "999999d", "--db", db])
+    assert text.exit_code == 0, text.output
+    assert "lives that ended from the start to " in text.stdout
+    same = [
+        json.loads(CliRunner().invoke(app, ["report", "--since", s, "--db", db, "--json"]).stdout)
+        for s in ("999999d", "all")
+    ]
+    assert same[0]["since"] is None
+    assert same[0]["totals"] == same[1]["totals"]
