@@ -66,6 +66,12 @@ class CapacityError(ProviderError):
     """The offer has no capacity right now."""
 
 
+class ThrottledError(ProviderError):
+    """The provider's API refused the call for its request rate (HTTP 429, EC2
+    ``RequestLimitExceeded``, GCP ``rateLimitExceeded``): nothing was done, and the same call
+    should succeed later. Not a failure of the trial: the planner backs off and tries again."""
+
+
 class CheckpointError(SpotwiseError):
     """A checkpoint is missing, partial or corrupt."""
 

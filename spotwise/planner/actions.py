@@ -20,7 +20,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from spotwise.errors import CapacityError, ProviderError
+from spotwise.errors import CapacityError, ProviderError, ThrottledError
 from spotwise.planner.ledger import Ledger
 from spotwise.planner.policy import Action, Checkpoint, Launch, Phase, SetCheckpointEvery, StopEarly
 from spotwise.planner.runstate import (
@@ -35,10 +35,15 @@ from spotwise.planner.runstate import (
 from spotwise.planner.trialbook import MAX_FAILURES
 from spotwise.providers.base import LaunchRequest, our_tags
 
+THROTTLE_PAUSE_WALL_S = 5.0  # first pause of a provider whose API throttles our launches
+THROTTLE_PAUSE_MAX_WALL_S = 300.0  # the pause doubles per throttled launch up to this
+
 
 class Actions(Ledger):
     base_dir: Path
     blocked: dict[str, float]  # offer key → market time until which it is avoided
+    # provider → (market time until which it is not launched on, the last pause in wall s)
+    throttled: dict[str, tuple[float, float]]
     cancelled: bool
     migrations: int
 
@@ -57,7 +62,8 @@ class Actions(Ledger):
             if self.cancelled or t.phase not in (Phase.QUEUED, Phase.WAITING):
                 return
             offer = next((o for o in offers if o.key == action.offer_key), None)
-            if offer is not None:
+            # this pass's offers were read before a launch in it was refused: ask again later
+            if offer is not None and not self._refused_lately(offer, now):
                 self._launch(t, offer, now)
         elif isinstance(action, Checkpoint | StopEarly):
             if isinstance(action, StopEarly):
@@ -167,6 +173,11 @@ class Actions(Ledger):
         req = LaunchRequest(offer, argv, env, tags, launch_id, str(self.base_dir))
         try:
             inst = self.backend.provisioner.launch(req)
+        except ThrottledError as e:  # nothing was done: wait, then try again; not a failure
+            self._throttle(offer.provider, now)
+            self._event("launch_throttled", now, t, offer=offer.key, error=str(e))
+            self._close_failed_launch(t, launch_id, now, offer)
+            return
         except (CapacityError, ProviderError) as e:
             self.blocked[offer.key] = now + max(self._tick_s(), 1.0)
             self._event("launch_failed", now, t, offer=offer.key, error=str(e))
@@ -188,6 +199,7 @@ class Actions(Ledger):
             state="running",
             launched_at=time.time(),
         )
+        self.throttled.pop(offer.provider, None)  # a launch went through: no more pause
         if t.lives_started > 0 and not t.retrying:  # moved after a notice, loss or rebalance
             t.migrations += 1
             self.migrations += 1
@@ -214,3 +226,14 @@ class Actions(Ledger):
             attempt=attempt,
             resume_step=t.checkpoint_step,
         )
+
+    def _refused_lately(self, offer: Any, now: float) -> bool:
+        """The offer refused a launch, or its provider throttled one, and the pause is on."""
+        until, _ = self.throttled.get(offer.provider, (0.0, 0.0))
+        return self.blocked.get(offer.key, 0.0) > now or until > now
+
+    def _throttle(self, provider: str, now: float) -> None:
+        """No launch on ``provider`` for a pause that doubles with each throttled launch."""
+        _, last = self.throttled.get(provider, (now, 0.0))
+        pause = min(max(last * 2, THROTTLE_PAUSE_WALL_S), THROTTLE_PAUSE_MAX_WALL_S)
+        self.throttled[provider] = (now + pause * self.backend.speedup, pause)

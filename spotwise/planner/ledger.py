@@ -264,9 +264,11 @@ class Ledger(LaunchCleanup):
         while any(life.notice_deadline for _, life in self.lives.values()):
             if time.monotonic() - waited > STOP_TIMEOUT_WALL_S:
                 break  # the provider is slow to take them: terminate below
-            states = {
-                i.instance_id: i for i in backend.provisioner.describe({TAG_JOB: self.job_id})
-            }
+            try:
+                found = backend.provisioner.describe({TAG_JOB: self.job_id})
+            except ProviderError:  # cannot see them: terminate them below, do not stop here
+                break
+            states = {i.instance_id: i for i in found}
             for iid, (t, life) in list(self.lives.items()):
                 inst = states.get(iid)
                 if inst is not None and inst.state.is_terminal():

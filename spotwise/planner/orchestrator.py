@@ -91,6 +91,8 @@ class Orchestrator(Actions):
         self.unconfirmed: dict[str, Unconfirmed] = {}  # failed launches not confirmed clean
         self.budget_stops: list[tuple[TrialRun, Life]] = []  # released at the end of a pass
         self.blocked: dict[str, float] = {}  # offer key → market time until which it is avoided
+        self.throttled: dict[str, tuple[float, float]] = {}  # provider → (until, last pause)
+        self.read_failing: dict[str, float] = {}  # provider read → wall time it began failing
         self.cancelled = False
         self.cancel_requested = False
         self.spent_usd = 0.0
@@ -212,11 +214,13 @@ class Orchestrator(Actions):
             self._event("no_offers", now, message=said)
 
     def _usable_offers(self, now: float) -> list[Offer]:
-        """The market's offers, with those that just sent a notice or refused a launch marked
-        unavailable: a zone whose capacity is being reclaimed is not capacity."""
+        """The market's offers, with those that just sent a notice or refused a launch, and those
+        of a provider whose API throttles our launches, marked unavailable: a zone whose
+        capacity is being reclaimed is not capacity."""
         self.blocked = {k: until for k, until in self.blocked.items() if until > now}
+        paused = {p for p, (until, _) in self.throttled.items() if until > now}
         return [
-            replace(o, available=False) if o.key in self.blocked else o
+            replace(o, available=False) if o.key in self.blocked or o.provider in paused else o
             for o in self.backend.list_offers(now)
         ]
 
@@ -231,7 +235,7 @@ class Orchestrator(Actions):
 
     def _admit(self) -> list[Event]:
         """Create trials from the search while there is room for them."""
-        if self.cancelled or self._budget_spent() or self._broken():
+        if self.cancelled or self._budget_spent() or self._broken() or self._doubtful():
             return []
         active = sum(1 for t in self.trials if not t.phase.is_terminal())
         out: list[Event] = []
@@ -250,7 +254,7 @@ class Orchestrator(Actions):
     def _collect(self, now: float) -> list[Event]:
         prov = self.backend.provisioner
         events: list[Event] = []
-        for n in prov.notices():
+        for n in self._read_provider("notices", prov.notices, now) or []:
             if n.instance_id not in self.lives:
                 continue
             t, life = self.lives[n.instance_id]
@@ -269,8 +273,9 @@ class Orchestrator(Actions):
         for t, life in list(self.lives.values()):
             if not life.exited:
                 events += self._read_progress(t, life, now)
-        states = {i.instance_id: i for i in prov.describe({TAG_JOB: self.job_id})}
-        events += self._settle_lives(states, now)
+        found = self._read_provider("describe", lambda: prov.describe({TAG_JOB: self.job_id}), now)
+        if found is not None:  # unread this pass: nothing is known to have ended
+            events += self._settle_lives({i.instance_id: i for i in found}, now)
         return events
 
     def _totals(self) -> dict[str, float]:

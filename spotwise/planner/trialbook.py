@@ -13,10 +13,12 @@ attempt's error quotes the last line of that output (a traceback's exception lin
 
 from __future__ import annotations
 
+import logging
 import re
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from spotwise.errors import ProviderError
 from spotwise.planner.backend import Backend
@@ -32,6 +34,9 @@ SDK_WARNINGS = ("checkpoint_rejected", "resume_behind", "checkpoint_behind")
 _EVENT_FIELDS = ("type", "time", "job_id", "trial_id", "instance_id", "kind")  # the store's own
 MAX_FAILURES = 2  # attempts of a trial that may crash before it is marked failed
 LAST_LINE_CHARS = 300  # of a trial's last output line, quoted in its error
+PROVIDER_READ_GRACE_WALL_S = 300.0  # a provider that cannot be read this long fails the job
+T = TypeVar("T")
+log = logging.getLogger("spotwise.planner")
 _CONTROL = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|[\x00-\x08\x0b-\x1f\x7f]")  # ANSI, controls
 
 
@@ -57,9 +62,29 @@ class TrialBook:
     trials: list[TrialRun]
     revocations: int
     early_stopped: int
+    read_failing: dict[str, float]  # provider read → wall time it began failing
 
     def _event(self, kind: str, now: float, t: TrialRun | None = None, **detail: Any) -> None:
         raise NotImplementedError
+
+    def _read_provider(self, what: str, call: Callable[[], list[T]], now: float) -> list[T] | None:
+        """``call()``, or None while the provider cannot be read (a 5xx, throttling, a network
+        error) for less than ``PROVIDER_READ_GRACE_WALL_S``: one failed poll must not fail a job
+        whose instances run on. The first failure of a streak is an event; past the grace the
+        error ends the job (its drain terminates what it can)."""
+        try:
+            out = call()
+        except ProviderError as e:
+            first = what not in self.read_failing
+            since = self.read_failing.setdefault(what, time.monotonic())
+            if time.monotonic() - since > PROVIDER_READ_GRACE_WALL_S:
+                raise
+            if first:
+                log.warning("%s: reading %s failed, retrying: %s", self.job_id, what, e)
+                self._event("error", now, message=f"reading {what} failed, retrying: {e}")
+            return None
+        self.read_failing.pop(what, None)
+        return out
 
     def _read_progress(self, t: TrialRun, life: Life, now: float) -> list[Event]:
         events: list[Event] = []
@@ -231,6 +256,15 @@ class TrialBook:
         typo, a missing file), and every new trial would only pay for more failed launches."""
         failed = sum(1 for t in self.trials if t.state == "failed")
         return failed >= 2 and not any(t.furthest > 0 for t in self.trials)
+
+    def _doubtful(self) -> bool:
+        """No trial has reported a step yet, one has failed, and another is still under way:
+        no new trial starts until that one shows whether the command works (a broken command
+        would otherwise start a third trial in the slot the first freed)."""
+        if any(t.furthest > 0 for t in self.trials):
+            return False
+        failed = any(t.failures > 0 for t in self.trials)
+        return failed and any(not t.phase.is_terminal() for t in self.trials)
 
     def _close_trial(self, t: TrialRun, state: str, now: float) -> None:
         t.phase, t.state = Phase.DONE, state

@@ -4,17 +4,19 @@ Import it as ``orch_fakes`` (pytest puts this folder on ``sys.path``)."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
 import pytest
 
-from spotwise.errors import ProviderError
+from spotwise.errors import ProviderError, ThrottledError
 from spotwise.planner import orchestrator
 from spotwise.providers.base import TAG_LAUNCH, Instance, InstanceState, LaunchRequest, Notice
 
 LISTING_500 = "gcp: listing instances: 500 Internal error. Please try again."
+THROTTLED = "gcp: launching: the API is throttling requests (429 Too Many Requests)"
 
 
 class Cloudlike:
@@ -28,8 +30,13 @@ class Cloudlike:
         stop_when_exited: bool = False,
         fail_terminate: bool = False,
         fail_launch_listings: int = 0,
+        throttle_launches: int = 0,
+        fail_job_listings: int = 0,
     ) -> None:
         self.inner = inner
+        self.throttle_launches = throttle_launches  # launches refused for the request rate
+        self.fail_job_listings = fail_job_listings  # listings of the job's instances that fail
+        self.throttled_at: list[float] = []  # wall times of the refused launches
         # how many listings of one launch's instances (a failed launch's cleanup) fail
         self.fail_launch_listings = fail_launch_listings
         self.name = inner.name
@@ -41,6 +48,10 @@ class Cloudlike:
         self.terminated: list[str] = []
 
     def launch(self, request: LaunchRequest) -> Instance:
+        if self.throttle_launches > 0:
+            self.throttle_launches -= 1
+            self.throttled_at.append(time.monotonic())
+            raise ThrottledError(THROTTLED)
         left = [i.instance_id for i in self.inner.describe() if i.holds_resource()]
         self.log.append(("still there at launch", left))
         inst = self.inner.launch(request)
@@ -53,6 +64,9 @@ class Cloudlike:
     def describe(self, tags: Mapping[str, str] | None = None) -> list[Instance]:
         if tags and TAG_LAUNCH in tags and self.fail_launch_listings > 0:
             self.fail_launch_listings -= 1
+            raise ProviderError(LISTING_500)
+        if tags and TAG_LAUNCH not in tags and self.fail_job_listings > 0:
+            self.fail_job_listings -= 1
             raise ProviderError(LISTING_500)
         out = []
         for inst in self.inner.describe(tags):

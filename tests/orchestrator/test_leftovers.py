@@ -19,7 +19,7 @@ import pytest
 from orch_fakes import LISTING_500, Cloudlike, cloudlike_backends
 from test_orchestrator import TRACE_TICKS, spec_dict, tiny_spec, write_spec, write_trace
 
-from spotwise import jobs
+from spotwise import costs, jobs
 from spotwise.errors import ProviderError
 from spotwise.planner import orchestrator
 from spotwise.providers.base import (
@@ -74,6 +74,11 @@ def test_an_instance_a_failed_launch_started_is_terminated_and_its_attempt_is_us
     # and counted in the job's spend (it was closed at $0)
     assert rows[0].cost_usd is not None and rows[0].cost_usd > 0
     assert summary["cost_usd"] == pytest.approx(sum(r.cost_usd or 0 for r in rows), abs=1e-6)
+    # the record names the instance and how long it ran; `spotwise report` counts it as a life
+    assert rows[0].provider_instance_id == first and rows[0].market_seconds > 0
+    replay = costs.report(since="all", db=db)["replay"]["totals"]
+    assert replay["lives"] == 2
+    assert replay["cost_usd"] == pytest.approx(summary["cost_usd"], abs=1e-6)
     assert [e.detail["attempt"] for e in launches] == [1]
     assert [e.detail["instances"] for e in cleanup] == [[first]]
     assert all(not i.holds_resource() for i in prov.inner.describe({TAG_JOB: job}))
@@ -107,10 +112,13 @@ def test_a_failed_launch_whose_cleanup_failed_once_is_settled_at_the_end_of_the_
         ("failed", "failed"),
         ("terminated", "completed"),
     ]
-    # found only at the end, the failed launch's instance ran as long as the trial's own life
-    # (both started together): billed for all of it, not $0
+    # found only at the end, the failed launch's instance ran at least as long as the trial's
+    # own life (started before it): billed for all of it (here AWS's 60 s minimum at its
+    # zone's $1/h), not $0. The zone that refused the launch is avoided: the trial moved on.
     failed, ok = rows
-    assert failed.cost_usd == pytest.approx(ok.cost_usd, rel=0.25)
+    assert failed.market_seconds >= ok.market_seconds > 0
+    assert failed.cost_usd == pytest.approx(60.0 / 3600.0 * failed.price_per_hour)
+    assert failed.zone != ok.zone
     assert summary["cost_usd"] == pytest.approx(failed.cost_usd + ok.cost_usd, abs=1e-6)
     assert [e.detail["error"] for e in errors] == [
         f"looking for the failed launch's instance: {LISTING_500}"

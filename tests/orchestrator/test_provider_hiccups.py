@@ -1,0 +1,100 @@
+"""A provider that throttles or cannot be read for a moment does not fail the job.
+
+A cloud API answers 429 (or EC2's ``RequestLimitExceeded``) when we call it too often: nothing
+was done, and the same call succeeds later. Such a launch is not a failure of the trial (two
+failures end it): the provider's offers are paused for a doubling while, then the trial is
+launched again. A listing of the job's instances that fails (a 500) is retried at the next
+pass; only a provider that stays unreadable past a grace ends the job, and the drain still
+terminates what runs.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from orch_fakes import LISTING_500, THROTTLED, Cloudlike, cloudlike_backends
+from test_orchestrator import TRACE_TICKS, tiny_spec, write_spec, write_trace
+
+from spotwise import jobs
+from spotwise.errors import ProviderError
+from spotwise.planner import actions, trialbook
+from spotwise.providers.base import TAG_JOB
+from spotwise.store import Store
+
+
+def _run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, steps: int = 3, **behaviour: Any
+) -> tuple[dict[str, Any], Cloudlike, str]:
+    write_trace(tmp_path / "trace.csv", avail_ticks=TRACE_TICKS)  # nothing is revoked
+    seen = cloudlike_backends(monkeypatch, **behaviour)
+    db = f"sqlite:///{tmp_path / 'spotwise.db'}"
+    spec = write_spec(tmp_path, tiny_spec(tmp_path, steps))
+    summary = jobs.tune(spec, db=db, run_root=tmp_path / "runs")
+    (prov,) = seen
+    return summary, prov, db
+
+
+@pytest.mark.timeout(180)
+def test_throttled_launches_pause_the_provider_and_do_not_fail_the_trial(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(actions, "THROTTLE_PAUSE_WALL_S", 0.5)
+    summary, prov, db = _run(tmp_path, monkeypatch, throttle_launches=3)
+
+    assert summary["state"] == "succeeded", summary
+    assert summary["completed"] == 1
+    # three refusals, then the launch that ran the trial; the pause doubled each time
+    assert len(prov.throttled_at) == 3 and len(prov.launches) == 1
+    first, second, third = prov.throttled_at
+    assert second - first >= 0.5 and third - second >= 1.0
+    with Store.open_existing(db) as store:
+        job = summary["job_id"]
+        (trial,) = store.list_trials(job)
+        rows = store.list_instances(job)
+        throttled = store.events(job, kind="launch_throttled")
+        failed = store.events(job, kind="launch_failed")
+    assert trial.state == "completed"
+    assert [e.detail["error"] for e in throttled] == [THROTTLED] * 3 and failed == []
+    # each refused launch was recorded before the call and closed at $0 (nothing ran)
+    assert [r.state for r in rows] == ["failed", "failed", "failed", "terminated"]
+    assert [r.cost_usd for r in rows[:3]] == [0.0, 0.0, 0.0]
+
+
+@pytest.mark.timeout(180)
+def test_a_listing_that_fails_for_a_moment_is_retried_and_said_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    summary, prov, db = _run(tmp_path, monkeypatch, fail_job_listings=3)
+
+    assert summary["state"] == "succeeded", summary
+    assert prov.fail_job_listings == 0  # all three failures were met
+    with Store.open_existing(db) as store:
+        errors = store.events(summary["job_id"], kind="error")
+    assert [e.detail["message"] for e in errors] == [
+        f"reading describe failed, retrying: {LISTING_500}"
+    ]
+
+
+@pytest.mark.timeout(180)
+def test_a_provider_unreadable_past_the_grace_fails_the_job_and_the_drain_still_terminates(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(trialbook, "PROVIDER_READ_GRACE_WALL_S", 0.5)
+    write_trace(tmp_path / "trace.csv", avail_ticks=TRACE_TICKS)
+    seen = cloudlike_backends(monkeypatch, fail_job_listings=10**9)
+    db = f"sqlite:///{tmp_path / 'spotwise.db'}"
+    spec = write_spec(tmp_path, tiny_spec(tmp_path, 400))
+    with pytest.raises(ProviderError, match="500 Internal error"):
+        jobs.tune(spec, db=db, run_root=tmp_path / "runs")
+
+    (prov,) = seen
+    (launched, _) = prov.launches[0]
+    assert ("terminate", [launched]) in prov.log  # the drain terminated it, unseen
+    with Store.open_existing(db) as store:
+        (job,) = store.list_jobs()
+        (row,) = store.list_instances(job.id)
+    assert job.state == "failed" and job.error == LISTING_500
+    assert all(not i.holds_resource() for i in prov.inner.describe({TAG_JOB: job.id}))
+    assert row.state == "terminated" and row.cost_usd is not None and row.cost_usd > 0
