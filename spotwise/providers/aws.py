@@ -34,6 +34,7 @@ from spotwise.errors import (
     NotFoundError,
     ProviderError,
     ProviderUnavailable,
+    ThrottledError,
     did_you_mean,
 )
 from spotwise.providers.registry import INSTALL_HINT, CheckResult, ProviderConfig
@@ -50,6 +51,10 @@ CAPACITY_CODES = frozenset({
     "InsufficientInstanceCapacity", "InsufficientCapacity", "SpotMaxPriceTooLow",
     "MaxSpotInstanceCountExceeded", "InsufficientHostCapacity", "Unsupported",
     "InsufficientFreeAddressesInSubnet", "UnfulfillableCapacity",
+})  # fmt: skip
+THROTTLE_CODES = frozenset({
+    "RequestLimitExceeded", "Throttling", "ThrottlingException", "ThrottledException",
+    "RequestThrottled", "RequestThrottledException", "TooManyRequestsException", "SlowDown",
 })  # fmt: skip
 _KEY_RE = re.compile(r"\b(AKIA|ASIA|AROA|AIDA)[A-Z0-9]{12,}\b")
 
@@ -194,6 +199,11 @@ def provider_error(exc: BaseException, action: str) -> ProviderError:
     ):
         return ProviderUnavailable(
             f"aws: credentials rejected while {action} ({code})", hint="spotwise check"
+        )
+    if code in THROTTLE_CODES:  # botocore's own retries gave up; spotwise's back-off is next
+        return ThrottledError(
+            f"aws: the AWS API is throttling requests ({code}) while {action}",
+            hint="nothing to fix: spotwise backs off and retries the call later",
         )
     if code in CAPACITY_CODES:
         return CapacityError(f"aws: no capacity for {action}: {msg}")

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -41,6 +42,7 @@ from spotwise.errors import (
     ProviderError,
     ProviderUnavailable,
     SpecError,
+    ThrottledError,
 )
 from spotwise.providers.base import Market
 from spotwise.providers.registry import INSTALL_HINT, CheckResult, OptionsMixin, ProviderConfig
@@ -118,21 +120,66 @@ def default_credential() -> Any:
     return DefaultAzureCredential()
 
 
+LOGIN_HINT = "run `az login` (or set AZURE_CLIENT_ID/AZURE_TENANT_ID/AZURE_CLIENT_SECRET)"
+THROTTLED_HINT = "nothing to fix: spotwise backs off and retries the call later"
+_THROTTLED = {"TooManyRequests", "SubscriptionRequestsThrottled", "TenantRequestsThrottled"}
+_TOKEN_CODES = {"InvalidAuthenticationToken", "ExpiredAuthenticationToken"}
+_QUOTA_NAME = re.compile(r"exceeding approved (\S+(?: Cores)?) quota")
+_LOCATION = re.compile(r"Location: ([a-z0-9]+)")
+_AADSTS = re.compile(r"\bAADSTS\d+\b")
+
+
+def _is_credential_error(e: Exception) -> bool:
+    try:
+        from azure.core.exceptions import ClientAuthenticationError
+    except ImportError:
+        return False
+    return isinstance(e, ClientAuthenticationError)
+
+
+def quota_error(text: str, msg: str) -> ProviderError:
+    """A quota refusal; the hint names the quota and the location when the message has them."""
+    name, loc = _QUOTA_NAME.search(msg), _LOCATION.search(msg)
+    target = (f" for {name.group(1)}" if name else "") + (f" in {loc.group(1)}" if loc else "")
+    return ProviderError(
+        text,
+        hint=f"request a quota increase{target} (portal: Subscriptions > Usage + quotas), "
+        "or choose another region",
+    )
+
+
 def api_error(prefix: str, e: Exception) -> ProviderError:
-    """An azure-core HttpResponseError as one line, capacity and auth errors told apart."""
+    """An azure-core HttpResponseError (or a credential failure) as one line: throttling →
+    ThrottledError, capacity → CapacityError, credentials → ``az login``, quota → the quota to
+    raise, 403 → the role to grant. Never a token."""
     err = getattr(e, "error", None)
     code = str(getattr(err, "code", "") or "")
     msg = str(getattr(err, "message", "") or getattr(e, "message", "") or type(e).__name__)
     status = getattr(e, "status_code", None)
     text = f"{prefix}: {code + ': ' if code else ''}{msg}".splitlines()[0]
+    if status == 429 or code in _THROTTLED:
+        why = " ".join(x for x in (str(status or ""), code) if x)
+        return ThrottledError(
+            f"{prefix}: the Azure API is throttling requests ({why})", hint=THROTTLED_HINT
+        )
     if code in _CAPACITY:
         return CapacityError(text)
-    if status in (401, 403) or code in ("AuthorizationFailed", "InvalidAuthenticationToken"):
+    if status == 401 or code in _TOKEN_CODES:
+        return ProviderUnavailable(
+            f"{prefix}: the credentials were rejected ({status or 401} {code or 'Unauthorized'})"
+            + (f": {msg.splitlines()[0]}" if code else ""),
+            hint=LOGIN_HINT,
+        )
+    if _is_credential_error(e):  # raised by the credential itself: no token could be had
+        aadsts = _AADSTS.search(str(e))
+        why = f" ({aadsts.group(0)})" if aadsts else ""
+        return ProviderUnavailable(f"{prefix}: no usable Azure credential{why}", hint=LOGIN_HINT)
+    if code == "QuotaExceeded" or (code == "OperationNotAllowed" and "quota" in msg.lower()):
+        return quota_error(text, msg)
+    if status == 403 or code == "AuthorizationFailed":
         return ProviderUnavailable(
             text, hint="grant the identity the Virtual Machine Contributor role on the group"
         )
-    if code == "OperationNotAllowed" and "quota" in msg.lower():
-        return ProviderError(text, hint="request a higher vCPU quota for this VM family")
     return ProviderError(text)
 
 

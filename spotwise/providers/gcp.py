@@ -40,6 +40,7 @@ from spotwise.errors import (
     ProviderError,
     ProviderUnavailable,
     SpecError,
+    ThrottledError,
 )
 from spotwise.providers.base import TAG_MANAGED, Market
 from spotwise.providers.registry import INSTALL_HINT, CheckResult, OptionsMixin, ProviderConfig
@@ -146,17 +147,116 @@ class GcpClients:
         return f"GcpClients(api_endpoint={self._api_endpoint!r})"
 
 
+CREDENTIALS_HINT = (
+    "run `gcloud auth application-default login` (or set GOOGLE_APPLICATION_CREDENTIALS to a "
+    "service-account key file)"
+)
+THROTTLED_HINT = "nothing to fix: spotwise backs off and retries the call later"
+_THROTTLED = frozenset({
+    "rateLimitExceeded", "userRateLimitExceeded", "RATE_LIMIT_EXCEEDED",
+    "RESOURCE_OPERATION_RATE_EXCEEDED", "OPERATION_RATE_EXCEEDED",
+})  # fmt: skip
+_QUOTA_REASONS = frozenset({"quotaExceeded", "QUOTA_EXCEEDED"})
+_QUOTA_TEXT = re.compile(
+    r"Quota '([A-Za-z0-9_-]+)' exceeded\.?(?:\s+Limit:\s*([0-9.]+))?"
+    r"(?:\s+(?:in region ([a-z0-9-]+)|(globally)))?"
+)
+_REQUEST = re.compile(r"^[A-Z]+ https?://\S+: ")  # api_core's "POST <url>: " before the text
+_OAUTH_CODE = re.compile(r"\b(invalid_grant|invalid_client|invalid_scope|unauthorized_client)\b")
+
+
+def throttled(prefix: str, why: str) -> ThrottledError:
+    """The Compute Engine API refused a call for its request rate: nothing was done."""
+    return ThrottledError(
+        f"{prefix}: the Compute Engine API is throttling requests ({why})", hint=THROTTLED_HINT
+    )
+
+
+def quota_error(
+    prefix: str, text: str, *, metric: str = "", region: str = "", limit: str = ""
+) -> ProviderError:
+    """A quota refusal naming the metric and region when ``text`` (else the caller) has them."""
+    m = _QUOTA_TEXT.search(text)
+    if m:
+        metric, limit = m.group(1), m.group(2) or limit
+        region = m.group(3) or ("global" if m.group(4) else region)
+    if re.fullmatch(r"[0-9]+(\.[0-9]+)?", limit):
+        limit = f"{float(limit):g}"
+    where = {"": "", "global": " globally"}.get(region, f" in {region}")
+    if metric:
+        what = f"quota {metric} exceeded{where}" + (f" (limit {limit})" if limit else "")
+    else:
+        what = f"quota exceeded{where}: {text}"
+    target = (f" for {metric}" if metric else "") + ("" if region == "global" else where)
+    other = "" if region == "global" else ", or choose another region"
+    return ProviderError(
+        f"{prefix}: {what}",
+        hint=f"request a quota increase{target} (console: IAM & Admin > Quotas){other}",
+    )
+
+
+def _reasons(e: Exception) -> set[str]:
+    """The error reasons of a GoogleAPICallError (``errors[].reason`` and ErrorInfo's)."""
+    out = {
+        str(x.get("reason") or "") for x in getattr(e, "errors", None) or () if isinstance(x, dict)
+    }
+    out.add(str(getattr(e, "reason", None) or ""))
+    return out - {""}
+
+
+def _is_refresh_error(e: Exception) -> bool:
+    try:
+        from google.auth.exceptions import RefreshError
+    except ImportError:
+        return False
+    return isinstance(e, RefreshError)
+
+
 def api_error(prefix: str, e: Exception) -> ProviderError:
-    """A GoogleAPICallError as a one-line ProviderError (no request headers, no tokens)."""
-    code = getattr(e, "code", None)
-    msg = getattr(e, "message", None) or type(e).__name__
-    if code in (401, 403):
+    """A GoogleAPICallError (or a credentials failure) as a one-line ProviderError: throttling
+    → ThrottledError, quota → the quota to raise, credentials → how to renew them, 403 → the
+    role to grant. Never the request's headers or a token."""
+    if _is_refresh_error(e):
+        oauth = _OAUTH_CODE.search(str(e))
+        why = f" ({oauth.group(1)})" if oauth else ""
         return ProviderUnavailable(
-            f"{prefix}: permission denied ({code}): {msg}",
+            f"{prefix}: the Google credentials could not be refreshed{why}", hint=CREDENTIALS_HINT
+        )
+    code = getattr(e, "code", None)
+    code = code if isinstance(code, int) else None
+    msg = " ".join(_REQUEST.sub("", str(getattr(e, "message", None) or "")).split())
+    msg = msg or type(e).__name__
+    reasons = _reasons(e)
+    throttle = sorted(reasons & _THROTTLED)
+    if code == 429 or throttle:
+        return throttled(prefix, " ".join([str(code or ""), *throttle[:1]]).strip())
+    if reasons & _QUOTA_REASONS or (code == 403 and _QUOTA_TEXT.search(msg)):
+        return quota_error(prefix, msg)
+    if code == 401:
+        return ProviderUnavailable(
+            f"{prefix}: the credentials were rejected (401): {msg}", hint=CREDENTIALS_HINT
+        )
+    if code == 403:
+        return ProviderUnavailable(
+            f"{prefix}: permission denied (403): {msg}",
             hint="check the account in `gcloud auth application-default print-access-token` "
             "has roles/compute.instanceAdmin.v1 on the project",
         )
-    return ProviderError(f"{prefix}: {code or ''} {msg}".strip())
+    return ProviderError(f"{prefix}: {code} {msg}" if code else f"{prefix}: {msg}")
+
+
+def operation_error(prefix: str, errors: list[Any]) -> ProviderError | None:
+    """Throttling or quota among a zone operation's ``error.errors`` (else None)."""
+    for x in errors:
+        if x.code in _THROTTLED:
+            return throttled(prefix, x.code)
+    for x in errors:
+        if x.code in _QUOTA_REASONS:
+            info = next((d.quota_info for d in x.error_details if d.quota_info), None)
+            metric = info.metric_name.rsplit("/", 1)[-1].upper() if info else ""
+            region = dict(info.dimensions).get("region", "") if info else ""
+            return quota_error(prefix, " ".join(x.message.split()), metric=metric, region=region)
+    return None
 
 
 # ---- labels <-> tags -----------------------------------------------------------------------

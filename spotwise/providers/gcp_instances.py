@@ -3,7 +3,8 @@
 The read-side counterpart of :mod:`spotwise.providers.gcp_launch` (what a launch sends):
 functions that turn a ``compute_v1.Instance`` as ``get``/``aggregated_list`` return it into a
 :class:`~spotwise.providers.base.Instance`. Exact tags come back from the ``spotwise-tags``
-metadata item (else from the labels), the offer from ``spotwise-offer`` (else rebuilt from the
+metadata item (else from the labels; ``spotwise:managed`` only from the ``spotwise-managed``
+label, which metadata cannot forge), the offer from ``spotwise-offer`` (else rebuilt from the
 machine type, the scheduling model and the price table), the trial's channel (artifacts
 folder, attempt) from ``spotwise-launch``. They only read attributes of the object given (no
 SDK import, no API call), so they sit apart from the provisioner's launch/watch/delete logic.
@@ -15,8 +16,8 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from spotwise.providers.base import Instance, InstanceState, Market, Offer
-from spotwise.providers.gcp import NAME, labels_to_tags, zone_region
+from spotwise.providers.base import TAG_MANAGED, Instance, InstanceState, Market, Offer
+from spotwise.providers.gcp import NAME, label_key, labels_to_tags, zone_region
 from spotwise.providers.gcp_launch import META_LAUNCH, META_OFFER, META_TAGS, channel_of, json_dict
 from spotwise.providers.gcp_prices import PriceTable
 
@@ -40,6 +41,8 @@ def read_instance(raw: Any, prices: PriceTable) -> tuple[Instance, tuple[str, st
     zone = raw.zone.rsplit("/", 1)[-1]
     meta = {item.key: item.value for item in raw.metadata.items}
     tags = json_dict(meta.get(META_TAGS)) or labels_to_tags(dict(raw.labels))
+    if raw.labels.get(label_key(TAG_MANAGED)) != "true":
+        tags.pop(TAG_MANAGED, None)  # metadata anyone can write never makes a VM ours: the label
     offer = offer_of(raw, zone, json_dict(meta.get(META_OFFER)), prices)
     state = _STATE.get(raw.status, InstanceState.PENDING)
     channel = channel_of(meta.get(META_LAUNCH))

@@ -54,7 +54,15 @@ from spotwise.providers.base import (
 )
 from spotwise.providers.billing import rule_for
 from spotwise.providers.channel import artifacts_uri, attempt_of
-from spotwise.providers.gcp import NAME, GcpClients, GcpSettings, api_error, label_filter, label_key
+from spotwise.providers.gcp import (
+    NAME,
+    GcpClients,
+    GcpSettings,
+    api_error,
+    label_filter,
+    label_key,
+    operation_error,
+)
 from spotwise.providers.gcp_instances import read_instance, rfc3339_ts
 from spotwise.providers.gcp_launch import (
     GUEST_NAMESPACE,
@@ -165,6 +173,9 @@ class GcpProvisioner:
             codes = " ".join(f"{x.code}: {x.message}" for x in errors)
             if any(x.code in _CAPACITY or "EXHAUSTED" in x.code for x in errors):
                 raise CapacityError(f"gcp: {what}: {codes}")
+            mapped = operation_error(f"gcp: {what} failed", errors)  # throttled, quota
+            if mapped is not None:
+                raise mapped
             raise ProviderError(f"gcp: {what} failed: {codes}")
 
     # ---- describe -------------------------------------------------------------------------
