@@ -181,6 +181,12 @@ def end_state(
         because = f"; the last error: {last}" if last else ""
         n = len(trials)
         return "failed", f"every trial failed ({n}){because}; see the trial logs in {logs}"
+    done = [t for t in trials if t.state == "completed"]
+    if done and all(t.final_metric is None for t in done):
+        return "failed", (
+            f"no trial reported a usable final metric ({len(done)} completed on NaN or inf); "
+            f"see the trial logs in {logs}"
+        )
     why = nothing_to_show(trials, max_cost_usd)
     return ("failed", why) if why else ("succeeded", None)
 
@@ -198,8 +204,8 @@ def nothing_to_show(trials: Sequence[TrialRun], max_cost_usd: float | None) -> s
         )
     if "budget" in reasons:
         return (
-            f"the budget (max_cost_usd {max_cost_usd}) was reached before any trial completed; "
-            "raise budget.max_cost_usd or lower steps"
+            f"the budget (max_cost_usd {max_cost_usd}) was reached, or projected to be, before "
+            "any trial completed; raise budget.max_cost_usd or lower steps"
         )
     if "deadline" in reasons:
         return (

@@ -14,6 +14,7 @@ attempt's error quotes the last line of that output (a traceback's exception lin
 from __future__ import annotations
 
 import logging
+import math
 import re
 import time
 from collections.abc import Callable
@@ -98,7 +99,9 @@ class TrialBook:
                 continue
             if kind == "report":
                 metric = rec.get("metric")
-                value = float(metric) if isinstance(metric, int | float) else None
+                # NaN/inf (the SDK sends null, marked invalid): a step without a usable value
+                ok = isinstance(metric, int | float) and math.isfinite(metric)
+                value = float(metric) if ok and isinstance(metric, int | float) else None
                 if life.first_report_at is None:
                     life.first_report_at, life.first_report_step = now, step
                     t.restart_overhead_s = now - life.launched_at
@@ -112,14 +115,17 @@ class TrialBook:
                 t.furthest = max(t.furthest, step)
                 if value is not None:
                     t.curve[step] = value
-                self.store.add_observation(
-                    t.trial_id,
-                    step,
-                    value if value is not None else float("nan"),
-                    time.time(),
-                    market_time=now,
-                    instance_id=life.launch_id,
-                )
+                    self.store.add_observation(
+                        t.trial_id,
+                        step,
+                        value,
+                        time.time(),
+                        market_time=now,
+                        instance_id=life.launch_id,
+                    )
+                elif not t.invalid_metric:  # an observation holds a number: said once, as an event
+                    t.invalid_metric = True
+                    self._event("invalid_metric", now, t, step=step, metric=repr(metric))
                 events.append(Progress(t.trial_id, step, value))
             elif kind == "checkpoint":
                 t.checkpoint_step = max(t.checkpoint_step, step)
@@ -271,6 +277,8 @@ class TrialBook:
         final = t.final_metric if state == "completed" else None
         if state == "completed" and final is not None:
             self.search.tell(t.params, final)
+        elif state == "completed":  # it ran to the end on a NaN/inf: its point is a bad one
+            self.search.tell_failure(t.params)
         elif state == "stopped_early":
             self.early_stopped += 1
             guess = t.predicted_final if t.predicted_final is not None else t.last_metric

@@ -43,7 +43,8 @@ def test_the_budget_is_never_exceeded_and_the_job_says_it_bound(tmp_path: Path) 
     # nothing completed because of the budget: a failed job, with the fix in its error
     assert summary["state"] == "failed"
     assert summary["error"] == (
-        f"the budget (max_cost_usd {BUDGET}) was reached before any trial completed; "
+        f"the budget (max_cost_usd {BUDGET}) was reached, or projected to be, before "
+        "any trial completed; "
         "raise budget.max_cost_usd or lower steps"
     )
     with Store.open_existing(db) as store:

@@ -85,7 +85,8 @@ def test_a_budget_stop_of_a_trial_already_stopping_counts(
     assert summary["cost_usd"] == pytest.approx(usd(360, SPOT), abs=1e-9)
     assert summary["state"] == "failed"
     assert summary["error"] == (
-        "the budget (max_cost_usd 0.12) was reached before any trial completed; "
+        "the budget (max_cost_usd 0.12) was reached, or projected to be, before "
+        "any trial completed; "
         "raise budget.max_cost_usd or lower steps"
     )
     (launched,) = market.launched
@@ -163,7 +164,8 @@ def test_the_budget_reaching_a_stopping_trial_is_recorded_besides_its_first_reas
         want["deadline"] = {"stopped": 1, "never_started": 0}
     assert limits([t]) == want
     assert nothing_to_show([t], 10.0) == (
-        "the budget (max_cost_usd 10.0) was reached before any trial completed; "
+        "the budget (max_cost_usd 10.0) was reached, or projected to be, before "
+        "any trial completed; "
         "raise budget.max_cost_usd or lower steps"
     )
 

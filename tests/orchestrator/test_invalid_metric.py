@@ -1,0 +1,91 @@
+"""A trial that reports NaN or inf (a diverged loss) does not crash the job.
+
+The SDK sends such a report with ``metric: null`` (marked invalid). The orchestrator stored it
+as an observation of NaN, which SQLite keeps as NULL in a NOT NULL column: the whole job died
+with a database error. Now the step counts as progress, the observation is not written (it
+holds a number), one ``invalid_metric`` event says so, and a trial that ends on such a value
+has no final metric: its point is told to the search as a bad one, and a job where no trial has
+a usable final metric is not a success.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from test_orchestrator import TINY, spec_dict, tiny_spec, write_spec, write_trace
+
+from spotwise import jobs
+from spotwise.planner.runstate import TrialRun
+from spotwise.planner.trialbook import TrialBook
+from spotwise.store import Store
+
+
+@pytest.mark.timeout(180)
+def test_a_nan_in_the_middle_is_skipped_and_the_job_succeeds(tmp_path: Path) -> None:
+    write_trace(tmp_path / "trace.csv")
+    db = f"sqlite:///{tmp_path / 'spotwise.db'}"
+    spec = write_spec(tmp_path, tiny_spec(tmp_path, 3, TINY_TRIAL_NAN_STEPS="2"))
+    summary = jobs.tune(spec, db=db, run_root=tmp_path / "runs")
+
+    assert summary["state"] == "succeeded", summary
+    assert summary["best"]["metric"] == pytest.approx(0.03)
+    with Store.open_existing(db) as store:
+        (trial,) = store.list_trials(summary["job_id"])
+        steps = [(o.step, o.metric) for o in store.observations(trial.id)]
+        said = store.events(summary["job_id"], kind="invalid_metric")
+    assert steps == [(1, pytest.approx(0.01)), (3, pytest.approx(0.03))]
+    assert [(e.detail["step"], e.detail["metric"]) for e in said] == [(2, "None")]
+
+
+@pytest.mark.timeout(180)
+def test_trials_that_end_on_nan_fail_the_job_with_the_reason(tmp_path: Path) -> None:
+    write_trace(tmp_path / "trace.csv")
+    db = f"sqlite:///{tmp_path / 'spotwise.db'}"
+    env = {"TINY_TRIAL_NAN_STEPS": "2,3"}
+    tiny = ["python", str(TINY)]
+    spec = spec_dict(tmp_path, command=tiny, steps=3, trials=2, parallel=1, env=env)
+    summary = jobs.tune(write_spec(tmp_path, spec), db=db, run_root=tmp_path / "runs")
+
+    assert summary["state"] == "failed" and summary["best"] is None, summary
+    assert summary["completed"] == 2
+    assert summary["error"].startswith(
+        "no trial reported a usable final metric (2 completed on NaN or inf); "
+        "see the trial logs in "
+    )
+    with Store.open_existing(db) as store:
+        trials = store.list_trials(summary["job_id"])
+        said = store.events(summary["job_id"], kind="invalid_metric")
+    assert [t.state for t in trials] == ["completed", "completed"]
+    assert [t.final_metric for t in trials] == [None, None]
+    assert len(said) == 2  # once per trial, not once per step
+
+
+class _Search:
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, dict[str, float]]] = []
+
+    def tell(self, params: dict[str, float], value: float) -> None:
+        self.calls.append(("tell", params))
+
+    def tell_failure(self, params: dict[str, float]) -> None:
+        self.calls.append(("tell_failure", params))
+
+    def forget(self, params: dict[str, float]) -> None:
+        self.calls.append(("forget", params))
+
+
+class _Store:
+    def update_trial(self, *args: object, **kwargs: object) -> None:
+        pass
+
+
+def test_a_trial_completed_on_nan_is_told_to_the_search_as_a_failure() -> None:
+    """Forgotten, a GP proposes the very same diverging point again."""
+    book = TrialBook()
+    book.search, book.store, book.early_stopped = _Search(), _Store(), 0  # type: ignore[assignment]
+    book._event = lambda *a, **k: None  # type: ignore[method-assign]
+    t = TrialRun("t-1", 0, {"lr": 10.0}, 3, 1)
+    t.curve = {1: 0.5}  # step 3 reported NaN: no final metric
+    book._close_trial(t, "completed", 0.0)
+    assert book.search.calls == [("tell_failure", {"lr": 10.0})]  # type: ignore[attr-defined]
