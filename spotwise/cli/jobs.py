@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
 from spotwise.cli.options import DbOpt, JsonOpt
-from spotwise.cli.output import emit
+from spotwise.cli.output import emit, json_text
 
 SpecArg = Annotated[
     Path,
@@ -51,7 +50,7 @@ def tune(
 
     if json_out:
         summary = jobs.tune(spec, db=db, policy=policy)
-        print(json.dumps(summary))
+        print(json_text(summary))
     else:
         with LiveJob() as live:
             summary = jobs.tune(spec, db=db, policy=policy, on_update=live.update)

@@ -6,6 +6,7 @@ rich is imported inside the functions, like every rendering import of the CLI.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -15,10 +16,29 @@ if TYPE_CHECKING:
     from rich.table import Table
 
 
+def strict(value: Any) -> Any:
+    """``value`` with every NaN or infinite float replaced by None: strict JSON has no NaN
+    (Python writes a bare ``NaN`` that ``jq``, JavaScript and most parsers refuse)."""
+    if getattr(value, "ndim", None) == 0 and callable(getattr(value, "item", None)):
+        value = value.item()  # a numpy scalar
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: strict(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [strict(v) for v in value]
+    return value
+
+
+def json_text(result: Any, **kwargs: Any) -> str:
+    """``result`` as strict JSON: non-finite numbers become ``null``."""
+    return json.dumps(strict(result), allow_nan=False, **kwargs)
+
+
 def emit(result: Any, as_json: bool, render: Callable[[Any], object]) -> None:
     """Print ``result`` as one JSON document with ``--json``, else ``render(result)``."""
     if as_json:
-        typer.echo(json.dumps(result))
+        typer.echo(json_text(result))
     else:
         render(result)
 

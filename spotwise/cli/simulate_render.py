@@ -6,7 +6,6 @@ caption spells them out. rich and matplotlib are imported inside the functions.
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -14,6 +13,7 @@ from typing import Any
 
 import typer
 
+from spotwise.cli.output import json_text
 from spotwise.errors import SpecError
 
 
@@ -22,7 +22,7 @@ def emit(
 ) -> None:
     """Record the command line, write ``--out``, then print JSON or the table."""
     result["command"] = _command()
-    text = json.dumps(result, indent=2, default=_plain)
+    text = json_text(result, indent=2, default=_plain)
     if out is not None:  # its folder was checked before the run: never created here
         try:
             out.write_text(text + "\n")
