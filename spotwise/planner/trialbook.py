@@ -275,21 +275,10 @@ class TrialBook:
     def _close_trial(self, t: TrialRun, state: str, now: float) -> None:
         t.phase, t.state = Phase.DONE, state
         final = t.final_metric if state == "completed" else None
-        if state == "completed" and final is not None:
-            self.search.tell(t.params, final)
-        elif state == "completed":  # it ran to the end on a NaN/inf: its point is a bad one
-            self.search.tell_failure(t.params)
-        elif state == "stopped_early":
+        if state == "stopped_early":
             self.early_stopped += 1
-            guess = t.predicted_final if t.predicted_final is not None else t.last_metric
-            if guess is not None:
-                self.search.tell(t.params, guess)
-            else:
-                self.search.forget(t.params)
-        elif state == "failed" and t.crashed:
-            self.search.tell_failure(t.params)  # else the search proposes it again
-        else:
-            self.search.forget(t.params)
+        # the record first: should the search raise, the trial is not left "running" in the
+        # store (the drain only closes trials that are not done)
         self.store.update_trial(
             t.trial_id,
             state=state,
@@ -299,3 +288,17 @@ class TrialBook:
             step=t.step,
         )
         self._event(state, now, t, step=t.step, metric=t.last_metric)
+        if state == "completed" and final is not None:
+            self.search.tell(t.params, final)
+        elif state == "completed":  # it ran to the end on a NaN/inf: its point is a bad one
+            self.search.tell_failure(t.params)
+        elif state == "stopped_early":
+            guess = t.predicted_final if t.predicted_final is not None else t.last_metric
+            if guess is not None:
+                self.search.tell(t.params, guess)
+            else:
+                self.search.forget(t.params)
+        elif state == "failed" and t.crashed:
+            self.search.tell_failure(t.params)  # else the search proposes it again
+        else:
+            self.search.forget(t.params)

@@ -76,8 +76,11 @@ class _Search:
 
 
 class _Store:
-    def update_trial(self, *args: object, **kwargs: object) -> None:
-        pass
+    def __init__(self) -> None:
+        self.trials: dict[str, dict[str, object]] = {}
+
+    def update_trial(self, trial_id: str, **fields: object) -> None:
+        self.trials.setdefault(trial_id, {}).update(fields)
 
 
 def test_a_trial_completed_on_nan_is_told_to_the_search_as_a_failure() -> None:
@@ -89,3 +92,23 @@ def test_a_trial_completed_on_nan_is_told_to_the_search_as_a_failure() -> None:
     t.curve = {1: 0.5}  # step 3 reported NaN: no final metric
     book._close_trial(t, "completed", 0.0)
     assert book.search.calls == [("tell_failure", {"lr": 10.0})]  # type: ignore[attr-defined]
+
+
+def test_a_search_that_raises_leaves_the_trial_recorded_as_ended() -> None:
+    """skopt raised inside `tell` (a categorical of 1, 1.0 and True): the trial had reached its
+    last step but stayed "running" in the store for good, since the drain only closes trials
+    that are not done."""
+
+    class Raising(_Search):
+        def tell(self, params: dict[str, float], value: float) -> None:
+            raise ValueError("Anisotropic kernel must have the same number of dimensions")
+
+    book = TrialBook()
+    book.search, book.store, book.early_stopped = Raising(), _Store(), 0  # type: ignore[assignment]
+    book._event = lambda *a, **k: None  # type: ignore[method-assign]
+    t = TrialRun("t-1", 0, {"c": 1}, 3, 1)
+    t.curve, t.step = {3: 0.9}, 3
+    with pytest.raises(ValueError, match="Anisotropic"):
+        book._close_trial(t, "completed", 0.0)
+    assert book.store.trials["t-1"]["state"] == "completed"  # type: ignore[attr-defined]
+    assert book.store.trials["t-1"]["final_metric"] == 0.9  # type: ignore[attr-defined]
