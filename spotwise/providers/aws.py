@@ -74,7 +74,8 @@ def _config(connect_timeout: float = 5.0, read_timeout: float = 30.0, attempts: 
     return Config(
         connect_timeout=connect_timeout,
         read_timeout=read_timeout,
-        retries={"mode": "standard", "max_attempts": attempts},
+        # total_max_attempts counts the first try; max_attempts would count retries only
+        retries={"mode": "standard", "total_max_attempts": attempts},
         user_agent_extra="spotwise",
     )
 

@@ -92,7 +92,7 @@ def test_a_throttled_launch_is_a_throttled_error(bucket: str, tmp_path: Path, co
         "in us-east-1b"
     )
     assert e.value.hint == HINT
-    assert throttle.sent == 5  # the first try and botocore's 4 retries (max_attempts=4)
+    assert throttle.sent == 4  # attempts=4 in all: the first try and 3 retries
 
 
 def test_throttled_describe_and_terminate_are_throttled_errors(bucket: str, tmp_path: Path) -> None:
