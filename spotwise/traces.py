@@ -2,9 +2,15 @@
 
 Two formats are read:
 
-* the SkyNomad CSV (``.csv`` or ``.csv.gz``, or a folder holding one):
+* the SkyNomad CSV (``.csv`` or ``.csv.gz``, or a folder holding one; a folder holding several
+  is refused with their list, side files named ``*summary*``/``*index*`` aside):
   ``timestamp, availability_zone, instance_type, spot_available, spot_price_usd_per_hour,
-  on_demand_price_usd_per_hour``;
+  on_demand_price_usd_per_hour``. It is read strictly (:mod:`spotwise.trace_csv`): ticks are
+  the instants the timestamps name (no UTC offset means UTC), ``spot_available`` is 1/0
+  (true/false, yes/no), every zone needs a row at every tick (a missing row is refused, never
+  read as "unavailable"; so is a file cut off in its last tick), rows of one zone and tick must
+  agree, and a price is > 0 or empty; empty prices are carried forward (back-filled before a
+  zone's first price);
 * a folder of Can't Be Late JSON files ``<zone>_<key>.json`` holding
   ``{"metadata": {"gap_seconds": N}, "data": [counts...]}`` (no timestamps, no prices: ticks
   start at the set's ``start_date`` in a ``trace_index.csv`` beside or above the folder when
@@ -16,10 +22,8 @@ Everything downstream (replay market, revocation predictor, simulator) uses :cla
 from __future__ import annotations
 
 import csv
-import gzip
 import json
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -102,6 +106,13 @@ def load_traces(path: str | Path, *, field: str = "--traces") -> TraceSet:
         csvs = sorted([*p.glob("*.csv.gz"), *p.glob("*.csv")])
         # side files (a price summary, a data set's trace_index.csv) are not traces
         csvs = [c for c in csvs if "summary" not in c.name and "index" not in c.name]
+        if len(csvs) > 1:
+            shown = ", ".join(c.name for c in csvs[:6])
+            more = f" and {len(csvs) - 6} more" if len(csvs) > 6 else ""
+            raise SpecError(
+                f"{field}: {p} holds {len(csvs)} CSV files ({shown}{more}); pass the one trace "
+                f"CSV, e.g. {csvs[0]} (join the parts of one trace into one file first)"
+            )
         if csvs:
             return load_skynomad_csv(csvs[0], field=field)
         files = find_json(p)
@@ -117,65 +128,27 @@ def load_traces(path: str | Path, *, field: str = "--traces") -> TraceSet:
 
 
 def _parse_ts(s: str) -> float:
-    dt = datetime.fromisoformat(s.strip())
-    if dt.tzinfo is None:
-        dt = dt.replace(tzinfo=UTC)
-    return dt.timestamp()
+    from spotwise.trace_csv import parse_time
+
+    return parse_time(s)
 
 
 def load_skynomad_csv(path: Path, *, field: str = "--traces") -> TraceSet:
+    """Load one SkyNomad CSV; the input rules are in :mod:`spotwise.trace_csv`."""
     import numpy as np
 
-    opener = gzip.open if path.suffix == ".gz" else open
-    need = {"timestamp", "availability_zone", "spot_available"}
-    try:
-        with opener(path, "rt", newline="") as fh:  # type: ignore[operator]
-            reader = csv.DictReader(fh)
-            if not reader.fieldnames or not need <= set(reader.fieldnames):
-                raise SpecError(
-                    f"{field}: {path} lacks columns "
-                    f"{sorted(need - set(reader.fieldnames or []))}; expected the SkyNomad CSV "
-                    "(timestamp, availability_zone, spot_available, ...)"
-                )
-            rows = list(reader)
-    except (OSError, EOFError, UnicodeDecodeError, csv.Error) as e:  # not gzip, not text, ...
-        raise SpecError(f"{field}: {path} cannot be read as a SkyNomad CSV: {e}") from None
-    if not rows:
-        raise SpecError(f"{field}: {path} has no rows")
-    for n, r in enumerate(rows, start=2):  # short rows come back with None in the gaps
-        if any(r.get(k) is None for k in need):
-            raise SpecError(f"{field}: {path} line {n} has fewer fields than its header")
-    zones = sorted({r["availability_zone"] for r in rows})
-    stamps = sorted({r["timestamp"] for r in rows})
-    t_index = {s: i for i, s in enumerate(stamps)}
-    z_index = {z: i for i, z in enumerate(zones)}
-    avail = np.zeros((len(zones), len(stamps)), dtype=bool)
-    price = np.full((len(zones), len(stamps)), np.nan)
-    has_price = "spot_price_usd_per_hour" in rows[0]
-    od = float("nan")
-    line = 1  # the header
-    try:
-        for r in rows:
-            line += 1
-            zi, ti = z_index[r["availability_zone"]], t_index[r["timestamp"]]
-            avail[zi, ti] = r["spot_available"].strip() not in ("0", "", "0.0")
-            if has_price and r["spot_price_usd_per_hour"]:
-                price[zi, ti] = float(r["spot_price_usd_per_hour"])
-            if od != od and r.get("on_demand_price_usd_per_hour"):
-                od = float(r["on_demand_price_usd_per_hour"])
-        line = 0
-        times = np.array([_parse_ts(s) for s in stamps])
-    except ValueError as e:  # a price or a timestamp that does not parse
-        where = f" line {line}" if line else ""
-        raise SpecError(f"{field}: {path}{where}: {e}") from None
+    from spotwise.trace_csv import read_skynomad_grid
+
+    grid = read_skynomad_grid(path, field=field)
+    times = grid.times
     gap = float(np.median(np.diff(times))) if len(times) > 1 else 0.0
     return TraceSet(
-        zones=zones,
+        zones=grid.zones,
         times=times,
-        available=avail,
-        price=_ffill(price),
-        instance_type=rows[0].get("instance_type", ""),
-        on_demand_price=od,
+        available=grid.available,
+        price=_ffill(grid.price),
+        instance_type=grid.instance_type,
+        on_demand_price=grid.on_demand_price,
         gap_seconds=gap,
         source=str(path),
     )

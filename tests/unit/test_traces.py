@@ -58,12 +58,14 @@ def test_the_folder_and_the_csv_inside_it_load_the_same(shipped: TraceSet) -> No
 
 def test_tiny_skynomad_csv(tmp_path: Path) -> None:
     rows = [
-        # zone b has no row at 00:00:20 (missing: unavailable there, price carried forward)
+        # zone b has no price at 00:00:00 and 00:00:20 (unknown: filled from its neighbours);
+        # a missing row is refused (tests/unit/test_trace_input.py)
         "2023-03-01 00:00:00,us-east-1a,p3.2xlarge,1,1.10,3.06",
         "2023-03-01 00:00:00,us-east-1b,p3.2xlarge,0,,3.06",
         "2023-03-01 00:00:10,us-east-1a,p3.2xlarge,0,1.20,3.06",
         "2023-03-01 00:00:10,us-east-1b,p3.2xlarge,1,2.00,3.06",
         "2023-03-01 00:00:20,us-east-1a,p3.2xlarge,1,1.30,3.06",
+        "2023-03-01 00:00:20,us-east-1b,p3.2xlarge,0,,3.06",
     ]
     path = tmp_path / "trace.csv"
     path.write_text(HEADER + "\n".join(rows) + "\n")
@@ -73,7 +75,7 @@ def test_tiny_skynomad_csv(tmp_path: Path) -> None:
     np.testing.assert_array_equal(ts.times, [t0, t0 + 10, t0 + 20])
     assert ts.gap_seconds == 10.0 and ts.duration_s == 30.0
     np.testing.assert_array_equal(ts.available, [[True, False, True], [False, True, False]])
-    # b's leading blank price is back-filled, its missing last row forward-filled
+    # b's leading blank price is back-filled, its blank last price forward-filled
     np.testing.assert_allclose(ts.price, [[1.10, 1.20, 1.30], [2.00, 2.00, 2.00]])
     assert ts.on_demand_price == 3.06 and ts.instance_type == "p3.2xlarge"
     assert ts.tick_at(t0 - 100) == 0 and ts.tick_at(t0 + 15) == 1 and ts.tick_at(t0 + 999) == 2
