@@ -33,13 +33,20 @@ from pydantic import (
 )
 
 from spotwise.errors import SpecError, did_you_mean
+from spotwise.spec_yaml import INF, fields_at, read_spec_yaml, yaml_text
 
 PROVIDERS = ("local", "aws", "gcp", "azure")
 BUILTIN_TRACE = "builtin:skynomad-v100-2023"
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # allow_inf_nan: a bound, speed-up or budget of .inf / .nan means nothing (an infinite
+    # budget is written by leaving it out)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+
+INT64 = (-(2**63), 2**63 - 1)  # the bounds of an int parameter (numpy's, the optimizer's)
+SEEDS = 2**32  # a seed is 0 <= seed < 2**32 (numpy's RandomState)
 
 
 class RealParam(_Strict):
@@ -63,6 +70,16 @@ class IntParam(_Strict):
     high: int
     log: bool = False
 
+    @field_validator("low", "high", mode="before")
+    @classmethod
+    def _int64(cls, v: Any, info: ValidationInfo) -> Any:
+        big = isinstance(v, int | float) and not isinstance(v, bool) and v == v
+        if big and not stored(info) and not INT64[0] <= v <= INT64[1]:
+            raise ValueError(
+                f"an int parameter's bounds must be between {INT64[0]} and {INT64[1]}, got {v:g}"
+            )
+        return v
+
     @model_validator(mode="after")
     def _check(self) -> IntParam:
         if not self.low < self.high:
@@ -76,11 +93,33 @@ class CategoricalParam(_Strict):
     type: Literal["categorical"]
     choices: list[str | int | float | bool] = Field(min_length=1)
 
+    @field_validator("choices", mode="before")
+    @classmethod
+    def _scalars(cls, v: Any) -> Any:
+        for i, x in enumerate(v if isinstance(v, list) else []):
+            if not isinstance(x, str | int | float) or x != x or x in (INF, -INF):
+                got = yaml_text(x)
+                raise ValueError(
+                    f"choice {i} must be a string, a finite number or true/false, got {got}"
+                )
+        return v
+
     @field_validator("choices")
     @classmethod
-    def _unique(cls, v: list[Any]) -> list[Any]:
-        if len({repr(x) for x in v}) != len(v):
-            raise ValueError("choices must be unique")
+    def _unique(cls, v: list[Any], info: ValidationInfo) -> list[Any]:
+        if stored(info):  # a job that already ran: read back as it was written
+            return v
+        for i, a in enumerate(v):
+            for b in v[:i]:
+                if a != b:
+                    continue
+                x, y = yaml_text(b), yaml_text(a)
+                if x == y:
+                    raise ValueError(f"choices must be unique, got {x} twice")
+                raise ValueError(  # 1, 1.0 and true: one value to Python and the optimizer
+                    f"choices must be unique, but {x} and {y} are the same value; "
+                    f"quote them to keep them apart, e.g. '{x}' and '{y}'"
+                )
         return v
 
 
@@ -181,6 +220,13 @@ class SearchSpec(_Strict):
     initial_points: int = Field(default=4, ge=1)
     seed: int = 0
 
+    @field_validator("seed")
+    @classmethod
+    def _seed(cls, v: int, info: ValidationInfo) -> int:
+        if not stored(info) and not 0 <= v < SEEDS:
+            raise ValueError(f"must be between 0 and {SEEDS - 1} (2**32 - 1), got {v}")
+        return v
+
 
 class BudgetSpec(_Strict):
     max_cost_usd: float | None = Field(default=None, gt=0)
@@ -257,10 +303,19 @@ def _format(err: ValidationError) -> str:
     loc = ".".join(str(x) for x in e["loc"] if not (isinstance(x, str) and x in _PARAM_TAGS))
     msg = e["msg"].removeprefix("Value error, ")
     fix = _FIXES.get(e["type"], "")
-    if e["type"] == "extra_forbidden":
-        msg = "unknown field"
-        if len(e["loc"]) == 1:  # a typo of a top-level field: name the one meant
-            msg += did_you_mean(str(e["loc"][0]), list(JobSpec.model_fields))
+    if e["type"] == "extra_forbidden":  # a typo of a field: name the one meant
+        typo, names = str(e["loc"][-1]), fields_at(JobSpec, e["loc"][:-1])
+        longer = [n for n in names if _within(typo, n)]  # `sped`: speedup, not seed
+        close = did_you_mean(typo, longer if len(longer) == 1 else names)
+        msg = "unknown field" + close
+        fix = "" if close else fix  # removing a misspelt field would drop what it sets
+    elif e["type"] == "finite_number":
+        msg = f"must be a finite number, got {yaml_text(e['input'])}"
+        fix = "leave it out for no limit" if e["loc"][:1] == ("budget",) else ""
+    elif e["loc"][:1] == ("env",) and len(e["loc"]) == 2 and e["type"] == "string_type":
+        value = "" if e["input"] is None else yaml_text(e["input"])  # YAML read `X: 1` as a number
+        msg = f"must be a string, got {yaml_text(e['input'])}"
+        fix = f'quote it, e.g. {e["loc"][1]}: "{value}"'
     elif len(e["loc"]) == 1 and e["type"] in ("list_type", "model_type", "dict_type"):
         fix = _SHAPES.get(str(e["loc"][0]), "")
         msg = msg.split(" or instance of ")[0]  # pydantic's class names mean nothing here
@@ -270,6 +325,12 @@ def _format(err: ValidationError) -> str:
 
 
 _PARAM_TAGS = {"real", "int", "categorical"}
+
+
+def _within(typo: str, name: str) -> bool:
+    """Whether ``name`` is ``typo`` with letters added (a letter left out while typing)."""
+    rest = iter(name)
+    return all(c in rest for c in typo)
 
 
 def parse_spec(data: Any, source: str = "spec") -> JobSpec:
@@ -299,40 +360,32 @@ def _check_options(spec: JobSpec, source: str) -> None:
             raise SpecError(f"{source}: {e.message}", hint=e.hint) from None
 
 
-def _folder_message(folder: Path) -> str:
-    """A folder given as the spec: name up to 3 of its YAML files to pass instead."""
-    try:
-        found = sorted(
-            (f for f in folder.iterdir() if f.suffix in (".yaml", ".yml") and f.is_file()),
-            key=lambda f: (f.stem != "job", f.name),  # job.yaml, the usual name, first
-        )
-    except OSError:  # unreadable: name no file
-        found = []
-    if not found:
-        return (
-            f"spec path {folder} is a folder with no .yaml file in it; pass the path to a job "
-            "YAML, e.g. examples/digits/job.yaml"
-        )
-    listed = ", ".join(str(f) for f in found[:3])
-    more = f" (and {len(found) - 3} more)" if len(found) > 3 else ""
-    return f"spec path {folder} is a folder; pass the job YAML inside it: {listed}{more}"
-
-
 def load_spec(path: str | Path) -> JobSpec:
     """Read and validate a YAML job spec; raise :class:`SpecError` with one line on any problem."""
-    import yaml
-
     p = Path(path)
-    if p.is_dir():
-        raise SpecError(_folder_message(p))
-    if not p.is_file():
+    spec = parse_spec(read_spec_yaml(p), str(p))
+    if any(q.name == "local" for q in spec.providers):
+        _check_local(spec, p)
+    return spec
+
+
+def _check_local(spec: JobSpec, path: Path) -> None:
+    """What a local job names on this machine: its ``workdir`` (a cloud's is on the
+    instance), and the regions and zones of its replayed trace; refused here, before the
+    job is recorded, rather than when its trials cannot start."""
+    base = spec.base_dir(path)
+    if spec.workdir and not base.is_dir():
+        what = "is not a folder" if base.exists() else "does not exist"
         raise SpecError(
-            f"spec file {p} not found; pass the path to a job YAML, e.g. examples/digits/job.yaml"
+            f"{path}: spec field 'workdir': {base} {what}; create it, or fix the path "
+            "(a relative one is from the spec's folder)"
         )
-    try:
-        data = yaml.safe_load(p.read_text())
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark is not None else ""
-        raise SpecError(f"{p}:{where} is not valid YAML: {getattr(e, 'problem', e)}") from None
-    return parse_spec(data, str(p))
+    for i, q in enumerate(spec.providers):
+        if q.name == "local" and (q.regions or q.zones):
+            from spotwise.providers.replay import check_replay_filters
+
+            try:
+                trace = (q.replay or ReplaySpec()).trace
+                check_replay_filters(trace, base, q.regions, q.zones, i)
+            except SpecError as e:
+                raise SpecError(f"{path}: {e.message}", hint=e.hint) from None

@@ -169,7 +169,7 @@ _MIXED_LOCAL = (
 
 def _local(p: ProviderSpec, r: ReplaySpec, base_dir: Path, run_dir: Path) -> Backend:
     from spotwise.providers.local import LocalProvisioner
-    from spotwise.providers.replay import MarketClock, load_market_traces
+    from spotwise.providers.replay import MarketClock, check_replay_filters, load_market_traces
 
     traces = load_market_traces(r.trace, base_dir)
     market = ReplayMarket(traces, provider=r.billing)
@@ -180,11 +180,9 @@ def _local(p: ProviderSpec, r: ReplaySpec, base_dir: Path, run_dir: Path) -> Bac
             f"spec field 'providers.0.replay.start': {r.start} h is past the trace end "
             f"({hours:.0f} h)"
         )
-    for zone in p.zones:
-        market.zone_index(zone)  # unknown zone: NotFoundError with "did you mean"
-    if p.regions:
-        for region in p.regions:
-            market.offers(region=region)
+    # an unknown region or zone: SpecError naming the field, with "did you mean" (load_spec
+    # checks it first; a spec parsed by other means is checked here)
+    check_replay_filters(r.trace, base_dir, p.regions, p.zones)
     clock = MarketClock(start, r.speedup)
     rule = rule_for(r.billing)
     prov = LocalProvisioner(

@@ -218,7 +218,7 @@ class LocalProvisioner:
                     start_new_session=True,
                 )
             except OSError as e:
-                raise ProviderError(f"local: cannot start {argv[0]!r}: {e.strerror}") from None
+                raise ProviderError(_start_failure(argv[0], request.workdir, e)) from None
             finally:
                 os.close(go_r)
                 os.close(status_w)
@@ -340,3 +340,14 @@ class LocalProvisioner:
         if p.record is not None:
             remove_record(p.record)
             p.record = None
+
+
+def _start_failure(program: str, workdir: str, e: OSError) -> str:
+    """Why the trial's process could not start, naming its working directory when that is
+    what failed (the error's file is then the folder, not the program)."""
+    if workdir and not os.path.isdir(workdir):
+        what = "is not a folder" if os.path.exists(workdir) else "does not exist"
+        return f"local: cannot start {program!r}: its working directory {workdir} {what}"
+    if workdir and e.filename == workdir:
+        return f"local: cannot start {program!r}: its working directory {workdir}: {e.strerror}"
+    return f"local: cannot start {program!r}: {e.strerror}"

@@ -69,6 +69,25 @@ def load_market_traces(ref: str, base: Path | None = None) -> TraceSet:
     return _load_cached(str(resolve_trace(ref, base)))
 
 
+def check_replay_filters(
+    trace: str, base: Path | None, regions: Sequence[str], zones: Sequence[str], i: int = 0
+) -> None:
+    """Refuse (:class:`SpecError`, exit 2) a region or zone that the local provider ``i``
+    names and its replayed ``trace`` does not have, naming the spec field (``providers.0.zones.1``)
+    with the closest name the trace has. Called when the spec loads, before anything is
+    recorded; loading the trace here costs nothing later (it is cached)."""
+    traces = load_market_traces(trace, base)
+    known = {"regions": sorted({zone_region(z) for z in traces.zones}), "zones": traces.zones}
+    for field, names in (("regions", regions), ("zones", zones)):
+        for j, name in enumerate(names):
+            if name not in known[field]:
+                raise SpecError(
+                    f"spec field 'providers.{i}.{field}.{j}': {field[:-1]} {name!r} is not in "
+                    f"the replayed trace{did_you_mean(name, known[field])}; "
+                    f"valid: {', '.join(known[field])}"
+                )
+
+
 def zone_region(zone: str) -> str:
     """AWS zone → region (``us-east-1a`` → ``us-east-1``); other names pass through."""
     return zone[:-1] if zone and zone[-1].isalpha() and zone[-2:-1].isdigit() else zone

@@ -1,0 +1,206 @@
+"""Reading a job spec's YAML, and naming what a spec error is about.
+
+* :func:`read_spec_yaml`: ``yaml.safe_load`` that refuses a key given twice in one mapping
+  (PyYAML keeps the last one silently: a second ``budget:`` block would drop the first one's
+  cost cap), naming the key's path and both lines.
+* :func:`fields_at`: the field names a pydantic model takes at an error's location, for the
+  "did you mean" of an unknown nested field (``budget.max_cost``).
+"""
+
+from __future__ import annotations
+
+import types
+import typing
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from spotwise.errors import SpecError
+
+if typing.TYPE_CHECKING:
+    import yaml
+
+
+def read_spec_yaml(path: Path) -> Any:
+    """The YAML document in ``path``; SpecError (one line) for a path that is no file,
+    invalid YAML or a repeated key."""
+    import yaml
+
+    if path.is_dir():
+        raise SpecError(_folder_message(path))
+    if not path.is_file():
+        raise SpecError(
+            f"spec file {path} not found; pass the path to a job YAML, e.g. "
+            "examples/digits/job.yaml"
+        )
+    text = path.read_text()
+    loader = _loader_class()(text)
+    try:
+        return loader.get_single_data()
+    except _DuplicateKey as e:
+        raise SpecError(
+            f"{path}: line {e.line}: key '{e.key}' is given twice (first at line {e.first}); "
+            "keep one of them (YAML would silently keep only the last)"
+        ) from None
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark is not None else ""
+        raise SpecError(f"{path}:{where} is not valid YAML: {getattr(e, 'problem', e)}") from None
+    finally:
+        loader.dispose()
+
+
+def _folder_message(folder: Path) -> str:
+    """A folder given as the spec: name up to 3 of its YAML files to pass instead."""
+    try:
+        found = sorted(
+            (f for f in folder.iterdir() if f.suffix in (".yaml", ".yml") and f.is_file()),
+            key=lambda f: (f.stem != "job", f.name),  # job.yaml, the usual name, first
+        )
+    except OSError:  # unreadable: name no file
+        found = []
+    if not found:
+        return (
+            f"spec path {folder} is a folder with no .yaml file in it; pass the path to a job "
+            "YAML, e.g. examples/digits/job.yaml"
+        )
+    listed = ", ".join(str(f) for f in found[:3])
+    more = f" (and {len(found) - 3} more)" if len(found) > 3 else ""
+    return f"spec path {folder} is a folder; pass the job YAML inside it: {listed}{more}"
+
+
+INF = float("inf")
+
+
+def yaml_text(x: Any) -> str:
+    """A value as YAML writes it (true, null, .inf), not as Python does (True, None, inf)."""
+    import json
+
+    if isinstance(x, float) and (x != x or x in (INF, -INF)):
+        return ".nan" if x != x else ("-.inf" if x < 0 else ".inf")
+    try:
+        return json.dumps(x)
+    except (TypeError, ValueError):
+        return type(x).__name__
+
+
+class _DuplicateKey(Exception):
+    def __init__(self, key: str, line: int, first: int) -> None:
+        super().__init__(key)
+        self.key, self.line, self.first = key, line, first
+
+
+_LOADER: type[yaml.SafeLoader] | None = None
+
+
+def _loader_class() -> type[yaml.SafeLoader]:
+    """A SafeLoader whose documents are checked for repeated keys before they are built
+    (made on first use: yaml is imported lazily)."""
+    global _LOADER
+    if _LOADER is None:
+        import yaml
+
+        class SpecLoader(yaml.SafeLoader):
+            def construct_document(self, node: yaml.Node) -> Any:
+                _refuse_duplicates(node, "", set())
+                return super().construct_document(node)
+
+        _LOADER = SpecLoader
+    return _LOADER
+
+
+def _refuse_duplicates(node: yaml.Node, path: str, seen: set[int]) -> None:
+    """Walk the composed document; raise :class:`_DuplicateKey` for the first mapping that
+    gives one scalar key twice (``<<`` merge keys are YAML's own, and may repeat)."""
+    import yaml
+
+    if id(node) in seen:  # an alias of a node already walked (or a recursive one)
+        return
+    seen.add(id(node))
+    if isinstance(node, yaml.MappingNode):
+        first: dict[str, int] = {}
+        for key, value in node.value:
+            name = str(key.value) if isinstance(key, yaml.ScalarNode) else None
+            where = f"{path}.{name}" if path else str(name)
+            if name is not None and key.tag != "tag:yaml.org,2002:merge":
+                if name in first:
+                    line = key.start_mark.line + 1
+                    raise _DuplicateKey(_one_line(where), line, first[name])
+                first[name] = key.start_mark.line + 1
+            _refuse_duplicates(value, where, seen)
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            _refuse_duplicates(item, f"{path}.{i}" if path else str(i), seen)
+
+
+def _one_line(text: str) -> str:
+    return text.replace("\r", "\\r").replace("\n", "\\n")
+
+
+def fields_at(model: type[BaseModel], loc: tuple[int | str, ...]) -> list[str]:
+    """The field names (and aliases) of the model found at ``loc`` under ``model``: for the
+    location of an unknown field, the fields it may have meant; [] when ``loc`` leads to no
+    model. ``loc`` is a pydantic error location (list indexes, dict keys and the tags of a
+    discriminated union appear in it)."""
+    target: Any = model
+    for part in loc:
+        target = _step(target, part)
+        if target is None:
+            return []
+    target = _strip(target)
+    if not _is_model(target):
+        return []
+    names: list[str] = []
+    for name, info in target.model_fields.items():
+        names.append(name)
+        if info.alias and info.alias != name:
+            names.append(info.alias)
+    return names
+
+
+def _step(target: Any, part: int | str) -> Any:
+    """The type found one location part below ``target``, or None."""
+    target = _strip(target)
+    if _is_union(target):  # a discriminated union: the part is the member's tag
+        tagged = [m for m in typing.get_args(target) if _tag(m) == part]
+        return tagged[0] if len(tagged) == 1 else None
+    if _is_model(target):
+        fields = target.model_fields
+        field = fields.get(str(part)) or next((f for f in fields.values() if f.alias == part), None)
+        return field.annotation if field is not None else None
+    origin, args = typing.get_origin(target), typing.get_args(target)
+    if origin in (list, tuple, set, frozenset) and args and isinstance(part, int):
+        return args[0]
+    if origin is dict and len(args) == 2:
+        return args[1]
+    return None
+
+
+def _strip(target: Any) -> Any:
+    """``Annotated[X, ...]`` → X and ``X | None`` → X, as often as they wrap it."""
+    while True:
+        if typing.get_origin(target) is typing.Annotated:
+            target = typing.get_args(target)[0]
+        elif _is_union(target):
+            members = [a for a in typing.get_args(target) if a is not type(None)]
+            if len(members) != 1:
+                return target
+            target = members[0]
+        else:
+            return target
+
+
+def _is_union(target: Any) -> bool:
+    return typing.get_origin(target) in (typing.Union, types.UnionType)
+
+
+def _is_model(target: Any) -> bool:
+    return isinstance(target, type) and issubclass(target, BaseModel)
+
+
+def _tag(model: Any) -> Any:
+    """The ``type`` tag of a discriminated union's member (``Literal["real"]`` → "real")."""
+    field = model.model_fields.get("type") if _is_model(model) else None
+    args = typing.get_args(field.annotation) if field is not None else ()
+    return args[0] if len(args) == 1 else None
