@@ -16,6 +16,9 @@ The rules (each bad case is refused with a :class:`SpecError` naming the line or
   which says so.
 * Two rows for the same zone and instant must agree (exact duplicates are ignored); rows that
   disagree on availability or price are refused.
+* A trace is one instance type's zones: rows naming a second ``instance_type`` are refused (they
+  were merged into the first's zones). ``on_demand_price_usd_per_hour`` (its first value) must
+  be > 0.
 """
 
 from __future__ import annotations
@@ -71,6 +74,7 @@ def read_skynomad_grid(path: Path, *, field: str = "--traces") -> SkyGrid:
     text_of: dict[float, str] = {}  # epoch seconds -> its first spelling in the file
     cells: dict[tuple[str, float], tuple[int, bool, float]] = {}  # -> (line, available, price)
     od = float("nan")
+    kinds: dict[str, str] = {}  # "first": the instance type of the first row that names one
     for line, r in zip(lines, rows, strict=True):
         zone = r["availability_zone"]
         if not zone.strip():
@@ -91,6 +95,14 @@ def read_skynomad_grid(path: Path, *, field: str = "--traces") -> SkyGrid:
         price = _price(r.get(PRICE), where, line) if has_price else float("nan")
         if od != od and r.get(ON_DEMAND):
             od = _number(r[ON_DEMAND], ON_DEMAND, where, line)
+            if not (math.isfinite(od) and od > 0):
+                raise SpecError(f"{where} line {line}: {ON_DEMAND} is {od:g}; it must be > 0")
+        kind = (r.get("instance_type") or "").strip()
+        if kind and kind != kinds.setdefault("first", kind):
+            raise SpecError(
+                f"{where} line {line}: instance_type {kind} after {kinds['first']}; a trace is "
+                "one instance type's zones: split the file by instance_type"
+            )
         seen = cells.get((zone, t))
         if seen is None:
             cells[(zone, t)] = (line, avail, price)
@@ -121,7 +133,7 @@ def read_skynomad_grid(path: Path, *, field: str = "--traces") -> SkyGrid:
         times=times,
         available=available,
         price=price_grid,
-        instance_type=rows[0].get("instance_type") or "",
+        instance_type=kinds.get("first", ""),
         on_demand_price=od,
     )
 

@@ -242,3 +242,25 @@ def test_the_shipped_trace_arrays_are_unchanged() -> None:
     for a in (ts.times, ts.available, ts.price):
         h.update(np.ascontiguousarray(a).tobytes())
     assert h.hexdigest()[:16] == "ea9aa76c200acf04"
+
+
+# ---- 7. one instance type per trace; a positive on-demand price -----------------------------
+def test_rows_of_a_second_instance_type_are_refused(tmp_path: Path) -> None:
+    """They were merged into the first type's zones (same zone names), mixing two markets."""
+    rows = _grid(ticks=2)
+    rows.append("2023-03-01 00:00:00,us-east-1c,g4dn.xlarge,1,0.2,0.53")
+    path = _write(tmp_path / "trace.csv", rows)
+    assert _refusal(path) == (
+        f"--traces: {path} line 6: instance_type g4dn.xlarge after p3.2xlarge; a trace is one "
+        "instance type's zones: split the file by instance_type"
+    )
+
+
+@pytest.mark.parametrize("od", ["0", "-3.06", "inf"])
+def test_an_on_demand_price_that_is_not_positive_is_refused(tmp_path: Path, od: str) -> None:
+    rows = [r.rsplit(",", 1)[0] + f",{od}" for r in _grid(ticks=2)]
+    path = _write(tmp_path / "trace.csv", rows)
+    shown = f"{float(od):g}"
+    assert _refusal(path) == (
+        f"--traces: {path} line 2: on_demand_price_usd_per_hour is {shown}; it must be > 0"
+    )
