@@ -199,7 +199,9 @@ def load_stored_spec(spec_json: str) -> JobSpec:
 
 class CheckpointSpec(_Strict):
     location: str = "checkpoints"  # folder (relative to the spec) or s3://, gs://, az:// URI
-    every: int = Field(default=5, ge=1)  # steps between checkpoints (policies may adapt it)
+    every: int = Field(
+        default=5, ge=1, strict=True
+    )  # steps between checkpoints (policies may adapt it)
 
     @field_validator("location")
     @classmethod
@@ -217,8 +219,8 @@ class CheckpointSpec(_Strict):
 
 class SearchSpec(_Strict):
     optimizer: Literal["gp", "rf", "et", "random"] = "gp"
-    initial_points: int = Field(default=4, ge=1)
-    seed: int = 0
+    initial_points: int = Field(default=4, ge=1, strict=True)
+    seed: int = Field(default=0, strict=True)
 
     @field_validator("seed")
     @classmethod
@@ -237,9 +239,9 @@ class JobSpec(_Strict):
     name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
     command: list[str] = Field(min_length=1)
     metric: Metric
-    steps: int = Field(ge=1)
-    trials: int = Field(default=8, ge=1, le=10_000)
-    parallel: int = Field(default=1, ge=1, le=256)
+    steps: int = Field(ge=1, strict=True)
+    trials: int = Field(default=8, ge=1, le=10_000, strict=True)
+    parallel: int = Field(default=1, ge=1, le=256, strict=True)
     search_space: dict[str, Param] = Field(min_length=1)
     providers: list[ProviderSpec] = Field(min_length=1)
     policy: str = "spot-greedy"
@@ -309,6 +311,8 @@ def _format(err: ValidationError) -> str:
         close = did_you_mean(typo, longer if len(longer) == 1 else names)
         msg = "unknown field" + close
         fix = "" if close else fix  # removing a misspelt field would drop what it sets
+    elif e["type"] in ("int_type", "int_parsing"):  # a strict count: `trials: true`, "8", 40.0
+        msg = f"must be an integer, got {yaml_text(e['input'])}"
     elif e["type"] == "finite_number":
         msg = f"must be a finite number, got {yaml_text(e['input'])}"
         fix = "leave it out for no limit" if e["loc"][:1] == ("budget",) else ""

@@ -300,3 +300,26 @@ def test_an_env_value_that_is_not_a_string_says_quote_it(value: Any, shown: str)
         f"spec field 'env.OMP_NUM_THREADS': must be a string, got {shown}; quote it, e.g. "
         f'OMP_NUM_THREADS: "{shown}"'
     )
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "shown"),
+    [
+        ("trials", True, "true"),
+        ("trials", "8", "'8'"),
+        ("steps", 40.0, "40.0"),
+        ("parallel", 2.5, "2.5"),
+    ],
+)
+def test_counts_are_whole_numbers_not_booleans_or_strings(
+    field: str, value: object, shown: str
+) -> None:
+    """`trials: true` ran one trial and `trials: "8"` eight: YAML typing slips, taken silently."""
+    from spotwise.spec import parse_spec
+
+    root = Path(__file__).resolve().parents[2]
+    data = yaml.safe_load((root / "examples" / "digits" / "job.yaml").read_text())
+    data[field] = value
+    with pytest.raises(SpecError) as info:
+        parse_spec(data)
+    assert str(info.value).startswith(f"spec: spec field '{field}': must be an integer, got ")
