@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -55,7 +54,7 @@ def fit(
         ),
     ] = 1.0,
     total_steps: Annotated[
-        int | None,
+        float | None,
         typer.Option(
             "--total-steps", help="predict the value at this step (default: the curve's last)"
         ),
@@ -71,24 +70,28 @@ def fit(
     """
     from spotwise.errors import SpecError
     from spotwise.predictors.curve_service import curve_fit
-    from spotwise.predictors.curves import resolve_metric
+    from spotwise.predictors.curves import check_theta, resolve_metric
 
-    if total_steps is not None and total_steps <= 0:
-        raise SpecError(f"--total-steps must be a positive number of steps, got {total_steps}")
+    check_theta(theta, whole=True)
+    if total_steps is not None and not total_steps > 0:
+        raise SpecError(f"--total-steps must be a positive number of steps, got {total_steps:g}")
     metric = resolve_metric(file, metric, "FILE")
     r = curve_fit(file, curve_id, metric, theta, total_steps, _direction(direction))
-    f, c, n = r["fit"], r["curve"], r["observed"]
+    f, n = r["fit"], r["observed"]
     if total_steps is not None and total_steps < f.last_step:
         raise SpecError(
-            f"--total-steps {total_steps} is before the last observed step {f.last_step:g}; "
+            f"--total-steps {total_steps:g} is before the last observed step {f.last_step:g}; "
             "pass at least that, or leave it out"
         )
     out = {
         "curve_id": r["curve_id"],
         "metric": metric,
         "observed_points": n,
-        "total_steps": r["total_steps"],
+        "last_observed_step": _step(f.last_step),
+        "observed_last": r["observed_last"],
+        "total_steps": _step(r["total_steps"]),
         "final": f.final,
+        "final_kind": "fitted" if r["total_steps"] == f.last_step else "forecast",
         "band": list(f.band),
         "true_final": r["true_final"],
         "direction": f.direction,
@@ -98,9 +101,17 @@ def fit(
         "note": f.note,
         "fit_ms": round(f.fit_ms, 3),
     }
-    if as_json:
-        typer.echo(json.dumps(out))
-        return
+    emit(out, as_json, lambda _: _print_fit(r, out))
+
+
+def _step(x: float) -> float | int:
+    """A step as written: ``50`` for 50.0, ``0.5`` stays."""
+    return int(x) if float(x).is_integer() else float(x)
+
+
+def _print_fit(r: dict[str, Any], out: dict[str, Any]) -> None:
+    """The stages, the final value (fitted or forecast, beside the observed one), the plot."""
+    f, c, n, metric = r["fit"], r["curve"], r["observed"], out["metric"]
     import numpy as np
     from rich.console import Console
 
@@ -117,11 +128,22 @@ def fit(
         con.print(f"  stage from step {s['start']:g}: {shape}", highlight=False)
     if f.note:
         con.print(f"  [dim]{f.note}[/]", highlight=False)
-    truth = "" if r["true_final"] is None else f"   (true: {r['true_final']:.4g})"
-    con.print(
-        f"  predicted final at step {r['total_steps']}: [bold]{f.final:.4g}[/]  "
-        f"band [{f.band[0]:.4g}, {f.band[1]:.4g}]{truth}"
-    )
+    band = f"band [{f.band[0]:.4g}, {f.band[1]:.4g}]"
+    seen = f"{r['observed_last']:.4g}"
+    if out["final_kind"] == "fitted":  # nothing held out and nothing to forecast
+        con.print(
+            f"  fitted value at the last step {r['total_steps']:g}: [bold]{f.final:.4g}[/]  "
+            f"{band}\n  observed there: {seen} "
+            "(to forecast: --theta < 1 or a later --total-steps)",
+            highlight=False,
+        )
+    else:
+        truth = "" if r["true_final"] is None else f", true final: {r['true_final']:.4g}"
+        con.print(
+            f"  predicted final at step {r['total_steps']:g}: [bold]{f.final:.4g}[/]  {band}\n"
+            f"  last observed: {seen} at step {f.last_step:g}{truth}",
+            highlight=False,
+        )
     grid = np.linspace(float(c.steps[0]), float(r["total_steps"]), 64)
     hidden = (c.steps[n:].tolist(), c.values[n:].tolist()) if n < len(c.steps) else None
     for line in curve_plot(
@@ -198,8 +220,9 @@ def eval_(
       spotwise curve eval --curves spotwise/data/lcbench-subset --theta 0.5 --json
     """
     from spotwise.predictors.curve_service import curve_eval
-    from spotwise.predictors.curves import resolve_metric
+    from spotwise.predictors.curves import check_theta, resolve_metric
 
+    check_theta(theta)
     names = _methods(methods)
     d = _direction(direction)
     metric = resolve_metric(curves, metric, "--curves")
@@ -210,6 +233,7 @@ def eval_(
 def _print_eval(res: dict[str, Any], metric: str, theta: float) -> None:
     """The comparison table (every value ``no_wrap``: never cut), then its legend."""
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     t = Table(
@@ -235,3 +259,11 @@ def _print_eval(res: dict[str, Any], metric: str, theta: float) -> None:
         "band: share of true finals inside the 95 % band[/]",
         highlight=False,
     )
+    skipped = res.get("skipped") or []
+    if skipped:
+        shown = ", ".join(escape(s) for s in skipped[:5]) + (", …" if len(skipped) > 5 else "")
+        con.print(
+            f"[dim]skipped {len(skipped)} curve{'s' * (len(skipped) != 1)} with fewer than 3 "
+            f"finite points: {shown}[/]",
+            highlight=False,
+        )

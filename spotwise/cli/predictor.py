@@ -23,7 +23,14 @@ _TRACE_FORMS = (
     "in the installed package)"
 )
 Traces = Annotated[str, typer.Option("--traces", help=f"the trace: {_TRACE_FORMS}")]
-Horizon = Annotated[str, typer.Option("--horizon", help="revocation horizon: 90s, 30m, 1h, 2d …")]
+Horizon = Annotated[
+    str,
+    typer.Option(
+        "--horizon",
+        help="revocation horizon: 90s, 30m, 1h, 2d … (a bare number is seconds, unlike "
+        "forecast --at's hours); at least one tick of the trace",
+    ),
+]
 
 
 def _console() -> Any:
@@ -120,14 +127,22 @@ def forecast(
         typer.Option(
             "--at",
             help="ISO time (UTC if naive) or hours after the trace start (36, 36h, 1d12h); "
-            "default: its last tick",
+            "default: its last tick; --provider local only",
         ),
     ] = None,
     model: Annotated[
-        str | None, typer.Option("--model", help="a saved model; default: the shipped one")
+        str | None,
+        typer.Option(
+            "--model", help="a saved model; default: the shipped one; --provider local only"
+        ),
     ] = None,
     horizon: Annotated[
-        str | None, typer.Option("--horizon", help="must match the model's horizon")
+        str | None,
+        typer.Option(
+            "--horizon",
+            help="must match the model's horizon: 30m, 1h … (a bare number is seconds); "
+            "--provider local only",
+        ),
     ] = None,
     as_json: PredictorJsonOpt = False,
 ) -> None:

@@ -39,7 +39,17 @@ def trace_span(ts: TraceSet, lo: int, hi: int) -> float:
 
 
 def check_horizon(ts: TraceSet, horizon_s: float, which: str = "trace") -> None:
-    """A horizon longer than the whole trace leaves no labelled tick: say so up front."""
+    """A horizon shorter than one tick of the trace sees no revocation (every label 0), one
+    longer than the whole trace leaves no labelled tick: say so up front."""
+    import math
+
+    gap = ts.gap_seconds
+    if ts.n_ticks >= 2 and gap > 0 and horizon_s < gap:
+        tick = fmt(math.ceil(gap))
+        raise SpecError(
+            f"--horizon {fmt(horizon_s)} is shorter than one tick of the {which} ({tick}): "
+            f"nothing can be revoked within it; pass at least --horizon {tick}"
+        )
     span = trace_span(ts, 0, ts.n_ticks)
     if span < horizon_s:
         raise SpecError(

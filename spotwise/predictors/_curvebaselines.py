@@ -34,7 +34,11 @@ class LastValue:
         self.k = k
 
     def predict_final(
-        self, steps: np.ndarray, values: np.ndarray, total_steps: int, lr: np.ndarray | None = None
+        self,
+        steps: np.ndarray,
+        values: np.ndarray,
+        total_steps: float,
+        lr: np.ndarray | None = None,
     ) -> tuple[float, float, float]:
         import numpy as np
 
@@ -50,7 +54,11 @@ class MeanLastK(LastValue):
     name = "mean-last-k"
 
     def predict_final(
-        self, steps: np.ndarray, values: np.ndarray, total_steps: int, lr: np.ndarray | None = None
+        self,
+        steps: np.ndarray,
+        values: np.ndarray,
+        total_steps: float,
+        lr: np.ndarray | None = None,
     ) -> tuple[float, float, float]:
         import numpy as np
 
@@ -71,7 +79,11 @@ class PowerLaw:
         self.direction = direction
 
     def predict_final(
-        self, steps: np.ndarray, values: np.ndarray, total_steps: int, lr: np.ndarray | None = None
+        self,
+        steps: np.ndarray,
+        values: np.ndarray,
+        total_steps: float,
+        lr: np.ndarray | None = None,
     ) -> tuple[float, float, float]:
         import numpy as np
         from scipy.optimize import least_squares

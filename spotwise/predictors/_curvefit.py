@@ -23,6 +23,7 @@ class StageFit:
     var_delta: float  # its delta-method variance, plus the spread of the good starts
     sigma: float  # residual noise
     step_var: float  # variance of the step-to-step change of the residuals
+    at_bound: bool = False  # the asymptote a3 sits on its bound (the curve may improve further)
 
 
 def model(p: np.ndarray, x: np.ndarray) -> np.ndarray:
@@ -100,7 +101,8 @@ def fit_stage(x: np.ndarray, u: np.ndarray, xf: float) -> StageFit:
     good = [float(np.diff(model(q, ends))[0]) for c, q in fits if c <= 1.1 * best_cost + 1e-12]
     spread = (max(good) - min(good)) / 2 if good else 0.0
     step_var = float(np.var(np.diff(res)))
-    return StageFit(p, delta, float(max(g @ cov @ g, 0.0)) + spread**2, sigma, step_var)
+    at_bound = bool(p[3] <= lo3 + 1e-3 * (hi3 - lo3))
+    return StageFit(p, delta, float(max(g @ cov @ g, 0.0)) + spread**2, sigma, step_var, at_bound)
 
 
 def short_half_band(k: np.ndarray, v: np.ndarray, span: float, total: float) -> float:

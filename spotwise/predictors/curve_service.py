@@ -13,16 +13,26 @@ def curve_fit(
     curve_id: str,
     metric: str = "value",
     theta: float = 1.0,
-    total_steps: int | None = None,
+    total_steps: float | None = None,
     direction: str | None = None,
 ) -> dict[str, Any]:
-    """EarlyCurve on the first ``theta`` of one curve: the fit, its final, the held-out truth."""
+    """EarlyCurve on the first ``theta`` of one curve: the fit, its final, the held-out truth.
+
+    Steps stay as read (they may be fractions); points with no finite value are left out.
+    ``observed_last`` is the value at the last observed step, ``true_final`` the held-out value
+    at ``total_steps`` (None when that step is observed, or not in the file).
+    """
     from spotwise.errors import did_you_mean
-    from spotwise.predictors.curves import load_curves, metric_direction
+    from spotwise.predictors.curves import (
+        check_theta,
+        finite_curve,
+        load_curves,
+        metric_direction,
+        observed_count,
+    )
     from spotwise.predictors.earlycurve import fit_curve
 
-    if not 0 < theta <= 1:
-        raise SpecError(f"--theta must be in (0, 1], got {theta:g}")
+    check_theta(theta, whole=True)
     curves = load_curves(path, metric, label="FILE")
     if curve_id not in curves:
         ids = sorted(curves, key=lambda s: (len(s), s))
@@ -30,9 +40,13 @@ def curve_fit(
             f"--curve-id {curve_id!r} not in {path}{did_you_mean(curve_id, ids)}; "
             f"{len(ids)} curves, e.g. {', '.join(ids[:5])}"
         )
-    c = curves[curve_id]
-    total = int(total_steps) if total_steps is not None else int(c.steps[-1])
-    n = max(2, int((c.steps <= theta * c.steps[-1] + 1e-9).sum())) if theta < 1 else len(c.steps)
+    c = finite_curve(curves[curve_id])
+    if len(c.steps) == 0:
+        raise SpecError(
+            f"--curve-id {curve_id!r}: no finite {metric} value in {path}; pick another curve"
+        )
+    total = float(total_steps) if total_steps is not None else float(c.steps[-1])
+    n = observed_count(c, theta) if theta < 1 else len(c.steps)
     fit = fit_curve(
         c.steps[:n],
         c.values[:n],
@@ -40,7 +54,7 @@ def curve_fit(
         total,
         direction=direction or metric_direction(metric),
     )
-    truth = float(c.values[-1]) if n < len(c.steps) and int(c.steps[-1]) == total else None
+    truth = float(c.values[-1]) if n < len(c.steps) and float(c.steps[-1]) == total else None
     return {
         "curve_id": curve_id,
         "metric": metric,
@@ -49,6 +63,7 @@ def curve_fit(
         "total_steps": total,
         "fit": fit,
         "curve": c,
+        "observed_last": float(c.values[n - 1]),
         "true_final": truth,
     }
 
@@ -60,9 +75,27 @@ def curve_eval(
     methods: tuple[str, ...],
     direction: str | None = None,
 ) -> dict[str, Any]:
-    from spotwise.predictors.curves import dataset_direction, evaluate_curves, load_curves
+    """Every method on every curve of ``path`` with ≥ 3 finite points; ``skipped`` names the
+    others."""
+    import numpy as np
 
+    from spotwise.predictors.curves import (
+        check_theta,
+        dataset_direction,
+        evaluate_curves,
+        load_curves,
+    )
+
+    check_theta(theta)  # before reading the file
     curves = load_curves(path, metric)
     d = direction or dataset_direction(curves, metric)
     rows = evaluate_curves(curves, theta, methods, direction=d)
-    return {"curves": str(path), "metric": metric, "theta": theta, "direction": d, "rows": rows}
+    skipped = [cid for cid, c in curves.items() if int(np.isfinite(c.values).sum()) < 3]
+    return {
+        "curves": str(path),
+        "metric": metric,
+        "theta": theta,
+        "direction": d,
+        "rows": rows,
+        "skipped": skipped,
+    }

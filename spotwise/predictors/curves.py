@@ -9,11 +9,14 @@ Formats (:func:`load_curves`):
   Epoch 0 (measured before training) and epoch 51 (a repeat of epoch 50) are dropped, as Ax does:
   a curve is epochs 1..50.
 
-Evaluation (:func:`evaluate_curves`): for each curve with ``total`` steps, observe the points with
-``step ≤ θ·total`` (at least 2), predict the value at the last step, and compare with the true
-last value: MAE, Spearman rank correlation of predicted vs true finals, the recall of the true
-top 10 % when keeping the predicted top 25 %, the share of true finals inside the band, and the
-fit time per curve.
+Each step appears once per curve (a repeated step is refused); steps need not be integers.
+
+Evaluation (:func:`evaluate_curves`): for each curve whose last step is ``total``, observe the
+points with ``step ≤ θ·total`` (at least 2), predict the value at the last step, and compare with
+the true last value (points with no finite value are left out; a curve with fewer than 3 finite
+points is skipped): MAE, Spearman rank correlation of predicted vs true finals, the recall of the
+true top 10 % when keeping the predicted top 25 %, the share of true finals inside the band, and
+the fit time per curve.
 """
 
 from __future__ import annotations
@@ -143,6 +146,12 @@ def load_curves(
     out: dict[str, Curve] = {}
     for cid, pts in raw.items():
         a = np.array(sorted(pts))
+        twice = np.flatnonzero(np.diff(a[:, 0]) == 0)
+        if len(twice):
+            raise SpecError(
+                f"{label}: {p.name}: curve {cid!r} has step {a[twice[0], 0]:g} more than once; "
+                "each step of a curve must appear once"
+            )
         out[cid] = Curve(
             curve_id=cid,
             steps=a[:, 0],
@@ -171,21 +180,46 @@ def dataset_direction(curves: dict[str, Curve], metric: str) -> str:
     d = metric_direction(metric)
     if d is not None:
         return d
-    ups = [
-        float(np.nanmean(c.values[-3:]) - np.nanmean(c.values[:3]))
-        for c in curves.values()
-        if len(c.values) >= 2
-    ]
-    return "max" if np.nanmedian(ups) > 0 else "min"
+    finite = [c.values[np.isfinite(c.values)] for c in curves.values()]
+    ups = [float(np.mean(v[-3:]) - np.mean(v[:3])) for v in finite if len(v) >= 2]
+    return "max" if ups and float(np.median(ups)) > 0 else "min"
 
 
-def observed(c: Curve, theta: float) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, int]:
-    """The first θ of a curve (steps ≤ θ·last step, at least 2 points) and its total steps."""
+def check_theta(theta: float, *, whole: bool = False) -> None:
+    """``--theta`` in (0, 1), or (0, 1] with ``whole`` (``curve fit`` may observe all of it)."""
+    if not (0 < theta <= 1 if whole else 0 < theta < 1):
+        raise SpecError(f"--theta must be in (0, 1{']' if whole else ')'}, got {theta:g}")
+
+
+def observed_count(c: Curve, theta: float) -> int:
+    """How many points the first θ of a curve holds: steps ≤ θ·last step, at least 2 (or all
+    the curve has, if fewer)."""
     import numpy as np
 
-    total = int(c.steps[-1])
-    n = max(2, int(np.sum(c.steps <= theta * total + 1e-9)))
-    return c.steps[:n], c.values[:n], None if c.lr is None else c.lr[:n], total
+    n = max(2, int(np.sum(c.steps <= theta * float(c.steps[-1]) + 1e-9)))
+    return min(n, len(c.steps))
+
+
+def finite_curve(c: Curve) -> Curve:
+    """``c`` without its points whose value is NaN or infinite (a step not measured)."""
+    import numpy as np
+
+    ok = np.isfinite(c.values)
+    if ok.all():
+        return c
+    return Curve(
+        c.curve_id,
+        c.steps[ok],
+        c.values[ok],
+        None if c.lr is None else c.lr[ok],
+        None if c.seconds is None else c.seconds[ok],
+    )
+
+
+def observed(c: Curve, theta: float) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, float]:
+    """The first θ of a curve (steps ≤ θ·last step, at least 2 points) and its last step."""
+    n = observed_count(c, theta)
+    return c.steps[:n], c.values[:n], None if c.lr is None else c.lr[:n], float(c.steps[-1])
 
 
 def evaluate_curves(
@@ -202,12 +236,12 @@ def evaluate_curves(
 
     from spotwise.predictors.earlycurve import check_direction, get_curve_predictor
 
-    if not 0 < theta < 1:
-        raise SpecError(f"--theta must be in (0, 1), got {theta:g}")
+    check_theta(theta)
     direction = check_direction(direction) or dataset_direction(curves, "")
+    curves = {cid: finite_curve(c) for cid, c in curves.items()}
     ids = [cid for cid, c in curves.items() if len(c.values) >= 3]
     if len(ids) < 2:
-        raise SpecError("need at least 2 curves with ≥ 3 points to evaluate")
+        raise SpecError("need at least 2 curves with ≥ 3 finite points to evaluate")
     truth = np.array([curves[c].values[-1] for c in ids])
     sign = 1.0 if direction == "max" else -1.0
     rows = []

@@ -9,13 +9,19 @@ Stage boundaries come from learning-rate changes when ``lr`` is given (a step of
 after a flat stretch: step decay; a smooth schedule such as cosine annealing is one stage), else
 they are detected as level shifts well above the curve's step-to-step noise.
 
-Fitting, per stage, in normalised units (steps / last step, values / value range, oriented so
-the curve falls): bounded robust least squares (``soft_l1``) from several starts;
-``a0, a1 ≥ 0``, ``a2 > 0`` (a monotone curve), and the asymptote ``a3`` bounded to at most one
-value range beyond the best observed value. Direction: ``"min"`` (loss), ``"max"`` (accuracy), or
-``None`` = the trend of the observed points. The uncertainty band of the final value combines
-the delta-method parameter variance, the residual noise and the spread of the good starts
-(the per-stage fit lives in :mod:`spotwise.predictors._curvefit`).
+``k`` counts steps of the curve: 1 for integer steps (epochs), else their median spacing, so
+fractional steps (0.01, 0.02, … of an epoch) fit the same shape as 1, 2, ….
+
+Fitting, per stage, in normalised units (steps / the stage's length, values / value range,
+oriented so the curve falls): MINPACK Levenberg-Marquardt (``scipy.optimize.leastsq``) from 3
+starts, each with 2 Huber-reweighted passes, the bounds by a change of variables:
+``a0, a1 ≥ 0``, ``a2 > 0`` (a monotone curve), and the asymptote ``a3`` at most a quarter of the
+value range (``ASYMPTOTE_ALLOWANCE``) beyond the best observed value. Direction: ``"min"`` (loss),
+``"max"`` (accuracy), or ``None`` = the trend of the observed points. The uncertainty band of the
+final value combines the delta-method parameter variance, the residual noise, the spread of the
+good starts and a random walk for level jumps to come; where the fitted asymptote sits on its
+bound (the curve wanted to go further) the improving side is widened by the fitted change and
+``CurveFit.note`` says so (the per-stage fit lives in :mod:`spotwise.predictors._curvefit`).
 
 A last stage with fewer than 5 points (more than the 4 parameters) is not fitted, nor is a
 constant curve: the forecast is the last value, with a band from the trend, the noise and the
@@ -33,7 +39,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from spotwise.errors import PredictorError, SpecError, did_you_mean
-from spotwise.predictors._curvefit import MIN_FIT_POINTS, Z95
+from spotwise.predictors._curvefit import ASYMPTOTE_ALLOWANCE, MIN_FIT_POINTS, Z95
 
 if TYPE_CHECKING:
     import numpy as np
@@ -45,7 +51,8 @@ RANDOM_WALK = 0.5
 @dataclass(frozen=True)
 class Stage:
     """One fitted stage: value(k) = offset + sign·scale·(a3 + 1/(a0·x² + a1·x + a2)),
-    x = (k − start + 1) / x_scale. ``kind`` is ``"curve"`` or ``"const"`` (too few points)."""
+    x = (k − start + unit) / x_scale, ``unit`` one step (1 for integer steps). ``kind`` is
+    ``"curve"`` or ``"const"`` (too few points)."""
 
     start: float
     stop: float  # first step of the next stage (inf for the last)
@@ -55,22 +62,25 @@ class Stage:
     scale: float
     x_scale: float
     kind: str = "curve"
+    unit: float = 1.0  # one step: 1 for integer steps, else the observed spacing
 
     def __call__(self, k: np.ndarray) -> np.ndarray:
         import numpy as np
 
-        x = (np.asarray(k, dtype=float) - self.start + 1.0) / self.x_scale
+        x = (np.asarray(k, dtype=float) - self.start + self.unit) / self.x_scale
         a0, a1, a2, a3 = self.a
         q = np.maximum(a0 * x * x + a1 * x + a2, 1e-12)
         return self.offset + self.sign * self.scale * (a3 + 1.0 / q)
 
     def spottune_params(self) -> dict[str, float]:
-        """In original units: value = 1/(A0·k² + A1·k + A2) + A3, k counted from 1 in the stage."""
+        """In original units: value = 1/(A0·k² + A1·k + A2) + A3, k counted from 1 in the stage
+        (in steps of ``unit``)."""
         a0, a1, a2, a3 = self.a
         g = self.sign * self.scale
+        xs = self.x_scale / self.unit
         return {
-            "A0": a0 / (self.x_scale**2 * g),
-            "A1": a1 / (self.x_scale * g),
+            "A0": a0 / (xs**2 * g),
+            "A1": a1 / (xs * g),
             "A2": a2 / g,
             "A3": self.offset + g * a3,
         }
@@ -91,7 +101,8 @@ class CurveFit:
     last_step: float = 0.0
     last_value: float = 0.0
     shrink: float = 1.0  # factor on the fitted change beyond the last observation
-    note: str = ""  # why the forecast is not a fitted curve (too few points, a constant), if so
+    note: str = ""  # why the forecast is not a fitted curve (too few points, a constant), or
+    # that its asymptote sits on its bound (band widened), if so
 
     def predict(self, k: np.ndarray | float) -> np.ndarray:
         """The fitted stages up to the last observed step; beyond it the forecast continues from
@@ -144,6 +155,18 @@ def _orient(values: np.ndarray, direction: str | None) -> float:
     return 1.0 if np.mean(values[:k]) >= np.mean(values[-k:]) else -1.0
 
 
+def step_unit(steps: np.ndarray) -> float:
+    """One step of a curve, from which ``k`` counts 1, 2, …: 1 when every step is an integer
+    (epochs, iterations), else the median spacing of the steps (fractions of an epoch)."""
+    import numpy as np
+
+    if len(steps) < 2 or np.all(steps == np.round(steps)):
+        return 1.0
+    gaps = np.diff(steps)
+    gaps = gaps[gaps > 0]
+    return float(np.median(gaps)) if len(gaps) else 1.0
+
+
 def stage_boundaries(
     steps: np.ndarray, values: np.ndarray, lr: np.ndarray | None = None
 ) -> list[int]:
@@ -190,7 +213,7 @@ def fit_curve(
     steps: np.ndarray,
     values: np.ndarray,
     lr: np.ndarray | None = None,
-    total_steps: int | None = None,
+    total_steps: float | None = None,
     *,
     direction: str | None = None,
     detect_stages: bool = True,
@@ -222,6 +245,7 @@ def fit_curve(
         raise PredictorError("a learning curve needs at least 1 finite (step, value) point, got 0")
     total = max(float(total_steps), float(k[-1])) if total_steps is not None else float(k[-1])
     sign = _orient(v, direction)
+    unit = step_unit(k)
     bounds = stage_boundaries(k, v, lr_arr) if (detect_stages or lr_arr is not None) else []
     edges = [0, *bounds, len(k)]
     with np.errstate(over="ignore", invalid="ignore"):  # ±1e308: treated as constant
@@ -230,18 +254,19 @@ def fit_curve(
     scale = 0.0 if flat else span
     stages: list[Stage] = []
     shrink, var_final, sigma, note, half = 0.0, 0.0, 0.0, "", None
+    held = 0.0  # how far the asymptote's bound may hold the forecast back (original units)
     for j in range(len(edges) - 1):
         kk, vv = k[edges[j] : edges[j + 1]], v[edges[j] : edges[j + 1]]
         start = float(kk[0])
         stop = float(k[edges[j + 1]]) if edges[j + 1] < len(k) else float("inf")
         last = j == len(edges) - 2
-        x_scale = float(kk[-1] - start + 1.0)
+        x_scale = float(kk[-1] - start + unit)
         pts = f"{len(kk)} point{'s' * (len(kk) != 1)}"
         sf, why = None, f"{pts}, fewer than the {MIN_FIT_POINTS} a fit needs"
         if scale > 0.0 and len(kk) >= MIN_FIT_POINTS:
             u = sign * (vv - vv[-1]) / scale
             try:
-                sf = fit_stage((kk - start + 1.0) / x_scale, u, (total - start + 1.0) / x_scale)
+                sf = fit_stage((kk - start + unit) / x_scale, u, (total - start + unit) / x_scale)
             except (ValueError, np.linalg.LinAlgError) as e:  # never expected; never fatal
                 why = f"the curve fit failed ({e})"
         if sf is None:
@@ -265,6 +290,7 @@ def fit_curve(
                 float(vv[-1]),
                 scale,
                 x_scale,
+                unit=unit,
             )
         )
         if last:
@@ -278,6 +304,15 @@ def fit_curve(
             gap = float(np.median(np.diff(kk)))
             steps_left = max(total - kk[-1], 0.0) / max(gap, 1e-12)
             var_final += RANDOM_WALK * sf.step_var * scale**2 * steps_left
+            if sf.at_bound:
+                # the fit wanted an asymptote beyond its bound: the curve may keep improving
+                # past the forecast, by as much again as the fitted change
+                held = abs(sf.delta) * scale
+                note = (
+                    f"the asymptote sits on its bound ({ASYMPTOTE_ALLOWANCE:g} of the value "
+                    "range beyond the best value): the curve may improve past the forecast; "
+                    "band widened on that side by the fitted change"
+                )
     fit = CurveFit(
         stages=stages,
         final=0.0,
@@ -297,7 +332,10 @@ def fit_curve(
     if half is None:
         half = Z95 * float(np.sqrt(var_final)) if np.isfinite(var_final) else Z95 * span
         half = min(half, 10 * span)
-    fit.final, fit.band = final, (final - half, final + half)
+    lo, hi = final - half, final + half
+    if held > 0:  # widen the improving side: lower values when the oriented curve falls
+        lo, hi = (lo - held, hi) if sign > 0 else (lo, hi + held)
+    fit.final, fit.band = final, (lo, hi)
     fit.fit_ms = (time.perf_counter() - t0) * 1000
     return fit
 
@@ -307,7 +345,11 @@ class CurvePredictor(Protocol):
     name: str
 
     def predict_final(
-        self, steps: np.ndarray, values: np.ndarray, total_steps: int, lr: np.ndarray | None = None
+        self,
+        steps: np.ndarray,
+        values: np.ndarray,
+        total_steps: float,
+        lr: np.ndarray | None = None,
     ) -> tuple[float, float, float]:
         """(predicted final value, band low, band high)."""
         ...
@@ -320,7 +362,11 @@ class EarlyCurve:
         self.direction, self.detect_stages = direction, detect_stages
 
     def predict_final(
-        self, steps: np.ndarray, values: np.ndarray, total_steps: int, lr: np.ndarray | None = None
+        self,
+        steps: np.ndarray,
+        values: np.ndarray,
+        total_steps: float,
+        lr: np.ndarray | None = None,
     ) -> tuple[float, float, float]:
         f = fit_curve(
             steps,

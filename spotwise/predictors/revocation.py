@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from spotwise.errors import PredictorError, SpecError, did_you_mean
+from spotwise.predictors._modelfile import atomic_save, floats
 
 if TYPE_CHECKING:
     import numpy as np
@@ -133,8 +134,6 @@ class _TraceModel:
         return out
 
     def save(self, path: str | Path) -> None:
-        import torch
-
         if not self.fitted:
             raise PredictorError(f"{self.name}: nothing to save, the model is not fitted")
         config, tensors = self._state()
@@ -145,8 +144,7 @@ class _TraceModel:
             "config": config,
             "tensors": tensors,
         }
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        torch.save(doc, str(path))
+        atomic_save(doc, Path(path))
 
 
 def _train_samples(traces: TraceSet, horizon_s: float, stride: int = 1) -> tuple[Any, Any, Any]:
@@ -296,8 +294,21 @@ class LogisticModel(_TraceModel):
         }, {}
 
     def _load_state(self, config: dict[str, Any], tensors: dict[str, Any]) -> None:
-        self.mean, self.std = list(config["mean"]), list(config["std"])
-        self.coef, self.intercept = list(config["coef"]), float(config["intercept"])
+        import math
+
+        from spotwise.predictors._revfeatures import LAG_FEATURES, STAT_FEATURES
+
+        want = len(STAT_FEATURES) + self.n_lags * len(LAG_FEATURES)
+        mean, std, coef = (floats(config[k]) for k in ("mean", "std", "coef"))
+        if not len(coef) == len(mean) == len(std) == want:
+            raise ValueError(
+                f"{len(coef)} coefficients for the {want} features this spotwise computes: "
+                "built for other features; retrain it"
+            )
+        (intercept,) = floats([config["intercept"]])
+        if not all(math.isfinite(v) for v in [*mean, *std, *coef, intercept]):
+            raise ValueError("NaN or infinite weights; retrain it")
+        self.mean, self.std, self.coef, self.intercept = mean, std, coef, intercept
 
 
 def _lstm() -> type[_TraceModel]:
@@ -368,7 +379,9 @@ def load(path: str | Path) -> RevocationModel:
         )
     model = _REGISTRY[doc["name"]]()()
     try:
-        model.horizon_s = float(doc["horizon_s"])
+        (model.horizon_s,) = floats([doc["horizon_s"]])
+        if not 0 < model.horizon_s < float("inf"):
+            raise ValueError(f"its horizon_s {model.horizon_s:g} is not a positive duration")
         model._load_state(doc["config"], doc["tensors"])
     except KeyError as e:
         raise NotAModelFile(p, f"an incomplete {doc['name']} model: no {e} entry") from None

@@ -253,6 +253,21 @@ def forecast(
 ) -> dict[str, Any]:
     """Per spot offer of ``provider``: zone, instance type, price, availability, p_revoke."""
     if provider != "local":
+        given = [
+            flag
+            for flag, value in (("--at", at), ("--model", model_path), ("--horizon", horizon_s))
+            if value is not None
+        ]
+        if given:
+            from spotwise.providers import registry
+
+            registry.validate_name(provider)  # a misspelt provider is the first thing to fix
+            one = len(given) == 1
+            raise SpecError(
+                f"{', '.join(given)} {'applies' if one else 'apply'} only to --provider local "
+                f"(the replayed trace); --provider {provider} lists its current spot prices: "
+                f"drop {'it' if one else 'them'}"
+            )
         return _cloud_forecast(provider)
     from spotwise.providers.base import Market
     from spotwise.providers.replay import ReplayMarket, load_market_traces
@@ -264,6 +279,12 @@ def forecast(
             f"--horizon {fmt(horizon_s)}: the model predicts a {fmt(model.horizon_s)} horizon",
             hint=f"spotwise predictor train --traces {BUILTIN} --horizon {fmt(horizon_s)} "
             "--out model.pt, then pass --model model.pt",
+        )
+    if model.horizon_s < ts.gap_seconds:
+        raise SpecError(
+            f"--model {model_path}: its {fmt(model.horizon_s)} horizon is shorter than one tick "
+            f"of the replayed trace ({fmt(ts.gap_seconds)}): nothing can be revoked within it",
+            hint=f"spotwise predictor train --traces {BUILTIN} --horizon 1h --out model.pt",
         )
     t = parse_at(at, ts)
     tick = ts.tick_at(t)
