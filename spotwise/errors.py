@@ -66,6 +66,12 @@ class CapacityError(ProviderError):
     """The offer has no capacity right now."""
 
 
+class QuotaError(ProviderError):
+    """The account's quota for this capacity in this region is used up (GCP quotaExceeded,
+    Azure QuotaExceeded, EC2 VcpuLimitExceeded): the fix is a quota increase, and another
+    region may have room meanwhile."""
+
+
 class ThrottledError(ProviderError):
     """The provider's API refused the call for its request rate (HTTP 429, EC2
     ``RequestLimitExceeded``, GCP ``rateLimitExceeded``): nothing was done, and the same call

@@ -20,7 +20,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from spotwise.errors import CapacityError, ProviderError, ThrottledError
+from spotwise.errors import CapacityError, ProviderError, QuotaError, ThrottledError
 from spotwise.planner.ledger import Ledger
 from spotwise.planner.policy import Action, Checkpoint, Launch, Phase, SetCheckpointEvery, StopEarly
 from spotwise.planner.runstate import (
@@ -37,6 +37,7 @@ from spotwise.providers.base import LaunchRequest, our_tags
 
 THROTTLE_PAUSE_WALL_S = 5.0  # first pause of a provider whose API throttles our launches
 THROTTLE_PAUSE_MAX_WALL_S = 300.0  # the pause doubles per throttled launch up to this
+QUOTA_PAUSE_WALL_S = 1800.0  # a region whose quota refused a launch is avoided this long
 
 
 class Actions(Ledger):
@@ -44,6 +45,7 @@ class Actions(Ledger):
     blocked: dict[str, float]  # offer key → market time until which it is avoided
     # provider → (market time until which it is not launched on, the last pause in wall s)
     throttled: dict[str, tuple[float, float]]
+    quota_full: dict[tuple[str, str], float]  # (provider, region) → market time it is avoided to
     cancelled: bool
     migrations: int
 
@@ -180,6 +182,9 @@ class Actions(Ledger):
             return
         except (CapacityError, ProviderError) as e:
             self.blocked[offer.key] = now + max(self._tick_s(), 1.0)
+            if isinstance(e, QuotaError):  # still a failure, but the retry goes to another region
+                pause = QUOTA_PAUSE_WALL_S * self.backend.speedup
+                self.quota_full[(offer.provider, offer.region)] = now + pause
             self._event("launch_failed", now, t, offer=offer.key, error=str(e))
             self._close_failed_launch(t, launch_id, now, offer)
             if not isinstance(e, CapacityError):
@@ -228,9 +233,11 @@ class Actions(Ledger):
         )
 
     def _refused_lately(self, offer: Any, now: float) -> bool:
-        """The offer refused a launch, or its provider throttled one, and the pause is on."""
+        """The offer refused a launch, its provider throttled one, or its region's quota is
+        used up, and the pause is on."""
         until, _ = self.throttled.get(offer.provider, (0.0, 0.0))
-        return self.blocked.get(offer.key, 0.0) > now or until > now
+        full = self.quota_full.get((offer.provider, offer.region), 0.0)
+        return max(self.blocked.get(offer.key, 0.0), until, full) > now
 
     def _throttle(self, provider: str, now: float) -> None:
         """No launch on ``provider`` for a pause that doubles with each throttled launch."""

@@ -92,6 +92,7 @@ class Orchestrator(Actions):
         self.budget_stops: list[tuple[TrialRun, Life]] = []  # released at the end of a pass
         self.blocked: dict[str, float] = {}  # offer key → market time until which it is avoided
         self.throttled: dict[str, tuple[float, float]] = {}  # provider → (until, last pause)
+        self.quota_full: dict[tuple[str, str], float] = {}  # (provider, region) → until
         self.read_failing: dict[str, float] = {}  # provider read → wall time it began failing
         self.cancelled = False
         self.cancel_requested = False
@@ -214,13 +215,12 @@ class Orchestrator(Actions):
             self._event("no_offers", now, message=said)
 
     def _usable_offers(self, now: float) -> list[Offer]:
-        """The market's offers, with those that just sent a notice or refused a launch, and those
-        of a provider whose API throttles our launches, marked unavailable: a zone whose
-        capacity is being reclaimed is not capacity."""
+        """The market's offers, with those that just sent a notice or refused a launch, those of
+        a provider whose API throttles our launches and those of a region whose quota is used
+        up, marked unavailable: a zone whose capacity is being reclaimed is not capacity."""
         self.blocked = {k: until for k, until in self.blocked.items() if until > now}
-        paused = {p for p, (until, _) in self.throttled.items() if until > now}
         return [
-            replace(o, available=False) if o.key in self.blocked or o.provider in paused else o
+            replace(o, available=False) if self._refused_lately(o, now) else o
             for o in self.backend.list_offers(now)
         ]
 

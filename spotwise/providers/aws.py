@@ -34,6 +34,7 @@ from spotwise.errors import (
     NotFoundError,
     ProviderError,
     ProviderUnavailable,
+    QuotaError,
     ThrottledError,
     did_you_mean,
 )
@@ -49,9 +50,13 @@ DEFAULT_REGION = "us-east-1"
 PRICING_REGION = "us-east-1"  # the Pricing API answers in us-east-1, eu-central-1, ap-south-1
 CAPACITY_CODES = frozenset({
     "InsufficientInstanceCapacity", "InsufficientCapacity", "SpotMaxPriceTooLow",
-    "MaxSpotInstanceCountExceeded", "InsufficientHostCapacity", "Unsupported",
+    "InsufficientHostCapacity", "Unsupported",
     "InsufficientFreeAddressesInSubnet", "UnfulfillableCapacity",
 })  # fmt: skip
+# the account's vCPU/instance limits (Service Quotas): no capacity is coming until it is raised
+QUOTA_CODES = frozenset(
+    {"VcpuLimitExceeded", "InstanceLimitExceeded", "MaxSpotInstanceCountExceeded"}
+)
 THROTTLE_CODES = frozenset({
     "RequestLimitExceeded", "Throttling", "ThrottlingException", "ThrottledException",
     "RequestThrottled", "RequestThrottledException", "TooManyRequestsException", "SlowDown",
@@ -205,6 +210,12 @@ def provider_error(exc: BaseException, action: str) -> ProviderError:
         return ThrottledError(
             f"aws: the AWS API is throttling requests ({code}) while {action}",
             hint="nothing to fix: spotwise backs off and retries the call later",
+        )
+    if code in QUOTA_CODES:
+        return QuotaError(
+            f"aws: quota reached while {action} ({code}): {msg}",
+            hint="request an increase of the EC2 Running On-Demand/Spot vCPU quota for this "
+            "instance family in Service Quotas, or choose another region",
         )
     if code in CAPACITY_CODES:
         return CapacityError(f"aws: no capacity for {action}: {msg}")

@@ -41,6 +41,7 @@ from spotwise.errors import (
     CapacityError,
     ProviderError,
     ProviderUnavailable,
+    QuotaError,
     SpecError,
     ThrottledError,
 )
@@ -137,11 +138,11 @@ def _is_credential_error(e: Exception) -> bool:
     return isinstance(e, ClientAuthenticationError)
 
 
-def quota_error(text: str, msg: str) -> ProviderError:
+def quota_error(text: str, msg: str) -> QuotaError:
     """A quota refusal; the hint names the quota and the location when the message has them."""
     name, loc = _QUOTA_NAME.search(msg), _LOCATION.search(msg)
     target = (f" for {name.group(1)}" if name else "") + (f" in {loc.group(1)}" if loc else "")
-    return ProviderError(
+    return QuotaError(
         text,
         hint=f"request a quota increase{target} (portal: Subscriptions > Usage + quotas), "
         "or choose another region",

@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from spotwise.errors import (
     ProviderError,
     ProviderUnavailable,
+    QuotaError,
     SpecError,
     ThrottledError,
 )
@@ -174,7 +175,7 @@ def throttled(prefix: str, why: str) -> ThrottledError:
 
 def quota_error(
     prefix: str, text: str, *, metric: str = "", region: str = "", limit: str = ""
-) -> ProviderError:
+) -> QuotaError:
     """A quota refusal naming the metric and region when ``text`` (else the caller) has them."""
     m = _QUOTA_TEXT.search(text)
     if m:
@@ -189,7 +190,7 @@ def quota_error(
         what = f"quota exceeded{where}: {text}"
     target = (f" for {metric}" if metric else "") + ("" if region == "global" else where)
     other = "" if region == "global" else ", or choose another region"
-    return ProviderError(
+    return QuotaError(
         f"{prefix}: {what}",
         hint=f"request a quota increase{target} (console: IAM & Admin > Quotas){other}",
     )

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from spotwise.errors import ProviderError, ThrottledError
+from spotwise.errors import ProviderError, QuotaError, ThrottledError
 from spotwise.planner import orchestrator
 from spotwise.providers.base import TAG_LAUNCH, Instance, InstanceState, LaunchRequest, Notice
 
@@ -32,11 +32,14 @@ class Cloudlike:
         fail_launch_listings: int = 0,
         throttle_launches: int = 0,
         fail_job_listings: int = 0,
+        quota_regions: tuple[str, ...] = (),
     ) -> None:
+        self.quota_regions = quota_regions  # regions whose quota refuses every launch
         self.inner = inner
         self.throttle_launches = throttle_launches  # launches refused for the request rate
         self.fail_job_listings = fail_job_listings  # listings of the job's instances that fail
         self.throttled_at: list[float] = []  # wall times of the refused launches
+        self.quota_refused: list[str] = []  # zones of the launches a quota refused
         # how many listings of one launch's instances (a failed launch's cleanup) fail
         self.fail_launch_listings = fail_launch_listings
         self.name = inner.name
@@ -52,6 +55,9 @@ class Cloudlike:
             self.throttle_launches -= 1
             self.throttled_at.append(time.monotonic())
             raise ThrottledError(THROTTLED)
+        if request.offer.region in self.quota_regions:
+            self.quota_refused.append(request.offer.zone)
+            raise QuotaError(f"gcp: quota PREEMPTIBLE_CPUS exceeded in {request.offer.region}")
         left = [i.instance_id for i in self.inner.describe() if i.holds_resource()]
         self.log.append(("still there at launch", left))
         inst = self.inner.launch(request)

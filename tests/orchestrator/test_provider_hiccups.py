@@ -10,12 +10,13 @@ terminates what runs.
 
 from __future__ import annotations
 
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 from orch_fakes import LISTING_500, THROTTLED, Cloudlike, cloudlike_backends
-from test_orchestrator import TRACE_TICKS, tiny_spec, write_spec, write_trace
+from test_orchestrator import GAP_S, T0, TRACE_TICKS, tiny_spec, write_spec, write_trace
 
 from spotwise import jobs
 from spotwise.errors import ProviderError
@@ -98,3 +99,37 @@ def test_a_provider_unreadable_past_the_grace_fails_the_job_and_the_drain_still_
     assert job.state == "failed" and job.error == LISTING_500
     assert all(not i.holds_resource() for i in prov.inner.describe({TAG_JOB: job.id}))
     assert row.state == "terminated" and row.cost_usd is not None and row.cost_usd > 0
+
+
+def _two_region_trace(path: Path) -> None:
+    """us-east-1a ($1/h) and us-east-1b ($1.5/h) before us-west-2a ($2/h), all available."""
+    rows = ["timestamp,availability_zone,instance_type,spot_available,"
+            "spot_price_usd_per_hour,on_demand_price_usd_per_hour"]  # fmt: skip
+    for i in range(TRACE_TICKS):
+        stamp = (T0 + timedelta(seconds=GAP_S * i)).strftime("%Y-%m-%d %H:%M:%S")
+        for zone, price in (("us-east-1a", 1.0), ("us-east-1b", 1.5), ("us-west-2a", 2.0)):
+            rows.append(f"{stamp},{zone},p3.2xlarge,1,{price},5.0")
+    path.write_text("\n".join(rows) + "\n")
+
+
+@pytest.mark.timeout(180)
+def test_a_region_whose_quota_is_used_up_is_avoided_and_the_trial_runs_elsewhere(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The quota refused us-east-1a; the retry went to us-east-1b, the same region's quota,
+    and the trial failed on its second refusal. Now the region is avoided: one refusal, and
+    the trial runs in us-west-2."""
+    _two_region_trace(tmp_path / "trace.csv")
+    seen = cloudlike_backends(monkeypatch, quota_regions=("us-east-1",))
+    db = f"sqlite:///{tmp_path / 'spotwise.db'}"
+    summary = jobs.tune(write_spec(tmp_path, tiny_spec(tmp_path, 3)), db=db, run_root=tmp_path)
+
+    assert summary["state"] == "succeeded" and summary["completed"] == 1, summary
+    (prov,) = seen
+    assert prov.quota_refused == ["us-east-1a"]
+    with Store.open_existing(db) as store:
+        rows = store.list_instances(summary["job_id"])
+    assert [(r.zone, r.state) for r in rows] == [
+        ("us-east-1a", "failed"),
+        ("us-west-2a", "terminated"),
+    ]

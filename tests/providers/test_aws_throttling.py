@@ -117,3 +117,25 @@ def test_throttled_describe_and_terminate_are_throttled_errors(bucket: str, tmp_
     prov.terminate([inst.instance_id])
     (gone,) = prov.describe()
     assert gone.state.value in ("stopping", "terminated")
+
+
+@pytest.mark.parametrize(
+    "code", ["VcpuLimitExceeded", "InstanceLimitExceeded", "MaxSpotInstanceCountExceeded"]
+)
+def test_an_account_limit_is_a_quota_error_naming_the_fix(
+    bucket: str, tmp_path: Path, code: str
+) -> None:
+    """MaxSpotInstanceCountExceeded was taken for a lack of capacity: the job retried the zone
+    each tick, never failing, while no capacity would come until the quota was raised."""
+    from spotwise.errors import CapacityError, QuotaError
+
+    prov = _prov(bucket)
+    handler = Throttle(code, {"RunInstances"})
+    prov._ec2("us-east-1").meta.events.register_first("before-send.ec2", handler)
+    with pytest.raises(QuotaError) as e:
+        prov.launch(_request(tmp_path))
+    assert not isinstance(e.value, CapacityError)
+    assert e.value.message.startswith(
+        f"aws: quota reached while launching c5.xlarge (spot) in us-east-1b ({code}): "
+    )
+    assert e.value.hint is not None and "Service Quotas" in e.value.hint

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from cloudfakes import AzureCredential, Launches, azure_config, fake_arm, serve
 
-from spotwise.errors import ProviderError, ProviderUnavailable, ThrottledError
+from spotwise.errors import ProviderError, ProviderUnavailable, QuotaError, ThrottledError
 from spotwise.providers import azure
 from spotwise.providers.azure_provisioner import AzureProvisioner
 from spotwise.providers.base import TAG_JOB
@@ -99,7 +99,7 @@ def test_quota_exceeded_names_the_quota_to_raise_not_a_role(
     fake.fail("put", status, "QuotaExceeded", T4_QUOTA)
     with pytest.raises(ProviderError) as e:
         prov.launch(request())
-    assert type(e.value) is ProviderError  # not ProviderUnavailable: the identity is fine
+    assert type(e.value) is QuotaError  # not ProviderUnavailable: the identity is fine
     assert e.value.message == f"{LAUNCHING}: QuotaExceeded: {T4_QUOTA}"
     assert e.value.hint == (
         "request a quota increase for standardNCASv3_T4Family Cores in eastus "
@@ -117,7 +117,7 @@ def test_an_operation_not_allowed_quota_keeps_the_quota_hint(
     fake.fail("put", 409, "OperationNotAllowed", spot)
     with pytest.raises(ProviderError) as e:
         prov.launch(request())
-    assert type(e.value) is ProviderError
+    assert type(e.value) is QuotaError
     assert e.value.hint == (
         "request a quota increase for LowPriorityCores "
         "(portal: Subscriptions > Usage + quotas), or choose another region"

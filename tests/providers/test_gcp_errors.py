@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from cloudfakes import Launches, fake_gce, gcp_config, gcp_credentials, gcp_provisioner, serve
 
-from spotwise.errors import ProviderError, ProviderUnavailable, ThrottledError
+from spotwise.errors import ProviderError, ProviderUnavailable, QuotaError, ThrottledError
 from spotwise.providers.base import TAG_JOB, our_tags
 from spotwise.providers.gcp_provisioner import GcpProvisioner
 
@@ -107,7 +107,7 @@ def test_a_403_quota_exceeded_names_the_quota_to_raise_not_an_iam_role(
     fake.fail("insert", 403, "quotaExceeded", L4_QUOTA)
     with pytest.raises(ProviderError) as e:
         prov.launch(request())
-    assert type(e.value) is ProviderError  # not ProviderUnavailable: the credentials are fine
+    assert type(e.value) is QuotaError  # not ProviderUnavailable: the credentials are fine
     assert e.value.message == (
         f"{LAUNCHING}: quota PREEMPTIBLE_NVIDIA_L4_GPUS exceeded in us-central1 (limit 0)"
     )
@@ -140,7 +140,7 @@ def test_a_quota_exceeded_operation_names_the_quota_to_raise(
     fake.fail_next_insert = "QUOTA_EXCEEDED"
     with pytest.raises(ProviderError) as e:
         prov.launch(request())
-    assert type(e.value) is ProviderError
+    assert type(e.value) is QuotaError
     assert e.value.message.startswith(
         f"{LAUNCHING}: quota PREEMPTIBLE_NVIDIA_L4_GPUS exceeded in us-central1"
     )
