@@ -8,12 +8,31 @@ While trials run in parallel, new points come from ``ask(n_points=…, strategy=
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import contextlib
+import logging
+import warnings
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from spotwise.spec import CategoricalParam, IntParam, RealParam, SearchSpec
 
 _ESTIMATORS = {"gp": "GP", "rf": "RF", "et": "ET"}
+log = logging.getLogger("spotwise.search")
+
+
+@contextlib.contextmanager
+def _skopt_notes() -> Iterator[None]:
+    """skopt warns (a UserWarning on stderr, over the live table) each time its model proposes
+    a point already evaluated and it samples a random one instead: expected in a small space,
+    so logged at debug level; any other warning is shown as before."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        yield
+    for w in caught:
+        if "has been evaluated at point" in str(w.message):
+            log.debug("search: %s", w.message)
+        else:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
 
 
 def _plain(v: Any) -> Any:
@@ -60,7 +79,7 @@ class Search:
         from threadpoolctl import threadpool_limits
 
         # one BLAS thread: on a small machine OpenBLAS threads fight and a GP fit takes 6× longer
-        with threadpool_limits(1):
+        with threadpool_limits(1), _skopt_notes():
             return self._ask()
 
     def _ask(self) -> dict[str, Any]:
@@ -79,11 +98,11 @@ class Search:
         point = [_plain(params[n]) for n in self.names]
         if point in self._pending:
             self._pending.remove(point)
-        if value != value:  # NaN: the trial produced nothing usable; tell a bad value
+        if value != value:  # NaN: nothing to tell (a trial that ended on NaN is a tell_failure)
             return
         from threadpoolctl import threadpool_limits
 
-        with threadpool_limits(1):
+        with threadpool_limits(1), _skopt_notes():
             self._opt.tell(point, self.sign * float(value))
         self.told += 1
 

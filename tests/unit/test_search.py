@@ -135,3 +135,19 @@ def test_a_failure_before_any_result_is_forgotten() -> None:
     p = search.ask()
     search.tell_failure(p)
     assert search.told == 0 and search._pending == []
+
+
+def test_a_repeated_proposal_is_not_a_warning_on_stderr() -> None:
+    """In a small space the GP proposes points already evaluated; skopt then samples a random
+    one and warns on stderr each time, over the live table of `tune`."""
+    import warnings
+
+    choices = CategoricalParam(type="categorical", choices=["a", "b"])
+    s = Search({"c": choices}, SearchSpec(optimizer="gp", initial_points=1, seed=0))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for i in range(5):
+            params = s.ask()
+            s.tell(params, float(i))
+    assert [str(w.message) for w in caught] == []
+    assert s.told == 5
