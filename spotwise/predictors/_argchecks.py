@@ -99,8 +99,15 @@ def check_split(
     """``--test-fraction`` leaves a training and a test part each longer than the horizon."""
     from spotwise.predictors._revfeatures import chrono_split
 
-    test0 = chrono_split(ts, horizon_s, test_fraction=test_fraction).test[0]
     h = fmt(horizon_s)
+    total = trace_span(ts, 0, ts.n_ticks)
+    if need_train and total < 2 * horizon_s:  # no fraction works: the horizon is the fix
+        raise SpecError(
+            f"--horizon {h} is more than half the trace ({fmt(total)}): no --test-fraction "
+            f"leaves a training and a test part each longer than it; pass a --horizon under "
+            f"{fmt(total / 2)}"
+        )
+    test0 = chrono_split(ts, horizon_s, test_fraction=test_fraction).test[0]
     train_s = trace_span(ts, 0, test0)
     if need_train and train_s < horizon_s:
         raise SpecError(

@@ -88,6 +88,23 @@ def test_test_fraction_nan_and_one_that_empties_a_part() -> None:
     )
 
 
+def test_a_horizon_over_half_the_trace_says_to_shorten_it_not_to_move_the_split() -> None:
+    """With --horizon 2d on a 3-day trace, 0.3 said "raise --test-fraction" and 0.6 "lower"
+    it: no value works, and the advice sent the user back and forth."""
+    from spotwise.predictors._argchecks import fmt, trace_span
+
+    ts = load_market_traces(BUILTIN)
+    span = trace_span(ts, 0, ts.n_ticks)
+    for fraction in (0.3, 0.6):
+        with pytest.raises(SpecError) as info:
+            service.evaluate_path(BUILTIN, span * 0.6, names=("base-rate",), test_fraction=fraction)
+        assert str(info.value) == (
+            f"--horizon {fmt(span * 0.6)} is more than half the trace ({fmt(span)}): no "
+            "--test-fraction leaves a training and a test part each longer than it; pass a "
+            f"--horizon under {fmt(span / 2)}"
+        )
+
+
 def test_until_and_horizon_out_of_range(tmp_path: Path) -> None:
     out = tmp_path / "m.pt"
     for until in (0.0, 1.5, float("nan")):
