@@ -178,7 +178,11 @@ class Actions(Ledger):
         except ThrottledError as e:  # nothing was done: wait, then try again; not a failure
             self._throttle(offer.provider, now)
             self._event("launch_throttled", now, t, offer=offer.key, error=str(e))
-            self._close_failed_launch(t, launch_id, now, offer)
+            # nothing to look for (a listing now would be throttled too, and leave the record
+            # open as a leftover): the record is closed as it is
+            self.store.update_instance(
+                launch_id, state="failed", end_reason="throttled", ended_at=time.time()
+            )
             return
         except (CapacityError, ProviderError) as e:
             self.blocked[offer.key] = now + max(self._tick_s(), 1.0)

@@ -48,6 +48,7 @@ from spotwise.planner.runstate import (
     on_signals,
 )
 from spotwise.planner.search import Search
+from spotwise.planner.trialbook import ReadFailing
 from spotwise.providers.base import (
     TAG_JOB,
     NoticeKind,
@@ -93,7 +94,7 @@ class Orchestrator(Actions):
         self.blocked: dict[str, float] = {}  # offer key → market time until which it is avoided
         self.throttled: dict[str, tuple[float, float]] = {}  # provider → (until, last pause)
         self.quota_full: dict[tuple[str, str], float] = {}  # (provider, region) → until
-        self.read_failing: dict[str, float] = {}  # provider read → wall time it began failing
+        self.read_failing: dict[str, ReadFailing] = {}  # provider read → its failures
         self.cancelled = False
         self.cancel_requested = False
         self.spent_usd = 0.0

@@ -205,6 +205,10 @@ class Checkpoint:
     reason: str = "notice"
 
 
+#: The reason of a StopEarly for a trial that reported NaN or inf (its metric is None).
+INVALID_METRIC = "invalid metric"
+
+
 @dataclass(frozen=True)
 class StopEarly:
     trial_id: str

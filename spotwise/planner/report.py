@@ -209,7 +209,7 @@ def nothing_to_show(trials: Sequence[TrialRun], max_cost_usd: float | None) -> s
         )
     if "deadline" in reasons:
         return (
-            "the deadline was reached before any trial completed; "
+            "the deadline was reached, or projected to be, before any trial completed; "
             "raise budget.deadline_hours or lower steps"
         )
     return None

@@ -64,6 +64,7 @@ class TrialRun:
     last_error: str | None = None  # its latest failure (a refused launch, a crash), for the user
     crashed: bool = False  # its own process failed (not the cloud): its point is a bad one
     invalid_metric: bool = False  # it reported a NaN/inf metric (an event says so, once)
+    metric_invalid: bool = False  # its latest report was NaN/inf
     furthest: int = 0  # the furthest step it ever reported (kept across relaunches)
     life: Life | None = None
     cost_usd: float = 0.0

@@ -18,12 +18,20 @@ import math
 import re
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 from spotwise.errors import ProviderError
 from spotwise.planner.backend import Backend
-from spotwise.planner.policy import Event, InstanceLost, Phase, Progress, TrialExited
+from spotwise.planner.policy import (
+    INVALID_METRIC,
+    Event,
+    InstanceLost,
+    Phase,
+    Progress,
+    TrialExited,
+)
 from spotwise.planner.report import best_of
 from spotwise.planner.runstate import Life, TrialRun
 from spotwise.planner.search import Search
@@ -36,9 +44,20 @@ _EVENT_FIELDS = ("type", "time", "job_id", "trial_id", "instance_id", "kind")  #
 MAX_FAILURES = 2  # attempts of a trial that may crash before it is marked failed
 LAST_LINE_CHARS = 300  # of a trial's last output line, quoted in its error
 PROVIDER_READ_GRACE_WALL_S = 300.0  # a provider that cannot be read this long fails the job
+READ_RETRY_WALL_S = 1.0  # first pause before a failed provider read is tried again
+READ_RETRY_MAX_WALL_S = 30.0  # the pause doubles up to this
 T = TypeVar("T")
 log = logging.getLogger("spotwise.planner")
 _CONTROL = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|[\x00-\x08\x0b-\x1f\x7f]")  # ANSI, controls
+
+
+@dataclass
+class ReadFailing:
+    """A streak of failed reads of one kind (notices, describe): since when, the pause now."""
+
+    since: float  # wall time of the first failure
+    pause: float = 0.0
+    retry_at: float = 0.0
 
 
 def last_line(data: bytes) -> str:
@@ -63,7 +82,7 @@ class TrialBook:
     trials: list[TrialRun]
     revocations: int
     early_stopped: int
-    read_failing: dict[str, float]  # provider read → wall time it began failing
+    read_failing: dict[str, ReadFailing]  # provider read → its streak of failures
 
     def _event(self, kind: str, now: float, t: TrialRun | None = None, **detail: Any) -> None:
         raise NotImplementedError
@@ -71,18 +90,25 @@ class TrialBook:
     def _read_provider(self, what: str, call: Callable[[], list[T]], now: float) -> list[T] | None:
         """``call()``, or None while the provider cannot be read (a 5xx, throttling, a network
         error) for less than ``PROVIDER_READ_GRACE_WALL_S``: one failed poll must not fail a job
-        whose instances run on. The first failure of a streak is an event; past the grace the
-        error ends the job (its drain terminates what it can)."""
+        whose instances run on. Failed reads are retried after a pause that doubles from
+        ``READ_RETRY_WALL_S`` (not at every pass: that would feed a throttling API); the first
+        failure of a streak is an event; past the grace the error ends the job (its drain
+        terminates what it can)."""
+        failing = self.read_failing.get(what)
+        if failing is not None and time.monotonic() < failing.retry_at:
+            return None
         try:
             out = call()
         except ProviderError as e:
-            first = what not in self.read_failing
-            since = self.read_failing.setdefault(what, time.monotonic())
-            if time.monotonic() - since > PROVIDER_READ_GRACE_WALL_S:
-                raise
-            if first:
+            wall = time.monotonic()
+            if failing is None:
+                failing = self.read_failing[what] = ReadFailing(since=wall)
                 log.warning("%s: reading %s failed, retrying: %s", self.job_id, what, e)
                 self._event("error", now, message=f"reading {what} failed, retrying: {e}")
+            if wall - failing.since > PROVIDER_READ_GRACE_WALL_S:
+                raise
+            failing.pause = min(max(failing.pause * 2, READ_RETRY_WALL_S), READ_RETRY_MAX_WALL_S)
+            failing.retry_at = wall + failing.pause
             return None
         self.read_failing.pop(what, None)
         return out
@@ -113,6 +139,7 @@ class TrialBook:
                 life.max_step = max(life.max_step, step)
                 t.step = max(t.step, step)
                 t.furthest = max(t.furthest, step)
+                t.metric_invalid = value is None  # the latest report: NaN/inf shows as none
                 if value is not None:
                     t.curve[step] = value
                     self.store.add_observation(
@@ -136,7 +163,7 @@ class TrialBook:
             self.store.update_trial(
                 t.trial_id,
                 step=t.step,
-                metric=t.last_metric,
+                metric=None if t.metric_invalid else t.last_metric,
                 best_metric=best_of(t, self.spec.metric.direction),
             )
         return events
@@ -287,11 +314,14 @@ class TrialBook:
             ended_at=time.time(),
             step=t.step,
         )
-        self._event(state, now, t, step=t.step, metric=t.last_metric)
+        metric = None if t.metric_invalid else t.last_metric  # a NaN end is no last value
+        self._event(state, now, t, step=t.step, metric=metric)
         if state == "completed" and final is not None:
             self.search.tell(t.params, final)
         elif state == "completed":  # it ran to the end on a NaN/inf: its point is a bad one
             self.search.tell_failure(t.params)
+        elif state == "stopped_early" and t.stop_reason == INVALID_METRIC:
+            self.search.tell_failure(t.params)  # diverged: its last finite value flatters it
         elif state == "stopped_early":
             guess = t.predicted_final if t.predicted_final is not None else t.last_metric
             if guess is not None:

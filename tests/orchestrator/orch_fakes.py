@@ -40,6 +40,7 @@ class Cloudlike:
         self.fail_job_listings = fail_job_listings  # listings of the job's instances that fail
         self.throttled_at: list[float] = []  # wall times of the refused launches
         self.quota_refused: list[str] = []  # zones of the launches a quota refused
+        self.listing_failed_at: list[float] = []  # wall times of the failed job listings
         # how many listings of one launch's instances (a failed launch's cleanup) fail
         self.fail_launch_listings = fail_launch_listings
         self.name = inner.name
@@ -73,6 +74,7 @@ class Cloudlike:
             raise ProviderError(LISTING_500)
         if tags and TAG_LAUNCH not in tags and self.fail_job_listings > 0:
             self.fail_job_listings -= 1
+            self.listing_failed_at.append(time.monotonic())
             raise ProviderError(LISTING_500)
         out = []
         for inst in self.inner.describe(tags):

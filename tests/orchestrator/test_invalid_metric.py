@@ -58,6 +58,8 @@ def test_trials_that_end_on_nan_fail_the_job_with_the_reason(tmp_path: Path) -> 
         said = store.events(summary["job_id"], kind="invalid_metric")
     assert [t.state for t in trials] == ["completed", "completed"]
     assert [t.final_metric for t in trials] == [None, None]
+    # its metric is the last report's, NaN: none, not the last finite value (0.01)
+    assert [t.metric for t in trials] == [None, None]
     assert len(said) == 2  # once per trial, not once per step
 
 
@@ -112,3 +114,24 @@ def test_a_search_that_raises_leaves_the_trial_recorded_as_ended() -> None:
         book._close_trial(t, "completed", 0.0)
     assert book.store.trials["t-1"]["state"] == "completed"  # type: ignore[attr-defined]
     assert book.store.trials["t-1"]["final_metric"] == 0.9  # type: ignore[attr-defined]
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("policy", ["asha", "spottune", "spotwise"])
+def test_an_early_stopping_policy_stops_a_trial_that_went_nan(tmp_path: Path, policy: str) -> None:
+    """The policies skipped a None metric when ranking: a diverged trial ran (and was billed) to
+    its last step while sound trials were cut."""
+    write_trace(tmp_path / "trace.csv")
+    db = f"sqlite:///{tmp_path / 'spotwise.db'}"
+    nan = ",".join(str(k) for k in range(2, 21))
+    env = {"TINY_TRIAL_NAN_STEPS": nan, "TINY_TRIAL_STEP_S": "0.2"}
+    tiny = ["python", str(TINY)]
+    spec = spec_dict(tmp_path, command=tiny, steps=20, trials=1, policy=policy, env=env)
+    summary = jobs.tune(write_spec(tmp_path, spec), db=db, run_root=tmp_path / "runs")
+
+    assert summary["early_stopped"] == 1, summary
+    with Store.open_existing(db) as store:
+        (trial,) = store.list_trials(summary["job_id"])
+        (stop,) = store.events(summary["job_id"], kind="stop_early")
+    assert trial.state == "stopped_early" and trial.step < 20
+    assert stop.detail["reason"] == "invalid metric"

@@ -42,7 +42,9 @@ def test_throttled_launches_pause_the_provider_and_do_not_fail_the_trial(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(actions, "THROTTLE_PAUSE_WALL_S", 0.5)
-    summary, prov, db = _run(tmp_path, monkeypatch, throttle_launches=3)
+    # listings by launch tag would fail too: a throttled launch is not looked for (that left
+    # its record open, a false leftover that failed the job)
+    summary, prov, db = _run(tmp_path, monkeypatch, throttle_launches=3, fail_launch_listings=99)
 
     assert summary["state"] == "succeeded", summary
     assert summary["completed"] == 1
@@ -59,18 +61,24 @@ def test_throttled_launches_pause_the_provider_and_do_not_fail_the_trial(
     assert trial.state == "completed"
     assert [e.detail["error"] for e in throttled] == [THROTTLED] * 3 and failed == []
     # each refused launch was recorded before the call and closed at $0 (nothing ran)
-    assert [r.state for r in rows] == ["failed", "failed", "failed", "terminated"]
+    assert [(r.state, r.end_reason) for r in rows[:3]] == [("failed", "throttled")] * 3
     assert [r.cost_usd for r in rows[:3]] == [0.0, 0.0, 0.0]
+    assert rows[3].state == "terminated"
+    assert "leftover_instances" not in summary and prov.fail_launch_listings == 99
 
 
 @pytest.mark.timeout(180)
 def test_a_listing_that_fails_for_a_moment_is_retried_and_said_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setattr(trialbook, "READ_RETRY_WALL_S", 0.2)
     summary, prov, db = _run(tmp_path, monkeypatch, fail_job_listings=3)
 
     assert summary["state"] == "succeeded", summary
     assert prov.fail_job_listings == 0  # all three failures were met
+    # retried after a doubling pause, not at every pass (0.05 s): a throttling API is not fed
+    first, second, third = prov.listing_failed_at
+    assert second - first >= 0.2 and third - second >= 0.4
     with Store.open_existing(db) as store:
         errors = store.events(summary["job_id"], kind="error")
     assert [e.detail["message"] for e in errors] == [

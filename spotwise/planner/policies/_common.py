@@ -6,6 +6,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from spotwise.planner.policy import (
+    INVALID_METRIC,
     Action,
     Checkpoint,
     Launch,
@@ -13,6 +14,7 @@ from spotwise.planner.policy import (
     OfferView,
     Phase,
     PlannerView,
+    Progress,
     StopEarly,
     TrialView,
 )
@@ -254,6 +256,18 @@ def _can_finish(view: PlannerView, t: TrialView, deadline: float) -> bool:
     if t.stopping:
         return False
     return view.now + view.restart_overhead_s + t.remaining_steps * t.seconds_per_step <= deadline
+
+
+def stop_invalid(view: PlannerView, event: object) -> list[Action]:
+    """What an early-stopping policy does with a NaN/inf report (a Progress whose metric is
+    None): stop the trial. A diverged trial cannot win, and each further step is paid for;
+    ranking skips a None, so it would otherwise run to its end while sound trials are cut."""
+    if not isinstance(event, Progress) or event.metric is not None:
+        return []
+    t = view.trial(event.trial_id)
+    if t.phase is not Phase.RUNNING or event.step >= t.steps_total:
+        return []
+    return [StopEarly(t.trial_id, INVALID_METRIC, None)]
 
 
 def guards(view: PlannerView) -> list[Action]:

@@ -11,7 +11,13 @@ so the policy keeps no state of its own.
 
 from __future__ import annotations
 
-from spotwise.planner.policies._common import checkpoint_on_notice, guards, place, price_per_step
+from spotwise.planner.policies._common import (
+    checkpoint_on_notice,
+    guards,
+    place,
+    price_per_step,
+    stop_invalid,
+)
 from spotwise.planner.policy import (
     Action,
     Event,
@@ -43,7 +49,7 @@ class Asha:
         self.eta, self.min_steps = eta, min_steps
 
     def decide(self, view: PlannerView, event: Event) -> list[Action]:
-        stop = guards(view)
+        stop = guards(view) or stop_invalid(view, event)
         if stop:
             return stop
         actions: list[Action] = []

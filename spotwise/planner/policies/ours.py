@@ -46,6 +46,7 @@ from spotwise.planner.policies._common import (
     needy,
     observed,
     projected_spend,
+    stop_invalid,
     within_budget,
 )
 from spotwise.planner.policies.deadline import JobClock, job_clock
@@ -90,7 +91,7 @@ class Spotwise:
         self.latest: dict[str, tuple[float, float, float]] = {}
 
     def decide(self, view: PlannerView, event: Event) -> list[Action]:
-        stop = guards(view)
+        stop = guards(view) or stop_invalid(view, event)
         if stop:
             return stop
         actions: list[Action] = []

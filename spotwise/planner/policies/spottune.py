@@ -24,6 +24,7 @@ from spotwise.planner.policies._common import (
     guards,
     observed,
     place,
+    stop_invalid,
 )
 from spotwise.planner.policy import (
     Action,
@@ -76,7 +77,7 @@ class SpotTune:
         self.at_theta: dict[str, float] = {}  # trial → predicted final at θ (memo, pure)
 
     def decide(self, view: PlannerView, event: Event) -> list[Action]:
-        stop = guards(view)
+        stop = guards(view) or stop_invalid(view, event)
         if stop:
             return stop
         actions: list[Action] = []
