@@ -125,9 +125,9 @@ class TrialBook:
                 continue
             if kind == "report":
                 metric = rec.get("metric")
-                # NaN/inf (the SDK sends null, marked invalid): a step without a usable value
-                ok = isinstance(metric, int | float) and math.isfinite(metric)
-                value = float(metric) if ok and isinstance(metric, int | float) else None
+                value = float(metric) if isinstance(metric, int | float) else None
+                if value is not None and not math.isfinite(value):
+                    value = None  # NaN/inf (the SDK sends null, marked invalid): no usable value
                 if life.first_report_at is None:
                     life.first_report_at, life.first_report_step = now, step
                     t.restart_overhead_s = now - life.launched_at
