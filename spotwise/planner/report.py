@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from spotwise.planner.policy import INVALID_METRIC
 from spotwise.planner.runstate import Life, TrialRun
 from spotwise.providers.billing import BillingRule
 
@@ -181,10 +182,11 @@ def end_state(
         because = f"; the last error: {last}" if last else ""
         n = len(trials)
         return "failed", f"every trial failed ({n}){because}; see the trial logs in {logs}"
-    done = [t for t in trials if t.state == "completed"]
-    if done and all(t.final_metric is None for t in done):
+    # NaN/inf ends: completed on one, or stopped early for one (policy.INVALID_METRIC)
+    nan = [t for t in trials if t.stop_reason == INVALID_METRIC or t.state == "completed"]
+    if nan and best_trial(trials, "maximize") is None and any(t.metric_invalid for t in nan):
         return "failed", (
-            f"no trial reported a usable final metric ({len(done)} completed on NaN or inf); "
+            f"no trial reported a usable final metric ({len(nan)} ended on NaN or inf); "
             f"see the trial logs in {logs}"
         )
     why = nothing_to_show(trials, max_cost_usd)

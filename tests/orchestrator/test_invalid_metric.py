@@ -50,7 +50,7 @@ def test_trials_that_end_on_nan_fail_the_job_with_the_reason(tmp_path: Path) -> 
     assert summary["state"] == "failed" and summary["best"] is None, summary
     assert summary["completed"] == 2
     assert summary["error"].startswith(
-        "no trial reported a usable final metric (2 completed on NaN or inf); "
+        "no trial reported a usable final metric (2 ended on NaN or inf); "
         "see the trial logs in "
     )
     with Store.open_existing(db) as store:
@@ -130,6 +130,11 @@ def test_an_early_stopping_policy_stops_a_trial_that_went_nan(tmp_path: Path, po
     summary = jobs.tune(write_spec(tmp_path, spec), db=db, run_root=tmp_path / "runs")
 
     assert summary["early_stopped"] == 1, summary
+    # no usable metric at all: not a success a cron job would read as one (it said succeeded)
+    assert summary["state"] == "failed" and summary["best"] is None
+    assert summary["error"].startswith(
+        "no trial reported a usable final metric (1 ended on NaN or inf); "
+    )
     with Store.open_existing(db) as store:
         (trial,) = store.list_trials(summary["job_id"])
         (stop,) = store.events(summary["job_id"], kind="stop_early")
