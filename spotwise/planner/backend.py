@@ -153,10 +153,15 @@ def open_backend(
     # spotwise.providers.channel): a checkpoint on the instance's own disk goes with it (a
     # resume would restart from 0), and without a channel the orchestrator would take every
     # finished trial for a lost one. Refuse before anything is bought or written.
-    for q in spec.providers:
+    for i, q in enumerate(spec.providers):
         if q.name == "local":
             raise SpecError(_MIXED_LOCAL)
-        check_reachable(q.name, q.options, spec.checkpoint.location)
+        try:
+            check_reachable(q.name, q.options, spec.checkpoint.location)
+        except ProviderError as e:  # a spec error (exit 2), naming what to change
+            bad = e.message.startswith(f"{q.name}: providers[].options.artifacts ")
+            where = f"providers.{i}.options.artifacts" if bad else "checkpoint.location"
+            raise SpecError(f"spec field '{where}': {e.message}", hint=e.hint) from None
     parts = [_cloud(q) for q in spec.providers]
     return parts[0] if len(parts) == 1 else _several(parts)
 

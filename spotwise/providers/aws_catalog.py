@@ -22,7 +22,7 @@ from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from spotwise.errors import NotFoundError, ProviderError, did_you_mean
+from spotwise.errors import NotFoundError, ProviderError, ProviderUnavailable, did_you_mean
 from spotwise.providers import aws
 from spotwise.providers.aws_offline import (
     API_SOURCE,
@@ -206,6 +206,12 @@ class AwsCatalog:
         region = self._region(region)
         if name in self._hardware_of_types(region, [name]):
             return name
+        if self._dit(region) is None:  # only the 2017 offline list to go by: cannot tell
+            raise ProviderUnavailable(
+                f"aws: cannot check instance type {name!r} in {region}: EC2 cannot be reached "
+                "and the offline catalog (2017) does not list it",
+                hint="configure AWS credentials (see `spotwise check`)",
+            )
         names = self.instance_type_names(region)
         if name not in names:
             raise NotFoundError(f"aws: unknown instance type {name!r}{did_you_mean(name, names)}")

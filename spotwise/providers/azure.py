@@ -118,6 +118,10 @@ def default_credential() -> Any:
         from azure.identity import DefaultAzureCredential
     except ImportError:
         raise _unavailable("azure-identity") from None
+    if not os.environ.get("SPOTWISE_DEBUG"):
+        # its chain warns a page per source that failed (13 lines before our one-line error,
+        # which says what to do); SPOTWISE_DEBUG=1 shows them
+        logging.getLogger("azure.identity").setLevel(logging.ERROR)
     return DefaultAzureCredential()
 
 

@@ -144,6 +144,22 @@ def test_aws_unknown_instance_type_is_a_spec_error_before_the_job_starts(
     )
 
 
+def test_a_cloud_checkpoint_location_its_instances_cannot_reach_is_a_spec_error(
+    tmp_path: Path, aws: Any
+) -> None:
+    """It named the field but exited 1, unlike every other spec error (exit 2)."""
+    spec = aws_spec(tmp_path)
+    spec["checkpoint"] = {"every": 2, "location": "checkpoints"}
+    assert refused(tmp_path, spec).startswith(
+        "spec field 'checkpoint.location': aws: the trial's checkpoint location 'checkpoints' "
+        "is not in S3"
+    )
+    spec = aws_spec(tmp_path, options={"image": AMI, "pricing": "offline", "artifacts": "/x"})
+    assert refused(tmp_path, spec).startswith(
+        "spec field 'providers.0.options.artifacts': aws: providers[].options.artifacts '/x' "
+    )
+
+
 def test_aws_unknown_region_is_a_spec_error_before_the_job_starts(tmp_path: Path, aws: Any) -> None:
     spec = aws_spec(tmp_path, regions=["us-east-1", "us-eats-1"])
     assert refused(tmp_path, spec) == (

@@ -167,10 +167,32 @@ def test_instance_types_offline_when_ec2_is_unreachable(
         cat.offers("eu-west-1")
 
 
+def test_a_current_type_is_not_called_unknown_when_ec2_is_unreachable(
+    aws_env: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without EC2 only the 2017 offline list was left: m5.xlarge (and every later type) was
+    "unknown (did you mean 'm4.xlarge'?)", a spec error steering users to an older type."""
+    from spotwise.errors import ProviderUnavailable
+    from spotwise.providers import aws
+
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")  # nothing listens there
+    monkeypatch.setattr(aws, "_config", lambda *a, **k: _fast_config())
+    cat = AwsCatalog(
+        ProviderConfig(name="aws", regions=("eu-west-1",), options={"pricing": "offline"})
+    )
+    assert cat.check_instance_type("p3.2xlarge", "eu-west-1") == "p3.2xlarge"  # offline-known
+    with pytest.raises(ProviderUnavailable) as e:
+        cat.check_instance_type("m5.xlarge", "eu-west-1")
+    assert e.value.message == (
+        "aws: cannot check instance type 'm5.xlarge' in eu-west-1: EC2 cannot be reached and "
+        "the offline catalog (2017) does not list it"
+    )
+
+
 def _fast_config() -> Any:
     from botocore.config import Config
 
-    return Config(connect_timeout=0.5, read_timeout=0.5, retries={"max_attempts": 1})
+    return Config(connect_timeout=0.5, read_timeout=0.5, retries={"total_max_attempts": 1})
 
 
 def test_parse_price_list_reads_on_demand_hours_only() -> None:

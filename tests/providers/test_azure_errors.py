@@ -225,3 +225,25 @@ def test_authorization_failed_keeps_the_role_hint(prov: AzureProvisioner, fake: 
         prov.launch(request())
     assert e.value.message == f"{LAUNCHING}: AuthorizationFailed: {denied}"
     assert e.value.hint == ROLE_HINT
+
+
+def test_the_credential_chain_does_not_print_a_page_before_the_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """azure-identity warned 13 lines (one per credential source tried) on stderr before
+    spotwise's one-line error; SPOTWISE_DEBUG=1 keeps them."""
+    import logging
+
+    quiet = logging.getLogger("azure.identity")
+    before = quiet.level
+    try:
+        quiet.setLevel(logging.NOTSET)
+        monkeypatch.delenv("SPOTWISE_DEBUG", raising=False)
+        azure.default_credential()
+        assert not quiet.isEnabledFor(logging.WARNING)
+        quiet.setLevel(logging.NOTSET)
+        monkeypatch.setenv("SPOTWISE_DEBUG", "1")
+        azure.default_credential()
+        assert quiet.isEnabledFor(logging.WARNING)
+    finally:
+        quiet.setLevel(before)
