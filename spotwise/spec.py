@@ -139,7 +139,15 @@ class ReplaySpec(_Strict):
     speedup: float = Field(default=600.0, gt=0.0)  # market seconds per wall second
     notice_floor_s: float = Field(default=1.0, ge=0.0)  # shortest notice in wall seconds
     billing: Literal["aws", "gcp", "azure"] = "aws"  # which provider's billing rule to replay
-    seed: int = 0
+
+    @model_validator(mode="before")
+    @classmethod
+    def _old_seed(cls, data: Any, info: ValidationInfo) -> Any:
+        """``seed`` was a field here that nothing read (a replay is deterministic); jobs
+        recorded with it still read back, a new spec naming it is refused."""
+        if stored(info) and isinstance(data, dict):
+            return {k: v for k, v in data.items() if k != "seed"}
+        return data
 
 
 _BOTH_MARKETS: list[Literal["spot", "on-demand"]] = ["spot", "on-demand"]
@@ -199,9 +207,8 @@ def load_stored_spec(spec_json: str) -> JobSpec:
 
 class CheckpointSpec(_Strict):
     location: str = "checkpoints"  # folder (relative to the spec) or s3://, gs://, az:// URI
-    every: int = Field(
-        default=5, ge=1, strict=True
-    )  # steps between checkpoints (policies may adapt it)
+    # steps between checkpoints (policies may adapt it)
+    every: int = Field(default=5, ge=1, strict=True)
 
     @field_validator("location")
     @classmethod

@@ -323,3 +323,16 @@ def test_counts_are_whole_numbers_not_booleans_or_strings(
     with pytest.raises(SpecError) as info:
         parse_spec(data)
     assert str(info.value).startswith(f"spec: spec field '{field}': must be an integer, got ")
+
+
+def test_replay_seed_is_gone_but_jobs_recorded_with_it_still_read_back() -> None:
+    """`providers[].replay.seed` was accepted and read by nothing (a replay is deterministic):
+    a setting that only existed in the spec."""
+    data = copy.deepcopy(VALID)
+    data["providers"] = [{"name": "local", "replay": {"speedup": 600, "seed": 3}}]
+    with pytest.raises(SpecError, match=r"'providers\.0\.replay\.seed': unknown field"):
+        parse_spec(data)
+    del data["providers"][0]["replay"]["seed"]
+    old = json.loads(parse_spec(data).model_dump_json())
+    old["providers"][0]["replay"]["seed"] = 0  # as every job recorded before held it
+    assert load_stored_spec(json.dumps(old)).providers[0].replay is not None
