@@ -21,6 +21,7 @@ of one replayed trace is the same instance type, so the factor is 1 there).
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -151,17 +152,29 @@ def load_curve_pool(
         timed = timed or secs is not None
         if secs is not None and not lcbench:
             secs = _cumulative(secs)
-        out.append(
-            curve_from_cumulative(
-                c.curve_id, [int(x) for x in c.steps], [float(x) for x in c.values], secs
-            )
+        values = [float(x) for x in c.values]
+        steps = [int(x) for x in c.steps]
+        bad = next(
+            ((k, v) for k, v in zip(steps, values, strict=True) if not math.isfinite(v)), None
         )
+        if bad is not None:  # a replayed metric must be a number: regret and ranks need it
+            raise SpecError(
+                f"--curves: {p}: curve {c.curve_id!r} has {bad[1]} at step {bad[0]}; the "
+                "simulator replays every value as recorded: drop that curve or fill the value"
+            )
+        try:
+            out.append(curve_from_cumulative(c.curve_id, steps, values, secs))
+        except ValueError as e:  # no step >= 1 (a step-0 row only), or a length mismatch
+            raise SpecError(f"--curves: {p}: {e}; a curve needs steps 1, 2, ...") from None
     if lcbench:
         note = "LCBench recorded seconds per epoch (cumulative 'time' column)"
     elif timed:
         note = "recorded seconds (per-step or cumulative 'seconds' column)"
     else:
-        note = f"no recorded time: {DEFAULT_STEP_SECONDS:g} s per step (prior)"
+        note = (
+            f"no recorded time: {DEFAULT_STEP_SECONDS:g} s per step (prior), scaled by "
+            "--time-scale like recorded seconds"
+        )
     return CurvePool(tuple(out), name, direction, str(p), note)
 
 

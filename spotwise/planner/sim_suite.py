@@ -14,6 +14,7 @@ What is shared, per seed, by every policy (this is what makes them comparable):
 
 from __future__ import annotations
 
+import logging
 import math
 import random
 import time
@@ -25,6 +26,8 @@ from spotwise.errors import SpecError, did_you_mean
 from spotwise.planner.policy import Policy, get_policy, policy_names
 from spotwise.planner.sim_curves import CurvePool
 from spotwise.planner.simulator import Engine, RunResult, SimSettings
+
+log = logging.getLogger("spotwise.simulate")
 
 if TYPE_CHECKING:
     import numpy as np
@@ -195,12 +198,7 @@ def draw(traces: TraceSet, pool: CurvePool, suite: Suite, seed: int) -> tuple[in
         )
     start = rng.randint(lo, hi)
     curves = list(pool.curves)
-    seq = (
-        rng.sample(curves, suite.trials)
-        if suite.trials <= len(curves)
-        else [rng.choice(curves) for _ in range(suite.trials)]
-    )
-    return start, seq
+    return start, rng.sample(curves, suite.trials)  # run_suite checked there are enough
 
 
 def run_suite(
@@ -220,7 +218,21 @@ def run_suite(
     from spotwise.providers.replay import ReplayMarket
 
     wall0 = time.monotonic()
-    pool = pool.uniform()
+    full, pool = pool, pool.uniform()
+    if len(pool) < len(full):  # a job has one step budget: curves of other lengths cannot run
+        log.warning(
+            "--curves: %d of %d curves left out: not %d steps long like the rest",
+            len(full) - len(pool),
+            len(full),
+            pool.common_length(),
+        )
+    if suite.trials > len(pool):
+        of = f" of {pool.common_length()} steps" if len(pool) < len(full) else ""
+        raise SpecError(
+            f"--trials {suite.trials} is more than the {len(pool)} curves{of} in --curves: each "
+            "trial replays one recorded configuration, drawn without replacement; lower "
+            "--trials or give more curves"
+        )
     market = ReplayMarket(
         traces, provider=billing, spot_price=spot_price, on_demand_price=on_demand_price
     )

@@ -284,3 +284,44 @@ def test_emit_never_creates_folders(tmp_path: Path, capsys: Any) -> None:
     assert not (tmp_path / "no").exists()
     simulate_render.emit({"a": 1}, tmp_path / "ok.json", True, print)
     assert json.loads((tmp_path / "ok.json").read_text())["a"] == 1
+
+
+# ---- curves the simulator cannot replay as recorded (review of 2026-11-23) -------------------
+def _curves(tmp_path: Path, rows: list[str]) -> str:
+    path = tmp_path / "curves.csv"
+    path.write_text("curve_id,step,value\n" + "\n".join(rows) + "\n")
+    return str(path)
+
+
+def _run(curves: str, *more: str) -> str:
+    args = ["--traces", "builtin:skynomad-v100-2023", "--curves", curves, "--seeds", "1"]
+    return _spec_error([*args, "--policy", "on-demand", "--workers", "1", *more])
+
+
+def test_a_non_finite_curve_value_is_refused_naming_curve_and_step(tmp_path: Path) -> None:
+    """A NaN or inf final came out as regret null with no_result 0, and nan in the table."""
+    rows = [f"{c},{k},{0.5 + k / 10}" for c in ("a", "b") for k in (1, 2)] + ["b,3,inf", "a,3,0.9"]
+    path = _curves(tmp_path, rows)
+    assert _run(path, "--trials", "2") == (
+        f"--curves: {path}: curve 'b' has inf at step 3; the simulator replays every value as "
+        "recorded: drop that curve or fill the value"
+    )
+
+
+def test_a_curve_with_only_step_0_is_refused_not_an_internal_error(tmp_path: Path) -> None:
+    path = _curves(tmp_path, ["a,0,0.1", "b,1,0.2", "b,2,0.3"])
+    assert _run(path, "--trials", "1") == (
+        f"--curves: {path}: curve a: no steps; a curve needs steps 1, 2, ..."
+    )
+
+
+def test_more_trials_than_curves_is_refused(tmp_path: Path) -> None:
+    """Trials were drawn with replacement past the pool (docs: without), silently: 150 trials
+    of the 100 shipped curves held 78 distinct configurations."""
+    rows = [f"{c},{k},{0.5 + k / 10}" for c in ("a", "b", "c") for k in (1, 2)]
+    rows += [f"long,{k},0.5" for k in (1, 2, 3)]  # another length: left out
+    path = _curves(tmp_path, rows)
+    assert _run(path, "--trials", "4") == (
+        "--trials 4 is more than the 3 curves of 2 steps in --curves: each trial replays one "
+        "recorded configuration, drawn without replacement; lower --trials or give more curves"
+    )
