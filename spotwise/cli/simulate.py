@@ -46,12 +46,26 @@ TracesOpt = Annotated[str | None, typer.Option("--traces", help=_TRACES_HELP)]
 SpotPriceOpt = Annotated[
     float | None,
     typer.Option(
-        "--spot-price", help="Spot $/h for traces without prices (default: the paper's 0.9731)."
+        "--spot-price",
+        help="Spot $/h of every zone (default: the trace's prices; the paper's 0.9731 for a "
+        "trace without).",
     ),
 ]
 OdPriceOpt = Annotated[
     float | None,
     typer.Option("--on-demand-price", help="On-demand $/h (default: the trace's, else 3.06)."),
+]
+DlSpotPriceOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--spot-price",
+        help="Spot $/h, flat in every zone and tick (default: the paper's 0.9731, even on a "
+        "trace with prices).",
+    ),
+]
+DlOdPriceOpt = Annotated[
+    float | None,
+    typer.Option("--on-demand-price", help="On-demand $/h (default: the paper's 3.06)."),
 ]
 ModelOpt = Annotated[
     str,
@@ -224,8 +238,8 @@ def deadline(
     billing: Annotated[
         str, typer.Option("--billing", help="paper (per second) or aws/gcp/azure.")
     ] = "paper",
-    spot_price: SpotPriceOpt = None,
-    on_demand_price: OdPriceOpt = None,
+    spot_price: DlSpotPriceOpt = None,
+    on_demand_price: DlOdPriceOpt = None,
     revocation_model: ModelOpt = "pretrained",
     start_from: StartFromOpt = 0.7,
     workers: WorkersOpt = 2,
