@@ -50,8 +50,7 @@ def test_trials_that_end_on_nan_fail_the_job_with_the_reason(tmp_path: Path) -> 
     assert summary["state"] == "failed" and summary["best"] is None, summary
     assert summary["completed"] == 2
     assert summary["error"].startswith(
-        "no trial reported a usable final metric (2 ended on NaN or inf); "
-        "see the trial logs in "
+        "no trial reported a usable final metric (2 ended on NaN or inf); see the trial logs in "
     )
     with Store.open_existing(db) as store:
         trials = store.list_trials(summary["job_id"])
