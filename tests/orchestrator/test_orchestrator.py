@@ -30,7 +30,7 @@ import skopt  # noqa: F401  (see below)
 import yaml
 
 from spotwise import jobs
-from spotwise.errors import ProviderError, SpecError
+from spotwise.errors import SpecError
 from spotwise.planner import policy as policy_registry
 from spotwise.planner.policies.greedy import SpotGreedy
 from spotwise.planner.policy import (
@@ -407,11 +407,13 @@ def test_tune_on_a_cloud_its_trials_cannot_report_from_is_refused_and_writes_not
     trial for a lost one. `tune` must refuse before any cloud call and before anything exists."""
     spec = spec_dict(tmp_path, providers=[{"name": provider, "regions": ["us-east1"]}])
     db = f"sqlite:///{tmp_path / 'spotwise.db'}"
-    with pytest.raises(ProviderError) as info:
+    with pytest.raises(SpecError) as info:  # a spec error (exit 2), naming the field
         jobs.tune(write_spec(tmp_path, spec), db=db, run_root=tmp_path / "runs")
     msg = str(info.value)
-    assert msg.startswith(f"{provider}: the trial's checkpoint location")
-    assert "checkpoint.location" in msg and "options.artifacts" not in msg
+    assert msg.startswith(
+        f"spec field 'checkpoint.location': {provider}: the trial's checkpoint location"
+    )
+    assert "options.artifacts" not in msg
     assert "\n" not in msg
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
     if (tmp_path / "spotwise.db").exists():
@@ -432,11 +434,13 @@ def test_an_artifacts_folder_does_not_excuse_a_local_checkpoint_folder(
     opts = {"artifacts": artifacts}
     spec = spec_dict(tmp_path, providers=[{"name": provider, "options": opts}])
     db = f"sqlite:///{tmp_path / 'spotwise.db'}"
-    with pytest.raises(ProviderError) as info:
+    with pytest.raises(SpecError) as info:
         jobs.tune(write_spec(tmp_path, spec), db=db, run_root=tmp_path / "runs")
     msg = str(info.value)
-    assert msg.startswith(f"{provider}: the trial's checkpoint location")
-    assert "checkpoint.location" in msg and "for events only" not in msg and "\n" not in msg
+    assert msg.startswith(
+        f"spec field 'checkpoint.location': {provider}: the trial's checkpoint location"
+    )
+    assert "for events only" not in msg and "\n" not in msg
     assert "options.artifacts only moves the trial's events" in msg
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
     if (tmp_path / "spotwise.db").exists():
@@ -473,9 +477,11 @@ def test_every_cloud_of_a_job_must_have_a_reachable_trial_channel(tmp_path: Path
         checkpoint={"every": 2, "location": "gs://bkt/ckpt"},  # GCS: GCP's VMs only
     )
     db = f"sqlite:///{tmp_path / 'spotwise.db'}"
-    with pytest.raises(ProviderError) as info:
+    with pytest.raises(SpecError) as info:
         jobs.tune(write_spec(tmp_path, spec), db=db, run_root=tmp_path / "runs")
-    assert str(info.value).startswith("azure: the trial's checkpoint location")
+    assert str(info.value).startswith(
+        "spec field 'checkpoint.location': azure: the trial's checkpoint location"
+    )
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
     if (tmp_path / "spotwise.db").exists():
         with Store.open_existing(db) as store:

@@ -130,8 +130,10 @@ def test_tune_with_a_local_checkpoint_folder_fails_before_any_insert(
     extra = {"artifacts": (tmp_path / "art").as_uri()} if artifacts else {}
     spec = write_job(tmp_path, _provider(**extra), str(tmp_path / "ckpt"))
     line = tune_cli_fails(spec, tmp_path, capsys)
-    assert line.startswith("error: gcp: the trial's checkpoint location"), line
-    assert "checkpoint.location" in line and "for events only" not in line
+    assert line.startswith(
+        "error: spec field 'checkpoint.location': gcp: the trial's checkpoint location"
+    ), line
+    assert "for events only" not in line
     assert ("only moves the trial's events" in line) is artifacts
     assert cloud.instances == {} and cloud.emulator.machines == {}
     assert not [c for c in cloud.rs.calls if c.request.method == "POST"]
