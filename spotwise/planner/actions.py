@@ -247,4 +247,5 @@ class Actions(Ledger):
         """No launch on ``provider`` for a pause that doubles with each throttled launch."""
         _, last = self.throttled.get(provider, (now, 0.0))
         pause = min(max(last * 2, THROTTLE_PAUSE_WALL_S), THROTTLE_PAUSE_MAX_WALL_S)
-        self.throttled[provider] = (now + pause * self.backend.speedup, pause)
+        refused = max(now, self.backend.now())  # from the refusal, not the pass's start
+        self.throttled[provider] = (refused + pause * self.backend.speedup, pause)
