@@ -156,12 +156,7 @@ def open_backend(
     for i, q in enumerate(spec.providers):
         if q.name == "local":
             raise SpecError(_MIXED_LOCAL)
-        try:
-            check_reachable(q.name, q.options, spec.checkpoint.location)
-        except ProviderError as e:  # a spec error (exit 2), naming what to change
-            bad = e.message.startswith(f"{q.name}: providers[].options.artifacts ")
-            where = f"providers.{i}.options.artifacts" if bad else "checkpoint.location"
-            raise SpecError(f"spec field '{where}': {e.message}", hint=e.hint) from None
+        check_reachable(q.name, q.options, spec.checkpoint.location, i)
     parts = [_cloud(q) for q in spec.providers]
     return parts[0] if len(parts) == 1 else _several(parts)
 

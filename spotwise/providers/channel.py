@@ -14,10 +14,10 @@ Either way the checkpoint location itself must be one an instance of that cloud 
 checkpoint folder a trial would checkpoint to its instance's own disk, which goes with the
 instance, and a "resume" would start again from step 0 (paid twice). Anything else (a plain
 local folder, another cloud's bucket) is refused with a one-line
-:class:`~spotwise.errors.ProviderError` naming ``checkpoint.location`` — at launch, and before
-a job starts (:func:`check_reachable`, called when the job's market is opened) so such a job
-never buys an instance. (A launch that names no checkpoint location at all has nothing to
-lose: it only needs a channel.)
+:class:`~spotwise.errors.ProviderError` naming ``checkpoint.location`` at launch, and as a
+spec error (exit 2) before a job starts (:func:`check_reachable`, called when the job's market
+is opened) so such a job never buys an instance. (A launch that names no checkpoint location
+at all has nothing to lose: it only needs a channel.)
 
 The launch spec of GCP and Azure (the ``spotwise-launch`` metadata item, the VM's
 ``launch.json``) is defined here too: :func:`launch_spec` writes it, :func:`parse_launch` reads
@@ -44,7 +44,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from spotwise.errors import ProviderError
+from spotwise.errors import ProviderError, SpecError
 from spotwise.providers.base import TAG_JOB, TAG_TRIAL, LaunchRequest
 from spotwise.providers.blobs_open import scheme_of
 from spotwise.providers.trial_config import TrialConfig, instance_argv, instance_env
@@ -180,15 +180,22 @@ def read_output(
     return f"{uri}/{name}", data
 
 
-def check_reachable(cloud: str, options: Mapping[str, str], checkpoint_location: str) -> None:
-    """Before a job starts: ProviderError unless the cloud's instances can reach the job's
-    checkpoint location (whatever ``artifacts`` says: it only moves the channel) and the
-    ``artifacts`` option, when set, is a folder they can reach too."""
+def check_reachable(
+    cloud: str, options: Mapping[str, str], checkpoint_location: str, index: int = 0
+) -> None:
+    """Before a job starts: a SpecError (exit 2) naming the field to change unless the cloud's
+    instances can reach the job's checkpoint location (whatever ``artifacts`` says: it only
+    moves the channel) and the ``artifacts`` option of ``providers[index]``, when set, is a
+    folder they can reach too."""
     if cloud not in REACH:
         return
-    base = _base(cloud, options)
+    try:
+        base = _base(cloud, options)
+    except ProviderError as e:
+        raise SpecError(f"spec field 'providers.{index}.options.artifacts': {e.message}") from None
     if not _reachable(cloud, checkpoint_location.strip()):
-        raise _unreachable(cloud, checkpoint_location, base)
+        why = _unreachable(cloud, checkpoint_location, base).message
+        raise SpecError(f"spec field 'checkpoint.location': {why}")
 
 
 def attempt_of(env: Mapping[str, str]) -> int:
