@@ -3,6 +3,8 @@
 * :func:`read_spec_yaml`: ``yaml.safe_load`` that refuses a key given twice in one mapping
   (PyYAML keeps the last one silently: a second ``budget:`` block would drop the first one's
   cost cap), naming the key's path and both lines.
+* :func:`error_line`: a pydantic ValidationError of a spec as one line naming the field, what is
+  wrong and the fix.
 * :func:`fields_at`: the field names a pydantic model takes at an error's location, for the
   "did you mean" of an unknown nested field (``budget.max_cost``).
 """
@@ -14,9 +16,9 @@ import typing
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
-from spotwise.errors import SpecError
+from spotwise.errors import SpecError, did_you_mean
 
 if typing.TYPE_CHECKING:
     import yaml
@@ -136,6 +138,60 @@ def _refuse_duplicates(node: yaml.Node, path: str, seen: set[int]) -> None:
 
 def _one_line(text: str) -> str:
     return text.replace("\r", "\\r").replace("\n", "\\n")
+
+
+_FIXES = {
+    "extra_forbidden": "remove it (the fields are listed in the README, 'Job spec reference')",
+    "missing": "add it",
+    "too_short": "give at least one entry",
+}
+# fields users often write in a shorter form than the spec takes: the form it takes
+_SHAPES = {
+    "command": "write it as a list of arguments, e.g. command: [python, train.py]",
+    "metric": "write it as a mapping, e.g. metric: {name: val_accuracy, direction: maximize}",
+    "providers": "write it as a list, e.g. providers: [{name: local}]",
+    "search_space": "write it as a mapping of parameter names, e.g. "
+    "search_space: {lr: {type: real, low: 0.001, high: 0.1, log: true}}",
+}
+
+
+def error_line(err: ValidationError, model: type[BaseModel]) -> str:
+    """The first of ``err``'s errors as one line: the field's dotted path, what is wrong as
+    YAML would write it, and the fix; an unknown field names the field of ``model`` meant."""
+    e = err.errors()[0]
+    loc = ".".join(str(x) for x in e["loc"] if not (isinstance(x, str) and x in _PARAM_TAGS))
+    msg = e["msg"].removeprefix("Value error, ")
+    fix = _FIXES.get(e["type"], "")
+    if e["type"] == "extra_forbidden":  # a typo of a field: name the one meant
+        typo, names = str(e["loc"][-1]), fields_at(model, e["loc"][:-1])
+        longer = [n for n in names if _within(typo, n)]  # `sped`: speedup, not seed
+        close = did_you_mean(typo, longer if len(longer) == 1 else names)
+        msg = "unknown field" + close
+        fix = "" if close else fix  # removing a misspelt field would drop what it sets
+    elif e["type"] in ("int_type", "int_parsing"):  # a strict count: `trials: true`, "8", 40.0
+        msg = f"must be an integer, got {yaml_text(e['input'])}"
+    elif e["type"] == "finite_number":
+        msg = f"must be a finite number, got {yaml_text(e['input'])}"
+        fix = "leave it out for no limit" if e["loc"][:1] == ("budget",) else ""
+    elif e["loc"][:1] == ("env",) and len(e["loc"]) == 2 and e["type"] == "string_type":
+        value = "" if e["input"] is None else yaml_text(e["input"])  # YAML read `X: 1` as a number
+        msg = f"must be a string, got {yaml_text(e['input'])}"
+        fix = f'quote it, e.g. {e["loc"][1]}: "{value}"'
+    elif len(e["loc"]) == 1 and e["type"] in ("list_type", "model_type", "dict_type"):
+        fix = _SHAPES.get(str(e["loc"][0]), "")
+        msg = msg.split(" or instance of ")[0]  # pydantic's class names mean nothing here
+    more = f" (+{len(err.errors()) - 1} more)" if len(err.errors()) > 1 else ""
+    line = f"spec field '{loc or '<root>'}': {msg}" + (f"; {fix}" if fix else "") + more
+    return line.replace("\r", "\\r").replace("\n", "\\n")  # one line, even for odd keys
+
+
+_PARAM_TAGS = {"real", "int", "categorical"}
+
+
+def _within(typo: str, name: str) -> bool:
+    """Whether ``name`` is ``typo`` with letters added (a letter left out while typing)."""
+    rest = iter(name)
+    return all(c in rest for c in typo)
 
 
 def fields_at(model: type[BaseModel], loc: tuple[int | str, ...]) -> list[str]:

@@ -1,4 +1,5 @@
-"""Writing and reading a revocation model file safely: an atomic save, numbers checked on load.
+"""Writing and reading a revocation model file safely: an atomic save, the archive read with
+``weights_only=True`` (a foreign file refused in a few words), numbers checked on load.
 
 Kept apart from :mod:`spotwise.predictors.revocation` so that module stays readable.
 """
@@ -7,6 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
+
+from spotwise.errors import PredictorError
 
 
 def atomic_save(doc: dict[str, Any], path: Path) -> None:
@@ -48,3 +51,43 @@ def floats(values: Any) -> list[float]:
         return [float(v) for v in values]
     except (TypeError, ValueError):
         raise TypeError("not a list of numbers") from None
+
+
+class NotAModelFile(PredictorError):
+    """A file that ``load`` refuses; ``reason`` says why in a few words (no torch advice)."""
+
+    def __init__(self, path: Path, reason: str) -> None:
+        super().__init__(
+            f"{path} is not a spotwise revocation model file ({reason})",
+            hint="train one: spotwise predictor train --traces builtin:skynomad-v100-2023 "
+            "--out model.pt",
+        )
+        self.path, self.reason = path, reason
+
+
+def read_model_doc(p: Path, fmt: str) -> dict[str, Any]:
+    """The document saved in ``p`` with header ``fmt``: PredictorError when there is no such
+    file, :class:`NotAModelFile` when it is not a plain-tensor PyTorch archive with that header.
+    The document's contents are the caller's to check."""
+    import pickle
+    import zipfile
+
+    import torch
+
+    if not p.is_file():
+        raise PredictorError(
+            f"model file {p} does not exist", hint="spotwise predictor train --out FILE"
+        )
+    # torch's own messages for a foreign file run to many lines and advise weights_only=False,
+    # which would unpickle arbitrary code: say what is wrong in a few words instead
+    if not zipfile.is_zipfile(p):
+        raise NotAModelFile(p, "not a PyTorch archive: truncated, or a file of another format")
+    try:
+        doc = torch.load(str(p), map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError:
+        raise NotAModelFile(p, "it holds pickled Python objects, not plain tensors") from None
+    except Exception:  # torch raises many types for a damaged archive
+        raise NotAModelFile(p, "a damaged or foreign PyTorch archive") from None
+    if not isinstance(doc, dict) or doc.get("format") != fmt:
+        raise NotAModelFile(p, f"no {fmt!r} header")
+    return doc

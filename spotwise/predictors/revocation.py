@@ -27,7 +27,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from spotwise.errors import PredictorError, SpecError, did_you_mean
-from spotwise.predictors._modelfile import atomic_save, floats
+from spotwise.predictors._modelfile import (  # NotAModelFile: re-exported, raised by load
+    NotAModelFile,
+    atomic_save,
+    floats,
+    read_model_doc,
+)
 
 if TYPE_CHECKING:
     import numpy as np
@@ -337,42 +342,10 @@ def get_revocation_model(name: str, **options: Any) -> RevocationModel:
     return model
 
 
-class NotAModelFile(PredictorError):
-    """A file that ``load`` refuses; ``reason`` says why in a few words (no torch advice)."""
-
-    def __init__(self, path: Path, reason: str) -> None:
-        super().__init__(
-            f"{path} is not a spotwise revocation model file ({reason})",
-            hint="train one: spotwise predictor train --traces builtin:skynomad-v100-2023 "
-            "--out model.pt",
-        )
-        self.path, self.reason = path, reason
-
-
 def load(path: str | Path) -> RevocationModel:
     """A model written by ``save`` (or ``spotwise predictor train``)."""
-    import pickle
-    import zipfile
-
-    import torch
-
     p = Path(path)
-    if not p.is_file():
-        raise PredictorError(
-            f"model file {p} does not exist", hint="spotwise predictor train --out FILE"
-        )
-    # torch's own messages for a foreign file run to many lines and advise weights_only=False,
-    # which would unpickle arbitrary code: say what is wrong in a few words instead
-    if not zipfile.is_zipfile(p):
-        raise NotAModelFile(p, "not a PyTorch archive: truncated, or a file of another format")
-    try:
-        doc = torch.load(str(p), map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError:
-        raise NotAModelFile(p, "it holds pickled Python objects, not plain tensors") from None
-    except Exception:  # torch raises many types for a damaged archive
-        raise NotAModelFile(p, "a damaged or foreign PyTorch archive") from None
-    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
-        raise NotAModelFile(p, f"no {FORMAT!r} header")
+    doc = read_model_doc(p, FORMAT)
     if doc.get("name") not in _REGISTRY:
         raise NotAModelFile(
             p, f"unknown model {doc.get('name')!r}; this spotwise reads {', '.join(MODEL_NAMES)}"
