@@ -16,7 +16,7 @@ import yaml
 
 from spotwise.errors import SpecError
 from spotwise.spec import load_spec, load_stored_spec, parse_spec
-from tests.unit.test_spec import VALID
+from unit.test_spec import VALID
 
 SPACE = VALID["search_space"]
 
