@@ -59,13 +59,17 @@ DlSpotPriceOpt = Annotated[
     float | None,
     typer.Option(
         "--spot-price",
-        help="Spot $/h, flat in every zone and tick (default: the paper's 0.9731, even on a "
-        "trace with prices).",
+        help="Spot $/h, flat in every zone and tick (default: the trace's price at each tick; "
+        "the paper's 0.9731 for a trace without prices).",
     ),
 ]
 DlOdPriceOpt = Annotated[
     float | None,
-    typer.Option("--on-demand-price", help="On-demand $/h (default: the paper's 3.06)."),
+    typer.Option(
+        "--on-demand-price",
+        help="On-demand $/h; costs are normalised by the job's cost at this price (default: "
+        "the paper's 3.06, even on a trace that has its own).",
+    ),
 ]
 ModelOpt = Annotated[
     str,
@@ -256,7 +260,7 @@ def deadline(
     from spotwise.cli.simulate_render import deadline_table, emit
     from spotwise.planner.deadline_sim import DeadlineJob, billing_rule, run_deadline_suite
     from spotwise.planner.sim_suite import check_revocation_model, check_sampling, parse_policies
-    from spotwise.providers.replay import CBL_ON_DEMAND_PRICE, CBL_SPOT_PRICE
+    from spotwise.providers.replay import CBL_ON_DEMAND_PRICE
     from spotwise.traces import find_json, load_cbl_folder, load_traces
 
     names = parse_policies(policy)
@@ -264,7 +268,7 @@ def deadline(
         job_hours * 3600,
         deadline_hours * 3600,
         restart_hours * 3600,
-        spot_price if spot_price is not None else CBL_SPOT_PRICE,
+        spot_price,  # None: the trace's per-tick prices (0.9731 flat for a trace without)
         on_demand_price if on_demand_price is not None else CBL_ON_DEMAND_PRICE,
     )
     check_sampling(starts, seed, start_from)

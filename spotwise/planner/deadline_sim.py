@@ -18,6 +18,8 @@ from spotwise.planner.sim_deadline import (
     DeadlineJob,
     DeadlineRun,
     billing_rule,
+    check_trace_prices,
+    flat_spot_price,
 )
 from spotwise.planner.sim_suite import check_sampling
 from spotwise.providers.billing import BillingRule
@@ -33,6 +35,8 @@ __all__ = [
     "DeadlineJob",
     "DeadlineRun",
     "billing_rule",
+    "check_trace_prices",
+    "flat_spot_price",
     "run_deadline_suite",
     "run_many",
     "sample_starts",
@@ -125,6 +129,8 @@ def run_deadline_suite(
 
     wall0 = time.monotonic()
     pairs = sample_starts(traces, job, starts, seed, start_from)
+    check_trace_prices(traces, job)  # here, not in a worker: the error reaches the CLI whole
+    flat = flat_spot_price(traces, job)
     _SHARED.update(traces=traces, job=job, rule=rule, risk=risk)
     n = max(1, min(workers, len(pairs)))
     chunks = [(name, pairs[k::n]) for name in policies for k in range(n)]
@@ -146,7 +152,10 @@ def run_deadline_suite(
         "job_hours": job.job_s / 3600,
         "deadline_hours": job.deadline_s / 3600,
         "restart_hours": job.restart_s / 3600,
-        "spot_price": job.spot_price,
+        # spot $/h: the flat price of every zone and tick ("spot_prices": "flat"), or null
+        # when each tick is billed at the trace's own price ("spot_prices": "trace")
+        "spot_price": flat,
+        "spot_prices": "flat" if flat is not None else "trace",
         "on_demand_price": job.on_demand_price,
         "billing": rule.provider,
         "starts_per_zone": starts,

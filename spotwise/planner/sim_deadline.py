@@ -10,6 +10,11 @@ available). Following the paper (§3.1, §6.1):
   there are no notices and no checkpoints to simulate;
 * instances are billed per second while alive (the paper's model; ``--billing aws`` applies
   AWS's refund of a first hour that AWS revokes instead);
+* spot is priced flat at ``spot_price`` when one is given; otherwise at the trace's own price
+  of each tick (a SkyNomad CSV), a spot life billed as one segment per tick interval at the
+  price in force over it, as :class:`~spotwise.providers.replay.ReplayMarket` bills the tuning
+  simulator's lives; a trace without prices (Can't Be Late JSON) gets the paper's $0.9731
+  flat. On-demand is always ``on_demand_price`` (the paper's $3.06 by default);
 * many random start points per (zone) trace; costs are normalised by the on-demand cost of
   the job (``job_s`` at the on-demand price).
 
@@ -23,7 +28,7 @@ The suite (many starts, every policy on the same ones) is in
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -46,8 +51,11 @@ from spotwise.planner.sim_state import frozen
 from spotwise.planner.sim_suite import check, check_choice, check_prices
 from spotwise.providers.base import Market, Offer
 from spotwise.providers.billing import BillingRule
+from spotwise.providers.replay import CBL_SPOT_PRICE
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from spotwise.traces import TraceSet
 
 PAPER_BILLING = BillingRule(
@@ -66,7 +74,9 @@ class DeadlineJob:
     job_s: float = 48 * 3600.0
     deadline_s: float = 52 * 3600.0
     restart_s: float = 0.2 * 3600.0
-    spot_price: float = 0.9731
+    # flat spot $/h in every zone and tick; None: the trace's own per-tick prices, or the
+    # paper's CBL_SPOT_PRICE flat for a trace without prices (see ``flat_spot_price``)
+    spot_price: float | None = None
     on_demand_price: float = 3.06
 
     def __post_init__(self) -> None:
@@ -81,6 +91,38 @@ class DeadlineJob:
         slack = deadline - job
         check(0 <= d <= slack + 1e-9, "--restart-hours", f"in [0, {slack:g}] (deadline - job)", d)
         check_prices(self.spot_price, self.on_demand_price)
+
+
+def flat_spot_price(traces: TraceSet, job: DeadlineJob) -> float | None:
+    """The flat spot $/h a run bills, or None when it bills the trace's per-tick prices.
+
+    ``job.spot_price`` when given; else the paper's $0.9731 for a trace without prices (every
+    price NaN, like Can't Be Late JSON); else None. The rule of the tuning simulator's
+    :class:`~spotwise.providers.replay.ReplayMarket`.
+    """
+    import numpy as np
+
+    if job.spot_price is not None:
+        return job.spot_price
+    return CBL_SPOT_PRICE if bool(np.isnan(traces.price).all()) else None
+
+
+def check_trace_prices(traces: TraceSet, job: DeadlineJob) -> None:
+    """A run on the trace's prices needs a price at every tick of its zone (SkyNomad CSVs
+    carry the last price forward, so only a zone without any price lacks one)."""
+    if flat_spot_price(traces, job) is None:
+        _check_price_rows(traces, range(len(traces.zones)))
+
+
+def _check_price_rows(traces: TraceSet, zones: Sequence[int]) -> None:
+    import numpy as np
+
+    for z in zones:
+        if not bool(np.isfinite(traces.price[z]).all()):
+            raise SpecError(
+                f"--traces: zone {traces.zones[z]} has no spot price at some ticks while other "
+                "zones have prices; give --spot-price to price spot flat in every zone"
+            )
 
 
 def billing_rule(name: str) -> BillingRule:
@@ -126,22 +168,17 @@ class DeadlineEngine:
         self.start = float(traces.times[start_tick])
         self.deadline = self.start + job.deadline_s
         self.risk = risk
-        zname = traces.zones[zone]
-        mk = lambda m, price, avail: Offer(  # noqa: E731
-            provider=rule.provider,
-            region="",
-            zone=zname,
-            instance_type=traces.instance_type or "?",
-            market=m,
-            price_per_hour=price,
-            on_demand_price_per_hour=job.on_demand_price,
-            available=avail,
-        )
-        self.spot_up = mk(Market.SPOT, job.spot_price, True)
-        self.spot_down = mk(Market.SPOT, job.spot_price, False)
-        self.od = mk(Market.ON_DEMAND, job.on_demand_price, True)
+        flat = flat_spot_price(traces, job)
+        if flat is None:
+            _check_price_rows(traces, [zone])
+        # the zone's spot $/h per tick (a view, no copy); None: flat at ``flat``
+        self.prices: np.ndarray | None = None if flat is not None else traces.price[zone]
+        self.price_now = flat if flat is not None else float(traces.price[zone, start_tick])
+        self.spot_up = self._mk(Market.SPOT, self.price_now, True)
+        self.spot_down = self._mk(Market.SPOT, self.price_now, False)
+        self.od = self._mk(Market.ON_DEMAND, job.on_demand_price, True)
         self.od_view = OfferView(self.od, 0.0)
-        self.keys = {self.spot_up: self.spot_up.key, self.od: self.od.key}
+        self.spot_key, self.od_key = self.spot_up.key, self.od.key
         self.progress = 0.0
         self.life: tuple[Offer, float, float] | None = None  # offer, launched_at, ready_at
         self.cost = self.spot_s = self.od_s = 0.0
@@ -159,6 +196,8 @@ class DeadlineEngine:
             if self.finished is not None or self.abandoned:
                 break
             self.now, self.tick = t, i
+            if self.prices is not None and self.prices[i] != self.price_now:
+                self._price_spot(float(self.prices[i]))
             events: list[Event] = []
             life = self.life
             if (
@@ -204,11 +243,50 @@ class DeadlineEngine:
             return
         self.progress += t - work_from
 
+    def _mk(self, market: Market, price: float, available: bool) -> Offer:
+        return Offer(
+            provider=self.rule.provider,
+            region="",
+            zone=self.traces.zones[self.z],
+            instance_type=self.traces.instance_type or "?",
+            market=market,
+            price_per_hour=price,
+            on_demand_price_per_hour=self.job.on_demand_price,
+            available=available,
+        )
+
+    def _price_spot(self, price: float) -> None:
+        """The spot offers the policy sees from now on, at ``price`` $/h (rebuilt only when
+        the trace's price changes)."""
+        self.price_now = price
+        self.spot_up = self._mk(Market.SPOT, price, True)
+        self.spot_down = self._mk(Market.SPOT, price, False)
+
+    def _segments(self, t0: float, t1: float) -> list[tuple[float, float]]:
+        """``(seconds, $/h)`` pieces of a spot life over [t0, t1] on the trace's prices: one
+        per tick interval, at the price of the tick that starts it (the first from ``t0``);
+        the same pieces as :meth:`~spotwise.providers.replay.ReplayMarket.segments`."""
+        assert self.prices is not None
+        times, row, n = self.times, self.prices, len(self.times)
+        i, out, t = self.traces.tick_at(t0), [], t0
+        while t < t1:
+            nxt = float(times[i + 1]) if i + 1 < n else t1
+            end = min(max(nxt, t), t1) if nxt > t else t1
+            out.append((end - t, float(row[i])))
+            t, i = end, i + 1
+        return out
+
     def _end(self, t: float, revoked: bool) -> None:
         assert self.life is not None
         offer, launched, _ = self.life
         secs = max(t - launched, 0.0)
-        self.cost += self.rule.charge([(secs, offer.price_per_hour)] if secs else [], revoked)
+        if not secs:
+            segments = []
+        elif self.prices is not None and offer.market is Market.SPOT:
+            segments = self._segments(launched, t)
+        else:
+            segments = [(secs, offer.price_per_hour)]
+        self.cost += self.rule.charge(segments, revoked)
         if offer.market is Market.SPOT:
             self.spot_s += secs
         else:
@@ -267,7 +345,13 @@ class DeadlineEngine:
             checkpoint_step=step,
             checkpoint_every=1,
             instance_id="x" if life is not None else None,
-            offer_key=self.keys[life[0]] if life is not None else None,
+            offer_key=(
+                None
+                if life is None
+                else self.spot_key
+                if life[0].market is Market.SPOT
+                else self.od_key
+            ),
             launched_at=life[1] if life is not None else None,
             seconds_per_step=1.0,
             cost_usd=self.cost,

@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 import yaml
+from unit.test_spec import VALID
 
 from spotwise.errors import SpecError
 from spotwise.spec import load_spec, load_stored_spec, parse_spec
-from unit.test_spec import VALID
 
 SPACE = VALID["search_space"]
 
