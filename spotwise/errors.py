@@ -72,10 +72,19 @@ class QuotaError(ProviderError):
     region may have room meanwhile."""
 
 
-class ThrottledError(ProviderError):
+class TransientError(ProviderError):
+    """The call failed for a reason that passes: a server error (HTTP 5xx, EC2
+    ``InternalError``/``Unavailable``), a timeout, a dropped connection. The same call should
+    succeed later, but this one may have taken effect before it failed (a create whose answer
+    was lost). Not a failure of the trial: the planner pauses the provider, looks for what the
+    call may have left, and tries again."""
+
+
+class ThrottledError(TransientError):
     """The provider's API refused the call for its request rate (HTTP 429, EC2
-    ``RequestLimitExceeded``, GCP ``rateLimitExceeded``): nothing was done, and the same call
-    should succeed later. Not a failure of the trial: the planner backs off and tries again."""
+    ``RequestLimitExceeded``, GCP ``rateLimitExceeded``). The last try did nothing, but an
+    earlier try of the SDK's own retries may have (a timed-out create retried into throttling).
+    Not a failure of the trial: the planner backs off and tries again."""
 
 
 class CheckpointError(SpotwiseError):
