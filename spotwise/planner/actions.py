@@ -20,7 +20,13 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from spotwise.errors import CapacityError, ProviderError, QuotaError, ThrottledError
+from spotwise.errors import (
+    CapacityError,
+    ProviderError,
+    QuotaError,
+    ThrottledError,
+    TransientError,
+)
 from spotwise.planner.ledger import Ledger
 from spotwise.planner.policy import Action, Checkpoint, Launch, Phase, SetCheckpointEvery, StopEarly
 from spotwise.planner.runstate import (
@@ -175,14 +181,14 @@ class Actions(Ledger):
         req = LaunchRequest(offer, argv, env, tags, launch_id, str(self.base_dir))
         try:
             inst = self.backend.provisioner.launch(req)
-        except ThrottledError as e:  # nothing was done: wait, then try again; not a failure
-            self._throttle(offer.provider, now)
-            self._event("launch_throttled", now, t, offer=offer.key, error=str(e))
-            # nothing to look for (a listing now would be throttled too, and leave the record
-            # open as a leftover): the record is closed as it is
-            self.store.update_instance(
-                launch_id, state="failed", end_reason="throttled", ended_at=time.time()
-            )
+        except TransientError as e:  # a hiccup of the API (throttled, 5xx, timeout): no failure
+            self._throttle(offer.provider, now)  # no launch there for a doubling pause
+            kind = "launch_throttled" if isinstance(e, ThrottledError) else "launch_interrupted"
+            self._event(kind, now, t, offer=offer.key, error=str(e))
+            # the create may have taken effect before the call failed (a timed-out try of the
+            # SDK's own retries, the last one throttled): look for it by its launch tag, as for
+            # any failed launch, and trust an empty listing only after the provider's lag
+            self._close_failed_launch(t, launch_id, now, offer, unsure=True)
             return
         except (CapacityError, ProviderError) as e:
             self.blocked[offer.key] = now + max(self._tick_s(), 1.0)

@@ -25,6 +25,13 @@ UNCONFIRMED_RETRY_MAX_WALL_S = 300.0
 UNCONFIRMED = "unconfirmed"
 
 
+def listing_lag_s(provisioner: object) -> float:
+    """Wall seconds after a create during which the provider's listing may not show the
+    instance yet (EC2's API is eventually consistent): a provisioner's optional
+    ``LISTING_LAG_S``, 0 for one whose listing is read-after-write."""
+    return float(getattr(provisioner, "LISTING_LAG_S", 0.0))
+
+
 def launch_leftover(launch_id: str) -> str:
     """How a leftover known only by its launch is named to the user: `spotwise cancel` finds
     its instance by the launch's ``spotwise:launch`` tag."""
@@ -42,6 +49,9 @@ class Unconfirmed:
     retry_wall: float = 0.0  # wall time (monotonic) before which its cleanup is not retried
     tries: int = 1  # cleanups tried and not confirmed: the pause doubles with each
     started_at: float | None = None  # the earliest start of the instances found (market clock)
+    # the launch call failed in a way that says nothing of the create (a timeout, a 5xx, a
+    # throttled retry): an empty listing proves nothing before ``trust_wall`` (monotonic)
+    trust_wall: float = 0.0
 
     def pause(self) -> float:
         """How long to wait before the next try: doubling, capped (a cloud that keeps refusing
@@ -70,10 +80,22 @@ class LaunchCleanup(TrialBook):
         return True
 
     # ---- failed launches -------------------------------------------------------------------
-    def _close_failed_launch(self, t: TrialRun, launch_id: str, now: float, offer: Offer) -> None:
+    def _close_failed_launch(
+        self,
+        t: TrialRun,
+        launch_id: str,
+        now: float,
+        offer: Offer,
+        unsure: bool = False,
+        final: bool = False,
+    ) -> None:
         """Close a failed launch's record as ``failed`` once :meth:`_discard_launch` confirms
-        nothing of it is left. Otherwise the record stays open (``requested``, end reason
-        :data:`UNCONFIRMED`): it may hold a billed instance, which the budget counts
+        nothing of it is left. After an ``unsure`` failure (the call's error says nothing of
+        the create: :class:`~spotwise.errors.TransientError`) an empty listing confirms it only
+        once the provider's listing lag (:func:`listing_lag_s`) has passed since the request,
+        or at the ``final`` try of the drain, which waits that long first. Otherwise the
+        record stays open (``requested``, end reason :data:`UNCONFIRMED`): it may hold a billed
+        instance, which the budget counts
         (:meth:`_running_cost`). The loop tries again after a pause that doubles with each try
         (:meth:`Unconfirmed.pause`, :meth:`_retry_unconfirmed`), and the drain once more
         (:meth:`_settle_unconfirmed`); one still unconfirmed then is a
@@ -83,6 +105,11 @@ class LaunchCleanup(TrialBook):
         confirmed, held, cost, seconds = self._discard_launch(t, launch_id, now, offer)
         ids = [i.instance_id for i in held]
         before = self.unconfirmed.pop(launch_id, None)
+        trust_wall = before.trust_wall if before is not None else 0.0
+        if unsure and before is None:
+            trust_wall = time.monotonic() + listing_lag_s(self.backend.provisioner)
+        if confirmed and not held and not final and time.monotonic() < trust_wall:
+            confirmed = False  # not listed yet, perhaps: look again once the lag has passed
         if confirmed:
             # an instance it started and we terminated is a billed life: `spotwise report`
             # counts it by its cost and market seconds, `cancel`/support find it by its id
@@ -108,8 +135,10 @@ class LaunchCleanup(TrialBook):
         found = {"provider_instance_id": ids[0]} if len(ids) == 1 else {}
         self.store.update_instance(launch_id, end_reason=UNCONFIRMED, **found)
         u = Unconfirmed(t, ids, now, offer, tries=before.tries + 1 if before else 1)
-        u.started_at = started
+        u.started_at, u.trust_wall = started, trust_wall
         u.retry_wall = time.monotonic() + u.pause()
+        if ids == [] and time.monotonic() < trust_wall:  # nothing refused: only the lag to wait
+            u.retry_wall = min(u.retry_wall, trust_wall)
         self.unconfirmed[launch_id] = u
 
     def _retry_unconfirmed(self) -> None:
@@ -176,8 +205,11 @@ class LaunchCleanup(TrialBook):
         keeps that bill, open: `spotwise cancel` adds what it runs after. With no instance
         found (the listing kept failing) nothing is known to bill: the record stays open at
         $0 and the job's error names it."""
+        lag = max((u.trust_wall - time.monotonic() for u in self.unconfirmed.values()), default=0)
+        if lag > 0:  # a create the provider may not list yet: give it that long to show
+            time.sleep(lag)
         for launch_id, u in list(self.unconfirmed.items()):  # whatever its pause
-            self._close_failed_launch(u.trial, launch_id, u.asked_at, u.offer)
+            self._close_failed_launch(u.trial, launch_id, u.asked_at, u.offer, final=True)
         for launch_id, u in self.unconfirmed.items():
             self.leftover_ids += u.ids or [launch_leftover(launch_id)]
             if u.ids:

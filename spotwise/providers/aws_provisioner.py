@@ -84,6 +84,10 @@ class AwsProvisioner:
     """A :class:`~spotwise.providers.base.Provisioner` over EC2 (see the module docstring)."""
 
     name = "aws"
+    #: EC2's API is eventually consistent: an instance may be missing from DescribeInstances
+    #: for a while after RunInstances. A launch whose call failed without saying whether the
+    #: instance was created is not taken as clean on an empty listing before this many seconds.
+    LISTING_LAG_S = 120.0
 
     def __init__(self, config: ProviderConfig | None = None, *, clock: Any = time.time) -> None:
         self.config = config or ProviderConfig(name="aws")

@@ -11,12 +11,13 @@ from typing import Any
 
 import pytest
 
-from spotwise.errors import ProviderError, QuotaError, ThrottledError
+from spotwise.errors import ProviderError, QuotaError, ThrottledError, TransientError
 from spotwise.planner import orchestrator
 from spotwise.providers.base import TAG_LAUNCH, Instance, InstanceState, LaunchRequest, Notice
 
 LISTING_500 = "gcp: listing instances: 500 Internal error. Please try again."
 THROTTLED = "gcp: launching: the API is throttling requests (429 Too Many Requests)"
+UNAVAILABLE = "gcp: launching: 503 Service Unavailable"
 
 
 class Cloudlike:
@@ -33,7 +34,19 @@ class Cloudlike:
         throttle_launches: int = 0,
         fail_job_listings: int = 0,
         quota_regions: tuple[str, ...] = (),
+        unavailable_launches: int = 0,
+        throttle_after_create: int = 0,
+        hide_launches: int = 0,
+        listing_lag_s: float = 0.0,
     ) -> None:
+        self.unavailable_launches = unavailable_launches  # launches refused with a 503
+        # launches whose instance is created, then the call fails as throttled (a timed-out
+        # try of the SDK's retries, the next tries throttled)
+        self.throttle_after_create = throttle_after_create
+        # listings by launch tag that miss the launch's instance (an eventually consistent API)
+        self.hide_launches = hide_launches
+        self.LISTING_LAG_S = listing_lag_s
+        self.created_then_throttled: list[str] = []  # their instance ids
         self.quota_regions = quota_regions  # regions whose quota refuses every launch
         self.inner = inner
         self.throttle_launches = throttle_launches  # launches refused for the request rate
@@ -56,6 +69,9 @@ class Cloudlike:
             self.throttle_launches -= 1
             self.throttled_at.append(time.monotonic())
             raise ThrottledError(THROTTLED)
+        if self.unavailable_launches > 0:
+            self.unavailable_launches -= 1
+            raise TransientError(UNAVAILABLE)
         if request.offer.region in self.quota_regions:
             self.quota_refused.append(request.offer.zone)
             raise QuotaError(f"gcp: quota PREEMPTIBLE_CPUS exceeded in {request.offer.region}")
@@ -63,6 +79,10 @@ class Cloudlike:
         self.log.append(("still there at launch", left))
         inst = self.inner.launch(request)
         self.launches.append((inst.instance_id, request.env["SPOTWISE_ATTEMPT"]))
+        if self.throttle_after_create > 0:
+            self.throttle_after_create -= 1
+            self.created_then_throttled.append(inst.instance_id)
+            raise ThrottledError(THROTTLED)
         if self.fail_first_launch and len(self.launches) == 1:
             # the cloud created the VM, then waiting on it failed
             raise ProviderError("gcp: launching: operation op-1 still running at the deadline")
@@ -72,6 +92,9 @@ class Cloudlike:
         if tags and TAG_LAUNCH in tags and self.fail_launch_listings > 0:
             self.fail_launch_listings -= 1
             raise ProviderError(LISTING_500)
+        if tags and TAG_LAUNCH in tags and self.hide_launches > 0:
+            self.hide_launches -= 1
+            return []
         if tags and TAG_LAUNCH not in tags and self.fail_job_listings > 0:
             self.fail_job_listings -= 1
             self.listing_failed_at.append(time.monotonic())
