@@ -271,6 +271,7 @@ def _release(store: Any, job: Any) -> dict[str, Any]:
             )
     now = time.time()
     speedup = (first.replay or ReplaySpec()).speedup if first.name == "local" else 1.0
+    extra_by_trial: dict[str, float] = {}  # what the lives ran after the job's own bill
     for row in rows:
         found = seen.get(row.id)
         # a launch that never answered (its orchestrator died mid-launch, or its failure could
@@ -292,15 +293,21 @@ def _release(store: Any, job: Any) -> dict[str, Any]:
         extra_s = 0.0
         if start is not None and row.end_reason != "not deleted":
             extra_s = max((end - start) * speedup - row.market_seconds, 0.0)
+        extra_usd = extra_s * row.price_per_hour / 3600.0
         store.update_instance(
             row.id,
             state="terminated",
             end_reason="reconciled",
             ended_at=end,
-            cost_usd=row.cost_usd + extra_s * row.price_per_hour / 3600.0,
+            cost_usd=row.cost_usd + extra_usd,
             market_seconds=row.market_seconds + extra_s,
             **known,
         )
+        extra_by_trial[row.trial_id] = extra_by_trial.get(row.trial_id, 0.0) + extra_usd
+    for trial_id, extra_usd in extra_by_trial.items():  # a trial's cost is its lives' sum
+        if extra_usd:
+            trial = store.get_trial(trial_id)
+            store.update_trial(trial_id, cost_usd=trial.cost_usd + extra_usd)
     store.update_job(job.id, cost_usd=sum(r.cost_usd for r in store.list_instances(job.id)))
     return {
         "terminated_instances": terminated,

@@ -11,6 +11,7 @@ raising), or an instance whose trial ended and whose VM is stopped, not deleted
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -388,15 +389,19 @@ def test_an_instance_the_drain_cannot_terminate_is_reported_and_cancel_retries_i
     assert (row.state, row.end_reason, row.ended_at) == ("running", "not terminated", None)
     assert row.cost_usd > 0 and summary["cost_usd"] == pytest.approx(row.cost_usd, abs=1e-6)
 
+    time.sleep(0.5)  # it runs on after the drain: cancel bills that too
     out = jobs.cancel(job, db=db)
     assert out["state"] == "succeeded" and out["cancelled"] is False, out
     assert "its record still held instances" in out["message"]
     with Store.open_existing(db) as store:
         assert store.list_instances(job, active_only=True) == []
-        assert (store.get_instance(row.id).state, store.get_instance(row.id).end_reason) == (
-            "terminated",
-            "reconciled",
-        )
+        after = store.get_instance(row.id)
+        assert (after.state, after.end_reason) == ("terminated", "reconciled")
+        assert after.cost_usd > row.cost_usd
+        # the trial's cost is its life's, as the job's is: `spotwise trials` agrees with both
+        (trial,) = store.list_trials(job)
+        assert trial.cost_usd == pytest.approx(after.cost_usd)
+        assert store.get_job(job).cost_usd == pytest.approx(after.cost_usd)
     # nothing left to do: a second cancel says so
     assert jobs.cancel(job, db=db)["message"] == "job already succeeded"
 
