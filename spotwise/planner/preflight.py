@@ -16,7 +16,10 @@ only find out after :meth:`Store.create_job` — some of it only after instances
   job would be recorded and then poll for ever, buying nothing;
 * a checkpoint location the orchestrator cannot write (:func:`probe_checkpoint_root`).
 
-Each failure is a one-line :class:`~spotwise.errors.SpecError` (exit 2) naming the spec field.
+Each failure is a one-line :class:`~spotwise.errors.SpecError` (exit 2) naming the spec field,
+except a checkpoint location that could not be reached for a reason that passes (a 5xx, a
+timeout, throttling: :class:`~spotwise.errors.TransientError`): that is no fault of the spec,
+and is raised as the provider's error (exit 1), saying to try again.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from spotwise.errors import (
     ProviderError,
     SpecError,
     SpotwiseError,
+    TransientError,
 )
 from spotwise.planner.backend import Backend, provider_config
 from spotwise.providers.base import Catalog, Market
@@ -228,9 +232,10 @@ def probe_checkpoint_root(root: str, location: str = "", aws_profile: str | None
     """Write, read back and delete one small object under the job's checkpoint ``root``
     (:meth:`~spotwise.checkpoint.base.ManifestCheckpointStore.probe`); SpecError naming
     ``checkpoint.location`` (as written: ``location``) with the reason when the write or the
-    read fails: a read-only folder, a path through a file, a missing bucket. (A delete that
-    fails is let be: the orchestrator never deletes there, and no reader lists a dot-named
-    object as a checkpoint.)
+    read fails: a read-only folder, a path through a file, a missing bucket; the provider's
+    TransientError (exit 1, "try again") when it failed for a reason that passes: a 5xx, a
+    timeout, throttling. (A delete that fails is let be: the orchestrator never deletes there,
+    and no reader lists a dot-named object as a checkpoint.)
 
     This proves the *orchestrator's* access, from this machine with its credentials. It does
     not prove the instances': on a cloud they write with their own identity (an instance
@@ -277,11 +282,43 @@ def _missing_folders(folder: Path) -> list[Path]:
     return out
 
 
+def _transient(e: BaseException) -> TransientError | None:
+    """``e`` or the error it was raised from or while handling (a checkpoint store re-raises a
+    provider's error as a CheckpointError ``from None``, which keeps it as the context), when
+    that is a TransientError."""
+    seen: set[int] = set()
+    cur: BaseException | None = e
+    while cur is not None and id(cur) not in seen:
+        if isinstance(cur, TransientError):
+            return cur
+        seen.add(id(cur))
+        cur = cur.__cause__ or cur.__context__
+    return None
+
+
+def _could_not_check(where: str, e: SpotwiseError, transient: TransientError) -> TransientError:
+    """The checkpoint location could not be checked for a reason that passes: the provider's
+    error (its class, exit 1), naming the field and saying to try again."""
+    reason = e.message.removeprefix("checkpoint store: ")
+    lasts = (transient.hint or "").partition("if it lasts, ")[2]  # where to look: the provider's
+    return type(transient)(
+        f"checkpoint.location: could not reach {where!r} to check that spotwise can write "
+        f"checkpoints there ({reason}): try again".replace("\n", " "),
+        hint="nothing to fix if it passes: run the same command again"
+        + (f"; if it lasts, {lasts}" if lasts else ""),
+    )
+
+
 def _unwritable(
     where: str, e: CheckpointError | ProviderError, folder: Path | None = None
-) -> SpecError:
+) -> SpotwiseError:
     """``folder``: for a local store, the deepest folder (or file) of the path that exists,
-    the one the system refused to write into."""
+    the one the system refused to write into. A failure that passes (a TransientError, also
+    when the checkpoint store wrapped it in a CheckpointError) is not the spec's fault: it
+    becomes the TransientError :func:`_could_not_check` returns."""
+    transient = _transient(e)
+    if transient is not None:
+        return _could_not_check(where, e, transient)
     cause = e.__cause__
     if isinstance(cause, OSError) and cause.strerror:  # a local folder: the system's reason
         reason = f"{folder}: {cause.strerror}" if folder else cause.strerror

@@ -36,6 +36,7 @@ from spotwise.errors import (
     ProviderUnavailable,
     QuotaError,
     ThrottledError,
+    TransientError,
     did_you_mean,
 )
 from spotwise.providers.registry import INSTALL_HINT, CheckResult, ProviderConfig
@@ -61,6 +62,24 @@ THROTTLE_CODES = frozenset({
     "RequestLimitExceeded", "Throttling", "ThrottlingException", "ThrottledException",
     "RequestThrottled", "RequestThrottledException", "TooManyRequestsException", "SlowDown",
 })  # fmt: skip
+# server-side failures that pass (EC2's InternalError/Unavailable, S3's 5xx, a request the
+# server timed out): the same call later succeeds; any other answer with HTTP status >= 500 too
+TRANSIENT_CODES = frozenset({
+    "InternalError", "InternalFailure", "InternalServerError", "InternalServiceError",
+    "ServiceUnavailable", "ServiceUnavailableException", "Unavailable",
+    "RequestTimeout", "RequestTimeoutException", "PriorRequestNotComplete",
+    "OperationAborted", "IDPCommunicationError",
+})  # fmt: skip
+# botocore's failures to reach AWS or to read its answer, by class name (SSLError and
+# ProxyConnectionError are left out: a certificate or proxy problem does not pass by itself)
+TRANSIENT_CONNECTION = (
+    "EndpointConnectionError", "ConnectTimeoutError", "ReadTimeoutError",
+    "ConnectionClosedError", "ResponseStreamingError", "IncompleteReadError",
+)  # fmt: skip
+TRANSIENT_HINT = (
+    "nothing to fix if it passes: spotwise pauses the provider and tries again; if it lasts, "
+    "see https://health.aws.amazon.com"
+)
 _KEY_RE = re.compile(r"\b(AKIA|ASIA|AROA|AIDA)[A-Z0-9]{12,}\b")
 
 
@@ -176,7 +195,9 @@ def error_code(exc: BaseException) -> str:
 
 
 def is_sdk_error(exc: BaseException) -> bool:
-    """True for botocore's ClientError / BotoCoreError (without importing botocore here)."""
+    """True for botocore's ClientError / BotoCoreError (without importing botocore here);
+    BotoCoreError covers the failures to reach AWS (``EndpointConnectionError``,
+    ``ConnectTimeoutError``, ``ReadTimeoutError``, ``ConnectionClosedError``)."""
     try:
         from botocore.exceptions import BotoCoreError, ClientError
     except ImportError:
@@ -184,9 +205,53 @@ def is_sdk_error(exc: BaseException) -> bool:
     return isinstance(exc, BotoCoreError | ClientError)
 
 
+def http_status(exc: BaseException) -> int | None:
+    """The HTTP status of a botocore ClientError's answer (None for other exceptions)."""
+    response = getattr(exc, "response", None)
+    if not isinstance(response, dict):
+        return None
+    status = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+    return status if isinstance(status, int) else None
+
+
+def _connection_failure(exc: BaseException) -> bool:
+    """True for botocore's failures to reach AWS or to read its answer that pass."""
+    try:
+        from botocore.exceptions import BotoCoreError
+    except ImportError:
+        return False
+    return isinstance(exc, BotoCoreError) and any(
+        c.__name__ in TRANSIENT_CONNECTION for c in type(exc).__mro__
+    )
+
+
+def transient_error(exc: BaseException, action: str) -> TransientError | None:
+    """A TransientError when ``exc`` is a failure that passes (a 5xx answer, EC2's
+    ``InternalError``/``Unavailable``, a timeout, a dropped connection), else None."""
+    code, status = error_code(exc), http_status(exc)
+    if code in TRANSIENT_CODES or (status is not None and status >= 500):
+        why = code if not status or code == str(status) else f"{code}, HTTP {status}"
+        return TransientError(
+            f"aws: a passing failure of the AWS API ({why}) while {action}", hint=TRANSIENT_HINT
+        )
+    if _connection_failure(exc):
+        # botocore names the URL it could not reach; never a query string (a signature)
+        text = re.sub(r"\?[^\s\"']*", "", " ".join(redact(str(exc)).split())).rstrip(".")
+        endpoint = os.environ.get("AWS_ENDPOINT_URL", "")
+        also = f" and AWS_ENDPOINT_URL ({endpoint})" if endpoint else ""
+        return TransientError(
+            f"aws: a passing failure of the AWS API ({text}) while {action}",
+            hint="nothing to fix if it passes: spotwise pauses the provider and tries again; "
+            f"if it lasts, check this machine's network{also}",
+        )
+    return None
+
+
 def provider_error(exc: BaseException, action: str) -> ProviderError:
-    """Map a botocore error to our tree: no credentials → ProviderUnavailable, no capacity →
-    CapacityError, anything else → ProviderError. The message never carries a secret."""
+    """Map a botocore error to our tree: no credentials → ProviderUnavailable, throttling →
+    ThrottledError, quota → QuotaError, no capacity → CapacityError, a failure that passes
+    (5xx, timeout, dropped connection) → TransientError, anything else → ProviderError. The
+    message never carries a secret."""
     from botocore.exceptions import NoCredentialsError, PartialCredentialsError
 
     code = error_code(exc)
@@ -217,8 +282,11 @@ def provider_error(exc: BaseException, action: str) -> ProviderError:
             hint="request an increase of the EC2 Running On-Demand/Spot vCPU quota for this "
             "instance family in Service Quotas, or choose another region",
         )
-    if code in CAPACITY_CODES:
+    if code in CAPACITY_CODES:  # before the 5xx: EC2 answers InsufficientInstanceCapacity with 500
         return CapacityError(f"aws: no capacity for {action}: {msg}")
+    transient = transient_error(exc, action)
+    if transient is not None:
+        return transient
     return ProviderError(f"aws: {action} failed: {msg}")
 
 

@@ -44,6 +44,7 @@ from spotwise.errors import (
     QuotaError,
     SpecError,
     ThrottledError,
+    TransientError,
 )
 from spotwise.providers.base import Market
 from spotwise.providers.registry import INSTALL_HINT, CheckResult, OptionsMixin, ProviderConfig
@@ -127,6 +128,11 @@ def default_credential() -> Any:
 
 LOGIN_HINT = "run `az login` (or set AZURE_CLIENT_ID/AZURE_TENANT_ID/AZURE_CLIENT_SECRET)"
 THROTTLED_HINT = "nothing to fix: spotwise backs off and retries the call later"
+TRANSIENT_HINT = (
+    "nothing to fix if it passes: spotwise pauses the provider and tries again; if it lasts, "
+    "see https://azure.status.microsoft"
+)
+_TRANSIENT_STATUS = frozenset({500, 502, 503, 504})  # 501 (not implemented) does not pass
 _THROTTLED = {"TooManyRequests", "SubscriptionRequestsThrottled", "TenantRequestsThrottled"}
 _TOKEN_CODES = {"InvalidAuthenticationToken", "ExpiredAuthenticationToken"}
 _QUOTA_NAME = re.compile(r"exceeding approved (\S+(?: Cores)?) quota")
@@ -153,9 +159,25 @@ def quota_error(text: str, msg: str) -> QuotaError:
     )
 
 
+def _connection_failure(e: Exception) -> str:
+    """``ServiceRequestError`` (the request could not be sent: no connection, a connect
+    timeout) or ``ServiceResponseError`` (no answer: a read timeout, a dropped connection) as
+    a few words; "" for anything else."""
+    try:
+        from azure.core.exceptions import ServiceRequestError, ServiceResponseError
+    except ImportError:
+        return ""
+    if isinstance(e, ServiceResponseError):
+        return f"no answer from ARM ({type(e).__name__})"
+    if isinstance(e, ServiceRequestError):
+        return f"could not reach ARM ({type(e).__name__})"
+    return ""
+
+
 def api_error(prefix: str, e: Exception) -> ProviderError:
     """An azure-core HttpResponseError (or a credential failure) as one line: throttling →
-    ThrottledError, capacity → CapacityError, credentials → ``az login``, quota → the quota to
+    ThrottledError, a 500/502/503/504 or a connection that failed or timed out →
+    TransientError, capacity → CapacityError, credentials → ``az login``, quota → the quota to
     raise, 403 → the role to grant. Never a token."""
     err = getattr(e, "error", None)
     code = str(getattr(err, "code", "") or "")
@@ -184,6 +206,12 @@ def api_error(prefix: str, e: Exception) -> ProviderError:
     if status == 403 or code == "AuthorizationFailed":
         return ProviderUnavailable(
             text, hint="grant the identity the Virtual Machine Contributor role on the group"
+        )
+    connection = _connection_failure(e)
+    if connection or status in _TRANSIENT_STATUS:
+        why = connection or " ".join(x for x in (str(status), code) if x)
+        return TransientError(
+            f"{prefix}: a passing failure of the Azure API ({why})", hint=TRANSIENT_HINT
         )
     return ProviderError(text)
 

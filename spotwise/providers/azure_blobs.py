@@ -26,7 +26,7 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from spotwise.errors import ProviderError, ProviderUnavailable
+from spotwise.errors import ProviderError, ProviderUnavailable, ThrottledError, TransientError
 from spotwise.providers.blobs import check_name, join_key
 from spotwise.providers.registry import INSTALL_HINT
 
@@ -136,10 +136,13 @@ def blob_error(
     exc: BaseException, account: str, container: str, where: str, action: str
 ) -> ProviderError:
     """An azure-core error as one line naming the location, the action and the service's error
-    code, with a hint where the fix is known. Never headers, tokens or query strings."""
+    code, with a hint where the fix is known. Never headers, tokens or query strings. A 429
+    (or 503 ``ServerBusy``) is a ThrottledError; a 408/5xx, a read timeout or a dropped
+    connection a TransientError."""
     from azure.core.exceptions import (
         ClientAuthenticationError,
         ServiceRequestError,
+        ServiceRequestTimeoutError,
         ServiceResponseError,
     )
 
@@ -151,7 +154,16 @@ def blob_error(
             f"{prefix}: no Azure credential could get a token ({type(exc).__name__})",
             hint="az login",
         )
-    if isinstance(exc, ServiceRequestError | ServiceResponseError):
+    if isinstance(exc, ServiceResponseError | ServiceRequestTimeoutError):
+        # sent (or connecting) but no answer in time, or the connection dropped: it passes
+        return TransientError(
+            f"{prefix}: no answer from the Blob service ({type(exc).__name__})",
+            hint=f"nothing to fix if it passes; if it lasts, check that storage account "
+            f"{account} is reachable"
+            + (f" at ${ENDPOINT_ENV}" if os.environ.get(ENDPOINT_ENV) else ""),
+        )
+    if isinstance(exc, ServiceRequestError):  # could not send: a misspelt account's name
+        # does not resolve, so this is not taken for a failure that passes
         return ProviderError(
             f"{prefix}: cannot reach the Blob service ({type(exc).__name__})",
             hint=f"check that storage account {account} exists and is reachable"
@@ -176,6 +188,10 @@ def blob_error(
             hint=f"grant your identity the Storage Blob Data Contributor role on container "
             f"{container} of storage account {account}",
         )
+    if status == 429 or (code == "ServerBusy" and status == 503):
+        return ThrottledError(text)  # the SDK's own retries gave up: the planner backs off
+    if status in (408, 500, 502, 503, 504):  # InternalError, OperationTimedOut, ...: it passes
+        return TransientError(text)
     return ProviderError(text)
 
 

@@ -27,6 +27,7 @@ spot price history API, so ``GcpCatalog.price_history`` returns the catalog's da
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import re
@@ -42,6 +43,7 @@ from spotwise.errors import (
     QuotaError,
     SpecError,
     ThrottledError,
+    TransientError,
 )
 from spotwise.providers.base import TAG_MANAGED, Market
 from spotwise.providers.registry import INSTALL_HINT, CheckResult, OptionsMixin, ProviderConfig
@@ -153,6 +155,13 @@ CREDENTIALS_HINT = (
     "service-account key file)"
 )
 THROTTLED_HINT = "nothing to fix: spotwise backs off and retries the call later"
+TRANSIENT_HINT = (
+    "nothing to fix if it passes: spotwise pauses the provider and tries again; if it lasts, "
+    "see https://status.cloud.google.com"
+)
+_TRANSIENT_STATUS = frozenset({500, 502, 503, 504})  # 501 (not implemented) does not pass
+_TRANSIENT_REASONS = frozenset({"backendError", "internalError"})
+_HOST = re.compile(r"host='([^']+)'")
 _THROTTLED = frozenset({
     "rateLimitExceeded", "userRateLimitExceeded", "RATE_LIMIT_EXCEEDED",
     "RESOURCE_OPERATION_RATE_EXCEEDED", "OPERATION_RATE_EXCEEDED",
@@ -171,6 +180,32 @@ def throttled(prefix: str, why: str) -> ThrottledError:
     return ThrottledError(
         f"{prefix}: the Compute Engine API is throttling requests ({why})", hint=THROTTLED_HINT
     )
+
+
+def transient(prefix: str, why: str) -> TransientError:
+    """A failure of the Compute Engine API that passes (a 5xx, a timeout, a dropped
+    connection): the same call later succeeds."""
+    return TransientError(
+        f"{prefix}: a passing failure of the Compute Engine API ({why})", hint=TRANSIENT_HINT
+    )
+
+
+def _connection_failure(e: BaseException) -> str:
+    """How the request failed to reach Google or to get its answer ("timed out talking to
+    compute.googleapis.com"); "" when ``e`` is no such failure."""
+    kinds: tuple[type[BaseException], ...] = (ConnectionError, TimeoutError)
+    with contextlib.suppress(ImportError):
+        from google.auth.exceptions import TransportError
+        from requests.exceptions import ConnectionError as RequestsConnectionError
+        from requests.exceptions import Timeout
+
+        kinds = (*kinds, TransportError, RequestsConnectionError, Timeout)
+    if not isinstance(e, kinds):
+        return ""
+    timeout = isinstance(e, TimeoutError) or type(e).__name__.endswith("Timeout")
+    host = _HOST.search(str(e))
+    kind = "timed out" if timeout else "could not connect"
+    return f"{kind} talking to {host.group(1)}" if host else kind
 
 
 def quota_error(
@@ -215,14 +250,23 @@ def _is_refresh_error(e: Exception) -> bool:
 
 def api_error(prefix: str, e: Exception) -> ProviderError:
     """A GoogleAPICallError (or a credentials failure) as a one-line ProviderError: throttling
-    → ThrottledError, quota → the quota to raise, credentials → how to renew them, 403 → the
-    role to grant. Never the request's headers or a token."""
+    → ThrottledError, a 500/502/503/504 or a timeout or dropped connection → TransientError,
+    quota → the quota to raise, credentials → how to renew them, 403 → the role to grant.
+    Never the request's headers or a token."""
     if _is_refresh_error(e):
         oauth = _OAUTH_CODE.search(str(e))
         why = f" ({oauth.group(1)})" if oauth else ""
         return ProviderUnavailable(
             f"{prefix}: the Google credentials could not be refreshed{why}", hint=CREDENTIALS_HINT
         )
+    cause = getattr(e, "cause", None)  # api_core's RetryError: the last attempt's error
+    if isinstance(cause, Exception) and cause is not e and getattr(e, "code", None) is None:
+        mapped = api_error(prefix, cause)
+        if isinstance(mapped, TransientError):
+            return mapped
+    connection = _connection_failure(e)
+    if connection:
+        return transient(prefix, connection)
     code = getattr(e, "code", None)
     code = code if isinstance(code, int) else None
     msg = " ".join(_REQUEST.sub("", str(getattr(e, "message", None) or "")).split())
@@ -233,6 +277,8 @@ def api_error(prefix: str, e: Exception) -> ProviderError:
         return throttled(prefix, " ".join([str(code or ""), *throttle[:1]]).strip())
     if reasons & _QUOTA_REASONS or (code == 403 and _QUOTA_TEXT.search(msg)):
         return quota_error(prefix, msg)
+    if code in _TRANSIENT_STATUS or reasons & _TRANSIENT_REASONS:
+        return transient(prefix, f"{code} {msg}" if code else msg)
     if code == 401:
         return ProviderUnavailable(
             f"{prefix}: the credentials were rejected (401): {msg}", hint=CREDENTIALS_HINT

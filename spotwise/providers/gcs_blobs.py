@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from spotwise.errors import ProviderError, ProviderUnavailable
+from spotwise.errors import ProviderError, ProviderUnavailable, ThrottledError, TransientError
 from spotwise.providers.blobs import check_name, join_key
 from spotwise.providers.registry import INSTALL_HINT
 
@@ -110,6 +110,25 @@ def status(exc: BaseException) -> int | None:
         return status_code
     cause = getattr(exc, "cause", None)
     return status(cause) if isinstance(cause, BaseException) and cause is not exc else None
+
+
+_TRANSIENT_STATUS = frozenset({408, 500, 502, 503, 504})
+
+
+def passes(exc: BaseException) -> bool:
+    """True for a failure that passes: a 408/5xx answer, a timeout, a dropped connection (of
+    the last attempt, for a RetryError)."""
+    from google.auth.exceptions import TransportError
+    from requests.exceptions import ConnectionError as RequestsConnectionError
+    from requests.exceptions import Timeout
+
+    if status(exc) in _TRANSIENT_STATUS:
+        return True
+    kinds = (TransportError, RequestsConnectionError, Timeout, ConnectionError, TimeoutError)
+    if isinstance(exc, kinds):
+        return True
+    cause = getattr(exc, "cause", None)
+    return isinstance(cause, BaseException) and cause is not exc and passes(cause)
 
 
 def reason(exc: BaseException) -> str:
@@ -257,7 +276,8 @@ class GcsBlobs:
             raise self.error(e, action, name) from None
 
     def error(self, exc: BaseException, action: str, name: str = "") -> ProviderError:
-        """A one-line ProviderError for a failed call, with the fix as hint where obvious."""
+        """A one-line ProviderError for a failed call, with the fix as hint where obvious:
+        ThrottledError for a 429, TransientError for a failure that passes (:func:`passes`)."""
         from google.auth.exceptions import GoogleAuthError, TransportError
 
         code = status(exc)
@@ -281,4 +301,8 @@ class GcsBlobs:
             return ProviderError(
                 message, hint=f"create it: gcloud storage buckets create gs://{self.bucket}"
             )
+        if code == 429:  # the client's own retries gave up: the planner backs off
+            return ThrottledError(message)
+        if passes(exc):
+            return TransientError(message)
         return ProviderError(message)
