@@ -51,6 +51,7 @@ class Actions(Ledger):
     blocked: dict[str, float]  # offer key → market time until which it is avoided
     # provider → (market time until which it is not launched on, the last pause in wall s)
     throttled: dict[str, tuple[float, float]]
+    cancel_requested: bool  # set by a signal handler; the loop cancels at its next pass
     quota_full: dict[tuple[str, str], float]  # (provider, region) → market time it is avoided to
     cancelled: bool
     migrations: int
@@ -67,7 +68,9 @@ class Actions(Ledger):
         if t is None or t.phase is Phase.DONE:
             return
         if isinstance(action, Launch):
-            if self.cancelled or t.phase not in (Phase.QUEUED, Phase.WAITING):
+            # a Ctrl-C (or `spotwise cancel`) in the middle of a pass buys nothing more
+            cancelling = self.cancelled or self.cancel_requested
+            if cancelling or t.phase not in (Phase.QUEUED, Phase.WAITING):
                 return
             offer = next((o for o in offers if o.key == action.offer_key), None)
             # this pass's offers were read before a launch in it was refused: ask again later
@@ -182,7 +185,10 @@ class Actions(Ledger):
         try:
             inst = self.backend.provisioner.launch(req)
         except TransientError as e:  # a hiccup of the API (throttled, 5xx, timeout): no failure
-            self._throttle(offer.provider, now)  # no launch there for a doubling pause
+            if isinstance(e, ThrottledError):  # no launch there for a doubling pause
+                self._throttle(offer.provider, now)
+            else:  # a 5xx or a timeout: this offer waits a pass, as after a refusal
+                self.blocked[offer.key] = now + max(self._tick_s(), 1.0)
             kind = "launch_throttled" if isinstance(e, ThrottledError) else "launch_interrupted"
             self._event(kind, now, t, offer=offer.key, error=str(e))
             # the create may have taken effect before the call failed (a timed-out try of the

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from spotwise.errors import ProviderError
 from spotwise.planner.runstate import TrialRun
 from spotwise.planner.trialbook import TrialBook
-from spotwise.providers.base import TAG_JOB, TAG_LAUNCH, Instance, Offer
+from spotwise.providers.base import TAG_JOB, TAG_LAUNCH, Instance, Market, Offer
 
 RELEASE_RETRY_WALL_S = 5.0  # a refused terminate is retried this long after
 #: A failed launch's cleanup that keeps failing is retried after a pause that doubles from
@@ -228,3 +228,52 @@ class LaunchCleanup(TrialBook):
         self.spent_usd += cost
         self.store.update_trial(u.trial.trial_id, cost_usd=u.trial.cost_usd)
         self.store.update_instance(launch_id, cost_usd=cost, market_seconds=seconds)
+
+    def _sweep_strays(self, now: float) -> None:
+        """The drain's last look: an instance with the job's tags that still holds a resource
+        and that no record of the job names (a create the cloud took although its call failed,
+        missed by every listing of its launch) is terminated and billed, from its start, to
+        its launch's record, trial and job; one that will not terminate is a leftover."""
+        try:
+            found = self.backend.provisioner.describe({TAG_JOB: self.job_id})
+        except ProviderError as e:
+            self._event("error", now, None, error=f"the last listing of the job failed: {e}")
+            return
+        rows = {r.id: r for r in self.store.list_instances(self.job_id)}
+        known = {r.provider_instance_id for r in rows.values()} | set(self.leftover_ids)
+        trials = {t.trial_id: t for t in self.trials}
+        for inst in found:
+            row = rows.get(inst.tags.get(TAG_LAUNCH, ""))
+            if not inst.holds_resource() or inst.instance_id in known or row is None:
+                continue  # an instance with no launch record of ours is not ours to bill
+            t = trials.get(row.trial_id)
+            if t is None:
+                continue
+            offer = Offer(
+                provider=row.provider,
+                region=row.region,
+                zone=row.zone,
+                instance_type=row.instance_type,
+                market=Market(row.market),
+                price_per_hour=row.price_per_hour,
+                on_demand_price_per_hour=0.0,  # not billed here: only the price is
+            )
+            if not self._terminate_quietly(t, [inst.instance_id], now, "a stray instance"):
+                self.leftover_ids.append(inst.instance_id)
+                continue
+            # from its start as the provider lists it (no start known: nothing to bill)
+            start = inst.launched_at if inst.launched_at > 0 else now
+            cost, seconds = self._bill_discarded(t, [inst], start, now, offer)
+            close: dict[str, object] = {}
+            u = self.unconfirmed.get(row.id)
+            if u is not None and not u.ids:  # its launch's listings never found it: settled
+                del self.unconfirmed[row.id]
+                self.leftover_ids.remove(launch_leftover(row.id))
+                close = {"state": "failed", "end_reason": "failed", "ended_at": time.time()}
+            self.store.update_instance(
+                row.id,
+                cost_usd=row.cost_usd + cost,
+                market_seconds=row.market_seconds + seconds,
+                **({} if row.provider_instance_id else {"provider_instance_id": inst.instance_id}),
+                **close,
+            )

@@ -278,6 +278,7 @@ class Ledger(LaunchCleanup):
             time.sleep(self.opts.poll_s)
         self._terminate_running(backend, now)
         self._settle_unconfirmed(now)
+        self._sweep_strays(now)
         for t in self.trials:
             if not t.phase.is_terminal():
                 self._close_trial(t, "cancelled", now)

@@ -205,7 +205,8 @@ def _drained(prov: Refusing) -> tuple[list[tuple[str, InstanceState, float]], li
         t = TrialRun(f"t-{n}", n, {}, 10, 5, phase=Phase.RUNNING)
         led.lives[iid] = (t, Life(f"l-{n}", iid, OFFER, 0.0, 0, 0))
     led.job_id, led.trials, led.opts = "j-1", [], SimpleNamespace(poll_s=0.0)
-    led.unconfirmed = {}
+    led.unconfirmed, led.leftover_ids = {}, []
+    led.store = SimpleNamespace(list_instances=lambda job_id: [])  # type: ignore[assignment]
     billed: list[tuple[str, InstanceState, float]] = []
     events: list[Any] = []
 
@@ -288,3 +289,21 @@ def test_four_on_demand_trials_stopped_by_the_budget_cost_within_it(tmp_path: Pa
     one_pass = 4 * ON_DEMAND * 0.4 * 300 / 3600.0
     assert 0 < summary["cost_usd"] <= CAP + one_pass, summary
     assert "leftover_instances" not in summary
+
+
+# ---- a cancel asked for in the middle of a pass -------------------------------------------
+def test_no_launch_after_a_cancel_is_asked_for_in_the_middle_of_a_pass() -> None:
+    """Review: Ctrl-C 12 ms after the job started still launched two trials in that pass
+    (the flag was read only at the top of the loop): on a cloud, instances bought after the
+    user pressed Ctrl-C."""
+    act = Actions.__new__(Actions)
+    launched: list[str] = []
+    act._launch = lambda t, offer, now: launched.append(t.trial_id)  # type: ignore[method-assign]
+    act._refused_lately = lambda offer, now: False  # type: ignore[method-assign]
+    t = TrialRun("t-0", 0, {}, 10, 5, phase=Phase.QUEUED)
+    act.trials, act.cancelled, act.cancel_requested = [t], False, True
+    act._execute(Launch("t-0", OFFER.key), [OFFER], 0.0)
+    assert launched == []
+    act.cancel_requested = False  # the same launch without the request goes through
+    act._execute(Launch("t-0", OFFER.key), [OFFER], 0.0)
+    assert launched == ["t-0"]

@@ -112,3 +112,32 @@ def test_a_throttled_launch_that_cannot_be_looked_for_is_named_not_forgotten(
         first = store.list_instances(summary["job_id"])[0]
     assert (first.state, first.end_reason) == ("requested", "unconfirmed")
     assert summary["leftover_instances"] == [f"launch {first.id} (no instance id known)"]
+
+
+@pytest.mark.timeout(180)
+def test_the_drain_terminates_and_bills_an_instance_no_listing_of_its_launch_found(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # every listing by launch tag misses it and the provider claims no lag: its record is
+    # closed as clean; the drain's listing of the whole job still finds it
+    summary, prov, db = _run(tmp_path, monkeypatch, throttle_after_create=1, hide_launches=99)
+
+    assert summary["state"] == "succeeded", summary
+    assert "leftover_instances" not in summary
+    (stray,) = prov.created_then_throttled
+    assert stray in prov.terminated
+    with Store.open_existing(db) as store:
+        job = summary["job_id"]
+        first, second = store.list_instances(job)
+        (trial,) = store.list_trials(job)
+        terminated = store.events(job, kind="terminated")
+        stored_job = store.get_job(job)
+    assert [e.detail["reason"] for e in terminated if e.detail["instances"] == [stray]] == [
+        "a stray instance"
+    ]
+    # billed, from its start, to its launch's record, its trial and the job
+    assert (first.provider_instance_id, first.state) == (stray, "failed")
+    assert first.cost_usd > 0 and first.market_seconds > 0
+    assert trial.cost_usd == pytest.approx(first.cost_usd + second.cost_usd)
+    assert stored_job.cost_usd == pytest.approx(trial.cost_usd)
+    assert summary["cost_usd"] == pytest.approx(stored_job.cost_usd, abs=1e-6)

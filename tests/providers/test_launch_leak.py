@@ -82,8 +82,13 @@ def lossy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[LostLaunc
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_an_unconfirmed_failed_launch_is_a_leftover_that_cancel_terminates(
-    lossy: LostLaunch, tmp_path: Path
+    lossy: LostLaunch, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from spotwise.planner.launch_cleanup import LaunchCleanup
+
+    # the drain's last listing of the whole job fails too (it would find the VM: see the
+    # next test), so the job can only name the launch, and `cancel` settles it
+    monkeypatch.setattr(LaunchCleanup, "_sweep_strays", lambda self, now: None)
     spec = write_job(tmp_path, _provider(), (tmp_path / "ckpt").as_uri())
     db = f"sqlite:///{tmp_path / 'spotwise.db'}"
     summary = jobs.tune(spec, db=db, run_root=tmp_path / "runs")
@@ -128,6 +133,31 @@ def test_an_unconfirmed_failed_launch_is_a_leftover_that_cancel_terminates(
         iid,
     )
     assert row.launched_at is not None and row.cost_usd > 0.0
+    assert costs.report(since="all", db=db)["leftovers"] == 0
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_the_drain_finds_the_lost_launchs_vm_by_the_jobs_label(
+    lossy: LostLaunch, tmp_path: Path
+) -> None:
+    """Every listing under the lost launch's label fails, but the drain's last listing of the
+    whole job finds its VM: deleted and billed to its launch's record, no leftover."""
+    spec = write_job(tmp_path, _provider(), (tmp_path / "ckpt").as_uri())
+    db = f"sqlite:///{tmp_path / 'spotwise.db'}"
+    summary = jobs.tune(spec, db=db, run_root=tmp_path / "runs")
+    job, lost = summary["job_id"], lossy.lost
+    assert lost, "the fault was never injected"
+    assert summary["completed"] == 2 and "leftover_instances" not in summary, summary
+    assert _ours(lossy) == {}  # nothing of ours is left
+    with Store.open_existing(db) as s:
+        row = next(r for r in s.list_instances(job) if r.id == lost)
+        trials = s.list_trials(job)
+        total = s.get_job(job).cost_usd
+    assert (row.state, row.end_reason) == ("failed", "failed")
+    assert (row.provider_instance_id or "").startswith(f"us-central1-a/sw-{lost}-")
+    assert row.cost_usd > 0.0
+    assert total == pytest.approx(sum(t.cost_usd for t in trials))
     assert costs.report(since="all", db=db)["leftovers"] == 0
 
 
