@@ -199,13 +199,21 @@ def cancel(
                 "cancelled": True,
                 "message": "the orchestrator checkpointed and stopped every trial",
             }
+        # the trials it completed keep their result: the best of them is the job's, as the
+        # orchestrator's own end would have recorded (ties: the earlier trial)
+        trials = store.list_trials(job.id)
+        done = [t for t in trials if t.state == "completed" and t.final_metric is not None]
+        sign = 1.0 if job.direction == "maximize" else -1.0
+        best = max(done, key=lambda t: (sign * (t.final_metric or 0.0), -t.number), default=None)
         store.update_job(
             job.id,
             state="cancelled",
             ended_at=time.time(),
             error="cancelled after its orchestrator had exited",
+            best_trial_id=best.id if best else None,
+            best_metric=best.final_metric if best else None,
         )
-        for t in store.list_trials(job.id):
+        for t in trials:
             if not t.state.is_terminal():
                 store.update_trial(t.id, state="cancelled", ended_at=time.time())
         released = _release(store, job)

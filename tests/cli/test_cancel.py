@@ -307,3 +307,24 @@ def test_cancel_reads_a_stored_spec_that_todays_checks_would_refuse(tmp_path: Pa
     with Store.open_existing(db) as s:
         rows = [(r.state, r.end_reason) for r in s.list_instances(job)]
     assert rows == [("terminated", "reconciled")]
+
+
+def test_cancel_of_a_dead_job_keeps_the_best_of_its_completed_trials(tmp_path: Path) -> None:
+    """Review: a job killed after three trials completed read `best None` once cancelled."""
+    db = f"sqlite:///{tmp_path / 'state.db'}"
+    from spotwise.spec import load_spec
+
+    spec = load_spec(ROOT / "examples/digits/job.yaml").model_dump_json()
+    job, running, _ = _holding_one_local_instance(db, spec, 2**22 + 12345)  # no such process
+    with Store.open_existing(db) as s:
+        done = [s.add_trial(job, n, {"lr": 0.1 * n}) for n in (1, 2, 3)]
+        for t, metric in zip(done, (0.91, 0.958, 0.958), strict=True):
+            s.update_trial(t.id, state="completed", final_metric=metric)
+        stopped = s.add_trial(job, 4, {"lr": 0.5})
+        s.update_trial(stopped.id, state="stopped_early", final_metric=0.99)  # not completed
+
+    jobs.cancel(job, db=db)
+    with Store.open_existing(db) as s:
+        after = s.get_job(job)
+        assert (after.best_trial_id, after.best_metric) == (done[1].id, 0.958)  # ties: earlier
+        assert s.get_trial(running).state.value == "cancelled"
