@@ -72,6 +72,8 @@ class Actions(Ledger):
             cancelling = self.cancelled or self.cancel_requested
             if cancelling or t.phase not in (Phase.QUEUED, Phase.WAITING):
                 return
+            if self._held_by_unconfirmed(t):  # its failed launch may still be running it
+                return
             offer = next((o for o in offers if o.key == action.offer_key), None)
             # this pass's offers were read before a launch in it was refused: ask again later
             if offer is not None and not self._refused_lately(offer, now):

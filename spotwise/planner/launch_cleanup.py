@@ -20,6 +20,11 @@ RELEASE_RETRY_WALL_S = 5.0  # a refused terminate is retried this long after
 #: A failed launch's cleanup that keeps failing is retried after a pause that doubles from
 #: RELEASE_RETRY_WALL_S up to this: each try that fails writes an "error" event.
 UNCONFIRMED_RETRY_MAX_WALL_S = 300.0
+#: A trial whose failed launch may have left an instance running it is not launched again for
+#: up to this long (wall seconds from the failure), while the cleanup looks for that instance:
+#: two copies of a trial would write the same checkpoints, and the copy that is not ours can
+#: finish the trial under the relaunch, which then resumes at its last step with nothing to do.
+RELAUNCH_HOLD_MAX_WALL_S = 300.0
 #: The end reason of an open record of a failed launch that may have left an instance: its
 #: tagged instances could not be listed, or terminated (see ``LaunchCleanup._discard_launch``).
 UNCONFIRMED = "unconfirmed"
@@ -52,6 +57,7 @@ class Unconfirmed:
     # the launch call failed in a way that says nothing of the create (a timeout, a 5xx, a
     # throttled retry): an empty listing proves nothing before ``trust_wall`` (monotonic)
     trust_wall: float = 0.0
+    hold_wall: float = 0.0  # its trial is not launched again before this (monotonic)
 
     def pause(self) -> float:
         """How long to wait before the next try: doubling, capped (a cloud that keeps refusing
@@ -136,10 +142,17 @@ class LaunchCleanup(TrialBook):
         self.store.update_instance(launch_id, end_reason=UNCONFIRMED, **found)
         u = Unconfirmed(t, ids, now, offer, tries=before.tries + 1 if before else 1)
         u.started_at, u.trust_wall = started, trust_wall
+        u.hold_wall = before.hold_wall if before else time.monotonic() + RELAUNCH_HOLD_MAX_WALL_S
         u.retry_wall = time.monotonic() + u.pause()
         if ids == [] and time.monotonic() < trust_wall:  # nothing refused: only the lag to wait
             u.retry_wall = min(u.retry_wall, trust_wall)
         self.unconfirmed[launch_id] = u
+
+    def _held_by_unconfirmed(self, t: TrialRun) -> bool:
+        """Whether a failed launch of ``t`` may still hold an instance running it (see
+        :data:`RELAUNCH_HOLD_MAX_WALL_S`): no relaunch until it is settled, or the hold ends."""
+        now = time.monotonic()
+        return any(u.trial is t and now < u.hold_wall for u in self.unconfirmed.values())
 
     def _retry_unconfirmed(self) -> None:
         """Each pass of the loop: try again to clean up each failed launch not confirmed clean

@@ -302,6 +302,7 @@ def test_no_launch_after_a_cancel_is_asked_for_in_the_middle_of_a_pass() -> None
     act._refused_lately = lambda offer, now: False  # type: ignore[method-assign]
     t = TrialRun("t-0", 0, {}, 10, 5, phase=Phase.QUEUED)
     act.trials, act.cancelled, act.cancel_requested = [t], False, True
+    act.unconfirmed = {}
     act._execute(Launch("t-0", OFFER.key), [OFFER], 0.0)
     assert launched == []
     act.cancel_requested = False  # the same launch without the request goes through

@@ -118,9 +118,12 @@ def test_an_unconfirmed_failed_launch_counts_in_the_spend_until_a_retry_settles_
     t = TrialRun("t-1", 0, {}, 10, 5)
 
     led._close_failed_launch(t, "l-1", 100.0, AWS)  # the launch failed, and so did its listing
+    retry = 1000.0 + ledger.RELEASE_RETRY_WALL_S
+    held = 1000.0 + launch_cleanup.RELAUNCH_HOLD_MAX_WALL_S  # its trial waits for it that long
     assert led.unconfirmed == {
-        "l-1": Unconfirmed(t, [], 100.0, AWS, 1000.0 + ledger.RELEASE_RETRY_WALL_S, tries=1)
+        "l-1": Unconfirmed(t, [], 100.0, AWS, retry, tries=1, hold_wall=held)
     }
+    assert led._held_by_unconfirmed(t)
     assert led.store.instances == {"l-1": {"end_reason": "unconfirmed"}}
     # from its request, at its offer's price: what the budget guard and `status` see
     clock[0] = 1900.0
@@ -133,7 +136,7 @@ def test_an_unconfirmed_failed_launch_counts_in_the_spend_until_a_retry_settles_
     wall[0] += ledger.RELEASE_RETRY_WALL_S
     led._retry_unconfirmed()  # the next pass after the pause: found, terminated, billed
     assert prov.terminated == [["i-9"]]
-    assert led.unconfirmed == {}
+    assert led.unconfirmed == {} and not led._held_by_unconfirmed(t)
     billed = usd(1900.0 - 110.0)  # from its start to the terminate
     assert led.spent_usd == pytest.approx(billed)
     assert led._running_cost(1900.0) == 0.0  # its bill replaces the running count
@@ -279,8 +282,9 @@ def test_the_loop_terminates_a_failed_launchs_instance_within_the_budget(
         rows = store.list_instances(job)
         kinds = [e.kind for e in store.events(job) if e.kind != "progress"]
         cleanup = store.events(job, kind="terminated")
-    # found and terminated while the trial ran, not at the drain
-    assert kinds == ["launch_failed", "error", "launch", "terminated", "completed"]
+    # found and terminated while the trial waited (it may have been running the trial), then
+    # the trial relaunched; not at the drain
+    assert kinds == ["launch_failed", "error", "terminated", "launch", "completed"]
     assert [e.detail["instances"] for e in cleanup] == [[first]]
     failed, ok = rows
     assert (failed.state, failed.end_reason) == ("failed", "failed")

@@ -97,6 +97,8 @@ def test_a_failed_launch_whose_cleanup_failed_once_is_settled_at_the_end_of_the_
     from spotwise.planner import launch_cleanup
 
     monkeypatch.setattr(launch_cleanup, "RELEASE_RETRY_WALL_S", 1e9)
+    # what is checked is the record keeping: the trial is relaunched at once, as before the hold
+    monkeypatch.setattr(launch_cleanup, "RELAUNCH_HOLD_MAX_WALL_S", 0.0)
     summary, prov, db = _run(
         tmp_path, monkeypatch, calm=True, fail_first_launch=True, fail_launch_listings=1
     )
@@ -144,6 +146,8 @@ def test_a_failed_launch_whose_cleanup_keeps_failing_is_a_leftover_named_by_its_
 
     # the loop's retries wait longer than the job: the tries counted below are deterministic
     monkeypatch.setattr(launch_cleanup, "RELEASE_RETRY_WALL_S", 1e9)
+    # what is checked is the record keeping: the trial is relaunched at once, as before the hold
+    monkeypatch.setattr(launch_cleanup, "RELAUNCH_HOLD_MAX_WALL_S", 0.0)
     # the drain's last listing of the whole job fails too (it would find the instance: see
     # test_launch_hiccups), so the job can only name the launch
     monkeypatch.setattr(launch_cleanup.LaunchCleanup, "_sweep_strays", lambda self, now: None)

@@ -70,6 +70,9 @@ def lossy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[LostLaunc
     monkeypatch.setattr(
         "spotwise.providers.gcp.default_credentials", lambda: (gcp_credentials(TOKEN), PROJECT)
     )
+    # the lost launch can never be listed: relaunch its trial at once (the hold would wait
+    # out RELAUNCH_HOLD_MAX_WALL_S), as these tests are about its record and its VM
+    monkeypatch.setattr("spotwise.planner.launch_cleanup.RELAUNCH_HOLD_MAX_WALL_S", 0.0)
     fake = LostLaunch(project=PROJECT)
     fake.insert_polls = 0
     with responses.RequestsMock(assert_all_requests_are_fired=False) as rs:
