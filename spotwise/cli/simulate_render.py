@@ -178,20 +178,22 @@ def deadline_table(r: dict[str, Any]) -> None:
         ("policy", "mean", "p25", "p50", "p75", "misses", "spot h", "OD h", "changes"),
         rows,
         "mean, p25, p50, p75: cost ÷ the job's on-demand cost · misses: deadlines missed · "
-        "spot h, OD h: mean hours on spot and on-demand · changes: mean changeovers · "
+        "spot h, OD h: mean hours on spot and on-demand · changes: mean changeovers"
         f"{_deadline_prices(r)}.",
     )
 
 
 def _deadline_prices(r: dict[str, Any]) -> str:
-    """Which prices a deadline run billed (``spot_prices`` is absent from results before
-    per-tick prices: those were flat)."""
+    """`` · spot: …, on-demand: …``: which prices a deadline run billed (``spot_prices`` is
+    absent from results before per-tick prices: those were flat; nothing without prices)."""
+    if r.get("on_demand_price") is None:
+        return ""
     spot = (
         "the trace's price at each tick"
-        if r.get("spot_prices") == "trace"
+        if r.get("spot_prices") == "trace" or r.get("spot_price") is None
         else f"${r['spot_price']:g}/h flat"
     )
-    return f"spot: {spot}, on-demand: ${r['on_demand_price']:g}/h"
+    return f" · spot: {spot}, on-demand: ${r['on_demand_price']:g}/h"
 
 
 def plot(r: dict[str, Any], path: Path) -> None:
