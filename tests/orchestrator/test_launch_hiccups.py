@@ -8,10 +8,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from orch_fakes import UNAVAILABLE, Cloudlike, cloudlike_backends
-from test_orchestrator import TRACE_TICKS, tiny_spec, write_spec, write_trace
+from orch_fakes import UNAVAILABLE, Cloudlike
+from test_provider_hiccups import _run as run_cloudlike
 
-from spotwise import jobs
 from spotwise.planner import actions, launch_cleanup
 from spotwise.store import Store
 
@@ -19,15 +18,11 @@ from spotwise.store import Store
 def _run(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, steps: int = 3, **behaviour: Any
 ) -> tuple[dict[str, Any], Cloudlike, str]:
+    """test_provider_hiccups' job on a Cloudlike provider, with short pauses: a throttled
+    provider's, and that before a failed launch's cleanup is tried again."""
     monkeypatch.setattr(actions, "THROTTLE_PAUSE_WALL_S", 0.2)
     monkeypatch.setattr(launch_cleanup, "RELEASE_RETRY_WALL_S", 0.2)
-    write_trace(tmp_path / "trace.csv", avail_ticks=TRACE_TICKS)  # nothing is revoked
-    seen = cloudlike_backends(monkeypatch, **behaviour)
-    db = f"sqlite:///{tmp_path / 'spotwise.db'}"
-    spec = write_spec(tmp_path, tiny_spec(tmp_path, steps))
-    summary = jobs.tune(spec, db=db, run_root=tmp_path / "runs")
-    (prov,) = seen
-    return summary, prov, db
+    return run_cloudlike(tmp_path, monkeypatch, steps, **behaviour)
 
 
 @pytest.mark.timeout(180)
