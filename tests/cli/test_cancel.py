@@ -107,7 +107,9 @@ def test_cancel_job_whose_orchestrator_died(tmp_path: Path) -> None:
     from spotwise.spec import load_spec
 
     spec = load_spec(ROOT / "examples/digits/job.yaml").model_dump_json()
-    job, trial, launch = _holding_one_local_instance(db, spec, 2**22 + 12345)  # no such process
+    job, trial, launch = _holding_one_local_instance(  # under a pid of no process
+        db, spec, 2**22 + 12345, launched_at=time.time() - 2.0
+    )
 
     # `status` says the orchestrator is gone and what to run (it said "running", no hint)
     assert jobs.status(job, db=db)["orchestrator"] == "gone"
@@ -134,6 +136,8 @@ def test_cancel_job_whose_orchestrator_died(tmp_path: Path) -> None:
     assert store.get_trial(trial).state.value == "cancelled"
     inst = store.get_instance(launch)
     assert inst.end_reason == "reconciled" and inst.ended_at is not None
+    # review: after a kill -9 and cancel, trials read $0 while their instances were billed
+    assert inst.cost_usd > 0 and store.get_trial(trial).cost_usd == inst.cost_usd
     store.close()
 
 
