@@ -216,7 +216,7 @@ def cancel(
         for t in trials:
             if not t.state.is_terminal():
                 store.update_trial(t.id, state="cancelled", ended_at=time.time())
-        released = _release(store, job)
+        released = _release(store, job, orchestrator_died=True)
         return {
             "job_id": job.id,
             "state": "cancelled",
@@ -229,14 +229,16 @@ def cancel(
         store.close()
 
 
-def _release(store: Any, job: Any) -> dict[str, Any]:
+def _release(store: Any, job: Any, orchestrator_died: bool = False) -> dict[str, Any]:
     """Terminate what the providers still run with the job's tags, then close each instance
     record whose instance is confirmed to hold nothing any more; a record that could not be
     confirmed (its region could not be listed, its terminate was refused) stays open, so that
     a later cancel retries. Local: the trial processes' pid records are reconciled and every
     record is closed.
 
-    Each closed record is billed up to now (or up to when its provider says it ended): the
+    Each closed record is billed up to now (or up to when its provider says it ended; when
+    ``orchestrator_died``, a local job's trial processes that died with it, up to the job's
+    last report, the last time it was known alive): the
     seconds no life's bill covered (an instance left by a dead orchestrator, or billed only up
     to a drain that could not terminate it) at its price, in market seconds (a replay's clock
     runs ``speedup`` times the wall clock), and the job's cost becomes the sum of its
@@ -256,9 +258,21 @@ def _release(store: Any, job: Any) -> dict[str, Any]:
     seen: dict[str, rec.Settled] = {}  # launch id → the instance the provider listed for it
     records: list[dict[str, Any]] = []
     errors: list[str] = []
+    billed_to = "now"
     if first.name == "local":
+        # a local trial process dies with its orchestrator: after the orchestrator died, one
+        # found alive (and killed now) is billed up to now, the others up to the job's last
+        # recorded report, when it was last known alive (billing them up to the cancel, in
+        # replayed market seconds, grew the bill by the hour while nothing ran)
         terminated = rec.reconcile(spec, job.id)
-        ends = {row.id: None for row in rows}
+        last = _last_report_wall(store, job.id) if orchestrator_died else None
+        for row in rows:
+            dead = orchestrator_died and row.provider_instance_id not in terminated
+            ends[row.id] = (last or row.launched_at or row.requested_at) if dead else None
+        if any(end is not None for end in ends.values()):
+            billed_to = (
+                "the job's last report" if last else "their start (no report was recorded)"
+            ) + ", as their trial processes died with the orchestrator"
     else:
         held = [rec.Held(r.id, r.provider, r.region, r.provider_instance_id) for r in rows]
         res = rec.reconcile_records(spec, job.id, held)
@@ -323,7 +337,17 @@ def _release(store: Any, job: Any) -> dict[str, Any]:
         "records": records,
         "open_instances": [r["instance_id"] for r in records if r["outcome"] == rec.OPEN],
         "errors": errors,
+        "billed_to": billed_to,
     }
+
+
+def _last_report_wall(store: Any, job_id: str) -> float | None:
+    """The wall time of the job's last recorded report (its orchestrator was alive then), or
+    None for a job without one (a life is then billed no further than its own start)."""
+    return max(
+        (o.wall_time for t in store.list_trials(job_id) for o in store.observations(t.id)),
+        default=None,
+    )
 
 
 def _released_text(job_id: str, released: dict[str, Any]) -> str:
@@ -331,7 +355,8 @@ def _released_text(job_id: str, released: dict[str, Any]) -> str:
     (2 terminated now)``, then which instances stay open and how to retry."""
     text = (
         f"{len(released['terminated_instances'])} tagged instance(s) terminated, "
-        f"{released['closed_records']} instance record(s) closed and billed up to now"
+        f"{released['closed_records']} instance record(s) closed and billed up to "
+        f"{released.get('billed_to', 'now')}"
     )
     how: dict[tuple[int, str], int] = {}
     for r in released["records"]:

@@ -110,6 +110,8 @@ def test_cancel_job_whose_orchestrator_died(tmp_path: Path) -> None:
     job, trial, launch = _holding_one_local_instance(  # under a pid of no process
         db, spec, 2**22 + 12345, launched_at=time.time() - 2.0
     )
+    with Store.open_existing(db) as s:  # its last report, a second after the launch
+        s.add_observation(trial, 1, 0.5, time.time() - 1.0, instance_id=launch)
 
     # `status` says the orchestrator is gone and what to run (it said "running", no hint)
     assert jobs.status(job, db=db)["orchestrator"] == "gone"
@@ -265,34 +267,51 @@ def test_cancel_that_times_out_says_the_job_is_still_stopping(
     }
 
 
+@pytest.mark.parametrize("alive", [False, True])
 def test_a_dead_replay_jobs_instances_are_billed_on_the_replays_clock(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, alive: bool
 ) -> None:
     """`status` read the dead job's last running estimate while its instances read $0, so
-    `report` and `status` disagreed; both now read the instances' bills up to the cancel."""
+    `report` and `status` disagreed; both now read the instances' bills. A trial process that
+    died with its orchestrator is billed up to the job's last report (review: billed up to the
+    cancel, in replayed market seconds, $0.45 became $13.89 a minute later); one still alive,
+    killed by the cancel, up to the cancel."""
     from spotwise.planner import reconcile as backend
 
     now = time.time()
     db, job_id = _cloud_job(
         tmp_path,
         None,
-        # 12 wall s = 3600 market s at 300x
-        [{"id": "l-1", "state": "running", "launched_at": now - 12.0}],
+        [{"id": "l-1", "state": "running", "launched_at": now - 12.0,
+          "provider_instance_id": "local-1"}],
         provider={"name": "local", "replay": {"speedup": 300}},
-    )
+    )  # fmt: skip
     with Store.open(db) as s:
         s.update_job(job_id, cost_usd=0.4267)  # the dead job's last running estimate
         job = s.get_job(job_id)
-    monkeypatch.setattr(backend, "reconcile", lambda spec, job_id: [])
+        (trial,) = s.list_trials(job_id)
+        s.add_observation(trial.id, 3, 0.5, now - 4.0, instance_id="l-1")  # the last report
+        s.add_observation(trial.id, 1, 0.4, now - 10.0, instance_id="l-1")
+    monkeypatch.setattr(backend, "reconcile", lambda spec, job_id: ["local-1"] if alive else [])
     out = jobs.cancel(job.id, db=db)
-    assert out["message"].endswith(
-        "0 tagged instance(s) terminated, 1 instance record(s) closed and billed up to now"
+    until = (
+        "now"
+        if alive
+        else "the job's last report, as their trial processes died with the orchestrator"
     )
+    terminated = 1 if alive else 0
+    assert out["message"].endswith(
+        f"{terminated} tagged instance(s) terminated, 1 instance record(s) closed and billed "
+        f"up to {until}"
+    )
+    # 8 wall s = 2400 market s at 300x to the last report; 12 wall s = 3600 to the cancel
+    market_s = 3600 if alive else 2400
     with Store.open_existing(db) as s:
         row = s.get_instance("l-1")
-        assert row.market_seconds == pytest.approx(3600, abs=150)
-        assert row.cost_usd == pytest.approx(0.9, abs=0.04)
+        assert row.market_seconds == pytest.approx(market_s, abs=150)
+        assert row.cost_usd == pytest.approx(market_s / 3600 * 0.9, abs=0.04)
         assert s.get_job(job.id).cost_usd == pytest.approx(row.cost_usd)
+        assert s.get_trial(trial.id).cost_usd == pytest.approx(row.cost_usd)
 
 
 def test_cancel_reads_a_stored_spec_that_todays_checks_would_refuse(tmp_path: Path) -> None:
