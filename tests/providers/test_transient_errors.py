@@ -18,7 +18,6 @@ from typing import Any
 import pytest
 from cloudfakes import (
     AzureCredential,
-    Launches,
     azure_config,
     fake_arm,
     fake_gce,
@@ -27,6 +26,7 @@ from cloudfakes import (
     gcp_provisioner,
     serve,
 )
+from test_gcp_errors import LAUNCHES as GCP_LAUNCHES
 
 from spotwise.errors import ProviderError, ThrottledError, TransientError
 from spotwise.providers import aws, azure
@@ -166,19 +166,6 @@ def test_a_certificate_failure_is_not_taken_for_a_passing_one() -> None:
 
 
 # ---- GCP: google-cloud-compute over the fake --------------------------------------------------
-GCP_LAUNCHES = Launches(
-    "gcp",
-    zone="us-central1-a",
-    instance_type="g2-standard-4",
-    price_per_hour=0.28184,
-    on_demand_price_per_hour=0.70683,
-    vcpus=4,
-    memory_gb=16.0,
-    gpu_name="L4",
-    job="Job-A",
-    argv=("python", "train.py"),
-    env={"SPOTWISE_TRIAL": "t1"},
-)
 
 
 @dataclass
