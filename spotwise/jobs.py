@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from spotwise.errors import ConfigError, NotFoundError
+from spotwise.release import _release, _released_text, sweep_finished
 
 
 def tune(
@@ -149,8 +150,10 @@ def cancel(
     """Ask a running job's orchestrator to stop (trials checkpoint first); mark a job whose
     orchestrator is gone as cancelled; in both of those cases, and for a finished job whose
     record still holds instances (its drain could not terminate them), terminate what the
-    provider still runs with the job's tags. ``force``: take an orchestrator recorded on
-    another machine for gone (that machine is lost)."""
+    provider still runs with the job's tags. A finished cloud job whose records are all closed
+    is looked for on its cloud too (:func:`~spotwise.release.sweep_finished`: an instance can
+    outlive its records). ``force``: take an orchestrator recorded on another machine for gone
+    (that machine is lost)."""
     from spotwise.store import Store
 
     store = Store.open_existing(db)
@@ -160,7 +163,8 @@ def cancel(
         if job.state.is_terminal():
             out = {"job_id": job.id, "state": state, "cancelled": False}
             if not store.list_instances(job.id, active_only=True):
-                return {**out, "message": f"job already {state}"}
+                # an instance can outlive its records: a cloud is asked what is left
+                return {**out, **sweep_finished(store, job, state)}
             released = _release(store, job)
             return {
                 **out,
@@ -227,157 +231,6 @@ def cancel(
         }
     finally:
         store.close()
-
-
-def _release(store: Any, job: Any, orchestrator_died: bool = False) -> dict[str, Any]:
-    """Terminate what the providers still run with the job's tags, then close each instance
-    record whose instance is confirmed to hold nothing any more; a record that could not be
-    confirmed (its region could not be listed, its terminate was refused) stays open, so that
-    a later cancel retries. Local: the trial processes' pid records are reconciled and every
-    record is closed.
-
-    Each closed record is billed up to now (or up to when its provider says it ended; when
-    ``orchestrator_died``, a local job's trial processes that died with it, up to the job's
-    last report, the last time it was known alive): the
-    seconds no life's bill covered (an instance left by a dead orchestrator, or billed only up
-    to a drain that could not terminate it) at its price, in market seconds (a replay's clock
-    runs ``speedup`` times the wall clock), and the job's cost becomes the sum of its
-    instances' again. A stopped VM ('not deleted') has no compute to bill.
-
-    Returns ``terminated_instances`` (ids terminated now), ``closed_records`` (how many),
-    ``records`` (a cloud job's: each record's instance, region and outcome: ``terminated``,
-    ``ended``, ``not found`` or ``open``), ``open_instances`` (the ids still open) and
-    ``errors`` (why)."""
-    from spotwise.planner import reconcile as rec
-    from spotwise.spec import ReplaySpec, load_stored_spec
-
-    spec = load_stored_spec(job.spec_json)
-    rows = store.list_instances(job.id, active_only=True)
-    first = spec.providers[0]
-    ends: dict[str, float | None] = {}  # launch id → when it ended (None: now)
-    seen: dict[str, rec.Settled] = {}  # launch id → the instance the provider listed for it
-    records: list[dict[str, Any]] = []
-    errors: list[str] = []
-    billed_to = "now"
-    if first.name == "local":
-        # a local trial process dies with its orchestrator: after the orchestrator died, one
-        # found alive (and killed now) is billed up to now, the others up to the job's last
-        # recorded report, when it was last known alive (billing them up to the cancel, in
-        # replayed market seconds, grew the bill by the hour while nothing ran)
-        terminated = rec.reconcile(spec, job.id)
-        last = _last_report_wall(store, job.id) if orchestrator_died else None
-        for row in rows:
-            dead = orchestrator_died and row.provider_instance_id not in terminated
-            ends[row.id] = (last or row.launched_at or row.requested_at) if dead else None
-        if any(end is not None for end in ends.values()):
-            billed_to = (
-                "the job's last report" if last else "their start (no report was recorded)"
-            ) + ", as their trial processes died with the orchestrator"
-    else:
-        held = [rec.Held(r.id, r.provider, r.region, r.provider_instance_id) for r in rows]
-        res = rec.reconcile_records(spec, job.id, held)
-        terminated, errors = res.terminated, res.errors
-        for one in res.records:
-            if one.outcome != rec.OPEN:
-                ends[one.held.launch_id] = one.ended_at
-            if one.found:
-                seen[one.held.launch_id] = one
-            records.append(
-                {
-                    "launch_id": one.held.launch_id,
-                    "instance_id": one.instance_id,
-                    "region": one.held.region,
-                    "outcome": one.outcome,
-                    **({"error": one.error} if one.error else {}),
-                }
-            )
-    now = time.time()
-    speedup = (first.replay or ReplaySpec()).speedup if first.name == "local" else 1.0
-    extra_by_trial: dict[str, float] = {}  # what the lives ran after the job's own bill
-    for row in rows:
-        found = seen.get(row.id)
-        # a launch that never answered (its orchestrator died mid-launch, or its failure could
-        # not be confirmed clean) has no instance id or start: the instance the provider
-        # listed for it gives both, and it is billed from its creation (else from the
-        # request: it cannot have started earlier). No instance listed: nothing to bill.
-        start = row.launched_at
-        known: dict[str, Any] = {}
-        if found is not None and row.provider_instance_id is None:
-            known["provider_instance_id"] = found.instance_id
-        if found is not None and start is None:
-            start = found.launched_at or row.requested_at
-            known["launched_at"] = start  # `spotwise report` bills ended lives from it
-        if row.id not in ends:
-            if known:
-                store.update_instance(row.id, **known)
-            continue
-        end = min(ends[row.id] or now, now)
-        extra_s = 0.0
-        if start is not None and row.end_reason != "not deleted":
-            extra_s = max((end - start) * speedup - row.market_seconds, 0.0)
-        extra_usd = extra_s * row.price_per_hour / 3600.0
-        store.update_instance(
-            row.id,
-            state="terminated",
-            end_reason="reconciled",
-            ended_at=end,
-            cost_usd=row.cost_usd + extra_usd,
-            market_seconds=row.market_seconds + extra_s,
-            **known,
-        )
-        extra_by_trial[row.trial_id] = extra_by_trial.get(row.trial_id, 0.0) + extra_usd
-    for trial_id, extra_usd in extra_by_trial.items():  # a trial's cost is its lives' sum
-        if extra_usd:
-            trial = store.get_trial(trial_id)
-            store.update_trial(trial_id, cost_usd=trial.cost_usd + extra_usd)
-    store.update_job(job.id, cost_usd=sum(r.cost_usd for r in store.list_instances(job.id)))
-    return {
-        "terminated_instances": terminated,
-        "closed_records": len(ends),
-        "records": records,
-        "open_instances": [r["instance_id"] for r in records if r["outcome"] == rec.OPEN],
-        "errors": errors,
-        "billed_to": billed_to,
-    }
-
-
-def _last_report_wall(store: Any, job_id: str) -> float | None:
-    """The wall time of the job's last recorded report (its orchestrator was alive then), or
-    None for a job without one (a life is then billed no further than its own start)."""
-    return max(
-        (o.wall_time for t in store.list_trials(job_id) for o in store.observations(t.id)),
-        default=None,
-    )
-
-
-def _released_text(job_id: str, released: dict[str, Any]) -> str:
-    """``2 tagged instance(s) terminated, 2 instance record(s) closed and billed up to now
-    (2 terminated now)``, then which instances stay open and how to retry."""
-    text = (
-        f"{len(released['terminated_instances'])} tagged instance(s) terminated, "
-        f"{released['closed_records']} instance record(s) closed and billed up to "
-        f"{released.get('billed_to', 'now')}"
-    )
-    how: dict[tuple[int, str], int] = {}
-    for r in released["records"]:
-        key = {"terminated": (0, "terminated now"), "ended": (1, "already ended")}.get(
-            r["outcome"], (2, f"not found in {r['region']}")
-        )
-        if r["outcome"] != "open":
-            how[key] = how.get(key, 0) + 1
-    if how:
-        text += f" ({', '.join(f'{n} {k}' for (_, k), n in sorted(how.items()))})"
-    why = "; ".join(dict.fromkeys(released["errors"]))
-    held = released["open_instances"]
-    if held:
-        text += (
-            f"; {len(held)} still open and may still be billed: {', '.join(held)}"
-            + (f" ({why})" if why else "")
-            + f"; run `spotwise cancel {job_id}` again to retry"
-        )
-    elif why:
-        text += f"; no record of the job was there, but {why}"
-    return text
 
 
 def orchestrator_state(job: Any) -> str:

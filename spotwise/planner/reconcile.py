@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 
 from spotwise.errors import ProviderError, SpecError
 from spotwise.planner.backend import _MIXED_LOCAL, provider_config
-from spotwise.providers.base import Provisioner
+from spotwise.providers.base import Instance, Provisioner
 from spotwise.providers.registry import ProviderConfig
 from spotwise.spec import JobSpec, ProviderSpec
 
@@ -83,6 +83,9 @@ class Reconciled:
     terminated: list[str] = field(default_factory=list)  # every id this call terminated
     records: list[Settled] = field(default_factory=list)  # one per record given
     errors: list[str] = field(default_factory=list)  # one line per failed listing/terminate
+    # every instance a listing that succeeded returned (as listed, before this call's
+    # terminates): its tags (``spotwise:launch``: the record it belongs to) and its start
+    listed: list[Instance] = field(default_factory=list)
 
     @property
     def open(self) -> list[Settled]:
@@ -151,6 +154,7 @@ def _settle(
         for h in held:
             out.records.append(Settled(h, OPEN, h.instance_id or h.launch_id, error=line(e)))
         return
+    out.listed += found
     live = [i.instance_id for i in found if i.holds_resource()]
     refused: dict[str, str] = {}
     if live:

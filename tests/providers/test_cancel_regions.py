@@ -132,7 +132,10 @@ def test_cancel_finds_instances_where_they_were_launched_not_in_todays_default_r
     ]
     assert _ec2_states() == dict.fromkeys(iids, "terminated")
     assert _rows(db, job) == {lid: ("terminated", "reconciled") for lid, _ in launched}
-    assert jobs.cancel(job, db=db)["message"] == "job already cancelled"
+    # a second cancel lists the cloud again, where the records say the job launched
+    assert jobs.cancel(job, db=db)["message"] == (
+        "job already cancelled; no instance with its tags is left (looked in us-east-1)"
+    )
 
 
 def test_a_refused_terminate_leaves_its_record_open_and_cancel_exits_1_until_it_succeeds(

@@ -1,0 +1,315 @@
+"""What `spotwise cancel` releases: the instances a job may still hold, and each one's bill.
+
+:func:`_release` settles the job's open instance records (a dead orchestrator's, or a finished
+job's whose drain could not terminate them); :func:`sweep_finished` looks, for a finished cloud
+job whose records are all closed, for an instance of the job that outlived its records. Split
+from :mod:`spotwise.jobs` so that each file stays readable.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from spotwise.errors import ProviderError
+
+
+def _release(store: Any, job: Any, orchestrator_died: bool = False) -> dict[str, Any]:
+    """Terminate what the providers still run with the job's tags, then close each instance
+    record whose instance is confirmed to hold nothing any more; a record that could not be
+    confirmed (its region could not be listed, its terminate was refused) stays open, so that
+    a later cancel retries. Local: the trial processes' pid records are reconciled and every
+    record is closed.
+
+    Each closed record is billed up to now (or up to when its provider says it ended; when
+    ``orchestrator_died``, a local job's trial processes that died with it, up to the job's
+    last report, the last time it was known alive): the
+    seconds no life's bill covered (an instance left by a dead orchestrator, or billed only up
+    to a drain that could not terminate it) at its price, in market seconds (a replay's clock
+    runs ``speedup`` times the wall clock), and the job's cost becomes the sum of its
+    instances' again. A stopped VM ('not deleted') has no compute to bill.
+
+    Returns ``terminated_instances`` (ids terminated now), ``closed_records`` (how many),
+    ``records`` (a cloud job's: each record's instance, region and outcome: ``terminated``,
+    ``ended``, ``not found`` or ``open``), ``open_instances`` (the ids still open) and
+    ``errors`` (why)."""
+    from spotwise.planner import reconcile as rec
+    from spotwise.spec import ReplaySpec, load_stored_spec
+
+    spec = load_stored_spec(job.spec_json)
+    rows = store.list_instances(job.id, active_only=True)
+    first = spec.providers[0]
+    ends: dict[str, float | None] = {}  # launch id → when it ended (None: now)
+    seen: dict[str, rec.Settled] = {}  # launch id → the instance the provider listed for it
+    records: list[dict[str, Any]] = []
+    errors: list[str] = []
+    billed_to = "now"
+    if first.name == "local":
+        # a local trial process dies with its orchestrator: after the orchestrator died, one
+        # found alive (and killed now) is billed up to now, the others up to the job's last
+        # recorded report, when it was last known alive (billing them up to the cancel, in
+        # replayed market seconds, grew the bill by the hour while nothing ran)
+        terminated = rec.reconcile(spec, job.id)
+        last = _last_report_wall(store, job.id) if orchestrator_died else None
+        for row in rows:
+            dead = orchestrator_died and row.provider_instance_id not in terminated
+            ends[row.id] = (last or row.launched_at or row.requested_at) if dead else None
+        if any(end is not None for end in ends.values()):
+            billed_to = (
+                "the job's last report" if last else "their start (no report was recorded)"
+            ) + ", as their trial processes died with the orchestrator"
+    else:
+        held = [rec.Held(r.id, r.provider, r.region, r.provider_instance_id) for r in rows]
+        res = rec.reconcile_records(spec, job.id, held)
+        terminated, errors = res.terminated, res.errors
+        for one in res.records:
+            if one.outcome != rec.OPEN:
+                ends[one.held.launch_id] = one.ended_at
+            if one.found:
+                seen[one.held.launch_id] = one
+            records.append(
+                {
+                    "launch_id": one.held.launch_id,
+                    "instance_id": one.instance_id,
+                    "region": one.held.region,
+                    "outcome": one.outcome,
+                    **({"error": one.error} if one.error else {}),
+                }
+            )
+    now = time.time()
+    speedup = (first.replay or ReplaySpec()).speedup if first.name == "local" else 1.0
+    extra_by_trial: dict[str, float] = {}  # what the lives ran after the job's own bill
+    for row in rows:
+        found = seen.get(row.id)
+        # a launch that never answered (its orchestrator died mid-launch, or its failure could
+        # not be confirmed clean) has no instance id or start: the instance the provider
+        # listed for it gives both, and it is billed from its creation (else from the
+        # request: it cannot have started earlier). No instance listed: nothing to bill.
+        start = row.launched_at
+        known: dict[str, Any] = {}
+        if found is not None and row.provider_instance_id is None:
+            known["provider_instance_id"] = found.instance_id
+        if found is not None and start is None:
+            start = found.launched_at or row.requested_at
+            known["launched_at"] = start  # `spotwise report` bills ended lives from it
+        if row.id not in ends:
+            if known:
+                store.update_instance(row.id, **known)
+            continue
+        end = min(ends[row.id] or now, now)
+        extra_s = 0.0
+        if start is not None and row.end_reason != "not deleted":
+            extra_s = max((end - start) * speedup - row.market_seconds, 0.0)
+        extra_usd = extra_s * row.price_per_hour / 3600.0
+        store.update_instance(
+            row.id,
+            state="terminated",
+            end_reason="reconciled",
+            ended_at=end,
+            cost_usd=row.cost_usd + extra_usd,
+            market_seconds=row.market_seconds + extra_s,
+            **known,
+        )
+        extra_by_trial[row.trial_id] = extra_by_trial.get(row.trial_id, 0.0) + extra_usd
+    for trial_id, extra_usd in extra_by_trial.items():  # a trial's cost is its lives' sum
+        if extra_usd:
+            trial = store.get_trial(trial_id)
+            store.update_trial(trial_id, cost_usd=trial.cost_usd + extra_usd)
+    store.update_job(job.id, cost_usd=sum(r.cost_usd for r in store.list_instances(job.id)))
+    return {
+        "terminated_instances": terminated,
+        "closed_records": len(ends),
+        "records": records,
+        "open_instances": [r["instance_id"] for r in records if r["outcome"] == rec.OPEN],
+        "errors": errors,
+        "billed_to": billed_to,
+    }
+
+
+def _last_report_wall(store: Any, job_id: str) -> float | None:
+    """The wall time of the job's last recorded report (its orchestrator was alive then), or
+    None for a job without one (a life is then billed no further than its own start)."""
+    return max(
+        (o.wall_time for t in store.list_trials(job_id) for o in store.observations(t.id)),
+        default=None,
+    )
+
+
+def _released_text(job_id: str, released: dict[str, Any]) -> str:
+    """``2 tagged instance(s) terminated, 2 instance record(s) closed and billed up to now
+    (2 terminated now)``, then which instances stay open and how to retry."""
+    text = (
+        f"{len(released['terminated_instances'])} tagged instance(s) terminated, "
+        f"{released['closed_records']} instance record(s) closed and billed up to "
+        f"{released.get('billed_to', 'now')}"
+    )
+    how: dict[tuple[int, str], int] = {}
+    for r in released["records"]:
+        key = {"terminated": (0, "terminated now"), "ended": (1, "already ended")}.get(
+            r["outcome"], (2, f"not found in {r['region']}")
+        )
+        if r["outcome"] != "open":
+            how[key] = how.get(key, 0) + 1
+    if how:
+        text += f" ({', '.join(f'{n} {k}' for (_, k), n in sorted(how.items()))})"
+    why = "; ".join(dict.fromkeys(released["errors"]))
+    held = released["open_instances"]
+    if held:
+        text += (
+            f"; {len(held)} still open and may still be billed: {', '.join(held)}"
+            + (f" ({why})" if why else "")
+            + f"; run `spotwise cancel {job_id}` again to retry"
+        )
+    elif why:
+        text += f"; no record of the job was there, but {why}"
+    return text
+
+
+def sweep_finished(store: Any, job: Any, state: str) -> dict[str, Any]:
+    """`spotwise cancel` of a finished job whose store holds no open instance record. An
+    instance can outlive its records (a create the cloud took although its call failed, then
+    "confirmed" clean by a listing that did not show it yet; a stray the drain's last listing
+    could not see): on a cloud, every instance carrying the job's tags is listed, in the spec's
+    regions and in every region one of the job's records names, and each that still holds a
+    resource is terminated (only instances with our tags are ever listed, so only those can be
+    terminated). Each is billed as the drain's sweep bills a stray: from its start (the
+    provider's launch time) to now (a stopped one: to when it stopped), at its record's price,
+    to the record its ``spotwise:launch`` tag names, that record's trial and the job; the
+    seconds its record already billed are not billed twice. One whose launch tag names no
+    record of the job is terminated and reported, never billed to an invented record.
+
+    Returns ``message``, ``terminated_instances``, ``found_instances`` (what was found and done
+    with each) and ``looked_in``; a local job: today's ``message`` only, nothing listed. A
+    listing or a terminate that failed raises :class:`ProviderError` (after billing what was
+    terminated): something may still be billed."""
+    from spotwise.planner import reconcile as rec
+    from spotwise.providers.base import TAG_LAUNCH
+    from spotwise.spec import load_stored_spec
+
+    spec = load_stored_spec(job.spec_json)
+    if spec.providers[0].name == "local":
+        return {"message": f"job already {state}"}
+    rows = {r.id: r for r in store.list_instances(job.id)}
+    named = {q.name for q in spec.providers}
+    # every record, the closed ones too: a launch is recorded with its region before the cloud
+    # call, so their regions are everywhere the job can have started something
+    held = [
+        rec.Held(r.id, r.provider, r.region, r.provider_instance_id)
+        for r in rows.values()
+        if r.provider in named
+    ]
+    res = rec.reconcile_records(spec, job.id, held)
+    now = time.time()
+    found: list[dict[str, Any]] = []
+    billed_trials: dict[str, float] = {}
+    for inst in {i.instance_id: i for i in res.listed if i.holds_resource()}.values():
+        launch = inst.tags.get(TAG_LAUNCH, "")
+        one: dict[str, Any] = {
+            "instance_id": inst.instance_id,
+            "region": inst.offer.region,
+            "launch_id": launch or None,
+            "trial": None,
+            "outcome": "terminated" if inst.instance_id in res.terminated else "open",
+            "billed_usd": 0.0,
+        }
+        row = rows.get(launch)
+        if row is not None and one["outcome"] == "terminated":
+            usd = _bill_outlived(store, row, inst, now)
+            one.update(trial=row.trial_id, billed_usd=usd)
+            billed_trials[row.trial_id] = billed_trials.get(row.trial_id, 0.0) + usd
+        elif row is not None:
+            one["trial"] = row.trial_id
+        found.append(one)
+    for trial_id, usd in billed_trials.items():  # a trial's cost is its lives' sum
+        if usd:
+            trial = store.get_trial(trial_id)
+            store.update_trial(trial_id, cost_usd=trial.cost_usd + usd)
+    if billed_trials:  # the job's cost is its instance records' sum
+        store.update_job(job.id, cost_usd=sum(r.cost_usd for r in store.list_instances(job.id)))
+    where = _looked_in(spec, held)
+    text = f"job already {state}; " + _found_text(found, where)
+    if res.errors:  # never "nothing is left" when a region could not be listed
+        why = "; ".join(dict.fromkeys(res.errors))
+        done = _found_text(found, where) + "; " if found else ""
+        raise ProviderError(
+            f"job already {state}; {done}could not make sure that no instance with its tags "
+            f"is left (it may still be billed): {why}",
+            hint=f"run `spotwise cancel {job.id}` again to retry",
+        )
+    return {
+        "terminated_instances": [f["instance_id"] for f in found if f["outcome"] == "terminated"],
+        "found_instances": found,
+        "looked_in": where,
+        "message": text,
+    }
+
+
+def _bill_outlived(store: Any, row: Any, inst: Any, now: float) -> float:
+    """Bill an instance found after its record ``row`` was closed, terminated now, to that
+    record: from its start to now (one stopped: to when it stopped), at the record's price.
+    The record's own instance has had part of that billed already (its ``market_seconds``);
+    another instance of the same launch (a retried create) none of it. No start known:
+    nothing to bill. Returns the dollars added."""
+    row = store.get_instance(row.id)  # as billed so far (a launch may have left two)
+    own = row.provider_instance_id == inst.instance_id
+    start = (row.launched_at if own else None) or inst.launched_at or None
+    end = now
+    if inst.state.is_terminal() and inst.ended_at is not None:
+        end = min(inst.ended_at, now)
+    before = row.market_seconds if own else 0.0
+    extra_s = max(end - start - before, 0.0) if start is not None else 0.0
+    usd = extra_s * row.price_per_hour / 3600.0
+    known = {} if row.provider_instance_id else {"provider_instance_id": inst.instance_id}
+    store.update_instance(
+        row.id,
+        cost_usd=row.cost_usd + usd,
+        market_seconds=row.market_seconds + extra_s,
+        # the record's bill runs to here now: `spotwise report` counts it in today's window
+        ended_at=max(row.ended_at or end, end),
+        **({"launched_at": start} if row.launched_at is None and start else {}),
+        **known,
+    )
+    return usd
+
+
+def _found_text(found: list[dict[str, Any]], where: list[str]) -> str:
+    """``found 1 instance still running with its tags: i-1 terminated, billed $0.1234 to
+    trial T``, or ``no instance with its tags is left (looked in us-east-1)``."""
+    if not found:
+        return f"no instance with its tags is left (looked in {', '.join(where)})"
+    parts = []
+    for f in found:
+        if f["outcome"] != "terminated":
+            parts.append(f"{f['instance_id']} could not be terminated")
+        elif f["trial"] is None:
+            parts.append(
+                f"{f['instance_id']} terminated (its launch tag "
+                f"{f['launch_id'] or '(none)'} names no record of this job: not billed)"
+            )
+        else:
+            parts.append(
+                f"{f['instance_id']} terminated, billed ${f['billed_usd']:.4f} to trial "
+                f"{f['trial']} (launch {f['launch_id']})"
+            )
+    n = len(found)
+    return f"found {n} instance{'s' if n > 1 else ''} still running with its tags: " + "; ".join(
+        parts
+    )
+
+
+def _looked_in(spec: Any, held: list[Any]) -> list[str]:
+    """Where :func:`~spotwise.planner.reconcile.reconcile_records` lists each provider: AWS
+    in each region (the spec's and the records'; none: the default region), GCP the whole
+    project, Azure the resource group."""
+    out: list[str] = []
+    for q in spec.providers:
+        if q.name == "aws":
+            regions = set(q.regions) | {h.region for h in held if h.provider == "aws" and h.region}
+            out += sorted(regions) or ["the AWS default region"]
+        elif q.name == "gcp":
+            out.append("every zone of the GCP project")
+        elif q.name == "azure":
+            out.append("the Azure resource group")
+        else:
+            out.append(q.name)
+    return out
