@@ -17,13 +17,19 @@ launch also ``resource_group``, ``subnet_id`` (a subnet resource id), ``image`` 
 ``public_ip`` (``false``), ``prices_source`` (``live``: Retail Prices API, or ``catalog``),
 ``prices`` (a catalog CSV), ``offline`` (``true``: the catalog without ARM calls),
 ``retail_prices_url`` (the Retail Prices API's address, for a fake server), ``base_url`` (an
-ARM endpoint for a fake server), ``polling_interval`` (seconds between LRO polls, ``5``); for
-the trial channel (see
+ARM endpoint for a fake server), ``polling_interval`` (seconds between LRO polls, ``5``),
+``api_deadline_s`` (``60``: how long one ARM call may take, its retries included; see
+:func:`client_bounds`); for the trial channel (see
 :mod:`spotwise.providers.channel`): ``artifacts`` (``az://account/container/prefix`` or a shared
 ``file:///path``; default: the trial's checkpoint location, which must then be one of those),
 ``poll_s`` (seconds between reads of the API and of each trial's files, default
 ``$SPOTWISE_AZURE_POLL_S`` or 2), ``agent_poll_s`` (the VM agent's), ``workdir`` (the trial's
 folder on the VM).
+
+ARM calls are bounded (:func:`client_bounds`): azure-core's default retry policy would let one
+call block for about 20 minutes when ARM stops answering (4 tries of 300 s each), or 3 times a
+``Retry-After`` of any length; spotwise gives up after about ``api_deadline_s`` instead, with a
+TransientError (or ThrottledError) naming the action.
 """
 
 from __future__ import annotations
@@ -53,6 +59,7 @@ if TYPE_CHECKING:
     pass
 
 NAME = "azure"
+DEFAULT_API_DEADLINE_S = 60.0
 ARM_SCOPE = "https://management.azure.com/.default"
 _CAPACITY = {
     "SkuNotAvailable",
@@ -97,7 +104,42 @@ def settings_from(config: ProviderConfig) -> AzureSettings:
     )
 
 
+def api_deadline_s(settings: AzureSettings) -> float:
+    """Option ``api_deadline_s``: the most seconds one ARM call may take, retries included."""
+    return settings.seconds("api_deadline_s", DEFAULT_API_DEADLINE_S)
+
+
 # ---- SDK access ----------------------------------------------------------------------------
+def client_bounds(deadline_s: float) -> dict[str, Any]:
+    """Keyword arguments for a management client that bound each call to about ``deadline_s``.
+
+    azure-core's defaults (azure/core/pipeline/policies/_retry.py, RetryPolicyBase.__init__:
+    3 retries per kind, backoff 0.8 s doubling up to 120 s, no overall timeout to speak of;
+    azure/core/configuration.py: 300 s to connect and 300 s per read) keep retrying what they
+    retry today (408/429/500/502/503/504, connection failures), but: the retries stop once
+    ``deadline_s`` has passed since the call began (azure-core then raises
+    ServiceResponseTimeoutError), each request may take half of it to connect and as long per
+    read, a backoff sleep at most a quarter, and an answer whose ``Retry-After`` asks for more
+    than a quarter is not retried: it is the call's answer (a 429 → ThrottledError, and
+    spotwise waits)."""
+    from azure.core.pipeline.policies import RetryPolicy
+
+    cap = deadline_s / 4
+
+    class BoundedRetryPolicy(RetryPolicy):
+        def is_retry(self, settings: dict[str, Any], response: Any) -> bool:
+            if not super().is_retry(settings, response):
+                return False
+            after = self.get_retry_after(response)
+            return after is None or after <= cap
+
+    return {
+        "retry_policy": BoundedRetryPolicy(timeout=deadline_s, retry_backoff_max=cap),
+        "connection_timeout": deadline_s / 2,
+        "read_timeout": deadline_s / 2,
+    }
+
+
 def _unavailable(what: str) -> ProviderUnavailable:
     return ProviderUnavailable(f"azure: {what} is not installed", hint=INSTALL_HINT[NAME])
 
@@ -108,7 +150,7 @@ def compute_client(credential: Any, settings: AzureSettings) -> Any:
         from azure.mgmt.compute import ComputeManagementClient
     except ImportError:
         raise _unavailable("azure-mgmt-compute") from None
-    kwargs: dict[str, Any] = {}
+    kwargs = client_bounds(api_deadline_s(settings))
     if settings.opt("base_url"):
         kwargs["base_url"] = settings.opt("base_url")
     return ComputeManagementClient(credential, settings.subscription_id, **kwargs)

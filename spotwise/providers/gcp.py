@@ -14,12 +14,19 @@ needed to launch), ``network`` (default ``global/networks/default``), ``subnetwo
 ``external_ip`` (``true``), ``service_account`` (``default``), ``disk_size_gb`` (``50``),
 ``termination_action`` (``DELETE`` or ``STOP``), ``prices`` (a price CSV, default the shipped
 one), ``offline`` (``true``: hardware from the price CSV, no API calls), ``api_endpoint`` (a
-fake server), ``operation_timeout_s`` (``600``); for the trial channel (see
+fake server), ``operation_timeout_s`` (``600``), ``api_deadline_s`` (``60``: how long one API
+call may take, its retries included; see :func:`~spotwise.providers.gcp_errors.call_bounds`);
+for the trial channel (see
 :mod:`spotwise.providers.channel`): ``artifacts`` (``gs://bucket/prefix`` or a shared
 ``file:///path``; default: the trial's checkpoint location, which must then be one of those),
 ``poll_s`` (seconds between reads of the API and of each trial's files, default
 ``$SPOTWISE_GCP_POLL_S`` or 2), ``agent_poll_s`` (the instance agent's), ``workdir`` (the
 trial's folder on the instance).
+
+Every API call passes its own ``retry`` and ``timeout``
+(:func:`~spotwise.providers.gcp_errors.call_bounds`), so that in an outage it gives up after
+``api_deadline_s`` with a TransientError naming the action, instead of holding the orchestrator
+for the client's default 600 s.
 
 Prices: :mod:`spotwise.providers.gcp_prices` (a dated catalog that can be refreshed; GCP has no
 spot price history API, so ``GcpCatalog.price_history`` returns the catalog's dated point).
@@ -27,7 +34,6 @@ spot price history API, so ``GcpCatalog.price_history`` returns the catalog's da
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import os
 import re
@@ -38,20 +44,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from spotwise.errors import (
-    ProviderError,
     ProviderUnavailable,
-    QuotaError,
     SpecError,
-    ThrottledError,
-    TransientError,
 )
 from spotwise.providers.base import TAG_MANAGED, Market
+from spotwise.providers.gcp_errors import call_bounds
 from spotwise.providers.registry import INSTALL_HINT, CheckResult, OptionsMixin, ProviderConfig
 
 if TYPE_CHECKING:
     pass
 
 NAME = "gcp"
+DEFAULT_API_DEADLINE_S = 60.0
 SCOPES = ("https://www.googleapis.com/auth/cloud-platform",)
 LABEL_PREFIX = "spotwise-"
 _LABEL_OK = re.compile(r"[^a-z0-9_-]")
@@ -95,6 +99,11 @@ def settings_from(config: ProviderConfig, *, project: str | None = None) -> GcpS
     )
 
 
+def api_deadline_s(settings: GcpSettings) -> float:
+    """Option ``api_deadline_s``: the most seconds one API call may take, retries included."""
+    return settings.seconds("api_deadline_s", DEFAULT_API_DEADLINE_S)
+
+
 # ---- SDK access ----------------------------------------------------------------------------
 def compute_v1() -> Any:
     """The ``google.cloud.compute_v1`` module, or ProviderUnavailable with the install hint."""
@@ -130,10 +139,24 @@ def default_credentials() -> tuple[Any, str | None]:
 class GcpClients:
     """Lazily built compute_v1 clients sharing one credentials object and endpoint."""
 
-    def __init__(self, credentials: Any, api_endpoint: str = "") -> None:
+    def __init__(
+        self,
+        credentials: Any,
+        api_endpoint: str = "",
+        api_deadline_s: float = DEFAULT_API_DEADLINE_S,
+    ) -> None:
         self._credentials = credentials
         self._api_endpoint = api_endpoint
+        self.api_deadline_s = api_deadline_s
         self._cache: dict[str, Any] = {}
+        self._bounds: dict[str, Any] | None = None
+
+    @property
+    def bounds(self) -> dict[str, Any]:
+        """``retry=`` and ``timeout=`` for every call (:func:`call_bounds`)."""
+        if self._bounds is None:
+            self._bounds = call_bounds(self.api_deadline_s)
+        return self._bounds
 
     def get(self, name: str) -> Any:
         if name not in self._cache:
@@ -148,162 +171,6 @@ class GcpClients:
 
     def __repr__(self) -> str:  # never show the credentials
         return f"GcpClients(api_endpoint={self._api_endpoint!r})"
-
-
-CREDENTIALS_HINT = (
-    "run `gcloud auth application-default login` (or set GOOGLE_APPLICATION_CREDENTIALS to a "
-    "service-account key file)"
-)
-THROTTLED_HINT = "nothing to fix: spotwise backs off and retries the call later"
-TRANSIENT_HINT = (
-    "nothing to fix if it passes: spotwise pauses the provider and tries again; if it lasts, "
-    "see https://status.cloud.google.com"
-)
-_TRANSIENT_STATUS = frozenset({500, 502, 503, 504})  # 501 (not implemented) does not pass
-_TRANSIENT_REASONS = frozenset({"backendError", "internalError"})
-_HOST = re.compile(r"host='([^']+)'")
-_THROTTLED = frozenset({
-    "rateLimitExceeded", "userRateLimitExceeded", "RATE_LIMIT_EXCEEDED",
-    "RESOURCE_OPERATION_RATE_EXCEEDED", "OPERATION_RATE_EXCEEDED",
-})  # fmt: skip
-_QUOTA_REASONS = frozenset({"quotaExceeded", "QUOTA_EXCEEDED"})
-_QUOTA_TEXT = re.compile(
-    r"Quota '([A-Za-z0-9_-]+)' exceeded\.?(?:\s+Limit:\s*([0-9.]+))?"
-    r"(?:\s+(?:in region ([a-z0-9-]+)|(globally)))?"
-)
-_REQUEST = re.compile(r"^[A-Z]+ https?://\S+: ")  # api_core's "POST <url>: " before the text
-_OAUTH_CODE = re.compile(r"\b(invalid_grant|invalid_client|invalid_scope|unauthorized_client)\b")
-
-
-def throttled(prefix: str, why: str) -> ThrottledError:
-    """The Compute Engine API refused a call for its request rate: nothing was done."""
-    return ThrottledError(
-        f"{prefix}: the Compute Engine API is throttling requests ({why})", hint=THROTTLED_HINT
-    )
-
-
-def transient(prefix: str, why: str) -> TransientError:
-    """A failure of the Compute Engine API that passes (a 5xx, a timeout, a dropped
-    connection): the same call later succeeds."""
-    return TransientError(
-        f"{prefix}: a passing failure of the Compute Engine API ({why})", hint=TRANSIENT_HINT
-    )
-
-
-def _connection_failure(e: BaseException) -> str:
-    """How the request failed to reach Google or to get its answer ("timed out talking to
-    compute.googleapis.com"); "" when ``e`` is no such failure."""
-    kinds: tuple[type[BaseException], ...] = (ConnectionError, TimeoutError)
-    with contextlib.suppress(ImportError):
-        from google.auth.exceptions import TransportError
-        from requests.exceptions import ConnectionError as RequestsConnectionError
-        from requests.exceptions import Timeout
-
-        kinds = (*kinds, TransportError, RequestsConnectionError, Timeout)
-    if not isinstance(e, kinds):
-        return ""
-    timeout = isinstance(e, TimeoutError) or type(e).__name__.endswith("Timeout")
-    host = _HOST.search(str(e))
-    kind = "timed out" if timeout else "could not connect"
-    return f"{kind} talking to {host.group(1)}" if host else kind
-
-
-def quota_error(
-    prefix: str, text: str, *, metric: str = "", region: str = "", limit: str = ""
-) -> QuotaError:
-    """A quota refusal naming the metric and region when ``text`` (else the caller) has them."""
-    m = _QUOTA_TEXT.search(text)
-    if m:
-        metric, limit = m.group(1), m.group(2) or limit
-        region = m.group(3) or ("global" if m.group(4) else region)
-    if re.fullmatch(r"[0-9]+(\.[0-9]+)?", limit):
-        limit = f"{float(limit):g}"
-    where = {"": "", "global": " globally"}.get(region, f" in {region}")
-    if metric:
-        what = f"quota {metric} exceeded{where}" + (f" (limit {limit})" if limit else "")
-    else:
-        what = f"quota exceeded{where}: {text}"
-    target = (f" for {metric}" if metric else "") + ("" if region == "global" else where)
-    other = "" if region == "global" else ", or choose another region"
-    return QuotaError(
-        f"{prefix}: {what}",
-        hint=f"request a quota increase{target} (console: IAM & Admin > Quotas){other}",
-    )
-
-
-def _reasons(e: Exception) -> set[str]:
-    """The error reasons of a GoogleAPICallError (``errors[].reason`` and ErrorInfo's)."""
-    out = {
-        str(x.get("reason") or "") for x in getattr(e, "errors", None) or () if isinstance(x, dict)
-    }
-    out.add(str(getattr(e, "reason", None) or ""))
-    return out - {""}
-
-
-def _is_refresh_error(e: Exception) -> bool:
-    try:
-        from google.auth.exceptions import RefreshError
-    except ImportError:
-        return False
-    return isinstance(e, RefreshError)
-
-
-def api_error(prefix: str, e: Exception) -> ProviderError:
-    """A GoogleAPICallError (or a credentials failure) as a one-line ProviderError: throttling
-    → ThrottledError, a 500/502/503/504 or a timeout or dropped connection → TransientError,
-    quota → the quota to raise, credentials → how to renew them, 403 → the role to grant.
-    Never the request's headers or a token."""
-    if _is_refresh_error(e):
-        oauth = _OAUTH_CODE.search(str(e))
-        why = f" ({oauth.group(1)})" if oauth else ""
-        return ProviderUnavailable(
-            f"{prefix}: the Google credentials could not be refreshed{why}", hint=CREDENTIALS_HINT
-        )
-    cause = getattr(e, "cause", None)  # api_core's RetryError: the last attempt's error
-    if isinstance(cause, Exception) and cause is not e and getattr(e, "code", None) is None:
-        mapped = api_error(prefix, cause)
-        if isinstance(mapped, TransientError):
-            return mapped
-    connection = _connection_failure(e)
-    if connection:
-        return transient(prefix, connection)
-    code = getattr(e, "code", None)
-    code = code if isinstance(code, int) else None
-    msg = " ".join(_REQUEST.sub("", str(getattr(e, "message", None) or "")).split())
-    msg = msg or type(e).__name__
-    reasons = _reasons(e)
-    throttle = sorted(reasons & _THROTTLED)
-    if code == 429 or throttle:
-        return throttled(prefix, " ".join([str(code or ""), *throttle[:1]]).strip())
-    if reasons & _QUOTA_REASONS or (code == 403 and _QUOTA_TEXT.search(msg)):
-        return quota_error(prefix, msg)
-    if code in _TRANSIENT_STATUS or reasons & _TRANSIENT_REASONS:
-        return transient(prefix, f"{code} {msg}" if code else msg)
-    if code == 401:
-        return ProviderUnavailable(
-            f"{prefix}: the credentials were rejected (401): {msg}", hint=CREDENTIALS_HINT
-        )
-    if code == 403:
-        return ProviderUnavailable(
-            f"{prefix}: permission denied (403): {msg}",
-            hint="check the account in `gcloud auth application-default print-access-token` "
-            "has roles/compute.instanceAdmin.v1 on the project",
-        )
-    return ProviderError(f"{prefix}: {code} {msg}" if code else f"{prefix}: {msg}")
-
-
-def operation_error(prefix: str, errors: list[Any]) -> ProviderError | None:
-    """Throttling or quota among a zone operation's ``error.errors`` (else None)."""
-    for x in errors:
-        if x.code in _THROTTLED:
-            return throttled(prefix, x.code)
-    for x in errors:
-        if x.code in _QUOTA_REASONS:
-            info = next((d.quota_info for d in x.error_details if d.quota_info), None)
-            metric = info.metric_name.rsplit("/", 1)[-1].upper() if info else ""
-            region = dict(info.dimensions).get("region", "") if info else ""
-            return quota_error(prefix, " ".join(x.message.split()), metric=metric, region=region)
-    return None
 
 
 # ---- labels <-> tags -----------------------------------------------------------------------
@@ -370,7 +237,8 @@ def _resolve(
     settings = settings_from(config, project=project or ("offline" if offline else None))
     if offline:
         return settings, None
-    return settings, GcpClients(credentials, settings.opt("api_endpoint"))
+    deadline = api_deadline_s(settings)
+    return settings, GcpClients(credentials, settings.opt("api_endpoint"), deadline)
 
 
 def open_catalog(config: ProviderConfig, *, credentials: Any | None = None) -> Any:

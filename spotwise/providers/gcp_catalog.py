@@ -18,7 +18,8 @@ from typing import Any
 
 from spotwise.errors import NotFoundError, ProviderError, SpecError, did_you_mean
 from spotwise.providers.base import InstanceType, Market, Offer, PricePoint
-from spotwise.providers.gcp import NAME, GcpClients, GcpSettings, api_error, zone_region
+from spotwise.providers.gcp import NAME, GcpClients, GcpSettings, zone_region
+from spotwise.providers.gcp_errors import api_error
 from spotwise.providers.gcp_prices import PriceTable
 
 _MACHINE_TYPE = re.compile(r"^[a-z][a-z0-9-]{0,62}$")
@@ -135,7 +136,9 @@ class GcpCatalog:
             if names:
                 request["filter"] = " OR ".join(f'(name = "{n}")' for n in names)
             try:
-                pager = self.clients.get("MachineTypesClient").aggregated_list(request=request)
+                pager = self.clients.get("MachineTypesClient").aggregated_list(
+                    request=request, **self.clients.bounds
+                )
                 pairs: list[tuple[str, Any]] = []
                 for scope, scoped in pager:
                     zone = scope.split("/", 1)[-1]

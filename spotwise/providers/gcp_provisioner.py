@@ -30,6 +30,12 @@
 Reads (the listing, the preemption scan, each trial's files) happen at most once per
 ``poll_s`` (option, default ``$SPOTWISE_GCP_POLL_S`` or 2 s), so a fast orchestrator loop
 cannot flood the APIs; our own launches and deletions refresh the listing at once.
+
+Every call is bounded by ``api_deadline_s`` (:func:`spotwise.providers.gcp_errors.call_bounds`; the
+``requestId`` makes the insert's retries safe). A ``delete`` fails at once instead of retrying:
+its caller (the orchestrator, ``spotwise cancel``) deletes again. A ``wait`` on an operation
+(the server may hold it 2 minutes) unanswered within the per-request timeout is followed by a
+``get`` of the operation: an answer means the operation is only slow.
 """
 
 from __future__ import annotations
@@ -54,14 +60,12 @@ from spotwise.providers.base import (
 )
 from spotwise.providers.billing import rule_for
 from spotwise.providers.channel import artifacts_uri, attempt_of
-from spotwise.providers.gcp import (
-    NAME,
-    GcpClients,
-    GcpSettings,
+from spotwise.providers.gcp import NAME, GcpClients, GcpSettings, label_filter, label_key
+from spotwise.providers.gcp_errors import (
+    CAPACITY_CODES,
     api_error,
-    label_filter,
-    label_key,
     operation_error,
+    read_timed_out,
 )
 from spotwise.providers.gcp_instances import read_instance, rfc3339_ts
 from spotwise.providers.gcp_launch import (
@@ -74,9 +78,7 @@ from spotwise.providers.gcp_launch import (
 from spotwise.providers.gcp_prices import PriceTable
 from spotwise.providers.trialfiles import Tracks
 
-_CAPACITY = (
-    "ZONE_RESOURCE_POOL_EXHAUSTED", "RESOURCE_POOL_EXHAUSTED", "STOCKOUT", "RESOURCE_NOT_AVAILABLE",
-)  # fmt: skip
+_CAPACITY = CAPACITY_CODES
 _ID = re.compile(r"^([a-z]+-[a-z]+\d+-[a-z])/([a-z][-a-z0-9]{0,62})$")
 
 
@@ -132,7 +134,8 @@ class GcpProvisioner:
                     "zone": offer.zone,
                     "instance_resource": instance_body(self.settings, name, request, artifacts),
                     "request_id": request_id(request.client_token),
-                }
+                },
+                **self.clients.bounds,
             )
             self._wait(offer.zone, op.name, what=f"launching {offer.instance_type} in {offer.zone}")
         except ProviderError:
@@ -149,8 +152,8 @@ class GcpProvisioner:
         return inst
 
     def _launch_error(self, e: Exception, offer: Offer) -> ProviderError:
-        text = f"{getattr(e, 'message', '')} {e}"
-        if any(c in text for c in _CAPACITY) or getattr(e, "code", None) == 503:
+        text = f"{getattr(e, 'message', '')} {e}"  # a 503 naming none was retried: passing
+        if any(c in text for c in _CAPACITY):
             return CapacityError(
                 f"gcp: no {offer.market.value} capacity for {offer.instance_type} in {offer.zone}"
             )
@@ -159,8 +162,14 @@ class GcpProvisioner:
     def _wait(self, zone: str, op_name: str, *, what: str) -> None:
         ops = self.clients.get("ZoneOperationsClient")
         deadline = self.clock() + float(self.settings.opt("operation_timeout_s", "600"))
+        where = {"project": self.settings.project, "zone": zone, "operation": op_name}
         while True:
-            op = ops.wait(project=self.settings.project, zone=zone, operation=op_name)
+            try:
+                op = ops.wait(**where, **self.clients.bounds)
+            except Exception as e:
+                if not read_timed_out(e):
+                    raise
+                op = ops.get(**where, **self.clients.bounds)  # the API answers: a slow operation
             if getattr(op.status, "name", str(op.status)) == "DONE":
                 break
             if self.clock() > deadline:
@@ -182,7 +191,7 @@ class GcpProvisioner:
     def _get(self, zone: str, name: str) -> Instance | None:
         try:
             raw = self.clients.get("InstancesClient").get(
-                project=self.settings.project, zone=zone, instance=name
+                project=self.settings.project, zone=zone, instance=name, **self.clients.bounds
             )
         except Exception as e:
             if getattr(e, "code", None) == 404:
@@ -193,7 +202,8 @@ class GcpProvisioner:
     def _list(self, tags: Mapping[str, str]) -> dict[str, Instance]:
         try:
             pager = self.clients.get("InstancesClient").aggregated_list(
-                request={"project": self.settings.project, "filter": label_filter(tags)}
+                request={"project": self.settings.project, "filter": label_filter(tags)},
+                **self.clients.bounds,
             )
             raws = [i for _, scoped in pager for i in scoped.instances]
         except Exception as e:
@@ -292,7 +302,9 @@ class GcpProvisioner:
                         "zone": zone,
                         "instance": name,
                         "request_id": request_id(iid, "delete"),
-                    }
+                    },
+                    retry=None,  # fails at once; the caller deletes again (module docstring)
+                    timeout=self.clients.bounds["timeout"],
                 )
             except Exception as e:
                 if getattr(e, "code", None) != 404:
@@ -312,7 +324,8 @@ class GcpProvisioner:
                 request={
                     "project": self.settings.project,
                     "filter": 'operationType = "compute.instances.preempted"',
-                }
+                },
+                **self.clients.bounds,
             )
             ops = [op for _, scoped in pager for op in scoped.operations]
         except Exception as e:
@@ -362,7 +375,8 @@ class GcpProvisioner:
                     "zone": zone,
                     "instance": name,
                     "query_path": f"{GUEST_NAMESPACE}/",
-                }
+                },
+                **self.clients.bounds,
             )
         except Exception as e:
             if getattr(e, "code", None) in (400, 404):  # none written yet / attributes disabled

@@ -60,6 +60,17 @@ class OptionsMixin:
             )
         return value
 
+    def seconds(self, key: str, default: float) -> float:
+        """Option ``key`` as a number of seconds > 0 (finite), else ``default``."""
+        raw = self.opt(key, str(default))
+        try:
+            value = float(raw)
+        except ValueError:
+            value = 0.0
+        if not 0 < value < float("inf"):
+            raise SpecError(f"providers[].options.{key}: {raw!r} is not a number > 0")
+        return value
+
 
 @dataclass(frozen=True)
 class CheckResult:
@@ -183,6 +194,7 @@ PROVIDER_OPTIONS: dict[str, dict[str, OptionSpec]] = {
         "offline": _BOOL,
         "api_endpoint": _TEXT,
         "operation_timeout_s": OptionSpec("number", minimum=0, exclusive=True),
+        "api_deadline_s": OptionSpec("number", minimum=0, exclusive=True),
     },
     "azure": {
         **_CHANNEL,
@@ -205,6 +217,7 @@ PROVIDER_OPTIONS: dict[str, dict[str, OptionSpec]] = {
         "retail_prices_url": _TEXT,
         "base_url": _TEXT,
         "polling_interval": OptionSpec("number", minimum=0),
+        "api_deadline_s": OptionSpec("number", minimum=0, exclusive=True),
         "offline": _BOOL,
     },
 }

@@ -172,7 +172,8 @@ def test_a_certificate_failure_is_not_taken_for_a_passing_one() -> None:
 class FlakyGCE(fake_gce.FakeGCE):
     """The fake, with failures queued for ``list``, ``get`` and ``delete``: an HTTP error
     (status, reason, message) or an exception raised in place of an answer. (The client
-    retries a 503 of ``list`` and ``get`` itself, for up to 600 s; ``delete`` it does not.)"""
+    retries a 503 of ``list`` and ``get`` itself, until ``api_deadline_s``; ``delete`` it does
+    not.)"""
 
     failures: dict[str, list[tuple[int, str, str] | Exception]] = field(default_factory=dict)
 
@@ -233,14 +234,14 @@ def test_a_gcp_server_error_is_a_transient_error(
 
 
 def test_a_gcp_503_the_client_gave_up_retrying_is_a_transient_error() -> None:
-    """``list`` and ``get`` retry a 503 for up to 600 s; then api_core raises a RetryError
+    """``list`` and ``get`` retry a 503 until ``api_deadline_s``; then api_core raises a RetryError
     whose cause is the last 503."""
     from google.api_core.exceptions import RetryError, ServiceUnavailable
 
-    from spotwise.providers import gcp
+    from spotwise.providers import gcp_errors
 
     last = ServiceUnavailable("GET https://compute.googleapis.com/x: Backend Error")
-    err = gcp.api_error("gcp: listing instances failed", RetryError("Timeout of 600s", last))
+    err = gcp_errors.api_error("gcp: listing instances failed", RetryError("Timeout of 600s", last))
     assert type(err) is TransientError
     assert err.message == (
         "gcp: listing instances failed: a passing failure of the Compute Engine API "

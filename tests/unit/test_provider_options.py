@@ -167,7 +167,7 @@ def test_tune_exits_2_with_one_line_and_writes_nothing(tmp_path: Path) -> None:
 # ---- the declaration matches the code -----------------------------------------------------------
 # every way the providers' code reads an option by name
 _READS = (
-    re.compile(r"""\b(?:opt|require)\(\s*["'](\w+)["']"""),
+    re.compile(r"""\b(?:opt|require|seconds)\(\s*["'](\w+)["']"""),
     re.compile(r"""\b(?:opts|options)(?:\.get\(|\[)\s*["'](\w+)["']"""),
 )
 
