@@ -85,13 +85,19 @@ def _release(store: Any, job: Any, orchestrator_died: bool = False) -> dict[str,
         # not be confirmed clean) has no instance id or start: the instance the provider
         # listed for it gives both, and it is billed from its creation (else from the
         # request: it cannot have started earlier). No instance listed: nothing to bill.
+        # The provider's creation time is the life's start whenever it says (the record's is
+        # when the launch call answered, seconds later).
         start = row.launched_at
         known: dict[str, Any] = {}
         if found is not None and row.provider_instance_id is None:
             known["provider_instance_id"] = found.instance_id
-        if found is not None and start is None:
-            start = found.launched_at or row.requested_at
-            known["launched_at"] = start  # `spotwise report` bills ended lives from it
+        if found is not None and found.launched_at:
+            if start is None:
+                known["launched_at"] = found.launched_at  # `spotwise report` bills from it
+            start = min(start or found.launched_at, found.launched_at)
+        elif found is not None and start is None:
+            start = row.requested_at
+            known["launched_at"] = start
         if row.id not in ends:
             if known:
                 store.update_instance(row.id, **known)
@@ -100,13 +106,17 @@ def _release(store: Any, job: Any, orchestrator_died: bool = False) -> dict[str,
         extra_s = 0.0
         if start is not None and row.end_reason != "not deleted":
             extra_s = max((end - start) * speedup - row.market_seconds, 0.0)
-        extra_usd = extra_s * row.price_per_hour / 3600.0
+        revoked = found is not None and found.revoked
+        cost = row.cost_usd
+        if extra_s or revoked:
+            cost = _whole_life_cost(row, extra_s, revoked, _rule(spec, row.provider))
+        extra_usd = cost - row.cost_usd
         store.update_instance(
             row.id,
             state="terminated",
             end_reason="reconciled",
             ended_at=end,
-            cost_usd=row.cost_usd + extra_usd,
+            cost_usd=cost,
             market_seconds=row.market_seconds + extra_s,
             **known,
         )
@@ -124,6 +134,30 @@ def _release(store: Any, job: Any, orchestrator_died: bool = False) -> dict[str,
         "errors": errors,
         "billed_to": billed_to,
     }
+
+
+def _rule(spec: Any, provider: str) -> Any:
+    """The billing rule of a record's provider (the local provider: the cloud it replays)."""
+    from spotwise.providers.billing import rule_for
+    from spotwise.spec import ReplaySpec
+
+    if provider == "local":
+        return rule_for((spec.providers[0].replay or ReplaySpec()).billing)
+    return rule_for(provider)
+
+
+def _whole_life_cost(row: Any, extra_s: float, revoked: bool, rule: Any) -> float:
+    """The bill of a whole instance life under its provider's billing rule: the part the job's
+    own bill covered (``row.market_seconds`` for ``row.cost_usd``, at that bill's average price
+    once its rounding and minimum are taken out) and ``extra_s`` more at the record's price.
+    Adding ``extra_s`` at its price alone left out the minimum of a short life, counted a
+    minimum the job's bill had already added to a running life a second time, and billed a
+    life the provider took (``revoked``: free within AWS's first hour)."""
+    s0 = row.market_seconds
+    billed0 = rule.charge([(s0, 3600.0)], revoked_by_provider=False) if s0 > 0 else 0.0
+    p0 = row.cost_usd * 3600.0 / billed0 if billed0 and row.cost_usd else row.price_per_hour
+    segments = [(s, p) for s, p in ((s0, p0), (extra_s, row.price_per_hour)) if s > 0]
+    return float(rule.charge(segments, revoked_by_provider=revoked)) if segments else 0.0
 
 
 def _last_report_wall(store: Any, job_id: str) -> float | None:
@@ -214,7 +248,7 @@ def sweep_finished(store: Any, job: Any, state: str) -> dict[str, Any]:
         }
         row = rows.get(launch)
         if row is not None and one["outcome"] == "terminated":
-            usd = _bill_outlived(store, row, inst, now)
+            usd = _bill_outlived(store, row, inst, now, _rule(spec, row.provider))
             one.update(trial=row.trial_id, billed_usd=usd)
             billed_trials[row.trial_id] = billed_trials.get(row.trial_id, 0.0) + usd
         elif row is not None:
@@ -244,12 +278,13 @@ def sweep_finished(store: Any, job: Any, state: str) -> dict[str, Any]:
     }
 
 
-def _bill_outlived(store: Any, row: Any, inst: Any, now: float) -> float:
+def _bill_outlived(store: Any, row: Any, inst: Any, now: float, rule: Any) -> float:
     """Bill an instance found after its record ``row`` was closed, terminated now, to that
-    record: from its start to now (one stopped: to when it stopped), at the record's price.
-    The record's own instance has had part of that billed already (its ``market_seconds``);
-    another instance of the same launch (a retried create) none of it. No start known:
-    nothing to bill. Returns the dollars added."""
+    record: from its start to now (one stopped: to when it stopped), at the record's price,
+    under the provider's billing ``rule``. The record's own instance has had part of that
+    billed already (its ``market_seconds``: the whole life is billed again, less that);
+    another instance of the same launch (a retried create) is a life of its own. No start
+    known: nothing to bill. Returns the dollars added."""
     row = store.get_instance(row.id)  # as billed so far (a launch may have left two)
     own = row.provider_instance_id == inst.instance_id
     start = (row.launched_at if own else None) or inst.launched_at or None
@@ -258,7 +293,10 @@ def _bill_outlived(store: Any, row: Any, inst: Any, now: float) -> float:
         end = min(inst.ended_at, now)
     before = row.market_seconds if own else 0.0
     extra_s = max(end - start - before, 0.0) if start is not None else 0.0
-    usd = extra_s * row.price_per_hour / 3600.0
+    if own:
+        usd = _whole_life_cost(row, extra_s, False, rule) - row.cost_usd if extra_s else 0.0
+    else:
+        usd = rule.charge([(extra_s, row.price_per_hour)], revoked_by_provider=False)
     known = {} if row.provider_instance_id else {"provider_instance_id": inst.instance_id}
     store.update_instance(
         row.id,

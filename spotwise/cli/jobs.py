@@ -107,8 +107,9 @@ def cancel(
 
     Also releases what a finished job's record still holds, and a job whose orchestrator died.
     A finished cloud job is looked for on its cloud too: an instance left with its tags is
-    terminated and billed to its launch. Exits 1 when an instance could not be confirmed released (its region could not be listed,
-    or its terminate was refused): it may still be billed; run it again to retry.
+    terminated and billed to its launch. Exits 1 when an instance could not be confirmed
+    released (its region could not be listed, or its terminate was refused): it may still be
+    billed; run it again to retry.
 
     Examples:
       spotwise cancel JOB

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 
 from spotwise.errors import ProviderError, SpecError
 from spotwise.planner.backend import _MIXED_LOCAL, provider_config
-from spotwise.providers.base import Instance, Provisioner
+from spotwise.providers.base import Instance, InstanceState, Provisioner
 from spotwise.providers.registry import ProviderConfig
 from spotwise.spec import JobSpec, ProviderSpec
 
@@ -76,6 +76,7 @@ class Settled:
     error: str = ""
     launched_at: float | None = None
     found: bool = False  # the provider listed an instance for this record
+    revoked: bool = False  # ``ended``: the provider took it (AWS: free in its first hour)
 
 
 @dataclass
@@ -181,5 +182,6 @@ def _settle(
         elif inst.instance_id in live:
             one = Settled(h, TERMINATED, inst.instance_id)
         else:
-            one = Settled(h, ENDED, inst.instance_id, ended_at=inst.ended_at)
+            revoked = inst.state is InstanceState.REVOKED
+            one = Settled(h, ENDED, inst.instance_id, ended_at=inst.ended_at, revoked=revoked)
         out.records.append(replace(one, launched_at=since, found=True))
