@@ -7,6 +7,7 @@ for ``--json``).
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import time
@@ -203,6 +204,9 @@ def cancel(
                 "cancelled": True,
                 "message": "the orchestrator checkpointed and stopped every trial",
             }
+        # a trial that reported its last step's metric finished (its orchestrator died before
+        # it saw the exit): completed with that metric, as its orchestrator would have recorded
+        _complete_finished_trials(store, job)
         # the trials it completed keep their result: the best of them is the job's, as the
         # orchestrator's own end would have recorded (ties: the earlier trial)
         trials = store.list_trials(job.id)
@@ -231,6 +235,22 @@ def cancel(
         }
     finally:
         store.close()
+
+
+def _complete_finished_trials(store: Any, job: Any) -> None:
+    """Mark completed each trial not closed yet whose last step (the spec's ``steps``) has a
+    finite metric on record: its final metric, as the orchestrator's own end records it."""
+    from spotwise.spec import load_stored_spec
+
+    steps = load_stored_spec(job.spec_json).steps
+    for t in store.list_trials(job.id):
+        if t.state.is_terminal():
+            continue
+        final = dict(store.curve(t.id)).get(steps)
+        if final is not None and math.isfinite(final):
+            store.update_trial(
+                t.id, state="completed", final_metric=final, step=steps, ended_at=time.time()
+            )
 
 
 def orchestrator_state(job: Any) -> str:

@@ -351,3 +351,34 @@ def test_cancel_of_a_dead_job_keeps_the_best_of_its_completed_trials(tmp_path: P
         after = s.get_job(job)
         assert (after.best_trial_id, after.best_metric) == (done[1].id, 0.958)  # ties: earlier
         assert s.get_trial(running).state.value == "cancelled"
+
+
+def test_cancel_of_a_dead_job_completes_a_trial_that_reported_its_last_step(
+    tmp_path: Path,
+) -> None:
+    """Review (AWS job killed as a trial reported its last step): the trial, finished with a
+    metric at step 40 of 40, was marked cancelled with no result and the job's best was None."""
+    db = f"sqlite:///{tmp_path / 'state.db'}"
+    from spotwise.spec import load_spec
+
+    spec = load_spec(ROOT / "examples/digits/job.yaml")  # steps: 40
+    assert spec.steps == 40
+    job, finished, _ = _holding_one_local_instance(db, spec.model_dump_json(), 2**22 + 12345)
+    with Store.open_existing(db) as s:
+        for step, metric in ((20, 0.90), (40, 0.95)):
+            s.add_observation(finished, step, metric, wall_time=time.time())
+        short = s.add_trial(job, 1, {"lr": 0.2})  # got to step 30 only
+        s.update_trial(short.id, state="running")
+        s.add_observation(short.id, 30, 0.99, wall_time=time.time())
+        invalid = s.add_trial(job, 2, {"lr": 0.3})  # its last step diverged (an infinite loss)
+        s.update_trial(invalid.id, state="running")
+        s.add_observation(invalid.id, 40, float("inf"), wall_time=time.time())
+
+    jobs.cancel(job, db=db)
+    with Store.open_existing(db) as s:
+        done = s.get_trial(finished)
+        assert (done.state.value, done.final_metric, done.step) == ("completed", 0.95, 40)
+        assert s.get_trial(short.id).state.value == "cancelled"
+        assert s.get_trial(invalid.id).state.value == "cancelled"
+        after = s.get_job(job)
+        assert (after.best_trial_id, after.best_metric) == (finished, 0.95)
