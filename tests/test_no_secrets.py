@@ -99,6 +99,13 @@ def _leaks(blob: bytes | str, where: str) -> list[str]:
 
 
 def test_cli_output_and_database_hold_no_credentials(env: dict[str, str], tmp_path: Path) -> None:
+    """Each command is its own `spotwise` process, as a user runs it. They run in two lanes at
+    once (each command is seconds of imports and moto calls): the commands that write the
+    database (live prices are cached) run one after another in one lane, in this order; the
+    other lane's commands write nothing (the catalog, checks, errors). The two that list every
+    instance type (moto takes seconds to) come first in one lane and last in the other."""
+    from concurrent.futures import ThreadPoolExecutor
+
     runs = [
         ("check",),
         ("check", "--json"),
@@ -110,13 +117,28 @@ def test_cli_output_and_database_hold_no_credentials(env: dict[str, str], tmp_pa
         ("prices", "-p", "aws", "-r", "us-eats-1"),  # an error: one line
         ("prices", "-p", "aws", "-r", "us-east-1", "-t", "m5.xlarg"),
     ]
+    debug = len(runs)  # the last run: the error again, with SPOTWISE_DEBUG (a traceback)
+    # the three `prices` of us-east-1 (live prices are cached into the database), then the
+    # misspelled type | the catalog, the checks, the two region errors
+    lanes = [[3, 4, 5, 8], [6, 0, 1, 2, 7, debug]]
+
+    def lane(indexes: list[int]) -> list[tuple[int, int, str]]:
+        out = []
+        for i in indexes:
+            args = runs[7] if i == debug else runs[i]
+            out.append((i, *_cli(env, *args, debug=i == debug)))
+        return out
+
+    with ThreadPoolExecutor(len(lanes)) as pool:
+        done = {i: (code, out) for ran in pool.map(lane, lanes) for i, code, out in ran}
+    assert sorted(done) == list(range(len(runs) + 1))
     leaks: list[str] = []
     outputs = []
-    for args in runs:
-        code, out = _cli(env, *args)
+    for i, args in enumerate(runs):
+        code, out = done[i]
         outputs.append((args, code, out))
         leaks += _leaks(out, " ".join(args))
-    code, out = _cli(env, "prices", "-p", "aws", "-r", "us-eats-1", debug=True)  # traceback
+    code, out = done[debug]
     assert code != 0 and "Traceback" in out
     leaks += _leaks(out, "a debug traceback")
     json_run = outputs[3]

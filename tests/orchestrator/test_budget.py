@@ -1,15 +1,18 @@
 """The budget in the real loop: never spent past ``max_cost_usd``, and said so when it binds.
 
-The market of ``test_orchestrator`` (us-east-1a spot at $1.00/h, here always obtainable; 30x)
-with a trial whose steps take 10 wall s = 300 market s, slower than the 60 s per step a policy
-assumes before it has measured any: the first launch is projected at (60 s start-up + 12 x 60 s)
-= $0.217, within a $0.25 budget, but would really cost about $1. The budget guard must stop it
-before $0.25 and terminate its instance at once (before, the instance was billed until the
-trial noticed the stop at the end of its step, up to 300 market s later, past the budget). The
-local provider ends the bill when termination is asked, as AWS does, not once the trial has
-wound down. The second trial is then projected at the
-measured speed, does not fit, and is stopped without ever launching; after that no new trial
-is created.
+The market of ``test_orchestrator`` (us-east-1a spot at $1.00/h, here always obtainable),
+replayed at 60x, with a trial whose steps take 5 wall s = 300 market s, slower than the 60 s per
+step a policy assumes before it has measured any: the first launch is projected at (60 s
+start-up + 12 x 60 s) = $0.217, within a $0.25 budget, but would really cost about $1. The
+budget guard must stop it before $0.25 and terminate its instance at once (before, the instance
+was billed until the trial noticed the stop at the end of its step, up to 300 market s later,
+past the budget). The local provider ends the bill when termination is asked, as AWS does, not
+once the trial has wound down. The second trial is then projected at the measured speed, does
+not fit, and is stopped without ever launching; after that no new trial is created.
+
+At 60x the $0.25 (900 market s) are spent in 15 wall s (30 at 30x). The guard stops the trial
+a poll plus 60 market s (a wall second) before the cap, and the termination is asked in the
+same pass as the stop: milliseconds later.
 """
 
 from __future__ import annotations
@@ -28,7 +31,8 @@ BUDGET = 0.25
 @pytest.mark.timeout(240)
 def test_the_budget_is_never_exceeded_and_the_job_says_it_bound(tmp_path: Path) -> None:
     write_trace(tmp_path / "trace.csv", avail_ticks=TRACE_TICKS)
-    spec = spec_dict(tmp_path, steps=12, trials=2, env={"STEADY_TRIAL_STEP_S": "10"})
+    spec = spec_dict(tmp_path, steps=12, trials=2, env={"STEADY_TRIAL_STEP_S": "5"})
+    spec["providers"][0]["replay"]["speedup"] = 60.0  # 5 wall s = 300 market s a step
     spec["budget"] = {"max_cost_usd": BUDGET}
     db = f"sqlite:///{tmp_path / 'spotwise.db'}"
     summary = jobs.tune(write_spec(tmp_path, spec), db=db, run_root=tmp_path / "runs")

@@ -13,6 +13,11 @@ it stays short enough that a trial on a fast machine (60 steps x 0.25 s = 15 s) 
 running when the notice comes. The orchestrator starts the market clock before it builds the
 search (which imports scikit-optimize, seconds on a busy machine), so skopt is imported here
 first: otherwise those seconds would come out of the window.
+
+The revocation tests run ``revocation_trial.py``: the same trial, whose relaunches step at
+0.02 s instead of 0.25 s (nothing they check depends on the pace after the resume, which was
+most of their wall time), and which once stopped leaves without tearing its interpreter down
+(a wall second with torch loaded on a busy machine, out of the notice window).
 """
 
 from __future__ import annotations
@@ -45,6 +50,8 @@ from spotwise.store import Store
 
 SCRIPT = Path(__file__).parent / "scripts" / "steady_trial.py"
 TINY = Path(__file__).parent / "scripts" / "tiny_trial.py"
+# steady_trial.py as the revocation tests run it (see the module docstring)
+REVOCATION_TRIAL = Path(__file__).parent / "scripts" / "revocation_trial.py"
 STEPS = 60
 GAP_S = 30
 AVAIL_TICKS = 16
@@ -107,9 +114,8 @@ def write_spec(tmp_path: Path, spec: dict[str, Any]) -> Path:
 def test_revoked_trial_resumes_elsewhere_and_the_bill_is_honest(tmp_path: Path) -> None:
     write_trace(tmp_path / "trace.csv")
     db = f"sqlite:///{tmp_path / 'spotwise.db'}"
-    summary = jobs.tune(
-        write_spec(tmp_path, spec_dict(tmp_path)), db=db, run_root=tmp_path / "runs"
-    )
+    spec = spec_dict(tmp_path, command=["python", str(REVOCATION_TRIAL)])
+    summary = jobs.tune(write_spec(tmp_path, spec), db=db, run_root=tmp_path / "runs")
 
     assert summary["state"] == "succeeded", summary
     assert (summary["trials"], summary["completed"], summary["early_stopped"]) == (1, 1, 0)
@@ -196,12 +202,15 @@ def test_set_checkpoint_every_reaches_a_running_trial(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The new interval reaches the trial through its control file within the same attempt:
-    checkpoints every OLD_EVERY steps up to some step after SWITCH_AT, every NEW_EVERY after."""
+    checkpoints every OLD_EVERY steps up to some step after SWITCH_AT, every NEW_EVERY after.
+
+    Steps of 0.1 wall s: the new interval has 25 steps (2.5 s, steps 10 to 34) to reach the
+    trial for a step saved only under it (15, 25 or 35) to come; it takes a poll or two."""
     monkeypatch.setitem(policy_registry._POLICIES, LiveEvery.name, LiveEvery)
     write_trace(tmp_path / "trace.csv", avail_ticks=TRACE_TICKS)  # never revoked
     spec = spec_dict(tmp_path, steps=LIVE_STEPS, checkpoint={
         "every": OLD_EVERY, "location": str(tmp_path / "ckpt")
-    })  # fmt: skip
+    }, env={"STEADY_TRIAL_STEP_S": "0.1"})  # fmt: skip
     db = f"sqlite:///{tmp_path / 'spotwise.db'}"
     summary = jobs.tune(
         write_spec(tmp_path, spec), db=db, policy=LiveEvery.name, run_root=tmp_path / "runs"
@@ -250,11 +259,14 @@ def test_after_the_free_first_hour_a_noticed_instance_is_released_at_once(tmp_pa
     At 60x, us-east-1a is taken 140 ticks (4,200 market s, 70 wall s) after the start: past the
     first hour, while the trial (400 steps x 0.25 wall s) still runs. The notice comes 120
     market s = 2 wall s before, time for the trial to checkpoint and leave and for the
-    orchestrator to release the instance before the provider's deadline.
+    orchestrator to release the instance before the provider's deadline. The trial is
+    ``revocation_trial.py``: it leaves at once when stopped (tearing down an interpreter with
+    torch loaded took a wall second of the two, under load), and its relaunch on us-east-1b
+    steps fast (~130 steps left at 0.25 s were a third of this test's wall time).
     """
     avail, steps = 140, 400
     write_trace(tmp_path / "trace.csv", avail_ticks=avail, ticks=avail + 900)
-    spec = spec_dict(tmp_path, steps=steps)
+    spec = spec_dict(tmp_path, steps=steps, command=["python", str(REVOCATION_TRIAL)])
     spec["providers"][0]["replay"]["speedup"] = 60.0
     db = f"sqlite:///{tmp_path / 'spotwise.db'}"
     summary = jobs.tune(write_spec(tmp_path, spec), db=db, run_root=tmp_path / "runs")

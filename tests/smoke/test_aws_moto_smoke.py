@@ -1,5 +1,8 @@
 """CI smoke run of the AWS path against moto: `spotwise tune examples/digits/job-aws.yaml` as a
 subprocess, pointed at a ``ThreadedMotoServer`` in this process through ``AWS_ENDPOINT_URL``.
+The spec run is the example's, read from the file at each run, with one field changed: ``steps``
+is SMOKE_STEPS instead of 300 (written to the test's folder), since the trials' epochs were most
+of the wall time and nothing here depends on how many there are past the first checkpoint.
 
 The moto server gets real spot prices (2022-05-31 slice) and a fake Pricing API; the instance
 emulator plays each EC2 instance the orchestrator launches: it reads the user-data and runs
@@ -29,6 +32,14 @@ ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "digits" / "job-aws.yaml"
 FIXTURES = ROOT / "tests" / "fixtures" / "aws"
 BUCKET = "spotwise-digits-example"  # the bucket job-aws.yaml names
+# steps of each trial (the example says 300). The notice is injected once a trial has its
+# first checkpoint (step 10; the example checkpoints every 10): 70 more steps, at least 5 s on
+# a fast machine (~0.07 s an epoch), for the agent to relay it while the trial still runs.
+SMOKE_STEPS = 80
+# wall seconds from the interruption notice to EC2 taking the instance (AWS: 120). The trial
+# finishes its step, checkpoints to S3 and exits in 2-3 s, over 5 s on a loaded machine (it
+# was killed at a 5 s lead once). The relaunch does not wait for the deadline: no wall time lost.
+NOTICE_LEAD_S = 8.0
 KEY_ID, SECRET = "AKIASMOKETESTKEY0042", "smoke/Test+Secret/NeverPrintMe0042"
 
 pytestmark = [
@@ -86,6 +97,18 @@ def _aws_env(moto_url: str) -> dict[str, str]:
     return env
 
 
+def _example_spec(tmp_path: Path) -> Path:
+    """job-aws.yaml as it is, but for ``steps`` (SMOKE_STEPS), written under ``tmp_path``."""
+    import yaml
+
+    spec = yaml.safe_load(EXAMPLE.read_text())
+    assert spec["steps"] >= SMOKE_STEPS, "the notice needs trials of SMOKE_STEPS steps or more"
+    spec["steps"] = SMOKE_STEPS
+    path = tmp_path / EXAMPLE.name
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return path
+
+
 def _has_checkpoint(s3: Any, uri: str) -> bool:
     bucket, _, prefix = uri.removeprefix("s3://").partition("/")
     resp = s3.list_objects_v2(Bucket=bucket, Prefix=f"{prefix.rstrip('/')}/ckpt-")
@@ -107,7 +130,8 @@ class Run:
 
 def _tune_with_one_notice(moto_url: str, tmp_path: Path, kind: str) -> Run:
     """Run the job; once a trial has a checkpoint in S3, inject ``kind`` into its instance:
-    ``interruption`` (EC2 takes it 5 s later) or ``rebalance`` (a recommendation, no deadline)."""
+    ``interruption`` (EC2 takes it NOTICE_LEAD_S later) or ``rebalance`` (a recommendation, no
+    deadline)."""
     from awsfakes import PricingServer, SpotPrices, load_spot_rows
     from ec2_emulator import InstanceEmulator
 
@@ -130,6 +154,7 @@ def _tune_with_one_notice(moto_url: str, tmp_path: Path, kind: str) -> Run:
         }
     )
     digits = str(ROOT / "examples" / "digits")
+    spec = _example_spec(tmp_path)
     hit: str | None = None
     try:
         with (
@@ -145,7 +170,7 @@ def _tune_with_one_notice(moto_url: str, tmp_path: Path, kind: str) -> Run:
         ):
             env["AWS_ENDPOINT_URL_PRICING"] = pricing.url
             proc = subprocess.Popen(
-                [sys.executable, "-m", "spotwise.cli.app", "tune", str(EXAMPLE), "--json"],
+                [sys.executable, "-m", "spotwise.cli.app", "tune", str(spec), "--json"],
                 env=env,
                 cwd=tmp_path,
                 text=True,
@@ -158,7 +183,7 @@ def _tune_with_one_notice(moto_url: str, tmp_path: Path, kind: str) -> Run:
                     uri = machine.config.env.get("SPOTWISE_CHECKPOINT_URI", "")
                     if uri.startswith("s3://") and _has_checkpoint(s3, uri):
                         if kind == "interruption":
-                            emu.interrupt(iid, lead_s=5.0)
+                            emu.interrupt(iid, lead_s=NOTICE_LEAD_S)
                         else:
                             emu.rebalance(iid)
                         hit = iid
