@@ -271,11 +271,22 @@ def _chain_in_use() -> str:
     return "GCE metadata server"
 
 
+def _installed(module: str) -> bool:
+    """Whether ``module`` can be imported, found without importing it."""
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
 def check() -> CheckResult:
     """Which ADC source would be used and whether it resolves; never raises, never shows secrets."""
     chain = _chain_in_use()
     try:
-        compute_v1()
+        if not _installed("google.cloud.compute_v1"):  # importing it takes seconds
+            compute_v1()  # ProviderUnavailable with the install hint
         creds, project = default_credentials()
     except ProviderUnavailable as e:
         return CheckResult(NAME, False, f"{e.message}; {e.hint}", {"chain": chain})
