@@ -13,7 +13,6 @@ most ``HANG_S``, then raises requests' ReadTimeout, as requests would)."""
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -227,21 +226,17 @@ def test_a_gcp_api_deadline_that_is_not_a_positive_number_is_a_spec_error(value:
 # ---- Azure --------------------------------------------------------------------------------------
 @dataclass
 class OutageARM(FailingARM):
-    """FailingARM whose queued errors carry ``retry_after`` (none when empty) and whose
+    """FailingARM whose queued errors carry ``retry_after`` (when set) and whose
     listing, while ``hang`` is set, gets no answer."""
 
     retry_after: str = ""
     hang: bool = False
 
     def _queued(self, route: str) -> tuple[int, dict[str, str], str] | None:
-        queue = self.failures.get(route)
-        if not queue:
-            return None
-        status, code, message = queue.pop(0)
-        headers = {"Content-Type": "application/json"}
-        if self.retry_after:
-            headers["Retry-After"] = self.retry_after
-        return status, headers, json.dumps({"error": {"code": code, "message": message}})
+        answer = super()._queued(route)
+        if answer is not None and self.retry_after:
+            answer[1]["Retry-After"] = self.retry_after
+        return answer
 
     def _list(self, request: Any) -> tuple[int, dict[str, str], str]:
         if self.hang:
