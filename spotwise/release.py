@@ -154,6 +154,7 @@ def _whole_life_cost(row: Any, extra_s: float, revoked: bool, rule: Any) -> floa
     minimum the job's bill had already added to a running life a second time, and billed a
     life the provider took (``revoked``: free within AWS's first hour)."""
     s0 = row.market_seconds
+    # the seconds the rule bills for s0 (its minimum, its rounding): $1 a second, in dollars
     billed0 = rule.charge([(s0, 3600.0)], revoked_by_provider=False) if s0 > 0 else 0.0
     p0 = row.cost_usd * 3600.0 / billed0 if billed0 and row.cost_usd else row.price_per_hour
     segments = [(s, p) for s, p in ((s0, p0), (extra_s, row.price_per_hour)) if s > 0]
