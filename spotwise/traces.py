@@ -137,9 +137,10 @@ def load_skynomad_csv(path: Path, *, field: str = "--traces") -> TraceSet:
     """Load one SkyNomad CSV; the input rules are in :mod:`spotwise.trace_csv`."""
     import numpy as np
 
+    from spotwise.trace_cache import cached_grid
     from spotwise.trace_csv import read_skynomad_grid
 
-    grid = read_skynomad_grid(path, field=field)
+    grid = cached_grid(path, lambda p: read_skynomad_grid(p, field=field))
     times = grid.times
     gap = float(np.median(np.diff(times))) if len(times) > 1 else 0.0
     return TraceSet(

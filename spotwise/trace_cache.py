@@ -1,0 +1,156 @@
+"""A cache of read SkyNomad grids, so that a large trace is parsed once, not by every command.
+
+Reading the shipped 181,000-row trace strictly (:mod:`spotwise.trace_csv`) takes ~2.5 s of
+Python; every ``spotwise`` command on the local market used to pay it (``prices`` spent 2.5 of
+its 3.7 s there). The grid of a file that read cleanly is kept as an ``.npz`` in
+``$SPOTWISE_HOME/cache/traces`` (else the user cache directory's ``traces/``), named by the
+SHA-256 of the file's bytes and of the reader's own source, so that:
+
+* a changed file, or a changed reading rule, is a new name: an entry is never stale;
+* only a file that read without error is cached (a refused file is read, and refused, again);
+* an entry that cannot be read back (cut off, edited, another format) is ignored and rewritten;
+* it loads with ``allow_pickle=False``: an entry holds arrays and one JSON string, nothing that
+  runs code;
+* a cache that cannot be written (read-only home, full disk) costs nothing but the speed-up.
+
+Files under :data:`MIN_BYTES` are read directly (they parse in milliseconds) and at most
+:data:`KEEP` entries are kept, the least recently used removed first.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from spotwise.trace_csv import SkyGrid
+
+log = logging.getLogger(__name__)
+
+MIN_BYTES = 256 * 1024
+KEEP = 16
+
+
+def cache_dir() -> Path:
+    home = os.environ.get("SPOTWISE_HOME")
+    if home:
+        return Path(home) / "cache" / "traces"
+    import platformdirs
+
+    return Path(platformdirs.user_cache_dir("spotwise")) / "traces"
+
+
+def cached_grid(path: Path, read: Callable[[Path], SkyGrid]) -> SkyGrid:
+    """``read(path)``, or the grid it returned for a file of the same bytes before."""
+    try:
+        size = path.stat().st_size
+    except OSError:
+        return read(path)  # let the reader say what is wrong with it
+    if size < MIN_BYTES:
+        return read(path)
+    try:
+        entry = cache_dir() / f"{_key(path)}.npz"
+    except OSError:
+        return read(path)
+    grid = _load(entry)
+    if grid is not None:
+        with contextlib.suppress(OSError):
+            os.utime(entry)  # recently used
+        return grid
+    grid = read(path)
+    _store(entry, grid)
+    return grid
+
+
+def _key(path: Path) -> str:
+    import spotwise.trace_csv as reader
+
+    h = hashlib.sha256(Path(reader.__file__).read_bytes())
+    with path.open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _load(entry: Path) -> SkyGrid | None:
+    import numpy as np
+
+    from spotwise.trace_csv import SkyGrid
+
+    if not entry.is_file():
+        return None
+    try:
+        with np.load(entry, allow_pickle=False) as z:
+            meta = json.loads(str(z["meta"]))
+            times, available, price = z["times"], z["available"], z["price"]
+        zones = [str(v) for v in meta["zones"]]
+        shape = (len(zones), len(times))
+        if available.shape != shape or price.shape != shape or available.dtype != bool:
+            raise ValueError(f"shapes {available.shape}, {price.shape} for {shape}")
+        return SkyGrid(
+            zones=zones,
+            times=times,
+            available=available,
+            price=price,
+            instance_type=str(meta["instance_type"]),
+            on_demand_price=float(meta["on_demand_price"]),
+        )
+    except Exception as e:  # any unreadable entry is only a cache miss
+        log.debug("trace cache entry %s unreadable (%s); reading the trace", entry, e)
+        return None
+
+
+def _store(entry: Path, grid: SkyGrid) -> None:
+    import numpy as np
+
+    meta = json.dumps(
+        {
+            "zones": grid.zones,
+            "instance_type": grid.instance_type,
+            "on_demand_price": grid.on_demand_price,
+        }
+    )
+    tmp: str | None = None
+    try:
+        entry.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=entry.parent, prefix=".part-", suffix=".npz")
+        with os.fdopen(fd, "wb") as fh:
+            np.savez(
+                fh,
+                meta=np.array(meta),
+                times=grid.times,
+                available=grid.available,
+                price=grid.price,
+            )
+        os.replace(tmp, entry)
+        tmp = None
+        _prune(entry.parent)
+    except OSError as e:
+        log.debug("trace cache not written (%s)", e)
+    finally:
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+
+
+def _prune(folder: Path) -> None:
+    def used(p: Path) -> float:
+        try:
+            return p.stat().st_mtime
+        except OSError:
+            return 0.0
+
+    import time
+
+    entries = sorted(folder.glob("[!.]*.npz"), key=used, reverse=True)
+    stale = [p for p in folder.glob(".part-*") if used(p) < time.time() - 3600]  # a crash's
+    for old in entries[KEEP:] + stale:
+        with contextlib.suppress(OSError):
+            old.unlink()
