@@ -18,7 +18,9 @@ launch also ``resource_group``, ``subnet_id`` (a subnet resource id), ``image`` 
 ``prices`` (a catalog CSV), ``offline`` (``true``: the catalog without ARM calls),
 ``retail_prices_url`` (the Retail Prices API's address, for a fake server), ``base_url`` (an
 ARM endpoint for a fake server), ``polling_interval`` (seconds between LRO polls, ``5``),
-``api_deadline_s`` (``60``: how long one ARM call may take, its retries included; see
+``operation_timeout_s`` (``600``: how long a launch waits for ARM to create its VM; a VM still
+being created then is a failed launch, which the orchestrator looks for by its launch tag and
+deletes), ``api_deadline_s`` (``60``: how long one ARM call may take, its retries included; see
 :func:`client_bounds`); for the trial channel (see
 :mod:`spotwise.providers.channel`): ``artifacts`` (``az://account/container/prefix`` or a shared
 ``file:///path``; default: the trial's checkpoint location, which must then be one of those),

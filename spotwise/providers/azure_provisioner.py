@@ -1,7 +1,10 @@
 """The Azure Provisioner: Spot VMs created, watched and deleted through azure-mgmt-compute.
 
 * ``launch`` PUTs one VM (``priority: Spot``, ``evictionPolicy``, ``billingProfile.maxPrice``;
-  tags = our tags) and waits for the ARM long-running operation. The VM name derives from
+  tags = our tags) and waits for the ARM long-running operation, at most
+  ``operation_timeout_s`` (option, default 600 s): an operation ARM still reports in progress
+  then is a ProviderError (not a CapacityError: the VM may exist, and the orchestrator's
+  failed-launch cleanup finds it by its launch tag and deletes it). The VM name derives from
   ``client_token``; a VM already carrying that launch tag is returned instead of re-created.
   The launch spec (the trial's argv/env, its artifacts folder and attempt) goes into the VM's
   custom data for :mod:`spotwise.providers.azure_agent`; a launch whose checkpoint location a
@@ -32,6 +35,7 @@ Reads (the listing, each trial's files) happen at most once per ``poll_s`` (opti
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import time
@@ -66,6 +70,7 @@ from spotwise.providers.channel import artifacts_uri, attempt_of
 from spotwise.providers.gcp_prices import PriceTable
 from spotwise.providers.trialfiles import Tracks
 
+DEFAULT_OPERATION_TIMEOUT_S = 600.0  # as GCP's operation_timeout_s
 _NAME_OK = re.compile(r"^[A-Za-z0-9][A-Za-z0-9-]{0,63}$")
 _POWER = {
     "running": InstanceState.RUNNING,
@@ -95,6 +100,9 @@ class AzureProvisioner:
         self.group = settings.opt("resource_group")
         self.poll_s = float(
             settings.opt("poll_s") or os.environ.get("SPOTWISE_AZURE_POLL_S") or 2.0
+        )
+        self.operation_timeout_s = settings.seconds(
+            "operation_timeout_s", DEFAULT_OPERATION_TIMEOUT_S
         )
         self.tracks = Tracks(self.poll_s, clock)
         self._known: dict[str, Instance] = {}
@@ -126,13 +134,25 @@ class AzureProvisioner:
             return existing  # the same launch, retried
         what = f"launching {offer.instance_type} in {offer.zone}"
         body = vm_body(self.settings, name, request, artifacts)
+        raw: Any
         try:
             poller = self.client.virtual_machines.begin_create_or_update(
                 self.group, name, body, **self._lro_kwargs()
             )
-            raw = poller.result()
+            poller.wait(self.operation_timeout_s)  # raises the operation's own failure
+            done = poller.done()
+            raw = poller.result() if done else None  # result() before done: a half-parsed poll
         except Exception as e:
             raise api_error(f"azure: {what}", e) from None
+        if not done:
+            _stop_polling(poller)
+            raise ProviderError(
+                f"azure: {what}: VM {name} still being created at the "
+                f"{self.operation_timeout_s:g} s deadline (operation_timeout_s); it may exist: "
+                f"spotwise looks for it by its {TAG_LAUNCH} tag and deletes it",
+                hint="nothing to fix if it passes; if Azure is slow to create VMs here, raise "
+                "the azure provider's operation_timeout_s",
+            )
         inst = self._to_instance(raw)
         if inst.state is InstanceState.PENDING and _v(raw.provisioning_state) == "Succeeded":
             inst.state = InstanceState.RUNNING
@@ -302,6 +322,23 @@ class AzureProvisioner:
         if known is not None:
             self._follow(known)
         return self.tracks.progress(instance_id)
+
+
+def _stop_polling(poller: Any) -> None:
+    """End the poller's thread at its next pause between polls (at most one more GET) rather
+    than let it poll ARM until the operation ends: the launch gave up on it. azure-core has no
+    public way to stop an LROPoller; ``LROBasePolling._sleep`` is where its loop waits (pinned
+    azure-core; were it renamed, the thread would merely poll on)."""
+
+    def stop(delay: float) -> None:
+        raise _Abandoned("the launch stopped waiting for this operation")
+
+    with contextlib.suppress(Exception):
+        poller.polling_method()._sleep = stop
+
+
+class _Abandoned(Exception):
+    """Ends an abandoned LROPoller's thread (kept by the poller, never raised to a caller)."""
 
 
 def _power(raw: Any) -> str:

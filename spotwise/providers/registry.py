@@ -217,6 +217,7 @@ PROVIDER_OPTIONS: dict[str, dict[str, OptionSpec]] = {
         "retail_prices_url": _TEXT,
         "base_url": _TEXT,
         "polling_interval": OptionSpec("number", minimum=0),
+        "operation_timeout_s": OptionSpec("number", minimum=0, exclusive=True),
         "api_deadline_s": OptionSpec("number", minimum=0, exclusive=True),
         "offline": _BOOL,
     },
