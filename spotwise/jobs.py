@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from spotwise.errors import ConfigError, NotFoundError
-from spotwise.release import _release, _released_text, sweep_finished
+from spotwise.release import _release, _unknown_text, sweep_finished
 
 
 def tune(
@@ -235,6 +235,37 @@ def cancel(
         }
     finally:
         store.close()
+
+
+def _released_text(job_id: str, released: dict[str, Any]) -> str:
+    """``2 tagged instance(s) terminated, 2 instance record(s) closed and billed up to now
+    (2 terminated now)``, then which instances stay open and how to retry, and which records
+    were billed at an unknown on-demand price."""
+    text = (
+        f"{len(released['terminated_instances'])} tagged instance(s) terminated, "
+        f"{released['closed_records']} instance record(s) closed and billed up to "
+        f"{released.get('billed_to', 'now')}"
+    )
+    how: dict[tuple[int, str], int] = {}
+    for r in released["records"]:
+        key = {"terminated": (0, "terminated now"), "ended": (1, "already ended")}.get(
+            r["outcome"], (2, f"not found in {r['region']}")
+        )
+        if r["outcome"] != "open":
+            how[key] = how.get(key, 0) + 1
+    if how:
+        text += f" ({', '.join(f'{n} {k}' for (_, k), n in sorted(how.items()))})"
+    why = "; ".join(dict.fromkeys(released["errors"]))
+    held = released["open_instances"]
+    if held:
+        text += (
+            f"; {len(held)} still open and may still be billed: {', '.join(held)}"
+            + (f" ({why})" if why else "")
+            + f"; run `spotwise cancel {job_id}` again to retry"
+        )
+    elif why:
+        text += f"; no record of the job was there, but {why}"
+    return text + _unknown_text(released.get("on_demand_unknown", []))
 
 
 def _complete_finished_trials(store: Any, job: Any) -> None:

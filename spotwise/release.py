@@ -27,12 +27,13 @@ def _release(store: Any, job: Any, orchestrator_died: bool = False) -> dict[str,
     seconds no life's bill covered (an instance left by a dead orchestrator, or billed only up
     to a drain that could not terminate it) at its price, in market seconds (a replay's clock
     runs ``speedup`` times the wall clock), and the job's cost becomes the sum of its
-    instances' again. A stopped VM ('not deleted') has no compute to bill.
+    instances' again, its on-demand figure too (:class:`_OnDemandPrice`: it was a dead
+    orchestrator's last running estimate). A stopped VM ('not deleted') has no compute to bill.
 
     Returns ``terminated_instances`` (ids terminated now), ``closed_records`` (how many),
     ``records`` (a cloud job's: each record's instance, region and outcome: ``terminated``,
     ``ended``, ``not found`` or ``open``), ``open_instances`` (the ids still open) and
-    ``errors`` (why)."""
+    ``errors`` (why); ``on_demand_unknown``: those billed more at an unknown on-demand price."""
     from spotwise.planner import reconcile as rec
     from spotwise.spec import ReplaySpec, load_stored_spec
 
@@ -40,7 +41,7 @@ def _release(store: Any, job: Any, orchestrator_died: bool = False) -> dict[str,
     rows = store.list_instances(job.id, active_only=True)
     first = spec.providers[0]
     ends: dict[str, float | None] = {}  # launch id → when it ended (None: now)
-    seen: dict[str, rec.Settled] = {}  # launch id → the instance the provider listed for it
+    seen: dict[str, tuple[Any, Any]] = {}  # launch id → (its Settled, the instance listed)
     records: list[dict[str, Any]] = []
     errors: list[str] = []
     billed_to = "now"
@@ -62,11 +63,12 @@ def _release(store: Any, job: Any, orchestrator_died: bool = False) -> dict[str,
         held = [rec.Held(r.id, r.provider, r.region, r.provider_instance_id) for r in rows]
         res = rec.reconcile_records(spec, job.id, held)
         terminated, errors = res.terminated, res.errors
+        listed = {i.instance_id: i for i in res.listed}
         for one in res.records:
             if one.outcome != rec.OPEN:
                 ends[one.held.launch_id] = one.ended_at
             if one.found:
-                seen[one.held.launch_id] = one
+                seen[one.held.launch_id] = (one, listed.get(one.instance_id))
             records.append(
                 {
                     "launch_id": one.held.launch_id,
@@ -79,8 +81,9 @@ def _release(store: Any, job: Any, orchestrator_died: bool = False) -> dict[str,
     now = time.time()
     speedup = (first.replay or ReplaySpec()).speedup if first.name == "local" else 1.0
     extra_by_trial: dict[str, float] = {}  # what the lives ran after the job's own bill
+    od_price = _OnDemandPrice(spec, job)
     for row in rows:
-        found = seen.get(row.id)
+        found, inst = seen.get(row.id, (None, None))
         # a launch that never answered (its orchestrator died mid-launch, or its failure could
         # not be confirmed clean) has no instance id or start: the instance the provider
         # listed for it gives both, and it is billed from its creation (else from the
@@ -111,12 +114,15 @@ def _release(store: Any, job: Any, orchestrator_died: bool = False) -> dict[str,
         if extra_s or revoked:
             cost = _whole_life_cost(row, extra_s, revoked, _rule(spec, row.provider))
         extra_usd = cost - row.cost_usd
+        # a launch that never answered was no life of the trial to its orchestrator either
+        od = od_price.reference(row, inst, extra_s) if row.launched_at is not None else 0.0
         store.update_instance(
             row.id,
             state="terminated",
             end_reason="reconciled",
             ended_at=end,
             cost_usd=cost,
+            on_demand_cost_usd=row.on_demand_cost_usd + od,
             market_seconds=row.market_seconds + extra_s,
             **known,
         )
@@ -125,7 +131,7 @@ def _release(store: Any, job: Any, orchestrator_died: bool = False) -> dict[str,
         if extra_usd:
             trial = store.get_trial(trial_id)
             store.update_trial(trial_id, cost_usd=trial.cost_usd + extra_usd)
-    store.update_job(job.id, cost_usd=sum(r.cost_usd for r in store.list_instances(job.id)))
+    _sum_job(store, job.id)
     return {
         "terminated_instances": terminated,
         "closed_records": len(ends),
@@ -133,7 +139,69 @@ def _release(store: Any, job: Any, orchestrator_died: bool = False) -> dict[str,
         "open_instances": [r["instance_id"] for r in records if r["outcome"] == rec.OPEN],
         "errors": errors,
         "billed_to": billed_to,
+        **({"on_demand_unknown": od_price.unknown} if od_price.unknown else {}),
     }
+
+
+def _sum_job(store: Any, job_id: str) -> None:
+    """The job's cost and on-demand figure become its records' sums (what `spotwise report`
+    adds up, and what its orchestrator's own end leaves)."""
+    rows = store.list_instances(job_id)
+    cost, od = sum(r.cost_usd for r in rows), sum(r.on_demand_cost_usd for r in rows)
+    store.update_job(job_id, cost_usd=cost, on_demand_cost_usd=od)
+
+
+class _OnDemandPrice:
+    """The on-demand reference of the seconds cancel bills a life of a trial, at the on-demand
+    price its orchestrator had for the offer (an on-demand record's own; the one its instance
+    carries: AWS, Azure a launch tag, GCP the offer saved on the VM; the replayed market's), as
+    the orchestrator's running reference counts a running life. Unknown (not listed, or 0: no
+    price for the type at launch): none is added, and the record is named in ``unknown``."""
+
+    def __init__(self, spec: Any, job: Any) -> None:
+        self.spec, self.job, self.unknown = spec, job, list[str]()
+        self._replay: list[float | None] = []  # the replayed market's, read once
+
+    def reference(self, row: Any, inst: Any, seconds: float) -> float:
+        price = self._price(row, inst) if seconds > 0 else 0.0
+        if price is None:
+            self.unknown.append(row.id)
+        return seconds * (price or 0.0) / 3600.0
+
+    def _price(self, row: Any, inst: Any) -> float | None:
+        if row.market == "on-demand":
+            return float(row.price_per_hour)
+        if inst is not None and (inst.offer.on_demand_price_per_hour or 0.0) > 0:
+            return float(inst.offer.on_demand_price_per_hour)
+        if self.spec.providers[0].name == "local" and not self._replay:
+            self._replay.append(_replay_on_demand(self.spec, self.job))
+        return self._replay[0] if self._replay else None
+
+
+def _unknown_text(ids: list[str]) -> str:
+    """What cancel says of the records billed at an unknown on-demand price (none: "")."""
+    if not ids:
+        return ""
+    return (
+        f"; the on-demand price of {len(ids)} record(s) is unknown ({', '.join(ids)}): the "
+        "job's on-demand figure leaves out what they were billed now (no price is invented)"
+    )
+
+
+def _replay_on_demand(spec: Any, job: Any) -> float | None:
+    """The on-demand price of a local job's replayed market (None: its trace is gone)."""
+    from pathlib import Path
+
+    from spotwise.errors import SpotwiseError
+    from spotwise.providers.replay import ReplayMarket, load_market_traces
+    from spotwise.spec import ReplaySpec
+
+    r = spec.providers[0].replay or ReplaySpec()
+    try:
+        traces = load_market_traces(r.trace, spec.base_dir(Path(job.spec_path or ".")))
+    except (SpotwiseError, OSError, ValueError):
+        return None
+    return ReplayMarket(traces, provider=r.billing).on_demand_price
 
 
 def _rule(spec: Any, provider: str) -> Any:
@@ -170,36 +238,6 @@ def _last_report_wall(store: Any, job_id: str) -> float | None:
     )
 
 
-def _released_text(job_id: str, released: dict[str, Any]) -> str:
-    """``2 tagged instance(s) terminated, 2 instance record(s) closed and billed up to now
-    (2 terminated now)``, then which instances stay open and how to retry."""
-    text = (
-        f"{len(released['terminated_instances'])} tagged instance(s) terminated, "
-        f"{released['closed_records']} instance record(s) closed and billed up to "
-        f"{released.get('billed_to', 'now')}"
-    )
-    how: dict[tuple[int, str], int] = {}
-    for r in released["records"]:
-        key = {"terminated": (0, "terminated now"), "ended": (1, "already ended")}.get(
-            r["outcome"], (2, f"not found in {r['region']}")
-        )
-        if r["outcome"] != "open":
-            how[key] = how.get(key, 0) + 1
-    if how:
-        text += f" ({', '.join(f'{n} {k}' for (_, k), n in sorted(how.items()))})"
-    why = "; ".join(dict.fromkeys(released["errors"]))
-    held = released["open_instances"]
-    if held:
-        text += (
-            f"; {len(held)} still open and may still be billed: {', '.join(held)}"
-            + (f" ({why})" if why else "")
-            + f"; run `spotwise cancel {job_id}` again to retry"
-        )
-    elif why:
-        text += f"; no record of the job was there, but {why}"
-    return text
-
-
 def sweep_finished(store: Any, job: Any, state: str) -> dict[str, Any]:
     """`spotwise cancel` of a finished job whose store holds no open instance record. An
     instance can outlive its records (a create the cloud took although its call failed, then
@@ -211,10 +249,12 @@ def sweep_finished(store: Any, job: Any, state: str) -> dict[str, Any]:
     provider's launch time) to now (a stopped one: to when it stopped), at its record's price,
     to the record its ``spotwise:launch`` tag names, that record's trial and the job; the
     seconds its record already billed are not billed twice. One whose launch tag names no
-    record of the job is terminated and reported, never billed to an invented record.
+    record of the job is terminated and reported, never billed to an invented record. The
+    on-demand reference: see :func:`_bill_outlived`.
 
     Returns ``message``, ``terminated_instances``, ``found_instances`` (what was found and done
-    with each) and ``looked_in``; a local job: today's ``message`` only, nothing listed. A
+    with each), ``looked_in`` (``on_demand_unknown``: as :func:`_release`); a local job: today's
+    ``message`` only, nothing listed. A
     listing or a terminate that failed raises :class:`ProviderError` (after billing what was
     terminated): something may still be billed."""
     from spotwise.planner import reconcile as rec
@@ -237,6 +277,7 @@ def sweep_finished(store: Any, job: Any, state: str) -> dict[str, Any]:
     now = time.time()
     found: list[dict[str, Any]] = []
     billed_trials: dict[str, float] = {}
+    od_price = _OnDemandPrice(spec, job)
     for inst in {i.instance_id: i for i in res.listed if i.holds_resource()}.values():
         launch = inst.tags.get(TAG_LAUNCH, "")
         one: dict[str, Any] = {
@@ -249,7 +290,7 @@ def sweep_finished(store: Any, job: Any, state: str) -> dict[str, Any]:
         }
         row = rows.get(launch)
         if row is not None and one["outcome"] == "terminated":
-            usd = _bill_outlived(store, row, inst, now, _rule(spec, row.provider))
+            usd = _bill_outlived(store, row, inst, now, _rule(spec, row.provider), od_price)
             one.update(trial=row.trial_id, billed_usd=usd)
             billed_trials[row.trial_id] = billed_trials.get(row.trial_id, 0.0) + usd
         elif row is not None:
@@ -259,10 +300,10 @@ def sweep_finished(store: Any, job: Any, state: str) -> dict[str, Any]:
         if usd:
             trial = store.get_trial(trial_id)
             store.update_trial(trial_id, cost_usd=trial.cost_usd + usd)
-    if billed_trials:  # the job's cost is its instance records' sum
-        store.update_job(job.id, cost_usd=sum(r.cost_usd for r in store.list_instances(job.id)))
+    if billed_trials:  # the job's cost (and on-demand figure) is its instance records' sum
+        _sum_job(store, job.id)
     where = _looked_in(spec, held)
-    text = f"job already {state}; " + _found_text(found, where)
+    text = f"job already {state}; " + _found_text(found, where) + _unknown_text(od_price.unknown)
     if res.errors:  # never "nothing is left" when a region could not be listed
         why = "; ".join(dict.fromkeys(res.errors))
         done = _found_text(found, where) + "; " if found else ""
@@ -276,16 +317,21 @@ def sweep_finished(store: Any, job: Any, state: str) -> dict[str, Any]:
         "found_instances": found,
         "looked_in": where,
         "message": text,
+        **({"on_demand_unknown": od_price.unknown} if od_price.unknown else {}),
     }
 
 
-def _bill_outlived(store: Any, row: Any, inst: Any, now: float, rule: Any) -> float:
+def _bill_outlived(
+    store: Any, row: Any, inst: Any, now: float, rule: Any, od_price: _OnDemandPrice
+) -> float:
     """Bill an instance found after its record ``row`` was closed, terminated now, to that
     record: from its start to now (one stopped: to when it stopped), at the record's price,
     under the provider's billing ``rule``. The record's own instance has had part of that
     billed already (its ``market_seconds``: the whole life is billed again, less that);
     another instance of the same launch (a retried create) is a life of its own. No start
-    known: nothing to bill. Returns the dollars added."""
+    known: nothing to bill. Only the record's own life gets the on-demand reference of those
+    seconds (``od_price``): a failed launch's instance none, as the drain's sweep bills a
+    stray. Returns the dollars added."""
     row = store.get_instance(row.id)  # as billed so far (a launch may have left two)
     own = row.provider_instance_id == inst.instance_id
     start = (row.launched_at if own else None) or inst.launched_at or None
@@ -299,9 +345,11 @@ def _bill_outlived(store: Any, row: Any, inst: Any, now: float, rule: Any) -> fl
     else:
         usd = rule.charge([(extra_s, row.price_per_hour)], revoked_by_provider=False)
     known = {} if row.provider_instance_id else {"provider_instance_id": inst.instance_id}
+    od = od_price.reference(row, inst, extra_s) if own and row.state != "failed" else 0.0
     store.update_instance(
         row.id,
         cost_usd=row.cost_usd + usd,
+        on_demand_cost_usd=row.on_demand_cost_usd + od,
         market_seconds=row.market_seconds + extra_s,
         # the record's bill runs to here now: `spotwise report` counts it in today's window
         ended_at=max(row.ended_at or end, end),
