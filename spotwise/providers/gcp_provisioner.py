@@ -105,6 +105,7 @@ class GcpProvisioner:
         self.prices = prices
         self.poll_interval_s = poll_interval_s  # between waits on a zone operation
         self.poll_s = float(settings.opt("poll_s") or os.environ.get("SPOTWISE_GCP_POLL_S") or 2)
+        self.operation_timeout_s = settings.seconds("operation_timeout_s", 600.0)  # > 0, finite
         self.clock = clock
         self.tracks = Tracks(self.poll_s, clock)
         self._known: dict[str, Instance] = {}
@@ -161,7 +162,7 @@ class GcpProvisioner:
 
     def _wait(self, zone: str, op_name: str, *, what: str) -> None:
         ops = self.clients.get("ZoneOperationsClient")
-        deadline = self.clock() + float(self.settings.opt("operation_timeout_s", "600"))
+        deadline = self.clock() + self.operation_timeout_s
         where = {"project": self.settings.project, "zone": zone, "operation": op_name}
         while True:
             try:

@@ -232,7 +232,7 @@ def test_capacity_errors_become_capacity_error(prov: GcpProvisioner, fake: Any) 
 def test_a_launch_that_times_out_leaves_a_vm_its_launch_tag_finds(fake: Any) -> None:
     """What the orchestrator relies on to clean up after a failed launch: the VM the cloud
     accepted is listed under the launch's tag, and can be deleted."""
-    prov = gcp_provisioner(gcp_config(operation_timeout_s="0"), gcp_credentials(SECRET))
+    prov = gcp_provisioner(gcp_config(operation_timeout_s="0.001"), gcp_credentials(SECRET))
     fake.insert_polls = 5
     with pytest.raises(ProviderError, match="still running at the deadline"):
         prov.launch(request())
@@ -240,6 +240,19 @@ def test_a_launch_that_times_out_leaves_a_vm_its_launch_tag_finds(fake: Any) -> 
     assert left.holds_resource()
     prov.terminate([left.instance_id])
     assert fake.instances == {}
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "abc", "inf"])
+def test_an_operation_timeout_that_is_not_a_positive_number_is_refused_when_opened(
+    value: str,
+) -> None:
+    """It was read at each wait: "0" gave up on every operation at once, "abc" failed the
+    launch with a ValueError after the VM was asked for."""
+    with pytest.raises(SpecError) as info:
+        gcp_provisioner(gcp_config(operation_timeout_s=value), gcp_credentials(SECRET))
+    assert str(info.value) == (
+        f"providers[].options.operation_timeout_s: {value!r} is not a number > 0"
+    )
 
 
 def test_on_demand_launch_is_standard(prov: GcpProvisioner, fake: Any) -> None:
