@@ -6,7 +6,9 @@ its 3.7 s there). The grid of a file that read cleanly is kept as an ``.npz`` in
 ``$SPOTWISE_HOME/cache/traces`` (else the user cache directory's ``traces/``), named by the
 SHA-256 of the file's bytes and of the reader's own source, so that:
 
-* a changed file, or a changed reading rule, is a new name: an entry is never stale;
+* a changed file, a changed reading rule, or a name that makes the reader open it another way
+  (``.gz``), is a new name: an entry is never stale; a file that changed while it was read is
+  not cached;
 * only a file that read without error is cached (a refused file is read, and refused, again);
 * an entry that cannot be read back (cut off, edited, another format) is ignored and rewritten;
 * it loads with ``allow_pickle=False``: an entry holds arrays and one JSON string, nothing that
@@ -48,35 +50,45 @@ def cache_dir() -> Path:
 
 
 def cached_grid(path: Path, read: Callable[[Path], SkyGrid]) -> SkyGrid:
-    """``read(path)``, or the grid it returned for a file of the same bytes before."""
+    """``read(path)``, or the grid it returned for a file of the same bytes before. Any
+    trouble with the cache itself (a folder one may not enter, a name too long, a bad entry)
+    is a miss: only ``read`` may fail the caller."""
     try:
-        size = path.stat().st_size
-    except OSError:
-        return read(path)  # let the reader say what is wrong with it
-    if size < MIN_BYTES:
-        return read(path)
-    try:
+        if path.stat().st_size < MIN_BYTES:
+            return read(path)
         entry = cache_dir() / f"{_key(path)}.npz"
-    except OSError:
+        grid = _load(entry)
+    except Exception as e:  # a missing file included: the reader says what is wrong with it
+        log.debug("trace cache not used for %s (%s)", path, e)
         return read(path)
-    grid = _load(entry)
     if grid is not None:
         with contextlib.suppress(OSError):
             os.utime(entry)  # recently used
         return grid
     grid = read(path)
-    _store(entry, grid)
+    try:
+        if _key(path) == entry.stem:  # the file did not change while it was read
+            _store(entry, grid)
+    except Exception as e:
+        log.debug("trace cache not written for %s (%s)", path, e)
     return grid
 
 
 def _key(path: Path) -> str:
+    """SHA-256 over the reader's source, how the reader opens the file (``.gz``: gzip, by its
+    name) and the file's bytes, each hashed apart so that no two inputs can run together."""
     import spotwise.trace_csv as reader
 
-    h = hashlib.sha256(Path(reader.__file__).read_bytes())
+    h = hashlib.sha256()
     with path.open("rb") as fh:
         for block in iter(lambda: fh.read(1 << 20), b""):
             h.update(block)
-    return h.hexdigest()
+    parts = (
+        hashlib.sha256(Path(reader.__file__).read_bytes()).digest(),
+        b"gzip" if path.suffix == ".gz" else b"text",
+        h.digest(),
+    )
+    return hashlib.sha256(b"\0".join(parts)).hexdigest()
 
 
 def _load(entry: Path) -> SkyGrid | None:
@@ -84,16 +96,21 @@ def _load(entry: Path) -> SkyGrid | None:
 
     from spotwise.trace_csv import SkyGrid
 
-    if not entry.is_file():
-        return None
     try:
+        if not entry.is_file():
+            return None
         with np.load(entry, allow_pickle=False) as z:
             meta = json.loads(str(z["meta"]))
             times, available, price = z["times"], z["available"], z["price"]
         zones = [str(v) for v in meta["zones"]]
         shape = (len(zones), len(times))
-        if available.shape != shape or price.shape != shape or available.dtype != bool:
-            raise ValueError(f"shapes {available.shape}, {price.shape} for {shape}")
+        if (
+            times.ndim != 1
+            or available.shape != shape
+            or price.shape != shape
+            or (times.dtype, available.dtype, price.dtype) != (np.float64, np.bool_, np.float64)
+        ):
+            raise ValueError(f"arrays {times.shape}, {available.shape}, {price.shape} for {shape}")
         return SkyGrid(
             zones=zones,
             times=times,

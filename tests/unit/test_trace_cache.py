@@ -148,3 +148,49 @@ def test_the_shipped_trace_reads_the_same_from_the_cache(tmp_path: Path, reads: 
     for a in (cached.times, cached.available, cached.price):
         h.update(np.ascontiguousarray(a).tobytes())
     assert h.hexdigest()[:16] == "ea9aa76c200acf04"  # test_trace_input's pin
+
+
+def test_a_cache_folder_that_cannot_be_looked_in_is_only_a_miss(
+    tmp_path: Path, reads: list[Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``Path.is_file`` raises for a folder one may not enter or a name too long (a root user
+    cannot be refused a folder, so the name too long stands for both): the command failed with
+    an internal error."""
+    monkeypatch.setenv("SPOTWISE_HOME", str(tmp_path / ("x" * 300)))
+    path = _write(tmp_path / "t.csv")
+    _same(load_traces(path), load_traces(path))
+    assert reads == [path, path]
+
+
+def test_a_file_that_changes_while_it_is_read_is_not_cached(
+    tmp_path: Path, reads: list[Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its grid is of whichever bytes the reader saw: stored under the name of the bytes hashed
+    before, it would be read back for those bytes later."""
+    path = _write(tmp_path / "t.csv")
+    before = path.read_bytes()
+    real = trace_csv.read_skynomad_grid
+
+    def rewritten_meanwhile(p: Path, *, field: str = "--traces") -> trace_csv.SkyGrid:
+        _write(p, avail="0")  # a collector rewrites the trace as it is read
+        return real(p, field=field)
+
+    monkeypatch.setattr(trace_csv, "read_skynomad_grid", rewritten_meanwhile)
+    assert not load_traces(path).available[1].any()
+    assert _entries(tmp_path) == []
+    monkeypatch.setattr(trace_csv, "read_skynomad_grid", real)
+    path.write_bytes(before)
+    assert load_traces(path).available.all()
+
+
+def test_the_same_bytes_under_a_gz_name_are_still_refused(
+    tmp_path: Path, reads: list[Path]
+) -> None:
+    """The reader opens a ``.gz`` name with gzip: plain bytes so named are refused, cached
+    or not."""
+    plain = _write(tmp_path / "t.csv")
+    load_traces(plain)
+    named_gz = tmp_path / "u.csv.gz"
+    named_gz.write_bytes(plain.read_bytes())
+    with pytest.raises(SpecError, match="cannot be read as a SkyNomad CSV"):
+        load_traces(named_gz)
