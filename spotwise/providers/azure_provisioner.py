@@ -38,6 +38,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -139,7 +140,8 @@ class AzureProvisioner:
             poller = self.client.virtual_machines.begin_create_or_update(
                 self.group, name, body, **self._lro_kwargs()
             )
-            poller.wait(self.operation_timeout_s)  # raises the operation's own failure
+            # raises the operation's own failure; a join longer than TIMEOUT_MAX overflows
+            poller.wait(min(self.operation_timeout_s, threading.TIMEOUT_MAX))
             done = poller.done()
             raw = poller.result() if done else None  # result() before done: a half-parsed poll
         except Exception as e:

@@ -123,6 +123,15 @@ def test_an_operation_that_ends_before_the_deadline_gives_the_running_vm(arm: Sl
 
 
 @pytest.mark.timeout(30)
+def test_a_deadline_beyond_what_a_thread_join_takes_still_launches(arm: SlowARM) -> None:
+    """1e10 s passes the option's check, but Thread.join(1e10) raises OverflowError: the VM
+    was asked for, then the launch failed."""
+    arm.busy_s = 0.05
+    inst = _azure(arm, operation_timeout_s="1e10").launch(LAUNCHES.request())
+    assert inst.state is InstanceState.RUNNING and list(arm.vms) == [inst.instance_id]
+
+
+@pytest.mark.timeout(30)
 def test_an_operation_that_fails_before_the_deadline_keeps_its_error(arm: SlowARM) -> None:
     arm.busy_s = 0.1
     arm.fail_next_create = "AllocationFailed"
