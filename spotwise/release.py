@@ -12,6 +12,8 @@ import time
 from typing import Any
 
 from spotwise.errors import ProviderError
+from spotwise.release_reference import OnDemandReference
+from spotwise.release_reference import _unknown_text as _unknown_text  # jobs.py's
 
 
 def _release(store: Any, job: Any, orchestrator_died: bool = False) -> dict[str, Any]:
@@ -27,8 +29,12 @@ def _release(store: Any, job: Any, orchestrator_died: bool = False) -> dict[str,
     seconds no life's bill covered (an instance left by a dead orchestrator, or billed only up
     to a drain that could not terminate it) at its price, in market seconds (a replay's clock
     runs ``speedup`` times the wall clock), and the job's cost becomes the sum of its
-    instances' again, its on-demand figure too (:class:`_OnDemandPrice`: it was a dead
-    orchestrator's last running estimate). A stopped VM ('not deleted') has no compute to bill.
+    instances' again, its on-demand figure too (it was a dead orchestrator's last running
+    estimate). A stopped VM ('not deleted') has no compute to bill. Of the seconds billed now,
+    only the life's useful ones get an on-demand reference, under the orchestrator's rule
+    (:class:`~spotwise.release_reference.OnDemandReference`): up to its last report (a life
+    the provider took: its last checkpoint), less a relaunch's start-up; the idle time after,
+    and work nobody saw, are billed but not referenced (the saving is never overstated).
 
     Returns ``terminated_instances`` (ids terminated now), ``closed_records`` (how many),
     ``records`` (a cloud job's: each record's instance, region and outcome: ``terminated``,
@@ -81,7 +87,7 @@ def _release(store: Any, job: Any, orchestrator_died: bool = False) -> dict[str,
     now = time.time()
     speedup = (first.replay or ReplaySpec()).speedup if first.name == "local" else 1.0
     extra_by_trial: dict[str, float] = {}  # what the lives ran after the job's own bill
-    od_price = _OnDemandPrice(spec, job)
+    od_price = OnDemandReference(store, spec, job, speedup)
     for row in rows:
         found, inst = seen.get(row.id, (None, None))
         # a launch that never answered (its orchestrator died mid-launch, or its failure could
@@ -115,7 +121,9 @@ def _release(store: Any, job: Any, orchestrator_died: bool = False) -> dict[str,
             cost = _whole_life_cost(row, extra_s, revoked, _rule(spec, row.provider))
         extra_usd = cost - row.cost_usd
         # a launch that never answered was no life of the trial to its orchestrator either
-        od = od_price.reference(row, inst, extra_s) if row.launched_at is not None else 0.0
+        od = 0.0
+        if row.launched_at is not None:
+            od = od_price.reference(row, inst, start, extra_s, revoked)
         store.update_instance(
             row.id,
             state="terminated",
@@ -149,59 +157,6 @@ def _sum_job(store: Any, job_id: str) -> None:
     rows = store.list_instances(job_id)
     cost, od = sum(r.cost_usd for r in rows), sum(r.on_demand_cost_usd for r in rows)
     store.update_job(job_id, cost_usd=cost, on_demand_cost_usd=od)
-
-
-class _OnDemandPrice:
-    """The on-demand reference of the seconds cancel bills a life of a trial, at the on-demand
-    price its orchestrator had for the offer (an on-demand record's own; the one its instance
-    carries: AWS, Azure a launch tag, GCP the offer saved on the VM; the replayed market's), as
-    the orchestrator's running reference counts a running life. Unknown (not listed, or 0: no
-    price for the type at launch): none is added, and the record is named in ``unknown``."""
-
-    def __init__(self, spec: Any, job: Any) -> None:
-        self.spec, self.job, self.unknown = spec, job, list[str]()
-        self._replay: list[float | None] = []  # the replayed market's, read once
-
-    def reference(self, row: Any, inst: Any, seconds: float) -> float:
-        price = self._price(row, inst) if seconds > 0 else 0.0
-        if price is None:
-            self.unknown.append(row.id)
-        return seconds * (price or 0.0) / 3600.0
-
-    def _price(self, row: Any, inst: Any) -> float | None:
-        if row.market == "on-demand":
-            return float(row.price_per_hour)
-        if inst is not None and (inst.offer.on_demand_price_per_hour or 0.0) > 0:
-            return float(inst.offer.on_demand_price_per_hour)
-        if self.spec.providers[0].name == "local" and not self._replay:
-            self._replay.append(_replay_on_demand(self.spec, self.job))
-        return self._replay[0] if self._replay else None
-
-
-def _unknown_text(ids: list[str]) -> str:
-    """What cancel says of the records billed at an unknown on-demand price (none: "")."""
-    if not ids:
-        return ""
-    return (
-        f"; the on-demand price of {len(ids)} record(s) is unknown ({', '.join(ids)}): the "
-        "job's on-demand figure leaves out what they were billed now (no price is invented)"
-    )
-
-
-def _replay_on_demand(spec: Any, job: Any) -> float | None:
-    """The on-demand price of a local job's replayed market (None: its trace is gone)."""
-    from pathlib import Path
-
-    from spotwise.errors import SpotwiseError
-    from spotwise.providers.replay import ReplayMarket, load_market_traces
-    from spotwise.spec import ReplaySpec
-
-    r = spec.providers[0].replay or ReplaySpec()
-    try:
-        traces = load_market_traces(r.trace, spec.base_dir(Path(job.spec_path or ".")))
-    except (SpotwiseError, OSError, ValueError):
-        return None
-    return ReplayMarket(traces, provider=r.billing).on_demand_price
 
 
 def _rule(spec: Any, provider: str) -> Any:
@@ -277,7 +232,7 @@ def sweep_finished(store: Any, job: Any, state: str) -> dict[str, Any]:
     now = time.time()
     found: list[dict[str, Any]] = []
     billed_trials: dict[str, float] = {}
-    od_price = _OnDemandPrice(spec, job)
+    od_price = OnDemandReference(store, spec, job)
     for inst in {i.instance_id: i for i in res.listed if i.holds_resource()}.values():
         launch = inst.tags.get(TAG_LAUNCH, "")
         one: dict[str, Any] = {
@@ -322,16 +277,18 @@ def sweep_finished(store: Any, job: Any, state: str) -> dict[str, Any]:
 
 
 def _bill_outlived(
-    store: Any, row: Any, inst: Any, now: float, rule: Any, od_price: _OnDemandPrice
+    store: Any, row: Any, inst: Any, now: float, rule: Any, od_price: OnDemandReference
 ) -> float:
     """Bill an instance found after its record ``row`` was closed, terminated now, to that
     record: from its start to now (one stopped: to when it stopped), at the record's price,
     under the provider's billing ``rule``. The record's own instance has had part of that
     billed already (its ``market_seconds``: the whole life is billed again, less that);
     another instance of the same launch (a retried create) is a life of its own. No start
-    known: nothing to bill. Only the record's own life gets the on-demand reference of those
-    seconds (``od_price``): a failed launch's instance none, as the drain's sweep bills a
-    stray. Returns the dollars added."""
+    known: nothing to bill. Only the record's own life gets an on-demand reference
+    (``od_price``), for those of the seconds that fall in its useful window (up to its last
+    report: an instance outliving a bill that the orchestrator already referenced adds none);
+    a failed launch's instance none, as the drain's sweep bills a stray. Returns the dollars
+    added."""
     row = store.get_instance(row.id)  # as billed so far (a launch may have left two)
     own = row.provider_instance_id == inst.instance_id
     start = (row.launched_at if own else None) or inst.launched_at or None
@@ -345,7 +302,9 @@ def _bill_outlived(
     else:
         usd = rule.charge([(extra_s, row.price_per_hour)], revoked_by_provider=False)
     known = {} if row.provider_instance_id else {"provider_instance_id": inst.instance_id}
-    od = od_price.reference(row, inst, extra_s) if own and row.state != "failed" else 0.0
+    od = 0.0
+    if own and row.state != "failed":
+        od = od_price.reference(row, inst, start, extra_s)
     store.update_instance(
         row.id,
         cost_usd=row.cost_usd + usd,
