@@ -43,6 +43,7 @@ PRICING_FILTERS = {
     "capacitystatus": "Used", "licenseModel": "No License required",
 }  # fmt: skip
 _FULL_LISTINGS: dict[tuple[str, str, str], tuple[float, dict[str, Hardware]]] = {}
+_OFFERED_NAMES: dict[tuple[str, str, str], tuple[float, frozenset[str]]] = {}
 
 
 def _epoch(ts: Any) -> float:
@@ -195,18 +196,18 @@ class AwsCatalog:
         return self._od[region][1]
 
     def instance_type_names(self, region: str | None = None) -> list[str]:
-        """Every instance type name EC2 lists in the region, plus the offline catalog's."""
+        """Every instance type name EC2 offers in the region, plus the offline catalog's."""
         region = self._region(region)
-        names = set(self._dit(region) or {}) | set(offline_hardware())
+        names = set(self._offered_names(region) or ()) | set(offline_hardware())
         return sorted(names)
 
     def check_instance_type(self, name: str, region: str | None = None) -> str:
         """``name`` if EC2 (or the offline catalog) knows it, else NotFoundError with "did
-        you mean" (the full listing is read only on that error path)."""
+        you mean" (the region's names are listed only on that error path)."""
         region = self._region(region)
         if name in self._hardware_of_types(region, [name]):
             return name
-        if self._dit(region) is None:  # only the 2017 offline list to go by: cannot tell
+        if self._offered_names(region) is None:  # only the 2017 offline list: cannot tell
             raise ProviderUnavailable(
                 f"aws: cannot check instance type {name!r} in {region}: EC2 cannot be reached "
                 "and the offline catalog (2017) does not list it",
@@ -227,10 +228,41 @@ class AwsCatalog:
     def _region(self, region: str | None) -> str:
         return aws.check_region(region or aws.default_region(self.config))
 
+    def _listing_key(self, region: str) -> tuple[str, str, str]:
+        return (os.environ.get("AWS_ENDPOINT_URL", ""), self.profile or "", region)
+
+    def _offered_names(self, region: str) -> frozenset[str] | None:
+        """The name of every instance type offered in a region (None when EC2 cannot be
+        reached), for "did you mean": ``describe_instance_type_offerings`` by region, names
+        only (up to 1,000 a page), not the full hardware listing (~9 pages of 100 records).
+        A full listing this process already holds answers without a call. Cached for the
+        process, as the full listing is."""
+        key = self._listing_key(region)
+        full = _FULL_LISTINGS.get(key)
+        if full is not None and time.monotonic() - full[0] <= LISTING_TTL_S:
+            return frozenset(full[1])
+        hit = _OFFERED_NAMES.get(key)
+        if hit is None or time.monotonic() - hit[0] > LISTING_TTL_S:
+            names: set[str] = set()
+            try:
+                pages = self._client("ec2", region).get_paginator(
+                    "describe_instance_type_offerings"
+                )
+                for page in pages.paginate(
+                    LocationType="region", PaginationConfig={"PageSize": 1000}
+                ):
+                    names.update(o["InstanceType"] for o in page.get("InstanceTypeOfferings", []))
+            except Exception as e:
+                if not aws.is_sdk_error(e):
+                    raise
+                return None
+            hit = _OFFERED_NAMES[key] = (time.monotonic(), frozenset(names))
+        return hit[1]
+
     def _dit(self, region: str) -> dict[str, Hardware] | None:
         """Every instance type of a region (``describe_instance_types``; None when EC2 cannot
         be reached). Cached for the process: the list changes a few times a year."""
-        key = (os.environ.get("AWS_ENDPOINT_URL", ""), self.profile or "", region)
+        key = self._listing_key(region)
         hit = _FULL_LISTINGS.get(key)
         if hit is None or time.monotonic() - hit[0] > LISTING_TTL_S:
             out: dict[str, Hardware] = {}

@@ -133,6 +133,40 @@ def test_unknown_names_get_did_you_mean(spot_prices: Any) -> None:
     assert cat.check_instance_type("p3.2xlarge", "us-east-1") == "p3.2xlarge"  # offline-known
 
 
+def test_did_you_mean_lists_the_regions_names_not_every_types_hardware(
+    aws_env: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An unknown type's suggestions need the region's names only: one
+    ``describe_instance_type_offerings`` by region (names, up to 1,000 a page), not
+    ``describe_instance_types`` of every type (~9 pages of hardware records on EC2, 6 s a call
+    on moto), which `spotwise tune` of a mistyped spec read before saying so. Once per process."""
+    from spotwise.providers import aws, aws_catalog
+
+    monkeypatch.setattr(aws_catalog, "_FULL_LISTINGS", {})
+    monkeypatch.setattr(aws_catalog, "_OFFERED_NAMES", {}, raising=False)
+    calls: list[tuple[str, dict[str, Any]]] = []
+    real = aws.client
+
+    def recording(service: str, region: str, **kwargs: Any) -> Any:
+        client = real(service, region, **kwargs)
+        client.meta.events.register(
+            "before-parameter-build.ec2.*",
+            lambda model, params, **_: calls.append((model.name, dict(params))),
+        )
+        return client
+
+    monkeypatch.setattr(aws, "client", recording)
+    for _ in range(2):  # a second catalog (a second spec check) asks for no listing again
+        with pytest.raises(NotFoundError, match=r"did you mean 'm5\.xlarge'"):
+            _catalog(pricing="offline").check_instance_type("m5.xlarg", "us-east-1")
+    listings = [name for name, params in calls if "InstanceTypes" not in params]
+    assert listings == ["DescribeInstanceTypeOfferings"]
+    assert [p["InstanceTypes"] for n, p in calls if n == "DescribeInstanceTypes"] == [
+        ["m5.xlarg"],
+        ["m5.xlarg"],
+    ]
+
+
 def test_instance_types_from_describe_instance_types(spot_prices: Any, pricing_api: Any) -> None:
     types = {t.name: t for t in _catalog().instance_types("us-east-1")}
     assert len(types) > 500
