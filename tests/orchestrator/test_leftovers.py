@@ -378,6 +378,12 @@ def test_an_instance_the_drain_cannot_terminate_is_reported_and_cancel_retries_i
     """A provider that refuses every terminate: the job still ends, but its record, its
     summary and its error say what may still be billed, and `spotwise cancel` on the finished
     job retries (before, it answered "job already succeeded" and released nothing)."""
+    from spotwise.planner import ledger
+
+    # the pause between refused terminates (default 5 s: 15 s of waiting). Three pauses of 1 s
+    # keep the life past AWS's 60 s minimum at 30x (90 market s), so that what runs on after
+    # the drain is billed on top of it
+    monkeypatch.setattr(ledger, "RELEASE_RETRY_WALL_S", 1.0)
     summary, prov, db = _run(tmp_path, monkeypatch, calm=True, fail_terminate=True)
 
     ((iid, _),) = prov.launches

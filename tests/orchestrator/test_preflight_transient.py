@@ -150,7 +150,19 @@ def test_a_missing_bucket_is_still_a_spec_error_with_its_fix(s3: Any) -> None:
 def test_the_cli_exits_1_with_one_line_when_s3_cannot_be_reached(tmp_path: Path) -> None:
     """The whole command, against an endpoint where nothing listens: `error:` naming the
     field and the endpoint, a `hint:` line, exit 1 (not 2: the spec is fine)."""
-    path = write_job_yaml(tmp_path, preflight_spec(tmp_path, checkpoint={"location": LOCATION}))
+    # a small trace: the job is refused before its market runs, and a subprocess would parse
+    # the shipped 181,000-row one again (~2.5 s; its cache is per SPOTWISE_HOME)
+    trace = tmp_path / "trace.csv"
+    trace.write_text(
+        "timestamp,availability_zone,instance_type,spot_available,spot_price_usd_per_hour,"
+        "on_demand_price_usd_per_hour\n"
+        + "".join(f"2023-03-01 00:{m:02d}:00,us-east-1a,p3.2xlarge,1,1.0,5.0\n" for m in range(60))
+    )
+    replay = {"trace": str(trace), "speedup": 600}
+    spec = preflight_spec(
+        tmp_path, checkpoint={"location": LOCATION}, providers=[{"name": "local", "replay": replay}]
+    )
+    path = write_job_yaml(tmp_path, spec)
     env = {
         **os.environ,
         "SPOTWISE_DB": f"sqlite:///{tmp_path / 'spotwise.db'}",

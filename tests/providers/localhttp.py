@@ -38,7 +38,9 @@ class LocalServer:
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), H)
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread = threading.Thread(  # shutdown() waits up to one poll (default 0.5 s)
+            target=self.httpd.serve_forever, args=(0.05,), daemon=True
+        )
 
     def start(self) -> LocalServer:
         self.thread.start()

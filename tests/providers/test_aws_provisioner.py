@@ -275,7 +275,9 @@ def test_events_notice_exit_and_reclaim_travel_through_s3(
     inst = prov.launch(req)
     events = wait_for(lambda: prov.progress(inst.instance_id), 30, "the first events")
     assert events[0]["type"] == "report" and events[0]["step"] == 1
-    deadline = emulator.interrupt(inst.instance_id, lead_s=4.0)
+    # the trial's exit is read ~0.5 s after the notice (quiet machine): a 2 s lead leaves room
+    # for a loaded one, and the test waits out the lead before EC2 takes the instance
+    deadline = emulator.interrupt(inst.instance_id, lead_s=2.0)
     notice = wait_for(lambda: next(iter(prov.notices()), None), 20, "the notice")
     assert notice.kind is NoticeKind.INTERRUPTION and notice.instance_id == inst.instance_id
     assert notice.deadline == pytest.approx(deadline, abs=1.0)

@@ -58,6 +58,11 @@ class LostLaunch(EmulatedGCE):
         return super()._list_instances(request)
 
 
+# wall seconds a step of the job's trials (the e2e tests' 0.3 s leaves time to preempt a trial
+# after its checkpoint; nothing here preempts, and only the launch's record and VM are checked)
+FAST_STEP_S = 0.05
+
+
 def _ours(fake: Any) -> dict[str, str]:
     return {
         n: i["status"]
@@ -93,7 +98,7 @@ def test_an_unconfirmed_failed_launch_is_a_leftover_that_cancel_terminates(
     # the drain's last listing of the whole job fails too (it would find the VM: see the
     # next test), so the job can only name the launch, and `cancel` settles it
     monkeypatch.setattr(LaunchCleanup, "_sweep_strays", lambda self, now: None)
-    spec = write_job(tmp_path, _provider(), (tmp_path / "ckpt").as_uri())
+    spec = write_job(tmp_path, _provider(), (tmp_path / "ckpt").as_uri(), step_s=FAST_STEP_S)
     db = f"sqlite:///{tmp_path / 'spotwise.db'}"
     summary = jobs.tune(spec, db=db, run_root=tmp_path / "runs")
     job, lost = summary["job_id"], lossy.lost
@@ -147,7 +152,7 @@ def test_the_drain_finds_the_lost_launchs_vm_by_the_jobs_label(
 ) -> None:
     """Every listing under the lost launch's label fails, but the drain's last listing of the
     whole job finds its VM: deleted and billed to its launch's record, no leftover."""
-    spec = write_job(tmp_path, _provider(), (tmp_path / "ckpt").as_uri())
+    spec = write_job(tmp_path, _provider(), (tmp_path / "ckpt").as_uri(), step_s=FAST_STEP_S)
     db = f"sqlite:///{tmp_path / 'spotwise.db'}"
     summary = jobs.tune(spec, db=db, run_root=tmp_path / "runs")
     job, lost = summary["job_id"], lossy.lost

@@ -21,9 +21,12 @@ TRIALS = 2
 
 
 def write_job(
-    tmp_path: Path, provider: dict[str, Any] | Sequence[dict[str, Any]], location: str
+    tmp_path: Path,
+    provider: dict[str, Any] | Sequence[dict[str, Any]],
+    location: str,
+    step_s: float = 0.3,
 ) -> Path:
-    """A small job: TRIALS trials of STEPS steps of the steady trial (0.3 s a step,
+    """A small job: TRIALS trials of STEPS steps of the steady trial (``step_s`` a step,
     checkpoints every 2 steps) on ``provider`` (or on several), checkpoints at ``location``."""
     providers = [provider] if isinstance(provider, dict) else list(provider)
     spec = {
@@ -36,7 +39,7 @@ def write_job(
         "search_space": {"lr": {"type": "real", "low": 0.001, "high": 0.1, "log": True}},
         "providers": providers,
         "checkpoint": {"every": 2, "location": location},
-        "env": {"STEADY_TRIAL_STEP_S": "0.3"},
+        "env": {"STEADY_TRIAL_STEP_S": str(step_s)},
     }
     path = tmp_path / "job.yaml"
     path.write_text(yaml.safe_dump(spec, sort_keys=False))

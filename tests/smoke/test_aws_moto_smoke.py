@@ -33,9 +33,11 @@ EXAMPLE = ROOT / "examples" / "digits" / "job-aws.yaml"
 FIXTURES = ROOT / "tests" / "fixtures" / "aws"
 BUCKET = "spotwise-digits-example"  # the bucket job-aws.yaml names
 # steps of each trial (the example says 300). The notice is injected once a trial has its
-# first checkpoint (step 10; the example checkpoints every 10): 70 more steps, at least 5 s on
-# a fast machine (~0.07 s an epoch), for the agent to relay it while the trial still runs.
-SMOKE_STEPS = 80
+# first checkpoint (step 10; the example checkpoints every 10): 40 more steps (0.03 to 0.1 s
+# each) for the agent to relay it while the trial still runs. The trial stops one or two
+# steps after the checkpoint (its SIGTERM comes within a step or two); the steps past that
+# are the resumed trial's, on the critical path (at 80 steps, 69 of them: 2 to 7 s a run).
+SMOKE_STEPS = 50
 # wall seconds from the interruption notice to EC2 taking the instance (AWS: 120). The trial
 # finishes its step, checkpoints to S3 and exits in 2-3 s, over 5 s on a loaded machine (it
 # was killed at a 5 s lead once). The relaunch does not wait for the deadline: no wall time lost.
