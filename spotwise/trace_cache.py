@@ -54,12 +54,13 @@ def cached_grid(path: Path, read: Callable[[Path], SkyGrid]) -> SkyGrid:
     trouble with the cache itself (a folder one may not enter, a name too long, a bad entry)
     is a miss: only ``read`` may fail the caller."""
     try:
-        if path.stat().st_size < MIN_BYTES:
-            return read(path)
-        entry = cache_dir() / f"{_key(path)}.npz"
-        grid = _load(entry)
+        small = path.stat().st_size < MIN_BYTES
+        entry = cache_dir() / f"{_key(path)}.npz" if not small else path
+        grid = _load(entry) if not small else None
     except Exception as e:  # a missing file included: the reader says what is wrong with it
         log.debug("trace cache not used for %s (%s)", path, e)
+        small = True
+    if small:
         return read(path)
     if grid is not None:
         with contextlib.suppress(OSError):

@@ -194,3 +194,14 @@ def test_the_same_bytes_under_a_gz_name_are_still_refused(
     named_gz.write_bytes(plain.read_bytes())
     with pytest.raises(SpecError, match="cannot be read as a SkyNomad CSV"):
         load_traces(named_gz)
+
+
+def test_a_refused_small_file_is_read_once(
+    tmp_path: Path, reads: list[Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The reader's refusal is the answer: it was caught as a cache trouble and read again."""
+    monkeypatch.setattr(trace_cache, "MIN_BYTES", 10_000)
+    path = _write(tmp_path / "t.csv", price="-1")
+    with pytest.raises(SpecError, match="spot_price_usd_per_hour is -1"):
+        load_traces(path)
+    assert reads == [path]
