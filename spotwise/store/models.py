@@ -74,10 +74,12 @@ class _StateType(sa.types.TypeDecorator[enum.Enum]):
 
 
 class JobStateType(_StateType):
+    cache_ok = True  # SQLAlchemy asks each subclass itself (else: a warning per statement)
     enum_cls = JobState
 
 
 class TrialStateType(_StateType):
+    cache_ok = True
     enum_cls = TrialState
 
 

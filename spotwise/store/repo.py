@@ -175,6 +175,23 @@ class Store(Records):
             fields["state"] = coerce_state(JobState, fields["state"], "job")
         return self._update(Job, job_id, "job", fields)
 
+    def claim_job(self, job_id: str, expected: JobState, **fields: Any) -> bool:
+        """Set ``fields`` on the job only if its state is still ``expected``, in one UPDATE:
+        of two processes that read the same finished job and both try to resume it, exactly
+        one gets True (the other would launch the same trials a second time)."""
+        from sqlalchemy import update
+
+        if "state" in fields:
+            fields["state"] = coerce_state(JobState, fields["state"], "job")
+        stmt = (
+            update(Job)
+            .where(col(Job.id) == job_id, col(Job.state) == expected)
+            .values(**fields)
+            .execution_options(synchronize_session=False)
+        )
+        with self._scope(f"claiming job {job_id!r}") as s:
+            return bool(s.exec(stmt).rowcount == 1)
+
     # --- trials -------------------------------------------------------------------------------
 
     def add_trial(

@@ -294,3 +294,19 @@ def test_store_error_hides_the_password(pg_server: str) -> None:
         Store.open(bad)
     assert "s3cret" not in str(err.value) and "no_such_db" in str(err.value)
     assert "\n" not in str(err.value)
+
+
+def test_claim_job_changes_only_the_expected_state_once(store: Store) -> None:
+    """Two resumes of one finished job: the first claim wins, the second changes nothing."""
+    job = _job(store)
+    store.update_job(job.id, state="cancelled", ended_at=5.0, error="cancelled")
+    assert not store.claim_job(job.id, JobState.FAILED, state="pending")  # not in that state
+    assert store.get_job(job.id).state is JobState.CANCELLED
+    assert store.claim_job(
+        job.id, JobState.CANCELLED, state="pending", ended_at=None, error=None, pid=7
+    )
+    got = store.get_job(job.id)
+    assert (got.state, got.ended_at, got.error, got.pid) == (JobState.PENDING, None, None, 7)
+    assert not store.claim_job(job.id, JobState.CANCELLED, state="pending", pid=8)
+    assert store.get_job(job.id).pid == 7
+    assert not store.claim_job("j-missing", JobState.CANCELLED, state="pending")
