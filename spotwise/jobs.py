@@ -47,6 +47,45 @@ def tune(
         store.close()
 
 
+def resume(
+    job_id: str,
+    *,
+    db: str | None = None,
+    max_cost_usd: float | None = None,
+    on_update: Callable[[dict[str, Any]], None] | None = None,
+    run_root: Path | None = None,
+) -> dict[str, Any]:
+    """Run a finished job's unfinished trials (from their checkpoints) and the rest of its
+    plan, under its id, spend and stored spec (:mod:`spotwise.planner.resume`)."""
+    from spotwise.planner.orchestrator import RunOptions, resume_job
+    from spotwise.planner.resume import plan_resume
+    from spotwise.store import Store
+
+    store = Store.open_existing(db)
+    try:
+        job = store.get_job(job_id)
+        if not job.state.is_terminal():
+            raise ConfigError(_not_finished_text(job))
+        plan = plan_resume(store, job, max_cost_usd=max_cost_usd)
+        opts = RunOptions(policy=plan.policy, on_update=on_update, run_root=run_root)
+        return resume_job(plan, store, opts)
+    finally:
+        store.close()
+
+
+def _not_finished_text(job: Any) -> str:
+    """Why a job that is not finished cannot be resumed, and what to do instead."""
+    where = orchestrator_state(job)
+    if where == "here":
+        return f"job {job.id} is still running (pid {job.pid}): `spotwise status {job.id}` shows it"
+    if where == "elsewhere":
+        return f"job {job.id} runs on {job.host} (pid {job.pid}): resume it once it has stopped"
+    return (
+        f"job {job.id}'s orchestrator exited without closing it: run `spotwise cancel {job.id}` "
+        "first (it releases the job's instances and closes its records), then resume it"
+    )
+
+
 def _job_dict(job: Any) -> dict[str, Any]:
     def v(x: Any) -> Any:
         return x.value if hasattr(x, "value") else x

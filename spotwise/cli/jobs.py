@@ -1,4 +1,4 @@
-"""`tune`, `status`, `trials`, `cancel`: submit a job and read it back."""
+"""`tune`, `resume`, `status`, `trials`, `cancel`: submit a job and read it back."""
 
 from __future__ import annotations
 
@@ -46,14 +46,53 @@ def tune(
       spotwise tune examples/digits/job.yaml --policy asha --json
     """
     from spotwise import jobs
+
+    _run_live(lambda **kw: jobs.tune(spec, db=db, policy=policy, **kw), json_out)
+
+
+def resume(
+    job: Annotated[str, _JOB_ID],
+    max_cost: Annotated[
+        float | None,
+        typer.Option(
+            "--max-cost",
+            help="Set the job's budget.max_cost_usd to this many dollars, e.g. to raise a "
+            "budget it reached (the whole job's: what it spent before counts). Default: the "
+            "budget it was started with.",
+            show_default=False,
+        ),
+    ] = None,
+    db: DbOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Continue a cancelled or failed job: unfinished trials resume from their checkpoints,
+    then new trials run until the spec's count; same job id, spend and stored spec.
+
+    Trials that ended keep their results, and the search is told them again. A job whose
+    orchestrator died is closed with `spotwise cancel JOB` first; one that still holds an
+    instance is refused (cancel releases it). A deadline counts again from the resume.
+    Exit codes as for `tune`; 2 when the job cannot be resumed (nothing is written).
+
+    Examples:
+      spotwise resume JOB
+      spotwise resume JOB --max-cost 20 --json
+    """
+    from spotwise import jobs
+
+    _run_live(lambda **kw: jobs.resume(job, db=db, max_cost_usd=max_cost, **kw), json_out)
+
+
+def _run_live(run: Any, json_out: bool) -> None:
+    """Run a job (``run(on_update=…)``): a live table, then its summary, or its JSON; exits
+    non-zero when it failed or left something billed (1) or was cancelled (130)."""
     from spotwise.cli.render import LiveJob, print_summary
 
     if json_out:
-        summary = jobs.tune(spec, db=db, policy=policy)
+        summary = run()
         print(json_text(summary))
     else:
         with LiveJob() as live:
-            summary = jobs.tune(spec, db=db, policy=policy, on_update=live.update)
+            summary = run(on_update=live.update)
         print_summary(summary)
     # every trial crashed, or something may still be billed: scripts see a non-zero exit
     if summary["state"] == "failed" or summary.get("leftover_instances"):
@@ -125,6 +164,7 @@ def cancel(
 
 def register(app: typer.Typer) -> None:
     app.command()(tune)
+    app.command()(resume)
     app.command()(status)
     app.command()(trials)
     app.command()(cancel)

@@ -123,6 +123,12 @@ def print_summary(s: dict[str, Any]) -> None:
     )
     if s.get("error"):
         console.print(f"[red]{s['error']}[/]")
+    if resumed := s.get("resumed"):
+        n = len(resumed["requeued_trials"])
+        console.print(
+            f"resumed a {resumed['previous_state']} job: {n} trial(s) continued from their "
+            "checkpoints; trials, cost and savings cover both runs"
+        )
     if best:
         console.print(
             f"best: trial {best['number']} {_params(best['params'])} → {_fmt(best['metric'])}"
@@ -139,9 +145,9 @@ def print_summary(s: dict[str, Any]) -> None:
         f"revocations {s['revocations']} · migrations {s['migrations']}"
     )
     planned = s.get("trials_planned", s["trials"])
+    unmade = planned - s["trials"]
     for limit, n in (s.get("limits") or {}).items():  # the budget or deadline bound
         before = f" ({n['never_started']} before starting)" if n["never_started"] else ""
-        unmade = planned - s["trials"]
         more = f"; {unmade} of {planned} planned never created" if unmade > 0 else ""
         console.print(f"[yellow]{limit}: {n['stopped']} trial(s) stopped{before}{more}[/]")
     for iid in s.get("leftover_instances") or []:
@@ -150,6 +156,9 @@ def print_summary(s: dict[str, Any]) -> None:
         f"cost ${s['cost_usd']:.4f} vs ${s['on_demand_cost_usd']:.4f} on demand "
         f"({versus})\nnext: spotwise trials {s['job_id']}"
     )
+    # trials left unfinished or unmade, or cut by a limit: `resume` runs them on
+    if s["state"] == "cancelled" or (s["state"] == "failed" and (s.get("limits") or unmade > 0)):
+        console.print(f"continue it: spotwise resume {s['job_id']}")
 
 
 def print_jobs(rows: list[dict[str, Any]]) -> None:

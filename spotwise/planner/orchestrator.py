@@ -41,11 +41,14 @@ from spotwise.planner.report import (
     snapshot,
     summary,
 )
+from spotwise.planner.resume import ResumePlan
 from spotwise.planner.runstate import (
     Life,
     TrialRun,
     build_view,
+    default_run_root,
     on_signals,
+    whoami,
 )
 from spotwise.planner.search import Search
 from spotwise.planner.trialbook import ReadFailing
@@ -71,18 +74,16 @@ class RunOptions:
     update_every_s: float = 0.25
 
 
-def default_run_root() -> Path:
-    import os
-
-    import platformdirs
-
-    root = os.environ.get("SPOTWISE_HOME")
-    return Path(root) / "runs" if root else Path(platformdirs.user_data_dir("spotwise")) / "runs"
-
-
 class Orchestrator(Actions):
-    def __init__(self, spec: JobSpec, spec_path: Path | None, store: Any, opts: RunOptions) -> None:
-        self.spec, self.store, self.opts = spec, store, opts
+    def __init__(
+        self,
+        spec: JobSpec,
+        spec_path: Path | None,
+        store: Any,
+        opts: RunOptions,
+        resume: ResumePlan | None = None,
+    ) -> None:
+        self.spec, self.store, self.opts, self.resume = spec, store, opts, resume
         self.policy: Policy = get_policy(opts.policy or spec.policy)
         self.base_dir = spec.base_dir(spec_path).resolve()
         self.spec_path = spec_path
@@ -103,13 +104,14 @@ class Orchestrator(Actions):
 
     # ---- public -------------------------------------------------------------------------
     def run(self) -> dict[str, Any]:
-        spec = self.spec
-        self.job_id: str = new_id("j")
+        spec, resume = self.spec, self.resume
+        self.job_id: str = resume.job_id if resume else new_id("j")
         self.offer_watch = NoOfferWatch(self.job_id)  # says so when no offer is left for long
         # absolute: the trial runs in the spec's folder and must find the same events/stop files
         self.run_dir = ((self.opts.run_root or default_run_root()) / self.job_id).resolve()
         # the search first (skopt takes seconds to import): the market clock starts with the backend
-        self.search = Search(spec.search_space, spec.search, spec.metric.direction)
+        search = resume.search_spec if resume else spec.search
+        self.search = Search(spec.search_space, search, spec.metric.direction)
         forecast = bool(getattr(self.policy, "uses_forecast", False))
         # opening the market validates what the spec names (trace, zones, regions, offers) and
         # raises before anything is written
@@ -120,14 +122,17 @@ class Orchestrator(Actions):
             # what only the open market shows (options, regions, instance types, a checkpoint
             # location we cannot write): refused before the job is recorded or anything bought
             preflight(spec, backend, self.ckpt_root)
-            self.store.create_job(
-                name=spec.name,
-                spec_json=spec.model_dump_json(),
-                spec_path=str(self.spec_path or ""),
-                policy=self.policy.name,
-                direction=spec.metric.direction,
-                job_id=self.job_id,
-            )
+            if resume is None:
+                self.store.create_job(
+                    name=spec.name,
+                    spec_json=spec.model_dump_json(),
+                    spec_path=str(self.spec_path or ""),
+                    policy=self.policy.name,
+                    direction=spec.metric.direction,
+                    job_id=self.job_id,
+                )
+            else:
+                self._carry_over(resume)
         except BaseException:
             backend.close()
             raise
@@ -142,10 +147,9 @@ class Orchestrator(Actions):
                 if spec.budget.deadline_hours
                 else None
             )
-            pid, host = _whoami()
-            self.store.update_job(
-                self.job_id, state="running", started_at=time.time(), pid=pid, host=host
-            )
+            pid, host = whoami()
+            first_start = {} if resume else {"started_at": time.time()}
+            self.store.update_job(self.job_id, state="running", pid=pid, host=host, **first_start)
             self._loop()
             state, error = end_state(
                 self.trials, self.cancelled, spec.budget.max_cost_usd, str(self.run_dir / "logs")
@@ -161,6 +165,27 @@ class Orchestrator(Actions):
             restore()
             self._finish_job(state, self.leftover_error(error))
         return self.summary(time.monotonic() - wall0)
+
+    def _carry_over(self, resume: ResumePlan) -> None:
+        """A resumed job starts from its earlier run: its trials, its totals (the budget
+        covers both runs), its results told to the search; then the job is taken over (refused
+        if another process took it first)."""
+        self.trials = resume.trials
+        for t in self.trials:
+            t.checkpoint_uri = f"{self.ckpt_root}/{t.trial_id}"
+        tot = resume.totals
+        self.spent_usd, self.on_demand_usd = tot["cost_usd"], tot["on_demand_cost_usd"]
+        self.revocations, self.migrations = int(tot["revocations"]), int(tot["migrations"])
+        self.early_stopped = int(tot["early_stopped"])
+        self.search.replay(resume.ended, [t.params for t in resume.requeued])
+        resume.claim(self.store, *whoami())
+        self._event(
+            "resumed",
+            self.backend.now(),
+            previous_state=resume.from_state.value,
+            requeued=[t.trial_id for t in resume.requeued],
+            spent_usd=self.spent_usd,
+        )
 
     # ---- the loop -----------------------------------------------------------------------
     def _loop(self) -> None:
@@ -302,6 +327,11 @@ class Orchestrator(Actions):
             wall_seconds,
         )
         out["trials_planned"] = self.spec.trials
+        if self.resume:
+            out["resumed"] = {
+                "previous_state": self.resume.from_state.value,
+                "requeued_trials": [t.trial_id for t in self.resume.requeued],
+            }
         if job.error:
             out["error"] = job.error
         if self.leftover_ids:  # the drain could not terminate them: `tune` exits non-zero
@@ -369,14 +399,11 @@ class Orchestrator(Actions):
                 self.store.update_trial(t.trial_id, state="cancelled", ended_at=time.time())
 
 
-def _whoami() -> tuple[int, str]:
-    """This orchestrator's pid and machine (a pid means nothing on another host)."""
-    import os
-    import socket
-
-    return os.getpid(), socket.gethostname()
-
-
 def run_job(spec: JobSpec, spec_path: Path | None, store: Any, opts: RunOptions) -> dict[str, Any]:
     """Run one tuning job to the end and return its summary (the core call behind `tune`)."""
     return Orchestrator(spec, spec_path, store, opts).run()
+
+
+def resume_job(plan: ResumePlan, store: Any, opts: RunOptions) -> dict[str, Any]:
+    """Run a finished job's unfinished trials and the rest of its plan (`spotwise resume`)."""
+    return Orchestrator(plan.spec, plan.spec_path, store, opts, resume=plan).run()

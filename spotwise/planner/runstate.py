@@ -65,7 +65,8 @@ class TrialRun:
     crashed: bool = False  # its own process failed (not the cloud): its point is a bad one
     invalid_metric: bool = False  # it reported a NaN/inf metric (an event says so, once)
     metric_invalid: bool = False  # its latest report was NaN/inf
-    furthest: int = 0  # the furthest step it ever reported (kept across relaunches)
+    furthest: int = 0  # the furthest step it reported in this run (kept across relaunches)
+    carried: bool = False  # it ended in an earlier run of the job (`spotwise resume`)
     life: Life | None = None
     cost_usd: float = 0.0
     on_demand_cost_usd: float = 0.0
@@ -241,3 +242,19 @@ def on_signals(callback: Callable[[], None]) -> Callable[[], None]:
             signal.signal(sig, handler)
 
     return restore
+
+
+def default_run_root() -> Path:
+    """Where a job's events, logs and stop files go: $SPOTWISE_HOME/runs, else the user
+    data folder's."""
+    import platformdirs
+
+    root = os.environ.get("SPOTWISE_HOME")
+    return Path(root) / "runs" if root else Path(platformdirs.user_data_dir("spotwise")) / "runs"
+
+
+def whoami() -> tuple[int, str]:
+    """This orchestrator's pid and machine (a pid means nothing on another host)."""
+    import socket
+
+    return os.getpid(), socket.gethostname()

@@ -118,6 +118,32 @@ class Search:
             return
         self.tell(params, self.sign * max(ys))  # skopt minimises sign·value: its largest y
 
+    def replay(
+        self, ended: list[tuple[Mapping[str, Any], float | None]], pending: list[Mapping[str, Any]]
+    ) -> None:
+        """Seed a resumed job's search with what its earlier run learnt, in one model fit:
+        ``ended`` holds each told trial's params and value (None: a failure, told the worst
+        value, as :meth:`tell_failure`); ``pending`` the trials about to run again, which
+        :meth:`ask` must not propose a second time."""
+        finite = [v for _, v in ended if v is not None and v == v]
+        worst = max((self.sign * v for v in finite), default=None)
+        points: list[list[Any]] = []
+        ys: list[float] = []
+        for params, value in ended:
+            y = worst if value is None else self.sign * float(value)
+            if y is None or y != y:  # a failure before any value, or NaN: nothing to tell
+                continue
+            points.append([_plain(params[n]) for n in self.names])
+            ys.append(y)
+        self._pending += [[_plain(p[n]) for n in self.names] for p in pending]
+        if not points:
+            return
+        from threadpoolctl import threadpool_limits
+
+        with threadpool_limits(1), _skopt_notes():
+            self._opt.tell(points, ys)
+        self.told += len(points)
+
     def forget(self, params: Mapping[str, Any]) -> None:
         point = [_plain(params[n]) for n in self.names]
         if point in self._pending:

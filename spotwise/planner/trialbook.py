@@ -286,8 +286,9 @@ class TrialBook:
 
     def _broken(self) -> bool:
         """Two trials failed and none ever reported a step: the command itself is broken (a
-        typo, a missing file), and every new trial would only pay for more failed launches."""
-        failed = sum(1 for t in self.trials if t.state == "failed")
+        typo, a missing file), and every new trial would only pay for more failed launches.
+        Judged on this run's trials: a resumed job's command may have been mended since."""
+        failed = sum(1 for t in self.trials if t.state == "failed" and not t.carried)
         return failed >= 2 and not any(t.furthest > 0 for t in self.trials)
 
     def _doubtful(self) -> bool:

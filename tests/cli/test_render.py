@@ -122,3 +122,33 @@ def test_summary_says_which_limit_bound_and_what_is_still_held(
     # SUMMARY has 2 trials: 1 of them stopped before starting, 6 of the 8 planned never made
     assert "budget: 1 trial(s) stopped (1 before starting); 6 of 8 planned never created" in text
     assert "still held, may be billed: i-0abc (`spotwise cancel j-1234abcd`)" in text
+
+
+@pytest.mark.parametrize(
+    ("extra", "hint"),
+    [
+        ({"state": "cancelled"}, True),
+        ({"state": "failed", "trials_planned": 4}, True),  # trials never made
+        ({"state": "failed", "limits": {"budget": {"stopped": 1, "never_started": 0}}}, True),
+        ({"state": "failed", "error": "every trial failed (2)"}, False),  # nothing to resume
+        ({"state": "succeeded"}, False),
+    ],
+)
+def test_summary_says_how_to_continue_a_job_that_can_be(
+    monkeypatch: pytest.MonkeyPatch, extra: dict, hint: bool
+) -> None:
+    console = Console(width=120, record=True, color_system=None)
+    monkeypatch.setattr(render, "console", console)
+    render.print_summary({**SUMMARY, "cost_usd": 1.0, "on_demand_cost_usd": 4.0, **extra})
+    assert ("continue it: spotwise resume j-1234abcd" in console.export_text()) is hint
+
+
+def test_summary_of_a_resumed_job_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    console = Console(width=120, record=True, color_system=None)
+    monkeypatch.setattr(render, "console", console)
+    resumed = {"previous_state": "cancelled", "requeued_trials": ["t-1", "t-2"]}
+    render.print_summary(
+        {**SUMMARY, "cost_usd": 1.0, "on_demand_cost_usd": 4.0, "resumed": resumed}
+    )
+    text = console.export_text()
+    assert "resumed a cancelled job: 2 trial(s) continued from their checkpoints" in text

@@ -1,0 +1,218 @@
+"""Resuming a job that ended before its plan did (cancelled, or failed: a limit, a crash of
+its orchestrator after `spotwise cancel` closed it): what its earlier run left in the store is
+read back, checked, and turned into the orchestrator's starting state.
+
+* Trials that ended (completed, stopped early, failed) stay as they ended: their results,
+  costs and curves are the job's, and the search is told them again (one model fit), so the
+  points it proposes next are informed by them.
+* Trials the run left unfinished (cancelled, never closed, or stopped by the job's budget or
+  deadline rather than judged by the policy) are queued again with their own id, parameters
+  and checkpoint folder: the next launch resumes each from its checkpoint
+  (``SPOTWISE_RESUME_STEP``); work after the checkpoint is lost, as after a revocation.
+* New trials are created as usual until the spec's ``trials``.
+* The job keeps its id, records and spend: the budget covers both runs. A deadline counts from
+  the resume (the replay market's clock starts again too).
+
+Refused, with nothing written: a job that is not finished (still running, or its
+orchestrator died and `spotwise cancel` has not closed it), one whose records still hold an
+instance (it may still be billed, or still be running a trial), one with nothing left to run,
+one whose budget is spent, one whose command folder is gone. Only this module's
+:meth:`ResumePlan.claim` writes, and only after the market accepted the spec.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from spotwise.errors import ConfigError
+from spotwise.planner.policy import INVALID_METRIC, Phase
+from spotwise.planner.runstate import LIMITS, TrialRun
+from spotwise.spec import SEEDS, JobSpec, SearchSpec, load_stored_spec
+from spotwise.states import JobState, TrialState
+
+#: the totals a job row carries over to the orchestrator of its resumed run
+TOTALS = ("cost_usd", "on_demand_cost_usd", "revocations", "migrations", "early_stopped")
+
+
+@dataclass
+class ResumePlan:
+    job_id: str
+    from_state: JobState  # the state the earlier run ended in
+    spec: JobSpec  # as stored (with a raised budget when asked)
+    spec_path: Path | None
+    policy: str
+    trials: list[TrialRun]  # by number: ended ones as they ended, the others queued again
+    requeued: list[TrialRun]  # those queued again (from their checkpoints)
+    ended: list[tuple[Mapping[str, Any], float | None]]  # what the search is told again
+    totals: dict[str, float]
+    raised_budget: bool = False
+
+    @property
+    def search_spec(self) -> SearchSpec:
+        """The spec's search, seeded apart from the earlier run's: the same seed would propose
+        the earlier run's first random points again."""
+        seed = (self.spec.search.seed + len(self.trials)) % SEEDS
+        return self.spec.search.model_copy(update={"seed": seed})
+
+    def claim(self, store: Any, pid: int, host: str) -> None:
+        """Take the job over from its finished state, atomically (two resumes of one job: one
+        wins, the other is refused), then queue its unfinished trials again."""
+        fields: dict[str, Any] = {
+            "state": JobState.PENDING,
+            "ended_at": None,
+            "error": None,
+            "pid": pid,
+            "host": host,
+        }
+        if self.raised_budget:
+            fields["spec_json"] = self.spec.model_dump_json()
+        if not store.claim_job(self.job_id, self.from_state, **fields):
+            now = store.get_job(self.job_id)
+            raise ConfigError(
+                f"job {self.job_id} is no longer {self.from_state.value} (now "
+                f"{getattr(now.state, 'value', now.state)}): another process resumed it first",
+                hint=f"`spotwise status {self.job_id}` shows it",
+            )
+        for t in self.requeued:
+            store.update_trial(t.trial_id, state="pending", ended_at=None, step=t.step)
+
+
+def plan_resume(store: Any, job: Any, *, max_cost_usd: float | None = None) -> ResumePlan:
+    """Read a finished job back from the store; raise (one line, naming the fix) where it
+    cannot be resumed. Writes nothing."""
+    state = JobState(job.state)
+    if not state.is_terminal():
+        raise ConfigError(f"job {job.id} is {state.value}: only a finished job can be resumed")
+    held = store.list_instances(job.id, active_only=True)
+    if held:
+        ids = ", ".join(r.provider_instance_id or r.id for r in held)
+        raise ConfigError(
+            f"job {job.id} still holds {len(held)} instance(s) that may be billed or still "
+            f"running its trials ({ids}): run `spotwise cancel {job.id}` to release them first"
+        )
+    spec = load_stored_spec(job.spec_json)
+    raised = False
+    if max_cost_usd is not None:
+        if not max_cost_usd > 0 or max_cost_usd != max_cost_usd:
+            raise ConfigError(f"--max-cost must be a number of dollars > 0, got {max_cost_usd}")
+        budget = spec.budget.model_copy(update={"max_cost_usd": float(max_cost_usd)})
+        spec, raised = spec.model_copy(update={"budget": budget}), True
+    spec_path = Path(job.spec_path) if job.spec_path else None
+    if spec_path is None and not (spec.workdir and Path(spec.workdir).is_absolute()):
+        raise ConfigError(
+            f"job {job.id} was not started from a spec file: the folder its command runs in "
+            "is unknown, so it cannot be resumed"
+        )
+    folder = spec.base_dir(spec_path)
+    if not folder.is_dir():
+        raise ConfigError(
+            f"job {job.id} runs its command in {folder}, which no longer exists: restore that "
+            "folder to resume the job"
+        )
+    trials, ended, was_stopped = _read_trials(store, job.id, spec)
+    requeued = [t for t in trials if t.phase is Phase.QUEUED]
+    left = len(requeued) + max(spec.trials - len(trials), 0)
+    if left == 0:
+        counts: dict[str, int] = {}
+        for t in trials:
+            counts[t.state] = counts.get(t.state, 0) + 1
+        how = ", ".join(f"{n} {s.replace('_', ' ')}" for s, n in sorted(counts.items()))
+        raise ConfigError(
+            f"job {job.id} has nothing left to run: its {len(trials)} trials ended ({how})"
+        )
+    cap = spec.budget.max_cost_usd
+    if cap is not None and job.cost_usd >= cap:
+        raise ConfigError(
+            f"job {job.id} has spent ${job.cost_usd:.2f} of its budget (max_cost_usd {cap:g}): "
+            "resume it with a larger --max-cost to run its other trials"
+        )
+    return ResumePlan(
+        job_id=job.id,
+        from_state=state,
+        spec=spec,
+        spec_path=spec_path,
+        policy=job.policy,
+        trials=trials,
+        requeued=requeued,
+        ended=ended,
+        totals={
+            **{k: float(getattr(job, k)) for k in TOTALS},
+            # a limit's stop is undone: the trial runs again (and may be stopped again)
+            "early_stopped": float(
+                job.early_stopped - sum(1 for t in requeued if t.trial_id in was_stopped)
+            ),
+        },
+        raised_budget=raised,
+    )
+
+
+def _read_trials(
+    store: Any, job_id: str, spec: JobSpec
+) -> tuple[list[TrialRun], list[tuple[Mapping[str, Any], float | None]], set[str]]:
+    """The job's trials as the orchestrator holds them, what the search is told of those that
+    ended, and the ids of those that had been stopped early."""
+    launches: dict[str, list[Any]] = {}
+    for r in store.list_instances(job_id):
+        launches.setdefault(r.trial_id, []).append(r)
+    stopped_for: dict[str | None, str] = {}  # a trial's first stop reason (a later one: a limit)
+    for e in store.events(job_id, kind="stop_early"):
+        stopped_for.setdefault(e.trial_id, str(e.detail.get("reason")))
+    trials, ended, was_stopped = [], [], set()
+    for row in store.list_trials(job_id):
+        if row.state is TrialState.STOPPED_EARLY:
+            was_stopped.add(row.id)
+        curve = dict(store.curve(row.id))
+        t = _trial(row, spec, curve, launches.get(row.id, []), stopped_for.get(row.id))
+        trials.append(t)
+        told = _told(row, t)
+        if told is not None:
+            ended.append(told)
+    return trials, ended, was_stopped
+
+
+def _trial(
+    row: Any, spec: JobSpec, curve: dict[int, float], launches: list[Any], stop_reason: str | None
+) -> TrialRun:
+    """A trial of the earlier run as the orchestrator holds one: as it ended, or queued again
+    from its checkpoint (unfinished, or stopped by a limit of the job: not judged a loser)."""
+    t = TrialRun(row.id, row.number, row.params, spec.steps, spec.checkpoint.every)
+    t.cost_usd, t.revocations, t.migrations = row.cost_usd, row.revocations, row.migrations
+    t.checkpoint_step = row.checkpoint_step
+    # each launch try used up an attempt number, whose files the trial's folder still holds
+    t.attempt = len(launches) - 1
+    t.lives_started = sum(1 for r in launches if r.launched_at is not None)
+    state = TrialState(row.state)
+    limited = state is TrialState.STOPPED_EARLY and stop_reason in LIMITS
+    # furthest stays 0: what it reported before does not show that the command works now
+    if state.is_terminal() and state is not TrialState.CANCELLED and not limited:
+        t.phase, t.state, t.step, t.curve = Phase.DONE, state.value, row.step, curve
+        t.carried = True  # ended before: not this run's failure (a mended command runs on)
+        t.stop_reason = stop_reason if state is TrialState.STOPPED_EARLY else None
+        t.predicted_final = row.predicted_final
+        t.metric_invalid = row.metric is None and row.step > 0  # its last report was NaN/inf
+        return t
+    t.phase, t.state, t.step = Phase.QUEUED, "pending", t.checkpoint_step
+    t.curve = {k: v for k, v in curve.items() if k <= t.step}  # work after it is lost
+    t.retrying = t.lives_started > 0  # its next life continues it: not a migration
+    return t
+
+
+def _told(row: Any, t: TrialRun) -> tuple[Mapping[str, Any], float | None] | None:
+    """What the orchestrator told the search when the trial ended (as near as the store can
+    tell): its final metric; an early-stopped trial's prediction or last value; None (the
+    worst value) for a failure. None: nothing (a trial queued again is pending instead)."""
+    if t.phase is not Phase.DONE:
+        return None
+    if t.state == "completed":
+        return t.params, row.final_metric  # a NaN end was stored as no final: a failure
+    if t.state == "stopped_early":
+        guess = row.predicted_final if row.predicted_final is not None else row.metric
+        if t.stop_reason == INVALID_METRIC or (guess is None and t.metric_invalid):
+            return t.params, None  # diverged: its last finite value flatters it
+        return None if guess is None else (t.params, guess)
+    # failed: a trial that crashed on its instance is a bad point; one whose launches the
+    # cloud refused (it never ran) says nothing about its point
+    return (t.params, None) if t.lives_started > 0 else None

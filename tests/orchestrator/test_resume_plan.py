@@ -1,0 +1,218 @@
+"""What `spotwise resume` reads back from the store before anything runs: which jobs it
+refuses (and that a refusal writes nothing), how each trial of the earlier run is carried over,
+and what the search is told. No trial process runs here (see test_resume.py for the real loop).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from shared_helpers import record_launch
+from test_orchestrator import spec_dict
+
+from spotwise import jobs
+from spotwise.errors import ConfigError
+from spotwise.planner.policy import Phase
+from spotwise.planner.resume import plan_resume
+from spotwise.planner.search import Search
+from spotwise.spec import SEEDS, parse_spec
+from spotwise.store import JobState, Store
+
+
+def _store(tmp_path: Path) -> Store:
+    return Store.open(f"sqlite:///{tmp_path / 'state.db'}")
+
+
+def _job(store: Store, tmp_path: Path, state: str = "cancelled", **spec: Any) -> str:
+    accepted = parse_spec(spec_dict(tmp_path, trials=4, steps=10, **spec))
+    job = store.create_job(
+        "e2e", accepted.model_dump_json(), str(tmp_path / "job.yaml"), "spot-greedy", "maximize"
+    )
+    store.update_job(job.id, state=state, cost_usd=1.5, on_demand_cost_usd=4.0, revocations=2)
+    return job.id
+
+
+def _trial(store: Store, job_id: str, number: int, state: str, **fields: Any) -> str:
+    t = store.add_trial(job_id, number, {"lr": 0.001 * (number + 1)})
+    store.update_trial(t.id, state=state, **fields)
+    return t.id
+
+
+def _launch(store: Store, job_id: str, trial_id: str, launched: bool = True) -> None:
+    record_launch(
+        store,
+        job_id,
+        trial_id,
+        price_per_hour=1.0,
+        provider="local",
+        requested_at=1.0,
+        state="terminated" if launched else "failed",
+        launched_at=2.0 if launched else None,
+    )
+
+
+def test_each_trial_is_carried_over_as_it_ended_or_queued_from_its_checkpoint(
+    tmp_path: Path,
+) -> None:
+    store = _store(tmp_path)
+    job_id = _job(store, tmp_path)
+    done = _trial(store, job_id, 0, "completed", step=10, final_metric=0.9, metric=0.9)
+    early = _trial(store, job_id, 1, "stopped_early", step=4, metric=0.3, predicted_final=0.5)
+    crashed = _trial(store, job_id, 2, "failed", step=0)
+    cut = _trial(store, job_id, 3, "cancelled", step=8, checkpoint_step=6, cost_usd=0.25)
+    refused = store.add_trial(job_id, 4, {"lr": 0.09}).id  # the spec asks 4: one too many
+    store.update_trial(refused, state="failed")
+    for tid in (done, early, crashed, cut, cut):
+        _launch(store, job_id, tid)
+    _launch(store, job_id, refused, launched=False)  # the cloud refused it: it never ran
+    for step in range(1, 9):
+        store.add_observation(cut, step, step / 10, wall_time=float(step))
+    store.add_observation(done, 10, 0.9, wall_time=1.0)
+
+    plan = plan_resume(store, store.get_job(job_id))
+
+    by_id = {t.trial_id: t for t in plan.trials}
+    assert [t.trial_id for t in plan.requeued] == [cut]
+    t = by_id[cut]
+    assert (t.phase, t.state, t.step, t.checkpoint_step) == (Phase.QUEUED, "pending", 6, 6)
+    assert sorted(t.curve) == [1, 2, 3, 4, 5, 6]  # steps after its checkpoint are lost
+    assert t.attempt == 1 and t.lives_started == 2 and t.retrying  # next attempt: 2
+    assert t.cost_usd == 0.25 and t.furthest == 0 and not t.carried
+    assert by_id[done].phase is Phase.DONE and by_id[done].final_metric == 0.9
+    assert by_id[refused].lives_started == 0 and by_id[refused].attempt == 0
+    # the search hears what the orchestrator told it: a final, a prediction, a failure;
+    # nothing for a trial the cloud never ran
+    assert plan.ended == [({"lr": 0.001}, 0.9), ({"lr": 0.002}, 0.5), ({"lr": 0.003}, None)]
+    assert plan.totals["cost_usd"] == 1.5 and plan.totals["revocations"] == 2
+    assert plan.search_spec.seed == 5  # seed 0, apart by the 5 trials already proposed
+    assert store.get_job(job_id).state is JobState.CANCELLED  # planning writes nothing
+
+
+def test_a_trial_a_limit_stopped_runs_again_one_the_policy_stopped_does_not(
+    tmp_path: Path,
+) -> None:
+    """The budget or deadline stopped a trial: it was not judged a loser, so a resume (e.g.
+    with a larger budget) runs it on from its checkpoint. One the policy stopped keeps its
+    end; one stopped for a NaN/inf metric is told to the search as a failure."""
+    store = _store(tmp_path)
+    job_id = _job(store, tmp_path, state="failed")
+    store.update_job(job_id, early_stopped=3)
+    budget = _trial(store, job_id, 0, "stopped_early", step=5, checkpoint_step=4, metric=0.5)
+    policy = _trial(store, job_id, 1, "stopped_early", step=3, metric=0.2, predicted_final=0.3)
+    nan = _trial(store, job_id, 2, "stopped_early", step=2, metric=0.4)
+    for tid, why in ((budget, "budget"), (policy, "asha"), (nan, "invalid metric")):
+        store.add_event(job_id, "stop_early", 1.0, trial_id=tid, reason=why)
+    # a limit reaching a trial already stopping keeps the first reason
+    store.add_event(job_id, "stop_early", 2.0, trial_id=policy, reason="budget")
+
+    plan = plan_resume(store, store.get_job(job_id))
+
+    assert [t.trial_id for t in plan.requeued] == [budget]
+    again = plan.requeued[0]
+    assert (again.step, again.stop_reason, again.phase) == (4, None, Phase.QUEUED)
+    by_id = {t.trial_id: t for t in plan.trials}
+    assert by_id[policy].stop_reason == "asha" and by_id[policy].phase is Phase.DONE
+    assert plan.ended == [({"lr": 0.002}, 0.3), ({"lr": 0.003}, None)]
+    assert plan.totals["early_stopped"] == 2  # the budget's stop is undone
+
+
+def test_refusals_name_the_fix_and_write_nothing(tmp_path: Path) -> None:
+    store = _store(tmp_path)
+
+    running = _job(store, tmp_path, state="running")  # its orchestrator died (no pid)
+    with pytest.raises(ConfigError, match=rf"run `spotwise cancel {running}` first"):
+        jobs.resume(running, db=store.url)
+
+    held = _job(store, tmp_path)
+    tid = _trial(store, held, 0, "cancelled")
+    record_launch(
+        store, held, tid, price_per_hour=1.0, requested_at=1.0, state="running",
+        provider_instance_id="i-0held",
+    )  # fmt: skip
+    with pytest.raises(ConfigError, match=rf"holds 1 instance.*i-0held.*spotwise cancel {held}"):
+        plan_resume(store, store.get_job(held))
+
+    full = _job(store, tmp_path)
+    for n in range(4):
+        _trial(store, full, n, "completed" if n else "failed", step=10)
+    with pytest.raises(ConfigError, match="nothing left to run: its 4 trials ended"):
+        plan_resume(store, store.get_job(full))
+
+    broke = _job(store, tmp_path, state="failed", budget={"max_cost_usd": 1.0})
+    with pytest.raises(ConfigError, match=r"spent \$1.50 of its budget.*larger --max-cost"):
+        plan_resume(store, store.get_job(broke))
+    with pytest.raises(ConfigError, match="--max-cost must be a number of dollars > 0"):
+        plan_resume(store, store.get_job(broke), max_cost_usd=0.0)
+
+    gone = _job(store, tmp_path, workdir=str(tmp_path / "moved"))
+    with pytest.raises(ConfigError, match="which no longer exists"):
+        plan_resume(store, store.get_job(gone))
+
+    states = {j.id: j.state.value for j in store.list_jobs()}
+    assert states == {
+        running: "running", held: "cancelled", full: "cancelled", broke: "failed",
+        gone: "cancelled",
+    }  # fmt: skip
+
+
+def test_a_larger_budget_is_stored_with_the_job_when_it_is_claimed(tmp_path: Path) -> None:
+    store = _store(tmp_path)
+    job_id = _job(store, tmp_path, state="failed", budget={"max_cost_usd": 1.0})
+    plan = plan_resume(store, store.get_job(job_id), max_cost_usd=3.0)
+    assert plan.spec.budget.max_cost_usd == 3.0
+    plan.claim(store, 123, "here")
+    job = store.get_job(job_id)
+    assert json.loads(job.spec_json)["budget"]["max_cost_usd"] == 3.0
+    assert (job.state, job.pid, job.host, job.ended_at) == (JobState.PENDING, 123, "here", None)
+
+
+def test_of_two_resumes_of_one_job_the_second_is_refused(tmp_path: Path) -> None:
+    store = _store(tmp_path)
+    job_id = _job(store, tmp_path)
+    cut = _trial(store, job_id, 0, "cancelled", step=3)
+    first = plan_resume(store, store.get_job(job_id))
+    second = plan_resume(store, store.get_job(job_id))
+    first.claim(store, 1, "a")
+    assert store.get_trial(cut).state.value == "pending"
+    with pytest.raises(ConfigError, match="another process resumed it first"):
+        second.claim(store, 2, "b")
+    assert store.get_job(job_id).pid == 1
+
+
+def test_dead_orchestrator_job_resumes_after_cancel_closes_it(tmp_path: Path) -> None:
+    store = _store(tmp_path)
+    job_id = _job(store, tmp_path, state="running")
+    running = _trial(store, job_id, 0, "running", step=5, checkpoint_step=4)
+    out = jobs.cancel(job_id, db=store.url)
+    assert out["state"] == "cancelled"
+    plan = plan_resume(store, store.get_job(job_id))
+    assert [t.trial_id for t in plan.requeued] == [running]
+    assert plan.requeued[0].step == 4
+
+
+def test_search_replay_tells_every_result_at_once_and_keeps_requeued_points_pending() -> None:
+    spec = parse_spec(spec_dict(Path("/tmp"))).search
+    search = Search(
+        {"lr": parse_spec(spec_dict(Path("/tmp"))).search_space["lr"]}, spec, "maximize"
+    )
+    search.replay([({"lr": 0.01}, 0.8), ({"lr": 0.02}, None), ({"lr": 0.05}, 0.6)], [{"lr": 0.03}])
+    assert search.told == 3
+    # skopt minimises -metric; a failure is told the worst value seen (-0.6)
+    assert list(search._opt.yi) == [-0.8, -0.6, -0.6]
+    assert search._pending == [[0.03]]
+    search.tell({"lr": 0.03}, 0.7)  # the requeued trial ends: no longer pending
+    assert search._pending == [] and search.told == 4
+    only_failures = Search({"lr": parse_spec(spec_dict(Path("/tmp"))).search_space["lr"]}, spec)
+    only_failures.replay([({"lr": 0.02}, None)], [])  # no value to compare with: not told
+    assert only_failures.told == 0
+
+
+def test_resumed_seed_wraps_round_to_a_valid_seed(tmp_path: Path) -> None:
+    store = _store(tmp_path)
+    job_id = _job(store, tmp_path, search={"seed": SEEDS - 1})
+    for n in range(3):
+        _trial(store, job_id, n, "completed" if n else "cancelled", step=10)
+    assert plan_resume(store, store.get_job(job_id)).search_spec.seed == 2
