@@ -78,6 +78,9 @@ class TrialView:
     revocations: int = 0
     stopping: bool = False  # asked to checkpoint and leave its instance
     params: Mapping[str, object] = field(default_factory=dict)
+    # its step when this run of the job began: > 0 only in a resumed job (`spotwise resume`),
+    # whose earlier run did those steps (a deadline counts from the resume, so does progress)
+    start_step: int = 0
 
     @property
     def remaining_steps(self) -> int:

@@ -67,6 +67,7 @@ class TrialRun:
     metric_invalid: bool = False  # its latest report was NaN/inf
     furthest: int = 0  # the furthest step it reported in this run (kept across relaunches)
     carried: bool = False  # it ended in an earlier run of the job (`spotwise resume`)
+    start_step: int = 0  # its step when this run began (a resumed job's earlier work)
     life: Life | None = None
     cost_usd: float = 0.0
     on_demand_cost_usd: float = 0.0
@@ -114,6 +115,7 @@ def trial_view(t: TrialRun, default_sps: float) -> TrialView:
         revocations=t.revocations,
         stopping=t.stopping is not None,
         params=dict(t.params),
+        start_step=t.start_step,
     )
 
 

@@ -94,7 +94,7 @@ def job_clock(view: PlannerView, expected_fraction: float = 1.0) -> JobClock | N
     remaining = done = 0.0
     steps_total = view.trials[0].steps_total if view.trials else 1
     for t in view.trials:
-        done += t.step * t.seconds_per_step
+        done += (t.step - t.start_step) * t.seconds_per_step  # this run's: its window's
         if not t.phase.is_terminal():
             remaining += t.remaining_steps * t.seconds_per_step
     unseen = max(view.trials_total - len(view.trials), 0)

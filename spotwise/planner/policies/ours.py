@@ -296,6 +296,11 @@ class Spotwise:
         for t in view.trials:
             done = final_value(t)
             got = self.memo.get((t.trial_id, step))
+            # a resumed job's trial that passed ``step`` in the earlier run: predicted as that
+            # run did (the memo was that run's policy object's)
+            earlier = done is not None and t.start_step >= step
+            if got is None and earlier and any(s == step for s, _ in t.curve):
+                got = self._prediction(t, step, view.direction)
             if done is not None and got is not None:
                 xs.append(got[0])
                 ys.append(done)

@@ -95,6 +95,7 @@ class SpotTune:
             return []
         if event.step >= t.steps_total:
             return []
+        self._earlier_run(view, at)
         steps, values = observed(t)
         final, _, _ = self.predict(steps, values, t.steps_total, view.direction)
         self.at_theta[t.trial_id] = final
@@ -103,6 +104,20 @@ class SpotTune:
         if final == cutoff or view.better(final, cutoff):
             return []
         return [StopEarly(t.trial_id, f"earlycurve θ={self.theta:g}", final)]
+
+    def _earlier_run(self, view: PlannerView, at: int) -> None:
+        """A resumed job's trials that passed θ in its earlier run: their predictions at θ,
+        as that run made them (from the curve up to the first report at or past θ), so they
+        rank the trials of this run as they ranked the earlier ones."""
+        for u in view.trials:
+            if u.start_step < at or u.trial_id in self.at_theta:
+                continue
+            first = next((s for s, _ in u.curve if s >= at), None)
+            if first is not None and first < u.steps_total:
+                steps, values = observed(u, upto=first)
+                self.at_theta[u.trial_id] = self.predict(
+                    steps, values, u.steps_total, view.direction
+                )[0]
 
     def _first_hour(self, view: PlannerView, event: Progress, skip: set[str]) -> list[Action]:
         t = view.trial(event.trial_id)
