@@ -65,10 +65,12 @@ def resume(
     db: DbOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """Continue a cancelled or failed job: unfinished trials resume from their checkpoints,
-    then new trials run until the spec's count; same job id, spend and stored spec.
+    """Continue a job that ended before its plan did (cancelled, failed, or cut by its budget
+    or deadline): unfinished trials resume from their checkpoints, then new trials run until
+    the spec's count; same job id, spend and stored spec.
 
-    Trials that ended keep their results, and the search is told them again. A job whose
+    Trials that ended keep their results, and the search is told them again; trials the
+    budget or deadline stopped run again. A job whose
     orchestrator died is closed with `spotwise cancel JOB` first; one that still holds an
     instance is refused (cancel releases it). A deadline counts again from the resume.
     Exit codes as for `tune`; 2 when the job cannot be resumed (nothing is written).

@@ -126,8 +126,9 @@ def print_summary(s: dict[str, Any]) -> None:
     if resumed := s.get("resumed"):
         n = len(resumed["requeued_trials"])
         console.print(
-            f"resumed a {resumed['previous_state']} job: {n} trial(s) continued from their "
-            "checkpoints; trials, cost and savings cover both runs"
+            f"resumed a {resumed['previous_state']} job: {n} unfinished trial(s) ran again from "
+            "their last checkpoints (from the start where they had none); trials, cost and "
+            "savings cover both runs"
         )
     if best:
         console.print(
@@ -157,8 +158,10 @@ def print_summary(s: dict[str, Any]) -> None:
         f"({versus})\nnext: spotwise trials {s['job_id']}"
     )
     # trials left unfinished or unmade, or cut by a limit: `resume` runs them on
-    if s["state"] == "cancelled" or (s["state"] == "failed" and (s.get("limits") or unmade > 0)):
-        console.print(f"continue it: spotwise resume {s['job_id']}")
+    limits = s.get("limits") or {}
+    if s["state"] == "cancelled" or limits or (s["state"] == "failed" and unmade > 0):
+        more = " --max-cost USD (a larger budget)" if "budget" in limits else ""
+        console.print(f"continue it: spotwise resume {s['job_id']}{more}")
 
 
 def print_jobs(rows: list[dict[str, Any]]) -> None:

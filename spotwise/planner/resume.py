@@ -1,6 +1,7 @@
-"""Resuming a job that ended before its plan did (cancelled, or failed: a limit, a crash of
-its orchestrator after `spotwise cancel` closed it): what its earlier run left in the store is
-read back, checked, and turned into the orchestrator's starting state.
+"""Resuming a job that ended before its plan did (cancelled; failed or succeeded with trials
+its budget or deadline stopped or never made; a crash of its orchestrator once `spotwise
+cancel` closed it): what its earlier run left in the store is read back, checked, and turned
+into the orchestrator's starting state.
 
 * Trials that ended (completed, stopped early, failed) stay as they ended: their results,
   costs and curves are the job's, and the search is told them again (one model fit), so the
@@ -41,6 +42,7 @@ TOTALS = ("cost_usd", "on_demand_cost_usd", "revocations", "migrations", "early_
 class ResumePlan:
     job_id: str
     from_state: JobState  # the state the earlier run ended in
+    ended_at: float | None  # when (the claim checks both: the job must be as it was read)
     spec: JobSpec  # as stored (with a raised budget when asked)
     spec_path: Path | None
     policy: str
@@ -58,8 +60,9 @@ class ResumePlan:
         return self.spec.search.model_copy(update={"seed": seed})
 
     def claim(self, store: Any, pid: int, host: str) -> None:
-        """Take the job over from its finished state, atomically (two resumes of one job: one
-        wins, the other is refused), then queue its unfinished trials again."""
+        """Take the job over from its finished state and queue its unfinished trials again, in
+        one transaction, only if the job is still as it was read (two resumes of one job: one
+        wins, the other is refused, even if the first has ended again meanwhile)."""
         fields: dict[str, Any] = {
             "state": JobState.PENDING,
             "ended_at": None,
@@ -69,15 +72,15 @@ class ResumePlan:
         }
         if self.raised_budget:
             fields["spec_json"] = self.spec.model_dump_json()
-        if not store.claim_job(self.job_id, self.from_state, **fields):
-            now = store.get_job(self.job_id)
+        again = {"state": "pending", "ended_at": None}
+        requeue = {t.trial_id: {**again, "step": t.step} for t in self.requeued}
+        expected = {"state": self.from_state, "ended_at": self.ended_at}
+        if not store.claim_job(self.job_id, expected, fields, requeue):
             raise ConfigError(
-                f"job {self.job_id} is no longer {self.from_state.value} (now "
-                f"{getattr(now.state, 'value', now.state)}): another process resumed it first",
+                f"job {self.job_id} changed since it was read (another process resumed it): "
+                f"run `spotwise resume {self.job_id}` again once it has stopped",
                 hint=f"`spotwise status {self.job_id}` shows it",
             )
-        for t in self.requeued:
-            store.update_trial(t.trial_id, state="pending", ended_at=None, step=t.step)
 
 
 def plan_resume(store: Any, job: Any, *, max_cost_usd: float | None = None) -> ResumePlan:
@@ -132,6 +135,7 @@ def plan_resume(store: Any, job: Any, *, max_cost_usd: float | None = None) -> R
     return ResumePlan(
         job_id=job.id,
         from_state=state,
+        ended_at=job.ended_at,
         spec=spec,
         spec_path=spec_path,
         policy=job.policy,
@@ -157,20 +161,66 @@ def _read_trials(
     launches: dict[str, list[Any]] = {}
     for r in store.list_instances(job_id):
         launches.setdefault(r.trial_id, []).append(r)
-    stopped_for: dict[str | None, str] = {}  # a trial's first stop reason (a later one: a limit)
-    for e in store.events(job_id, kind="stop_early"):
-        stopped_for.setdefault(e.trial_id, str(e.detail.get("reason")))
+    stopped_for, crashed = _endings(store, job_id)
+    launched = {e.instance_id: e for e in store.events(job_id, kind="launch")}
     trials, ended, was_stopped = [], [], set()
     for row in store.list_trials(job_id):
         if row.state is TrialState.STOPPED_EARLY:
             was_stopped.add(row.id)
-        curve = dict(store.curve(row.id))
+        obs = store.observations(row.id)
+        curve = {o.step: o.metric for o in obs}  # in the order recorded: the newest wins
         t = _trial(row, spec, curve, launches.get(row.id, []), stopped_for.get(row.id))
+        t.crashed = row.id in crashed
+        _timing(t, obs, launched)
         trials.append(t)
         told = _told(row, t)
         if told is not None:
             ended.append(told)
     return trials, ended, was_stopped
+
+
+def _endings(store: Any, job_id: str) -> tuple[dict[str, str], set[str]]:
+    """From the job's events: why each trial was stopped early, by its first stop in the run
+    that stopped it (a limit reaching it later does not count; a resume that queued it again
+    forgets the earlier run's), and which trials' last failure was their own process's (an
+    exit code; not an instance that vanished)."""
+    stops = store.events(job_id, kind="stop_early")
+    resumes = store.events(job_id, kind="resumed")
+    stopped_for: dict[str, str] = {}
+    for e in sorted([*stops, *resumes], key=lambda e: e.id or 0):
+        if e.kind == "resumed":
+            for tid in e.detail.get("requeued", []):
+                stopped_for.pop(tid, None)
+        elif e.trial_id is not None:
+            stopped_for.setdefault(e.trial_id, str(e.detail.get("reason")))
+    crashed: set[str] = set()
+    for e in store.events(job_id, kind="error"):  # in order: the last one of a trial decides
+        if e.trial_id is not None and "exit_code" in e.detail:
+            if e.detail["exit_code"] is None:
+                crashed.discard(e.trial_id)
+            else:
+                crashed.add(e.trial_id)
+    return stopped_for, crashed
+
+
+def _timing(t: TrialRun, obs: list[Any], launched: Mapping[str | None, Any]) -> None:
+    """The trial's speed as the earlier run measured it (market seconds per step over its
+    last life that reported twice; the start-up of that life, launch to first report), so a
+    resumed run projects its cost and time from the start instead of assuming 60 s a step.
+    Times of one life come from one run's market clock: their differences hold."""
+    lives: dict[str | None, list[Any]] = {}
+    for o in obs:
+        if o.market_time is not None:
+            lives.setdefault(o.instance_id, []).append(o)
+    for life in reversed(list(lives.values())):  # the latest life first
+        first, last = life[0], max(life, key=lambda o: o.step)
+        if last.step > first.step:
+            t.seconds_per_step = (last.market_time - first.market_time) / (last.step - first.step)
+            launch = launched.get(first.instance_id)
+            if launch is not None:
+                t.restart_overhead_s = max(first.market_time - launch.time, 0.0)
+                t.restart_steps = max(first.step - int(launch.detail.get("resume_step", 0)), 0)
+            return
 
 
 def _trial(
@@ -191,10 +241,12 @@ def _trial(
         t.phase, t.state, t.step, t.curve = Phase.DONE, state.value, row.step, curve
         t.carried = True  # ended before: not this run's failure (a mended command runs on)
         t.stop_reason = stop_reason if state is TrialState.STOPPED_EARLY else None
+        t.start_step = row.step  # its steps are the earlier run's work
         t.predicted_final = row.predicted_final
         t.metric_invalid = row.metric is None and row.step > 0  # its last report was NaN/inf
         return t
     t.phase, t.state, t.step = Phase.QUEUED, "pending", t.checkpoint_step
+    t.start_step = t.step
     t.curve = {k: v for k, v in curve.items() if k <= t.step}  # work after it is lost
     t.retrying = t.lives_started > 0  # its next life continues it: not a migration
     return t
@@ -213,6 +265,6 @@ def _told(row: Any, t: TrialRun) -> tuple[Mapping[str, Any], float | None] | Non
         if t.stop_reason == INVALID_METRIC or (guess is None and t.metric_invalid):
             return t.params, None  # diverged: its last finite value flatters it
         return None if guess is None else (t.params, guess)
-    # failed: a trial that crashed on its instance is a bad point; one whose launches the
-    # cloud refused (it never ran) says nothing about its point
-    return (t.params, None) if t.lives_started > 0 else None
+    # failed: a trial whose own process crashed is a bad point; one the cloud failed (its
+    # launches refused, its instance gone without an exit code) says nothing about its point
+    return (t.params, None) if t.crashed else None

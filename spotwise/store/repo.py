@@ -175,22 +175,43 @@ class Store(Records):
             fields["state"] = coerce_state(JobState, fields["state"], "job")
         return self._update(Job, job_id, "job", fields)
 
-    def claim_job(self, job_id: str, expected: JobState, **fields: Any) -> bool:
-        """Set ``fields`` on the job only if its state is still ``expected``, in one UPDATE:
-        of two processes that read the same finished job and both try to resume it, exactly
-        one gets True (the other would launch the same trials a second time)."""
+    def claim_job(
+        self,
+        job_id: str,
+        expected: Mapping[str, Any],
+        fields: Mapping[str, Any],
+        trials: Mapping[str, Mapping[str, Any]] | None = None,
+    ) -> bool:
+        """Set ``fields`` on the job, and ``trials`` (trial id → fields) on its trials, in one
+        transaction, only if the job's columns still hold the ``expected`` values (its state,
+        and when it ended: a job resumed, cancelled again and back in the same state is not
+        the job a plan was read from). Of two processes that read the same finished job and
+        both try to take it over, exactly one gets True; the other changes nothing."""
         from sqlalchemy import update
 
-        if "state" in fields:
-            fields["state"] = coerce_state(JobState, fields["state"], "job")
+        def coerced(values: Mapping[str, Any], states: Any, what: str) -> dict[str, Any]:
+            out = dict(values)
+            if "state" in out:
+                out["state"] = coerce_state(states, out["state"], what)
+            return out
+
+        want = coerced(expected, JobState, "job")
         stmt = (
             update(Job)
-            .where(col(Job.id) == job_id, col(Job.state) == expected)
-            .values(**fields)
+            .where(col(Job.id) == job_id, *(getattr(Job, k) == v for k, v in want.items()))
+            .values(**coerced(fields, JobState, "job"))
             .execution_options(synchronize_session=False)
         )
         with self._scope(f"claiming job {job_id!r}") as s:
-            return bool(s.exec(stmt).rowcount == 1)
+            if s.exec(stmt).rowcount != 1:
+                return False
+            for trial_id, changes in (trials or {}).items():
+                row = s.get(Trial, trial_id)
+                if row is None or row.job_id != job_id:
+                    raise NotFoundError(f"trial {trial_id!r} of job {job_id!r} not found")
+                assign(row, coerced(changes, TrialState, "trial"), "trial")
+                s.add(row)
+        return True
 
     # --- trials -------------------------------------------------------------------------------
 

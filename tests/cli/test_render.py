@@ -130,6 +130,7 @@ def test_summary_says_which_limit_bound_and_what_is_still_held(
         ({"state": "cancelled"}, True),
         ({"state": "failed", "trials_planned": 4}, True),  # trials never made
         ({"state": "failed", "limits": {"budget": {"stopped": 1, "never_started": 0}}}, True),
+        ({"state": "succeeded", "limits": {"deadline": {"stopped": 1, "never_started": 0}}}, True),
         ({"state": "failed", "error": "every trial failed (2)"}, False),  # nothing to resume
         ({"state": "succeeded"}, False),
     ],
@@ -140,7 +141,9 @@ def test_summary_says_how_to_continue_a_job_that_can_be(
     console = Console(width=120, record=True, color_system=None)
     monkeypatch.setattr(render, "console", console)
     render.print_summary({**SUMMARY, "cost_usd": 1.0, "on_demand_cost_usd": 4.0, **extra})
-    assert ("continue it: spotwise resume j-1234abcd" in console.export_text()) is hint
+    text = console.export_text()
+    assert ("continue it: spotwise resume j-1234abcd" in text) is hint
+    assert ("--max-cost USD" in text) is ("budget" in extra.get("limits", {}))
 
 
 def test_summary_of_a_resumed_job_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -151,4 +154,4 @@ def test_summary_of_a_resumed_job_says_so(monkeypatch: pytest.MonkeyPatch) -> No
         {**SUMMARY, "cost_usd": 1.0, "on_demand_cost_usd": 4.0, "resumed": resumed}
     )
     text = console.export_text()
-    assert "resumed a cancelled job: 2 trial(s) continued from their checkpoints" in text
+    assert "resumed a cancelled job: 2 unfinished trial(s) ran again from their last" in text

@@ -70,6 +70,7 @@ def test_each_trial_is_carried_over_as_it_ended_or_queued_from_its_checkpoint(
     _launch(store, job_id, refused, launched=False)  # the cloud refused it: it never ran
     for step in range(1, 9):
         store.add_observation(cut, step, step / 10, wall_time=float(step))
+    store.add_event(job_id, "error", 1.0, trial_id=crashed, exit_code=1, log="x")
     store.add_observation(done, 10, 0.9, wall_time=1.0)
 
     plan = plan_resume(store, store.get_job(job_id))
@@ -80,7 +81,8 @@ def test_each_trial_is_carried_over_as_it_ended_or_queued_from_its_checkpoint(
     assert (t.phase, t.state, t.step, t.checkpoint_step) == (Phase.QUEUED, "pending", 6, 6)
     assert sorted(t.curve) == [1, 2, 3, 4, 5, 6]  # steps after its checkpoint are lost
     assert t.attempt == 1 and t.lives_started == 2 and t.retrying  # next attempt: 2
-    assert t.cost_usd == 0.25 and t.furthest == 0 and not t.carried
+    assert t.cost_usd == 0.25 and t.furthest == 0 and not t.carried and t.start_step == 6
+    assert by_id[done].start_step == 10 and by_id[done].carried  # the earlier run's steps
     assert by_id[done].phase is Phase.DONE and by_id[done].final_metric == 0.9
     assert by_id[refused].lives_started == 0 and by_id[refused].attempt == 0
     # the search hears what the orchestrator told it: a final, a prediction, a failure;
@@ -177,9 +179,59 @@ def test_of_two_resumes_of_one_job_the_second_is_refused(tmp_path: Path) -> None
     second = plan_resume(store, store.get_job(job_id))
     first.claim(store, 1, "a")
     assert store.get_trial(cut).state.value == "pending"
-    with pytest.raises(ConfigError, match="another process resumed it first"):
+    with pytest.raises(ConfigError, match="changed since it was read"):
         second.claim(store, 2, "b")
     assert store.get_job(job_id).pid == 1
+
+
+def test_a_plan_read_before_another_resume_ran_and_ended_is_refused(tmp_path: Path) -> None:
+    """Resume A claims and runs; it is cancelled again (same state, a later end); resume B,
+    planned before A ran, must not take the job over with its stale trials and spend."""
+    store = _store(tmp_path)
+    job_id = _job(store, tmp_path)
+    store.update_job(job_id, ended_at=100.0)
+    _trial(store, job_id, 0, "cancelled", step=3)
+    a = plan_resume(store, store.get_job(job_id))
+    b = plan_resume(store, store.get_job(job_id))
+    a.claim(store, 1, "a")
+    store.update_job(job_id, state="cancelled", ended_at=200.0, cost_usd=3.0)  # A ended
+    with pytest.raises(ConfigError, match="changed since it was read"):
+        b.claim(store, 2, "b")
+    job = store.get_job(job_id)
+    assert (job.state.value, job.pid, job.cost_usd) == ("cancelled", 1, 3.0)
+    assert plan_resume(store, job).totals["cost_usd"] == 3.0  # a fresh plan sees A's spend
+
+
+def test_a_trial_stopped_by_the_policy_after_a_resume_stays_stopped(tmp_path: Path) -> None:
+    """Run 1's budget stopped the trial (queued again by resume 1); run 2's policy pruned it:
+    resume 2 must not pay to run the loser again."""
+    store = _store(tmp_path)
+    job_id = _job(store, tmp_path, state="failed")
+    store.update_job(job_id, early_stopped=1)
+    tid = _trial(store, job_id, 0, "stopped_early", step=5, metric=0.2, predicted_final=0.3)
+    store.add_event(job_id, "stop_early", 1.0, trial_id=tid, reason="budget")
+    store.add_event(job_id, "resumed", 2.0, requeued=[tid], previous_state="failed")
+    store.add_event(job_id, "stop_early", 3.0, trial_id=tid, reason="asha rung 3")
+    plan = plan_resume(store, store.get_job(job_id))
+    assert plan.requeued == []
+    assert plan.trials[0].stop_reason == "asha rung 3"
+    assert plan.ended == [({"lr": 0.001}, 0.3)] and plan.totals["early_stopped"] == 1
+
+
+def test_only_a_trial_whose_own_process_failed_is_told_as_a_failure(tmp_path: Path) -> None:
+    store = _store(tmp_path)
+    job_id = _job(store, tmp_path)
+    own, vanished, refused = (_trial(store, job_id, n, "failed") for n in range(3))
+    for tid in (own, vanished):
+        _launch(store, job_id, tid)
+    _launch(store, job_id, refused, launched=False)
+    store.add_event(job_id, "error", 1.0, trial_id=own, exit_code=None, log="x")
+    store.add_event(job_id, "error", 2.0, trial_id=own, exit_code=3, log="x")  # the last: own
+    store.add_event(job_id, "error", 3.0, trial_id=vanished, exit_code=None, log="x")
+    store.add_event(job_id, "error", 4.0, trial_id=refused, error="terminate failed: x")
+    plan = plan_resume(store, store.get_job(job_id))
+    assert plan.ended == [({"lr": 0.001}, None)]
+    assert [t.crashed for t in plan.trials] == [True, False, False]
 
 
 def test_dead_orchestrator_job_resumes_after_cancel_closes_it(tmp_path: Path) -> None:
@@ -216,3 +268,25 @@ def test_resumed_seed_wraps_round_to_a_valid_seed(tmp_path: Path) -> None:
     for n in range(3):
         _trial(store, job_id, n, "completed" if n else "cancelled", step=10)
     assert plan_resume(store, store.get_job(job_id)).search_spec.seed == 2
+
+
+def test_a_trials_speed_and_start_up_come_from_its_latest_life(tmp_path: Path) -> None:
+    """Measured in the earlier run (market seconds): 30 s a step on its second life, which
+    first reported 100 s after its launch, 2 steps past its checkpoint."""
+    store = _store(tmp_path)
+    job_id = _job(store, tmp_path)
+    tid = _trial(store, job_id, 0, "cancelled", step=7, checkpoint_step=6)
+    store.add_event(job_id, "launch", 1000.0, trial_id=tid, instance_id="L1", resume_step=0)
+    for step in (1, 2, 3, 4):  # first life: 10 s a step
+        store.add_observation(tid, step, 0.1, 0.0, market_time=1100.0 + 10 * step, instance_id="L1")
+    store.add_event(job_id, "launch", 5000.0, trial_id=tid, instance_id="L2", resume_step=4)
+    for step in (6, 7):
+        store.add_observation(
+            tid, step, 0.1, 0.0, market_time=5100.0 + 30 * (step - 6), instance_id="L2"
+        )
+    (t,) = plan_resume(store, store.get_job(job_id)).trials
+    assert t.seconds_per_step == 30.0
+    assert (t.restart_overhead_s, t.restart_steps) == (100.0, 2)
+    never = _trial(store, job_id, 1, "cancelled")
+    assert plan_resume(store, store.get_job(job_id)).trials[1].trial_id == never
+    assert plan_resume(store, store.get_job(job_id)).trials[1].seconds_per_step is None

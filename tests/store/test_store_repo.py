@@ -296,17 +296,37 @@ def test_store_error_hides_the_password(pg_server: str) -> None:
     assert "\n" not in str(err.value)
 
 
-def test_claim_job_changes_only_the_expected_state_once(store: Store) -> None:
-    """Two resumes of one finished job: the first claim wins, the second changes nothing."""
+def test_claim_job_changes_only_the_expected_job_once_with_its_trials(store: Store) -> None:
+    """Two resumes of one finished job: the first claim wins, the second changes nothing; a
+    job that ended again since it was read (another state or end time) is not claimed."""
     job = _job(store)
+    trial = store.add_trial(job.id, 0, {"lr": 0.1})
+    store.update_trial(trial.id, state="cancelled", ended_at=4.0, step=7)
     store.update_job(job.id, state="cancelled", ended_at=5.0, error="cancelled")
-    assert not store.claim_job(job.id, JobState.FAILED, state="pending")  # not in that state
+    take = {"state": "pending", "ended_at": None, "error": None, "pid": 7}
+    requeue = {trial.id: {"state": "pending", "ended_at": None, "step": 6}}
+    assert not store.claim_job(job.id, {"state": JobState.FAILED, "ended_at": 5.0}, take)
+    assert not store.claim_job(job.id, {"state": "cancelled", "ended_at": 4.0}, take, requeue)
     assert store.get_job(job.id).state is JobState.CANCELLED
-    assert store.claim_job(
-        job.id, JobState.CANCELLED, state="pending", ended_at=None, error=None, pid=7
-    )
+    assert store.get_trial(trial.id).state is TrialState.CANCELLED  # nothing of a refusal
+
+    assert store.claim_job(job.id, {"state": "cancelled", "ended_at": 5.0}, take, requeue)
     got = store.get_job(job.id)
     assert (got.state, got.ended_at, got.error, got.pid) == (JobState.PENDING, None, None, 7)
-    assert not store.claim_job(job.id, JobState.CANCELLED, state="pending", pid=8)
+    t = store.get_trial(trial.id)
+    assert (t.state, t.ended_at, t.step) == (TrialState.PENDING, None, 6)
+    again = {**take, "pid": 8}
+    assert not store.claim_job(job.id, {"state": "cancelled", "ended_at": 5.0}, again)
     assert store.get_job(job.id).pid == 7
-    assert not store.claim_job("j-missing", JobState.CANCELLED, state="pending")
+    assert not store.claim_job("j-missing", {"state": "cancelled"}, take)
+
+
+def test_claim_job_writes_nothing_when_a_trial_is_not_the_jobs(store: Store) -> None:
+    job, other = _job(store), _job(store)
+    stranger = store.add_trial(other.id, 0, {"lr": 0.1})
+    store.update_job(job.id, state="cancelled", ended_at=5.0)
+    with pytest.raises(NotFoundError, match="not found"):
+        store.claim_job(
+            job.id, {"state": "cancelled"}, {"state": "pending"}, {stranger.id: {"step": 1}}
+        )
+    assert store.get_job(job.id).state is JobState.CANCELLED  # the transaction rolled back
