@@ -10,13 +10,15 @@ the trial agent locally against moto's S3, with instance-profile credentials fro
 Once the first trial has a checkpoint in S3, one interruption notice is injected: the agent
 SIGTERMs the trial (it checkpoints to S3 and exits), EC2 "takes" the instance at the deadline,
 and the orchestrator relaunches the trial, which resumes from its S3 checkpoint. The job must
-finish, and afterwards no instance tagged with the job may be left running in moto.
+finish, and afterwards no instance tagged with the job may be left running in moto. A third run
+stops the job with Ctrl-C at that point instead, then `spotwise resume`s it.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -128,12 +130,13 @@ class Run:
     machines: dict[str, Any]
     errors: list[str]
     hit: str | None  # the instance that got the notice
+    resumed: subprocess.CompletedProcess[str] | None = None  # `spotwise resume` (kind "resume")
 
 
 def _tune_with_one_notice(moto_url: str, tmp_path: Path, kind: str) -> Run:
     """Run the job; once a trial has a checkpoint in S3, inject ``kind`` into its instance:
     ``interruption`` (EC2 takes it NOTICE_LEAD_S later) or ``rebalance`` (a recommendation, no
-    deadline)."""
+    deadline); or ``resume``: Ctrl-C the job (SIGINT), then `spotwise resume` it."""
     from awsfakes import PricingServer, SpotPrices, load_spot_rows
     from ec2_emulator import InstanceEmulator
 
@@ -186,8 +189,10 @@ def _tune_with_one_notice(moto_url: str, tmp_path: Path, kind: str) -> Run:
                     if uri.startswith("s3://") and _has_checkpoint(s3, uri):
                         if kind == "interruption":
                             emu.interrupt(iid, lead_s=NOTICE_LEAD_S)
-                        else:
+                        elif kind == "rebalance":
                             emu.rebalance(iid)
+                        else:
+                            proc.send_signal(signal.SIGINT)
                         hit = iid
                         break
                 time.sleep(0.1)
@@ -197,8 +202,21 @@ def _tune_with_one_notice(moto_url: str, tmp_path: Path, kind: str) -> Run:
                 proc.kill()
                 out, err = proc.communicate()
                 pytest.fail(f"spotwise tune did not finish: {err[-3000:]}\n{emu.errors}")
+            resumed = None
+            if kind == "resume":
+                job_id = json.loads(out)["job_id"]
+                resumed = subprocess.run(
+                    [sys.executable, "-m", "spotwise.cli.app", "resume", job_id, "--json"],
+                    env=env,
+                    cwd=tmp_path,
+                    text=True,
+                    capture_output=True,
+                    timeout=240,
+                )
             logs = {iid: emu.log_of(iid) for iid in emu.machines}
-            run = Run(proc.returncode, out, err, logs, dict(emu.machines), list(emu.errors), hit)
+            run = Run(
+                proc.returncode, out, err, logs, dict(emu.machines), list(emu.errors), hit, resumed
+            )
     finally:
         with pytest.raises(StopIteration):
             next(prices)
@@ -255,6 +273,50 @@ def test_tune_on_moto_survives_an_interruption_and_leaves_nothing_running(
         p.read_bytes().decode("latin-1") for p in tmp_path.glob("spotwise.db*")
     ]
     assert not [b for b in blobs if KEY_ID in b or SECRET in b]
+
+
+def test_a_job_stopped_with_ctrl_c_resumes_from_s3_and_leaves_nothing_running(
+    moto_url: str, tmp_path: Path
+) -> None:
+    """Ctrl-C once a trial has its first checkpoint in S3: the job ends cancelled, every
+    instance released; `spotwise resume` runs the unfinished trials on, each from its S3
+    checkpoint on a new instance and a new attempt, and the job's bill is its records' sum."""
+    from spotwise.store import Store
+
+    run = _tune_with_one_notice(moto_url, tmp_path, "resume")
+    first = json.loads(run.out)
+    assert run.returncode == 130 and first["state"] == "cancelled", run.err[-3000:]
+    assert run.resumed is not None
+    assert run.resumed.returncode == 0, run.resumed.stderr[-4000:]
+    second = json.loads(run.resumed.stdout)
+    assert second["job_id"] == first["job_id"] and second["state"] == "succeeded", second
+    assert second["completed"] == 2 and second["resumed"]["previous_state"] == "cancelled"
+    requeued = set(second["resumed"]["requeued_trials"])
+    assert run.hit is not None and run.machines[run.hit].config.trial_id in requeued
+
+    # each requeued trial ran again on a new attempt and resumed from its S3 checkpoint
+    attempts = [(m.config.trial_id, m.config.attempt) for m in run.machines.values()]
+    assert len(attempts) == len(set(attempts)), attempts
+    with Store.open_existing(f"sqlite:///{tmp_path / 'spotwise.db'}") as store:
+        (mark,) = store.events(first["job_id"], kind="resumed")
+        launches = store.events(first["job_id"], kind="launch", after_id=mark.id)
+        rows = store.list_instances(first["job_id"])
+        job = store.get_job(first["job_id"])
+    resumed_from = {e.trial_id: e.detail["resume_step"] for e in launches}
+    hit_trial_id, hit_attempt = (
+        run.machines[run.hit].config.trial_id,
+        run.machines[run.hit].config.attempt,
+    )
+    assert resumed_from[hit_trial_id] >= 10  # the example checkpoints every 10 steps
+    again = [
+        m for m in run.machines.values()
+        if m.config.trial_id == hit_trial_id and m.config.attempt > hit_attempt
+    ]  # fmt: skip
+    assert again and "resumed from step" in run.logs[again[0].instance_id]
+    assert job.cost_usd == pytest.approx(sum(r.cost_usd for r in rows))
+    assert job.on_demand_cost_usd == pytest.approx(sum(r.on_demand_cost_usd for r in rows))
+    tagged = _tagged(moto_url, first["job_id"])
+    assert [i["InstanceId"] for i in tagged if i["State"]["Name"] in ("pending", "running")] == []
 
 
 def test_a_rebalance_recommendation_moves_the_trial_without_counting_a_failure(
