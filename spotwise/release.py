@@ -9,6 +9,7 @@ from :mod:`spotwise.jobs` so that each file stays readable.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 from spotwise.errors import ProviderError
@@ -67,7 +68,7 @@ def _release(store: Any, job: Any, orchestrator_died: bool = False) -> dict[str,
             ) + ", as their trial processes died with the orchestrator"
     else:
         held = [rec.Held(r.id, r.provider, r.region, r.provider_instance_id) for r in rows]
-        res = rec.reconcile_records(spec, job.id, held)
+        res = rec.reconcile_records(spec, job.id, held, _resumed_since(store, job.id))
         terminated, errors = res.terminated, res.errors
         listed = {i.instance_id: i for i in res.listed}
         for one in res.records:
@@ -228,7 +229,7 @@ def sweep_finished(store: Any, job: Any, state: str) -> dict[str, Any]:
         for r in rows.values()
         if r.provider in named
     ]
-    res = rec.reconcile_records(spec, job.id, held)
+    res = rec.reconcile_records(spec, job.id, held, _resumed_since(store, job.id))
     now = time.time()
     found: list[dict[str, Any]] = []
     billed_trials: dict[str, float] = {}
@@ -274,6 +275,21 @@ def sweep_finished(store: Any, job: Any, state: str) -> dict[str, Any]:
         "message": text,
         **({"on_demand_unknown": od_price.unknown} if od_price.unknown else {}),
     }
+
+
+def _resumed_since(store: Any, job_id: str) -> Callable[[list[Any]], set[str]]:
+    """For a listing of the job's instances: those a `spotwise resume` of it launched since
+    this cancel read the job (their launch records, written before each cloud call, are newer
+    than what it read). They are the resumed run's, not this cancel's to terminate or bill."""
+    from spotwise.providers.base import TAG_LAUNCH
+
+    known = {r.id for r in store.list_instances(job_id)}
+
+    def spare(found: list[Any]) -> set[str]:
+        newer = {r.id for r in store.list_instances(job_id)} - known
+        return {i.instance_id for i in found if i.tags.get(TAG_LAUNCH) in newer}
+
+    return spare
 
 
 def _bill_outlived(

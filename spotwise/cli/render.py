@@ -157,10 +157,8 @@ def print_summary(s: dict[str, Any]) -> None:
         f"cost ${s['cost_usd']:.4f} vs ${s['on_demand_cost_usd']:.4f} on demand "
         f"({versus})\nnext: spotwise trials {s['job_id']}"
     )
-    # trials left unfinished or unmade, or cut by a limit: `resume` runs them on
-    limits = s.get("limits") or {}
-    if s["state"] == "cancelled" or limits or (s["state"] == "failed" and unmade > 0):
-        more = " --max-cost USD (a larger budget)" if "budget" in limits else ""
+    if s.get("resumable"):  # trials left unfinished or unmade, or cut by a limit
+        more = " --max-cost USD (a larger budget)" if "budget" in (s.get("limits") or {}) else ""
         console.print(f"continue it: spotwise resume {s['job_id']}{more}")
 
 

@@ -43,6 +43,7 @@ from spotwise.planner.report import (
 )
 from spotwise.planner.resume import ResumePlan
 from spotwise.planner.runstate import (
+    LIMITS,
     Life,
     TrialRun,
     build_view,
@@ -178,14 +179,8 @@ class Orchestrator(Actions):
         self.revocations, self.migrations = int(tot["revocations"]), int(tot["migrations"])
         self.early_stopped = int(tot["early_stopped"])
         self.search.replay(resume.ended, [t.params for t in resume.requeued])
-        resume.claim(self.store, *whoami())
-        self._event(
-            "resumed",
-            self.backend.now(),
-            previous_state=resume.from_state.value,
-            requeued=[t.trial_id for t in resume.requeued],
-            spent_usd=self.spent_usd,
-        )
+        self.run_dir.mkdir(parents=True, exist_ok=True)  # nothing left to fail after the claim
+        resume.claim(self.store, *whoami(), self.backend.now())
 
     # ---- the loop -----------------------------------------------------------------------
     def _loop(self) -> None:
@@ -327,6 +322,12 @@ class Orchestrator(Actions):
             wall_seconds,
         )
         out["trials_planned"] = self.spec.trials
+        # what `spotwise resume` would run: an unfinished trial, one a limit stopped, or one
+        # never made (the same rules as planner/resume.py's)
+        out["resumable"] = len(self.trials) < self.spec.trials or any(
+            t.state == "cancelled" or (t.state == "stopped_early" and t.stop_reason in LIMITS)
+            for t in self.trials
+        )
         if self.resume:
             out["resumed"] = {
                 "previous_state": self.resume.from_state.value,

@@ -8,7 +8,7 @@ confirmed gone (:func:`reconcile_records`).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 from spotwise.errors import ProviderError, SpecError
@@ -93,7 +93,12 @@ class Reconciled:
         return [r for r in self.records if r.outcome == OPEN]
 
 
-def reconcile_records(spec: JobSpec, job_id: str, held: Sequence[Held]) -> Reconciled:
+def reconcile_records(
+    spec: JobSpec,
+    job_id: str,
+    held: Sequence[Held],
+    spare: Callable[[list[Instance]], set[str]] | None = None,
+) -> Reconciled:
     """:func:`reconcile` for a cloud job, settling each of its open records ``held``.
 
     Each provider is listed (under the job's tag) in the spec's regions and in every region a
@@ -103,7 +108,8 @@ def reconcile_records(spec: JobSpec, job_id: str, held: Sequence[Held]) -> Recon
     refusal does not hold up the others). A record is closed only when its instance (found by
     its id, or by its launch tag if the launch never answered) is confirmed: terminated here,
     listed as ended, or not listed by a listing of its region that succeeded. A record whose
-    region could not be listed, or whose terminate was refused, stays ``open``."""
+    region could not be listed, or whose terminate was refused, stays ``open``. ``spare``: told
+    each listing, it names instances to leave alone and unlisted (a resumed run's)."""
     out = Reconciled()
     named = {q.name for q in spec.providers}
     for q in spec.providers:
@@ -117,7 +123,7 @@ def reconcile_records(spec: JobSpec, job_id: str, held: Sequence[Held]) -> Recon
     for q in spec.providers:
         mine = [h for h in held if h.provider == q.name]
         for config, rows in _scopes(q, mine):
-            _settle(q.name, config, rows, job_id, out)
+            _settle(q.name, config, rows, job_id, out, spare)
     return out
 
 
@@ -138,7 +144,12 @@ def _scopes(q: ProviderSpec, held: list[Held]) -> list[tuple[ProviderConfig, lis
 
 
 def _settle(
-    name: str, config: ProviderConfig, held: list[Held], job_id: str, out: Reconciled
+    name: str,
+    config: ProviderConfig,
+    held: list[Held],
+    job_id: str,
+    out: Reconciled,
+    spare: Callable[[list[Instance]], set[str]] | None = None,
 ) -> None:
     from spotwise.errors import SpotwiseError
     from spotwise.providers.base import TAG_JOB, TAG_LAUNCH
@@ -155,6 +166,9 @@ def _settle(
         for h in held:
             out.records.append(Settled(h, OPEN, h.instance_id or h.launch_id, error=line(e)))
         return
+    if spare is not None and found:
+        keep = spare(found)
+        found = [i for i in found if i.instance_id not in keep]
     out.listed += found
     live = [i.instance_id for i in found if i.holds_resource()]
     refused: dict[str, str] = {}

@@ -59,7 +59,7 @@ class ResumePlan:
         seed = (self.spec.search.seed + len(self.trials)) % SEEDS
         return self.spec.search.model_copy(update={"seed": seed})
 
-    def claim(self, store: Any, pid: int, host: str) -> None:
+    def claim(self, store: Any, pid: int, host: str, now: float) -> None:
         """Take the job over from its finished state and queue its unfinished trials again, in
         one transaction, only if the job is still as it was read (two resumes of one job: one
         wins, the other is refused, even if the first has ended again meanwhile)."""
@@ -69,16 +69,32 @@ class ResumePlan:
             "error": None,
             "pid": pid,
             "host": host,
+            "early_stopped": int(self.totals["early_stopped"]),  # less the stops undone
         }
         if self.raised_budget:
             fields["spec_json"] = self.spec.model_dump_json()
         again = {"state": "pending", "ended_at": None}
         requeue = {t.trial_id: {**again, "step": t.step} for t in self.requeued}
-        expected = {"state": self.from_state, "ended_at": self.ended_at}
-        if not store.claim_job(self.job_id, expected, fields, requeue):
+        expected = {
+            "state": self.from_state,
+            "ended_at": self.ended_at,
+            "cost_usd": self.totals["cost_usd"],
+            "on_demand_cost_usd": self.totals["on_demand_cost_usd"],
+        }
+        # what the next resume reads to forget the stop reasons of the trials queued again
+        event = {
+            "kind": "resumed",
+            "time": now,
+            "detail": {
+                "previous_state": self.from_state.value,
+                "requeued": [t.trial_id for t in self.requeued],
+                "spent_usd": self.totals["cost_usd"],
+            },
+        }
+        if not store.claim_job(self.job_id, expected, fields, requeue, event):
             raise ConfigError(
-                f"job {self.job_id} changed since it was read (another process resumed it): "
-                f"run `spotwise resume {self.job_id}` again once it has stopped",
+                f"job {self.job_id} changed since it was read (another process resumed or "
+                f"cancelled it): run `spotwise resume {self.job_id}` again once that has ended",
                 hint=f"`spotwise status {self.job_id}` shows it",
             )
 

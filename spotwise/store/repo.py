@@ -27,6 +27,7 @@ from spotwise.store.db import (
 from spotwise.store.models import (
     INSTANCE_REQUESTED,
     TERMINAL_INSTANCE_STATES,
+    Event,
     InstanceRow,
     Job,
     JobState,
@@ -181,12 +182,14 @@ class Store(Records):
         expected: Mapping[str, Any],
         fields: Mapping[str, Any],
         trials: Mapping[str, Mapping[str, Any]] | None = None,
+        event: Mapping[str, Any] | None = None,
     ) -> bool:
-        """Set ``fields`` on the job, and ``trials`` (trial id → fields) on its trials, in one
-        transaction, only if the job's columns still hold the ``expected`` values (its state,
-        and when it ended: a job resumed, cancelled again and back in the same state is not
-        the job a plan was read from). Of two processes that read the same finished job and
-        both try to take it over, exactly one gets True; the other changes nothing."""
+        """Set ``fields`` on the job, ``trials`` (trial id → fields) on its trials and add
+        ``event`` (``kind``, ``time``, ``detail``), in one transaction, only if the job's
+        columns still hold the ``expected`` values (its state, when it ended, its spend: a job
+        resumed, cancelled again and back in the same state, or billed by a cancel since, is
+        not the job a plan was read from). Of two processes that read the same finished job
+        and both try to take it over, exactly one gets True; the other changes nothing."""
         from sqlalchemy import update
 
         def coerced(values: Mapping[str, Any], states: Any, what: str) -> dict[str, Any]:
@@ -211,6 +214,15 @@ class Store(Records):
                     raise NotFoundError(f"trial {trial_id!r} of job {job_id!r} not found")
                 assign(row, coerced(changes, TrialState, "trial"), "trial")
                 s.add(row)
+            if event is not None:
+                s.add(
+                    Event(
+                        job_id=job_id,
+                        time=float(event["time"]),
+                        kind=str(event["kind"]),
+                        detail_json=to_json(dict(event.get("detail", {}))),
+                    )
+                )
         return True
 
     # --- trials -------------------------------------------------------------------------------

@@ -200,6 +200,43 @@ def test_an_instance_that_outlived_its_record_is_terminated_and_billed(
         assert s.get_job(job).cost_usd == pytest.approx(0.9 + lost.cost_usd)
 
 
+def test_a_resume_that_launched_while_cancel_listed_keeps_its_instance(
+    ec2: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`spotwise resume` of the finished job claimed it and launched (its launch recorded
+    before the cloud call) while this `cancel` was listing: the resumed run's instance is not
+    the cancel's to terminate or bill; the outlived one still is (review-s)."""
+    from shared_helpers import record_launch
+
+    from spotwise.providers.aws_provisioner import AwsProvisioner
+
+    db, job, trials = _finished_job(tmp_path)
+    now = time.time()
+    stray = _start(ec2, _ours(job, trials["l-lost"], "l-lost"), now - HOUR)
+    resumed = _start(ec2, _ours(job, trials["l-ok"], "l-resumed"), now)
+    real = AwsProvisioner.describe
+
+    def describe(self: AwsProvisioner, tags: dict[str, str]) -> Any:
+        found = real(self, tags)
+        with Store.open_existing(db) as s:  # the resume's record, made while cancel listed
+            record_launch(
+                s, job, trials["l-ok"], id="l-resumed", price_per_hour=0.9, requested_at=now,
+                state="running", provider_instance_id=resumed,
+            )  # fmt: skip
+        return found
+
+    monkeypatch.setattr(AwsProvisioner, "describe", describe)
+    res = CliRunner().invoke(app, ["cancel", job, "--db", db, "--json"])
+
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    assert out["terminated_instances"] == [stray]
+    assert [f["instance_id"] for f in out["found_instances"]] == [stray]
+    assert _states(ec2) == {stray: "terminated", resumed: "running"}
+    with Store.open_existing(db) as s:
+        assert s.get_instance("l-resumed").cost_usd == 0.0  # not billed by the cancel
+
+
 def test_with_nothing_left_cancel_says_where_it_looked_and_terminates_nothing(
     ec2: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

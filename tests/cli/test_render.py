@@ -127,11 +127,26 @@ def test_summary_says_which_limit_bound_and_what_is_still_held(
 @pytest.mark.parametrize(
     ("extra", "hint"),
     [
-        ({"state": "cancelled"}, True),
-        ({"state": "failed", "trials_planned": 4}, True),  # trials never made
-        ({"state": "failed", "limits": {"budget": {"stopped": 1, "never_started": 0}}}, True),
-        ({"state": "succeeded", "limits": {"deadline": {"stopped": 1, "never_started": 0}}}, True),
-        ({"state": "failed", "error": "every trial failed (2)"}, False),  # nothing to resume
+        ({"state": "cancelled", "resumable": True}, True),
+        ({"state": "failed", "resumable": True}, True),
+        (
+            {
+                "state": "failed",
+                "resumable": True,
+                "limits": {"budget": {"stopped": 1, "never_started": 0}},
+            },
+            True,
+        ),
+        # a limit that reached a trial the policy was stopping already: nothing to resume
+        (
+            {
+                "state": "succeeded",
+                "resumable": False,
+                "limits": {"deadline": {"stopped": 1, "never_started": 0}},
+            },
+            False,
+        ),
+        ({"state": "failed", "error": "every trial failed (2)"}, False),
         ({"state": "succeeded"}, False),
     ],
 )
@@ -143,7 +158,7 @@ def test_summary_says_how_to_continue_a_job_that_can_be(
     render.print_summary({**SUMMARY, "cost_usd": 1.0, "on_demand_cost_usd": 4.0, **extra})
     text = console.export_text()
     assert ("continue it: spotwise resume j-1234abcd" in text) is hint
-    assert ("--max-cost USD" in text) is ("budget" in extra.get("limits", {}))
+    assert ("--max-cost USD" in text) is (hint and "budget" in extra.get("limits", {}))
 
 
 def test_summary_of_a_resumed_job_says_so(monkeypatch: pytest.MonkeyPatch) -> None:

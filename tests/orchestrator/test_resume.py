@@ -60,7 +60,7 @@ def test_cancelled_job_resumes_from_checkpoints(
     first = jobs.tune(
         path, db=db, run_root=tmp_path / "runs", on_update=_cancel_when(1, 4, monkeypatch)
     )
-    assert first["state"] == "cancelled", first
+    assert first["state"] == "cancelled" and first["resumable"], first
     job_id = first["job_id"]
     with Store.open_existing(db) as store:
         before = {t.number: t for t in store.list_trials(job_id)}
@@ -74,7 +74,7 @@ def test_cancelled_job_resumes_from_checkpoints(
     monkeypatch.undo()  # the resumed run is not cancelled
     out = jobs.resume(job_id[:6], db=db, run_root=tmp_path / "runs")
 
-    assert out["state"] == "succeeded", out
+    assert out["state"] == "succeeded" and not out["resumable"], out
     assert out["job_id"] == job_id
     assert out["resumed"] == {"previous_state": "cancelled", "requeued_trials": [before[1].id]}
     with Store.open_existing(db) as store:
@@ -125,6 +125,7 @@ def test_a_job_whose_command_was_broken_runs_on_once_it_is_mended(tmp_path: Path
     path = write_spec(tmp_path, spec)
     first = jobs.tune(path, db=db, run_root=tmp_path / "runs")
     assert first["state"] == "failed" and "every trial failed (2)" in first["error"], first
+    assert first["resumable"]  # its third trial was never made
 
     script.write_text(TINY.read_text())  # mended
     out = jobs.resume(first["job_id"], db=db, run_root=tmp_path / "runs")

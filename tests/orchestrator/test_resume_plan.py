@@ -119,6 +119,8 @@ def test_a_trial_a_limit_stopped_runs_again_one_the_policy_stopped_does_not(
     assert by_id[policy].stop_reason == "asha" and by_id[policy].phase is Phase.DONE
     assert plan.ended == [({"lr": 0.002}, 0.3), ({"lr": 0.003}, None)]
     assert plan.totals["early_stopped"] == 2  # the budget's stop is undone
+    plan.claim(store, 1, "a", 10.0)
+    assert store.get_job(job_id).early_stopped == 2  # in the claim: never counted twice
 
 
 def test_refusals_name_the_fix_and_write_nothing(tmp_path: Path) -> None:
@@ -165,10 +167,28 @@ def test_a_larger_budget_is_stored_with_the_job_when_it_is_claimed(tmp_path: Pat
     job_id = _job(store, tmp_path, state="failed", budget={"max_cost_usd": 1.0})
     plan = plan_resume(store, store.get_job(job_id), max_cost_usd=3.0)
     assert plan.spec.budget.max_cost_usd == 3.0
-    plan.claim(store, 123, "here")
+    plan.claim(store, 123, "here", 10.0)
     job = store.get_job(job_id)
     assert json.loads(job.spec_json)["budget"]["max_cost_usd"] == 3.0
     assert (job.state, job.pid, job.host, job.ended_at) == (JobState.PENDING, 123, "here", None)
+    (mark,) = store.events(job_id, kind="resumed")  # written with the claim, in its transaction
+    assert (mark.time, mark.detail["previous_state"], mark.detail["spent_usd"]) == (
+        10.0, "failed", 1.5,
+    )  # fmt: skip
+
+
+def test_a_job_a_cancel_billed_since_it_was_read_is_not_claimed(tmp_path: Path) -> None:
+    """`spotwise cancel` of the finished job billed an instance that outlived its record while
+    the resume was starting: the plan's spend is stale, and the claim must not take it."""
+    store = _store(tmp_path)
+    job_id = _job(store, tmp_path)
+    cut = _trial(store, job_id, 0, "cancelled", step=3)
+    plan = plan_resume(store, store.get_job(job_id))
+    store.update_job(job_id, cost_usd=4.0)  # what sweep_finished's _sum_job writes
+    with pytest.raises(ConfigError, match="changed since it was read"):
+        plan.claim(store, 1, "a", 10.0)
+    assert store.get_trial(cut).state.value == "cancelled"
+    assert store.events(job_id, kind="resumed") == []
 
 
 def test_of_two_resumes_of_one_job_the_second_is_refused(tmp_path: Path) -> None:
@@ -177,10 +197,10 @@ def test_of_two_resumes_of_one_job_the_second_is_refused(tmp_path: Path) -> None
     cut = _trial(store, job_id, 0, "cancelled", step=3)
     first = plan_resume(store, store.get_job(job_id))
     second = plan_resume(store, store.get_job(job_id))
-    first.claim(store, 1, "a")
+    first.claim(store, 1, "a", 10.0)
     assert store.get_trial(cut).state.value == "pending"
     with pytest.raises(ConfigError, match="changed since it was read"):
-        second.claim(store, 2, "b")
+        second.claim(store, 2, "b", 10.0)
     assert store.get_job(job_id).pid == 1
 
 
@@ -193,10 +213,10 @@ def test_a_plan_read_before_another_resume_ran_and_ended_is_refused(tmp_path: Pa
     _trial(store, job_id, 0, "cancelled", step=3)
     a = plan_resume(store, store.get_job(job_id))
     b = plan_resume(store, store.get_job(job_id))
-    a.claim(store, 1, "a")
+    a.claim(store, 1, "a", 10.0)
     store.update_job(job_id, state="cancelled", ended_at=200.0, cost_usd=3.0)  # A ended
     with pytest.raises(ConfigError, match="changed since it was read"):
-        b.claim(store, 2, "b")
+        b.claim(store, 2, "b", 10.0)
     job = store.get_job(job_id)
     assert (job.state.value, job.pid, job.cost_usd) == ("cancelled", 1, 3.0)
     assert plan_resume(store, job).totals["cost_usd"] == 3.0  # a fresh plan sees A's spend

@@ -110,3 +110,28 @@ def test_uniform_progress_counts_progress_from_the_resume() -> None:
     actions = UniformProgress().decide(resumed, Tick(2 * 3600.0))
     assert actions == UniformProgress().decide(alone, Tick(2 * 3600.0))
     assert {a.offer_key for a in actions if isinstance(a, Launch)} == {od.key}
+
+
+def test_spottune_does_not_judge_again_a_trial_the_earlier_run_kept_at_theta() -> None:
+    """In the earlier run trial 3 reached θ third (kept: keep_top=3), trial 2 after it. Trial
+    3 resumes from its step-6 checkpoint and reports step 7: the first run's policy would not
+    judge it again, the resumed run's must not either (it would rank it 4th now) (review-s)."""
+    carried = [_trial(i, Phase.DONE, c, start_step=10) for i, c in enumerate(GOOD)]
+    mid = [(s, 0.8 + 0.01 * s - 0.005) for s in range(1, 7)]  # below all three at θ
+    first = SpotTune(predictor=_last)
+    order = (carried[0], carried[1], _trial(3, Phase.RUNNING, mid[:3]), carried[2])
+    for t in order:
+        at3 = TrialView(**{**t.__dict__, "phase": Phase.RUNNING, "curve": t.curve[:3]})
+        kept = first.decide(
+            PlannerView(now=0.0, offers=(), trials=(at3,)), Progress(t.trial_id, 3, 0.8)
+        )
+        assert not [a for a in kept if isinstance(a, StopEarly)]
+    resumed = _trial(3, Phase.RUNNING, [*mid, (7, 0.5)], start_step=6)
+    view = PlannerView(now=0.0, offers=(), trials=(*carried, resumed), trials_total=8)
+    event = Progress("t3", 7, 0.5)
+
+    def stops(p: SpotTune) -> list[StopEarly]:
+        return [a for a in p.decide(view, event) if isinstance(a, StopEarly)]
+
+    assert stops(first) == []
+    assert stops(SpotTune(predictor=_last)) == []

@@ -306,11 +306,15 @@ def test_claim_job_changes_only_the_expected_job_once_with_its_trials(store: Sto
     take = {"state": "pending", "ended_at": None, "error": None, "pid": 7}
     requeue = {trial.id: {"state": "pending", "ended_at": None, "step": 6}}
     assert not store.claim_job(job.id, {"state": JobState.FAILED, "ended_at": 5.0}, take)
-    assert not store.claim_job(job.id, {"state": "cancelled", "ended_at": 4.0}, take, requeue)
+    mark = {"kind": "resumed", "time": 9.0, "detail": {"requeued": [trial.id]}}
+    assert not store.claim_job(job.id, {"state": "cancelled", "ended_at": 4.0}, take, requeue, mark)
     assert store.get_job(job.id).state is JobState.CANCELLED
     assert store.get_trial(trial.id).state is TrialState.CANCELLED  # nothing of a refusal
+    assert store.events(job.id) == []
 
-    assert store.claim_job(job.id, {"state": "cancelled", "ended_at": 5.0}, take, requeue)
+    assert store.claim_job(job.id, {"state": "cancelled", "ended_at": 5.0}, take, requeue, mark)
+    (ev,) = store.events(job.id)
+    assert (ev.kind, ev.time, ev.detail) == ("resumed", 9.0, {"requeued": [trial.id]})
     got = store.get_job(job.id)
     assert (got.state, got.ended_at, got.error, got.pid) == (JobState.PENDING, None, None, 7)
     t = store.get_trial(trial.id)

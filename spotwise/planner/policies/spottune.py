@@ -91,11 +91,11 @@ class SpotTune:
     def _early_curve(self, view: PlannerView, event: Progress) -> list[Action]:
         t = view.trial(event.trial_id)
         at = max(math.ceil(self.theta * t.steps_total), 2)
-        if t.phase is not Phase.RUNNING or t.trial_id in self.at_theta or event.step < at:
+        if t.phase is not Phase.RUNNING or event.step < at or event.step >= t.steps_total:
             return []
-        if event.step >= t.steps_total:
+        self._earlier_run(view, at)  # first: a trial judged in the earlier run is not again
+        if t.trial_id in self.at_theta:
             return []
-        self._earlier_run(view, at)
         steps, values = observed(t)
         final, _, _ = self.predict(steps, values, t.steps_total, view.direction)
         self.at_theta[t.trial_id] = final
