@@ -38,12 +38,12 @@ from spotwise.planner.preflight import preflight
 from spotwise.planner.report import (
     best_trial,
     end_state,
+    resumable,
     snapshot,
     summary,
 )
 from spotwise.planner.resume import ResumePlan
 from spotwise.planner.runstate import (
-    LIMITS,
     Life,
     TrialRun,
     build_view,
@@ -322,12 +322,7 @@ class Orchestrator(Actions):
             wall_seconds,
         )
         out["trials_planned"] = self.spec.trials
-        # what `spotwise resume` would run: an unfinished trial, one a limit stopped, or one
-        # never made (the same rules as planner/resume.py's)
-        out["resumable"] = len(self.trials) < self.spec.trials or any(
-            t.state == "cancelled" or (t.state == "stopped_early" and t.stop_reason in LIMITS)
-            for t in self.trials
-        )
+        out["resumable"] = resumable(self.trials, self.spec.trials)
         if self.resume:
             out["resumed"] = {
                 "previous_state": self.resume.from_state.value,
