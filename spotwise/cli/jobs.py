@@ -70,10 +70,10 @@ def resume(
     the spec's count; same job id, spend and stored spec.
 
     Trials that ended keep their results, and the search is told them again; trials the
-    budget or deadline stopped run again. A job whose
-    orchestrator died is closed with `spotwise cancel JOB` first; one that still holds an
-    instance is refused (cancel releases it). A deadline counts again from the resume.
-    Exit codes as for `tune`; 2 when the job cannot be resumed (nothing is written).
+    budget or deadline stopped run again. A job whose orchestrator died is closed with
+    `spotwise cancel JOB` first; one that still holds an instance is refused (cancel releases
+    it). A deadline counts again from the resume. Exit codes as for `tune`; 2 when the job
+    cannot be resumed (nothing is written).
 
     Examples:
       spotwise resume JOB
