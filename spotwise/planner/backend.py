@@ -42,6 +42,8 @@ class Backend:
     speedup: float = 1.0  # market seconds per wall second
     risk: Callable[[list[Offer], float], dict[str, float]] | None = None
     info: dict[str, object] = field(default_factory=dict)
+    # a replayed market's clock starts again here when the job starts (a cloud's: no-op)
+    start_clock: Callable[[], None] = lambda: None
 
     def rule_of(self, offer: Offer) -> BillingRule:
         """The billing rule of the provider selling ``offer`` (refund window, notice lead)."""
@@ -209,6 +211,7 @@ def _local(p: ProviderSpec, r: ReplaySpec, base_dir: Path, run_dir: Path) -> Bac
         segments=market.segments,
         close=prov.shutdown,
         speedup=r.speedup,
+        start_clock=clock.restart,
         info={
             "trace": str(traces.source),
             "start": start,

@@ -110,9 +110,6 @@ class Orchestrator(Actions):
         self.offer_watch = NoOfferWatch(self.job_id)  # says so when no offer is left for long
         # absolute: the trial runs in the spec's folder and must find the same events/stop files
         self.run_dir = ((self.opts.run_root or default_run_root()) / self.job_id).resolve()
-        # the search first (skopt takes seconds to import): the market clock starts with the backend
-        search = resume.search_spec if resume else spec.search
-        self.search = Search(spec.search_space, search, spec.metric.direction)
         forecast = bool(getattr(self.policy, "uses_forecast", False))
         # opening the market validates what the spec names (trace, zones, regions, offers) and
         # raises before anything is written
@@ -123,6 +120,11 @@ class Orchestrator(Actions):
             # what only the open market shows (options, regions, instance types, a checkpoint
             # location we cannot write): refused before the job is recorded or anything bought
             preflight(spec, backend, self.ckpt_root)
+            # the search only now: scikit-optimize takes seconds to import, which a job refused
+            # above need not pay; a replayed market's clock starts once it is loaded
+            search = resume.search_spec if resume else spec.search
+            self.search = Search(spec.search_space, search, spec.metric.direction)
+            backend.start_clock()
             if resume is None:
                 self.store.create_job(
                     name=spec.name,

@@ -107,6 +107,11 @@ class MarketClock:
     def now(self) -> float:
         return self.start + self.speedup * (self._wall() - self._wall0)
 
+    def restart(self) -> None:
+        """Market time is ``start`` again from now (the job starts once its market is open
+        and checked, not when the market was built)."""
+        self._wall0 = self._wall()
+
     def wall_seconds(self, market_seconds: float) -> float:
         return market_seconds / self.speedup
 

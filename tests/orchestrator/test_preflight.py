@@ -243,3 +243,26 @@ def test_tune_cli_exits_2_with_one_line_for_an_unknown_aws_instance_type(
     )
     with Store.open(f"sqlite:///{tmp_path / 'spotwise.db'}") as store:
         assert store.list_jobs() == []
+
+
+def test_a_job_preflight_refuses_never_imports_the_search(tmp_path: Path) -> None:
+    """scikit-optimize takes seconds to import: the search is built once the market is open
+    and checked, so a refused job does not wait for it (a replayed market's clock starts
+    after it instead)."""
+    import subprocess
+    import sys
+
+    (tmp_path / "afile").write_text("not a folder\n")
+    spec = preflight_spec(tmp_path, checkpoint={"every": 2, "location": "afile/ckpts"})
+    path = write_job_yaml(tmp_path, spec)
+    db = f"sqlite:///{tmp_path / 's.db'}"
+    probe = (
+        "import sys\n"
+        "from pathlib import Path\n"
+        "from spotwise import jobs\n"
+        "from spotwise.errors import SpecError\n"
+        f"try:\n    jobs.tune(Path({str(path)!r}), db={db!r}, run_root=Path({str(tmp_path)!r}))\n"
+        "except SpecError as e:\n    print('refused', 'skopt' in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert done.stdout.strip() == "refused False", done.stderr

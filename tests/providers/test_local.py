@@ -310,3 +310,14 @@ def test_shutdown_leaves_no_process(
     assert state_of(prov, inst.instance_id).state is InstanceState.TERMINATED
     with pytest.raises(ProcessLookupError):  # killed and reaped
         os.kill(ready["pid"], 0)
+
+
+def test_a_market_clock_restarts_at_its_start() -> None:
+    wall = [100.0]
+    clock = MarketClock(5000.0, 30.0, wall=lambda: wall[0])
+    wall[0] = 102.0
+    assert clock.now() == 5060.0
+    clock.restart()  # the job starts now: market time is its start again
+    assert clock.now() == 5000.0
+    wall[0] = 103.0
+    assert clock.now() == 5030.0
