@@ -52,11 +52,13 @@ def resume(
     *,
     db: str | None = None,
     max_cost_usd: float | None = None,
+    deadline_hours: float | None = None,
     on_update: Callable[[dict[str, Any]], None] | None = None,
     run_root: Path | None = None,
 ) -> dict[str, Any]:
     """Run a finished job's unfinished trials (from their checkpoints) and the rest of its
-    plan, under its id, spend and stored spec (:mod:`spotwise.planner.resume`)."""
+    plan, under its id, spend and stored spec (:mod:`spotwise.planner.resume`); a new budget
+    or deadline when given."""
     from spotwise.planner.orchestrator import RunOptions, resume_job
     from spotwise.planner.resume import plan_resume
     from spotwise.store import Store
@@ -66,7 +68,7 @@ def resume(
         job = store.get_job(job_id)
         if not job.state.is_terminal():
             raise ConfigError(_not_finished_text(job))
-        plan = plan_resume(store, job, max_cost_usd=max_cost_usd)
+        plan = plan_resume(store, job, max_cost_usd=max_cost_usd, deadline_hours=deadline_hours)
         opts = RunOptions(policy=plan.policy, on_update=on_update, run_root=run_root)
         return resume_job(plan, store, opts)
     finally:

@@ -62,6 +62,15 @@ def resume(
             show_default=False,
         ),
     ] = None,
+    deadline_hours: Annotated[
+        float | None,
+        typer.Option(
+            "--deadline-hours",
+            help="Set the job's budget.deadline_hours: the resumed run's deadline, counted from "
+            "the resume. Default: the deadline it was started with, in full again.",
+            show_default=False,
+        ),
+    ] = None,
     db: DbOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
@@ -77,11 +86,16 @@ def resume(
 
     Examples:
       spotwise resume JOB
-      spotwise resume JOB --max-cost 20 --json
+      spotwise resume JOB --max-cost 20 --deadline-hours 6 --json
     """
     from spotwise import jobs
 
-    _run_live(lambda **kw: jobs.resume(job, db=db, max_cost_usd=max_cost, **kw), json_out)
+    _run_live(
+        lambda **kw: jobs.resume(
+            job, db=db, max_cost_usd=max_cost, deadline_hours=deadline_hours, **kw
+        ),
+        json_out,
+    )
 
 
 def _run_live(run: Any, json_out: bool) -> None:

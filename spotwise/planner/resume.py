@@ -23,12 +23,13 @@ one whose budget is spent, one whose command folder is gone. Only this module's
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from spotwise.errors import ConfigError
+from spotwise.errors import ConfigError, SpecError
 from spotwise.planner.policy import INVALID_METRIC, Phase
 from spotwise.planner.runstate import LIMITS, TrialRun
 from spotwise.spec import SEEDS, JobSpec, SearchSpec, load_stored_spec
@@ -43,14 +44,14 @@ class ResumePlan:
     job_id: str
     from_state: JobState  # the state the earlier run ended in
     ended_at: float | None  # when (the claim checks both: the job must be as it was read)
-    spec: JobSpec  # as stored (with a raised budget when asked)
+    spec: JobSpec  # as stored (with the budget or deadline the resume was given)
     spec_path: Path | None
     policy: str
     trials: list[TrialRun]  # by number: ended ones as they ended, the others queued again
     requeued: list[TrialRun]  # those queued again (from their checkpoints)
     ended: list[tuple[Mapping[str, Any], float | None]]  # what the search is told again
     totals: dict[str, float]
-    raised_budget: bool = False
+    spec_changed: bool = False  # a new budget or deadline: stored with the job when claimed
 
     @property
     def search_spec(self) -> SearchSpec:
@@ -71,7 +72,7 @@ class ResumePlan:
             "host": host,
             "early_stopped": int(self.totals["early_stopped"]),  # less the stops undone
         }
-        if self.raised_budget:
+        if self.spec_changed:
             fields["spec_json"] = self.spec.model_dump_json()
         again = {"state": "pending", "ended_at": None}
         requeue = {t.trial_id: {**again, "step": t.step} for t in self.requeued}
@@ -99,9 +100,16 @@ class ResumePlan:
             )
 
 
-def plan_resume(store: Any, job: Any, *, max_cost_usd: float | None = None) -> ResumePlan:
+def plan_resume(
+    store: Any,
+    job: Any,
+    *,
+    max_cost_usd: float | None = None,
+    deadline_hours: float | None = None,
+) -> ResumePlan:
     """Read a finished job back from the store; raise (one line, naming the fix) where it
-    cannot be resumed. Writes nothing."""
+    cannot be resumed. Writes nothing. ``max_cost_usd``, ``deadline_hours``: the job's new
+    budget (for both runs) or deadline (from the resume)."""
     state = JobState(job.state)
     if not state.is_terminal():
         raise ConfigError(f"job {job.id} is {state.value}: only a finished job can be resumed")
@@ -113,12 +121,17 @@ def plan_resume(store: Any, job: Any, *, max_cost_usd: float | None = None) -> R
             f"running its trials ({ids}): run `spotwise cancel {job.id}` to release them first"
         )
     spec = load_stored_spec(job.spec_json)
-    raised = False
-    if max_cost_usd is not None:
-        if not max_cost_usd > 0 or max_cost_usd != max_cost_usd:
-            raise ConfigError(f"--max-cost must be a number of dollars > 0, got {max_cost_usd}")
-        budget = spec.budget.model_copy(update={"max_cost_usd": float(max_cost_usd)})
-        spec, raised = spec.model_copy(update={"budget": budget}), True
+    new: dict[str, float] = {}
+    for name, value, what in (
+        ("max_cost_usd", max_cost_usd, "--max-cost must be a number of dollars"),
+        ("deadline_hours", deadline_hours, "--deadline-hours must be a number of hours"),
+    ):
+        if value is not None:
+            if not (math.isfinite(value) and value > 0):
+                raise SpecError(f"{what} > 0, got {value}")
+            new[name] = float(value)
+    if new:
+        spec = spec.model_copy(update={"budget": spec.budget.model_copy(update=new)})
     spec_path = Path(job.spec_path) if job.spec_path else None
     if spec_path is None and not (spec.workdir and Path(spec.workdir).is_absolute()):
         raise ConfigError(
@@ -165,7 +178,7 @@ def plan_resume(store: Any, job: Any, *, max_cost_usd: float | None = None) -> R
                 job.early_stopped - sum(1 for t in requeued if t.trial_id in was_stopped)
             ),
         },
-        raised_budget=raised,
+        spec_changed=bool(new),
     )
 
 

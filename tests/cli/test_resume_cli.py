@@ -37,10 +37,11 @@ def test_resume_exits_as_tune_does(
         return {"job_id": "j-1", **summary}
 
     monkeypatch.setattr(jobs, "resume", fake)
-    done = CliRunner().invoke(app, ["resume", "j-1", "--max-cost", "12.5", "--json"])
+    args = ["resume", "j-1", "--max-cost", "12.5", "--deadline-hours", "6", "--json"]
+    done = CliRunner().invoke(app, args)
     assert done.exit_code == code, done.output
     assert json.loads(done.stdout) == {"job_id": "j-1", **summary}
-    assert seen == {"job_id": "j-1", "db": None, "max_cost_usd": 12.5}
+    assert seen == {"job_id": "j-1", "db": None, "max_cost_usd": 12.5, "deadline_hours": 6.0}
 
 
 def _spotwise(*args: str) -> subprocess.CompletedProcess[str]:

@@ -14,7 +14,7 @@ from shared_helpers import record_launch
 from test_orchestrator import spec_dict
 
 from spotwise import jobs
-from spotwise.errors import ConfigError
+from spotwise.errors import ConfigError, SpecError
 from spotwise.planner.policy import Phase
 from spotwise.planner.resume import plan_resume
 from spotwise.planner.search import Search
@@ -148,8 +148,10 @@ def test_refusals_name_the_fix_and_write_nothing(tmp_path: Path) -> None:
     broke = _job(store, tmp_path, state="failed", budget={"max_cost_usd": 1.0})
     with pytest.raises(ConfigError, match=r"spent \$1.50 of its budget.*larger --max-cost"):
         plan_resume(store, store.get_job(broke))
-    with pytest.raises(ConfigError, match="--max-cost must be a number of dollars > 0"):
+    with pytest.raises(SpecError, match=r"--max-cost must be a number of dollars > 0, got 0\.0"):
         plan_resume(store, store.get_job(broke), max_cost_usd=0.0)
+    with pytest.raises(SpecError, match="--deadline-hours must be a number of hours > 0"):
+        plan_resume(store, store.get_job(broke), max_cost_usd=5.0, deadline_hours=float("nan"))
 
     gone = _job(store, tmp_path, workdir=str(tmp_path / "moved"))
     with pytest.raises(ConfigError, match="which no longer exists"):
@@ -164,12 +166,16 @@ def test_refusals_name_the_fix_and_write_nothing(tmp_path: Path) -> None:
 
 def test_a_larger_budget_is_stored_with_the_job_when_it_is_claimed(tmp_path: Path) -> None:
     store = _store(tmp_path)
-    job_id = _job(store, tmp_path, state="failed", budget={"max_cost_usd": 1.0})
-    plan = plan_resume(store, store.get_job(job_id), max_cost_usd=3.0)
-    assert plan.spec.budget.max_cost_usd == 3.0
+    budget = {"max_cost_usd": 1.0, "deadline_hours": 24.0}
+    job_id = _job(store, tmp_path, state="failed", budget=budget)
+    assert plan_resume(store, store.get_job(job_id), max_cost_usd=3.0).spec.budget.model_dump() == {
+        "max_cost_usd": 3.0, "deadline_hours": 24.0,
+    }  # fmt: skip
+    plan = plan_resume(store, store.get_job(job_id), max_cost_usd=3.0, deadline_hours=2.5)
+    assert plan.spec.budget.max_cost_usd == 3.0 and plan.spec.budget.deadline_hours == 2.5
     plan.claim(store, 123, "here", 10.0)
     job = store.get_job(job_id)
-    assert json.loads(job.spec_json)["budget"]["max_cost_usd"] == 3.0
+    assert json.loads(job.spec_json)["budget"] == {"max_cost_usd": 3.0, "deadline_hours": 2.5}
     assert (job.state, job.pid, job.host, job.ended_at) == (JobState.PENDING, 123, "here", None)
     (mark,) = store.events(job_id, kind="resumed")  # written with the claim, in its transaction
     assert (mark.time, mark.detail["previous_state"], mark.detail["spent_usd"]) == (
