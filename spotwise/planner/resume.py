@@ -257,7 +257,9 @@ def _trial(
 ) -> TrialRun:
     """A trial of the earlier run as the orchestrator holds one: as it ended, or queued again
     from its checkpoint (unfinished, or stopped by a limit of the job: not judged a loser)."""
-    t = TrialRun(row.id, row.number, row.params, spec.steps, spec.checkpoint.every)
+    stored = row.params  # JSON with sorted keys: shown in the spec's order, as the search's
+    params = {n: stored[n] for n in spec.search_space if n in stored}
+    t = TrialRun(row.id, row.number, params, spec.steps, spec.checkpoint.every)
     t.cost_usd, t.revocations, t.migrations = row.cost_usd, row.revocations, row.migrations
     t.checkpoint_step = row.checkpoint_step
     # each launch try used up an attempt number, whose files the trial's folder still holds

@@ -316,3 +316,16 @@ def test_a_trials_speed_and_start_up_come_from_its_latest_life(tmp_path: Path) -
     never = _trial(store, job_id, 1, "cancelled")
     assert plan_resume(store, store.get_job(job_id)).trials[1].trial_id == never
     assert plan_resume(store, store.get_job(job_id)).trials[1].seconds_per_step is None
+
+
+def test_carried_params_keep_the_spec_order(tmp_path: Path) -> None:
+    """Stored as JSON with sorted keys; shown beside the new trials' in the spec's order."""
+    store = _store(tmp_path)
+    space = {
+        "lr": {"type": "real", "low": 0.001, "high": 0.1},
+        "dropout": {"type": "real", "low": 0.0, "high": 0.5},
+    }
+    job_id = _job(store, tmp_path, search_space=space)
+    store.add_trial(job_id, 0, {"lr": 0.01, "dropout": 0.2})
+    (t,) = plan_resume(store, store.get_job(job_id)).trials
+    assert list(t.params) == ["lr", "dropout"]
