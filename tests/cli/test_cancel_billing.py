@@ -56,7 +56,9 @@ def test_a_dead_jobs_instances_are_billed_by_the_aws_rule(
     ids = {"l-short": "i-1", "l-taken": "i-2", "l-left": "i-3", "l-late": "i-4"}
     created = {"l-late": now - 93}
 
-    def settle(spec: Any, job_id: str, held: list[backend.Held]) -> backend.Reconciled:
+    def settle(
+        spec: Any, job_id: str, held: list[backend.Held], spare: Any = None
+    ) -> backend.Reconciled:
         out = backend.Reconciled()
         for h in held:
             iid = ids[h.launch_id]

@@ -62,7 +62,7 @@ def _settling(listed: dict[str, Instance], revoked: dict[str, float] | None = No
     ``revoked`` (launch id → when): found ended, taken by the provider then."""
     gone = revoked or {}
 
-    def settle(spec: Any, job_id: str, held: list[rec.Held]) -> rec.Reconciled:
+    def settle(spec: Any, job_id: str, held: list[rec.Held], spare: Any = None) -> rec.Reconciled:
         out = rec.Reconciled(listed=list(listed.values()))
         for h in held:
             inst = listed.get(h.launch_id)
@@ -242,7 +242,9 @@ def test_an_outlived_life_of_a_finished_job_adds_no_reference_for_its_idle_hours
     monkeypatch.setattr(
         rec,
         "reconcile_records",
-        lambda spec, job_id, held: rec.Reconciled(terminated=["i-ok", "i-lost"], listed=listed),
+        lambda spec, job_id, held, spare=None: rec.Reconciled(
+            terminated=["i-ok", "i-lost"], listed=listed
+        ),
     )
 
     out = jobs.cancel(job, db=db)
