@@ -81,7 +81,10 @@ def _not_finished_text(job: Any) -> str:
     if where == "here":
         return f"job {job.id} is still running (pid {job.pid}): `spotwise status {job.id}` shows it"
     if where == "elsewhere":
-        return f"job {job.id} runs on {job.host} (pid {job.pid}): resume it once it has stopped"
+        return (
+            f"job {job.id} runs on {job.host} (pid {job.pid}): resume it once it has stopped "
+            f"(if that machine is lost, `spotwise cancel --force {job.id}` closes it first)"
+        )
     return (
         f"job {job.id}'s orchestrator exited without closing it: run `spotwise cancel {job.id}` "
         "first (it releases the job's instances and closes its records), then resume it"

@@ -229,7 +229,7 @@ def sweep_finished(store: Any, job: Any, state: str) -> dict[str, Any]:
         for r in rows.values()
         if r.provider in named
     ]
-    res = rec.reconcile_records(spec, job.id, held, _resumed_since(store, job.id))
+    res = rec.reconcile_records(spec, job.id, held, _resumed_since(store, job.id, set(rows), job))
     now = time.time()
     found: list[dict[str, Any]] = []
     billed_trials: dict[str, float] = {}
@@ -260,6 +260,12 @@ def sweep_finished(store: Any, job: Any, state: str) -> dict[str, Any]:
         _sum_job(store, job.id)
     where = _looked_in(spec, held)
     text = f"job already {state}; " + _found_text(found, where) + _unknown_text(od_price.unknown)
+    now_job = store.get_job(job.id)
+    if (now_job.state, now_job.ended_at) != (job.state, job.ended_at):
+        text += (
+            "; the job was resumed meanwhile: what its resumed run holds was left to it "
+            f"(`spotwise cancel {job.id}` stops it)"
+        )
     if res.errors:  # never "nothing is left" when a region could not be listed
         why = "; ".join(dict.fromkeys(res.errors))
         done = _found_text(found, where) + "; " if found else ""
@@ -277,16 +283,26 @@ def sweep_finished(store: Any, job: Any, state: str) -> dict[str, Any]:
     }
 
 
-def _resumed_since(store: Any, job_id: str) -> Callable[[list[Any]], set[str]]:
+def _resumed_since(
+    store: Any, job_id: str, known: set[str] | None = None, finished: Any = None
+) -> Callable[[list[Any]], set[str]]:
     """For a listing of the job's instances: those a `spotwise resume` of it launched since
-    this cancel read the job (their launch records, written before each cloud call, are newer
-    than what it read). They are the resumed run's, not this cancel's to terminate or bill."""
+    this cancel read its records (``known``; else read now): their launch records, written
+    before each cloud call, are newer. They are the resumed run's, not this cancel's to
+    terminate or bill. ``finished``: the finished job as the cancel read it; once a resume has
+    taken it over (another state or end time), every instance is left to the resumed run,
+    which sweeps the job's strays itself when it ends (a bill written here would be
+    overwritten by its totals)."""
     from spotwise.providers.base import TAG_LAUNCH
 
-    known = {r.id for r in store.list_instances(job_id)}
+    seen = known if known is not None else {r.id for r in store.list_instances(job_id)}
 
     def spare(found: list[Any]) -> set[str]:
-        newer = {r.id for r in store.list_instances(job_id)} - known
+        if finished is not None:
+            now = store.get_job(job_id)
+            if (now.state, now.ended_at) != (finished.state, finished.ended_at):
+                return {i.instance_id for i in found}
+        newer = {r.id for r in store.list_instances(job_id)} - seen
         return {i.instance_id for i in found if i.tags.get(TAG_LAUNCH) in newer}
 
     return spare

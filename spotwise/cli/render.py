@@ -126,9 +126,9 @@ def print_summary(s: dict[str, Any]) -> None:
     if resumed := s.get("resumed"):
         n = len(resumed["requeued_trials"])
         console.print(
-            f"resumed a {resumed['previous_state']} job: {n} unfinished trial(s) ran again from "
-            "their last checkpoints (from the start where they had none); trials, cost and "
-            "savings cover both runs"
+            f"resumed a {resumed['previous_state']} job: {n} trial(s) queued again from their "
+            "last checkpoints (from the start where they had none); trials, cost and savings "
+            "cover both runs"
         )
     if best:
         console.print(

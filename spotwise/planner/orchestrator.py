@@ -124,8 +124,8 @@ class Orchestrator(Actions):
             # above need not pay; a replayed market's clock starts once it is loaded
             search = resume.search_spec if resume else spec.search
             self.search = Search(spec.search_space, search, spec.metric.direction)
-            backend.start_clock()
             if resume is None:
+                backend.start_clock()
                 self.store.create_job(
                     name=spec.name,
                     spec_json=spec.model_dump_json(),
@@ -180,8 +180,9 @@ class Orchestrator(Actions):
         self.spent_usd, self.on_demand_usd = tot["cost_usd"], tot["on_demand_cost_usd"]
         self.revocations, self.migrations = int(tot["revocations"]), int(tot["migrations"])
         self.early_stopped = int(tot["early_stopped"])
-        self.search.replay(resume.ended, [t.params for t in resume.requeued])
+        self.search.replay(resume.ended, [t.params for t in resume.requeued])  # a model fit
         self.run_dir.mkdir(parents=True, exist_ok=True)  # nothing left to fail after the claim
+        self.backend.start_clock()
         resume.claim(self.store, *whoami(), self.backend.now())
 
     # ---- the loop -----------------------------------------------------------------------

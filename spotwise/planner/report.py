@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from spotwise.planner.policy import INVALID_METRIC
-from spotwise.planner.runstate import LIMITS, Life, TrialRun
+from spotwise.planner.runstate import Life, TrialRun, runs_again
 from spotwise.providers.billing import BillingRule
 
 
@@ -260,7 +260,4 @@ def snapshot(
 def resumable(trials: Sequence[TrialRun], planned: int) -> bool:
     """Whether `spotwise resume` would run anything of the job (planner/resume.py's rules): a
     trial left unfinished, one the budget or deadline stopped first, or one never made."""
-    return len(trials) < planned or any(
-        t.state == "cancelled" or (t.state == "stopped_early" and t.stop_reason in LIMITS)
-        for t in trials
-    )
+    return len(trials) < planned or any(runs_again(t.state, t.stop_reason) for t in trials)

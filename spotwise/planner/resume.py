@@ -31,7 +31,7 @@ from typing import Any
 
 from spotwise.errors import ConfigError, SpecError
 from spotwise.planner.policy import INVALID_METRIC, Phase
-from spotwise.planner.runstate import LIMITS, TrialRun
+from spotwise.planner.runstate import TrialRun, runs_again
 from spotwise.spec import SEEDS, JobSpec, SearchSpec, load_stored_spec
 from spotwise.states import JobState, TrialState
 
@@ -266,9 +266,8 @@ def _trial(
     t.attempt = len(launches) - 1
     t.lives_started = sum(1 for r in launches if r.launched_at is not None)
     state = TrialState(row.state)
-    limited = state is TrialState.STOPPED_EARLY and stop_reason in LIMITS
     # furthest stays 0: what it reported before does not show that the command works now
-    if state.is_terminal() and state is not TrialState.CANCELLED and not limited:
+    if not runs_again(state.value, stop_reason):
         t.phase, t.state, t.step, t.curve = Phase.DONE, state.value, row.step, curve
         t.carried = True  # ended before: not this run's failure (a mended command runs on)
         t.stop_reason = stop_reason if state is TrialState.STOPPED_EARLY else None

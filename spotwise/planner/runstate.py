@@ -20,6 +20,15 @@ from spotwise.providers.billing import BillingRule
 LIMITS = ("budget", "deadline")  # the stop reasons that are the job's limits, not a policy's
 
 
+def runs_again(state: str, stop_reason: str | None) -> bool:
+    """Whether `spotwise resume` runs a trial of the earlier run again (from its checkpoint):
+    one left unfinished, or stopped first by a limit of the job rather than judged by the
+    policy. Completed, failed and policy-stopped trials keep their end."""
+    if state == "stopped_early":
+        return stop_reason in LIMITS
+    return state not in ("completed", "failed")
+
+
 @dataclass
 class Life:
     """One instance life of a trial: from launch to the instance's end."""

@@ -237,6 +237,36 @@ def test_a_resume_that_launched_while_cancel_listed_keeps_its_instance(
         assert s.get_instance("l-resumed").cost_usd == 0.0  # not billed by the cancel
 
 
+def test_once_a_resume_took_the_job_over_cancel_leaves_its_strays_to_it(
+    ec2: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The resume claimed the job while this cancel listed: a stray of the earlier run is
+    left to the resumed run (its drain sweeps and bills it; a bill written here would be
+    overwritten by the run's totals), and the answer says so (review-t)."""
+    from spotwise.providers.aws_provisioner import AwsProvisioner
+
+    db, job, trials = _finished_job(tmp_path)
+    stray = _start(ec2, _ours(job, trials["l-lost"], "l-lost"), time.time() - HOUR)
+    real = AwsProvisioner.describe
+
+    def describe(self: AwsProvisioner, tags: dict[str, str]) -> Any:
+        found = real(self, tags)
+        with Store.open_existing(db) as s:  # the resume's claim
+            s.update_job(job, state="pending", ended_at=None, pid=1)
+        return found
+
+    monkeypatch.setattr(AwsProvisioner, "describe", describe)
+    res = CliRunner().invoke(app, ["cancel", job, "--db", db, "--json"])
+
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    assert out["terminated_instances"] == [] and out["found_instances"] == []
+    assert "the job was resumed meanwhile" in out["message"]
+    assert _states(ec2) == {stray: "running"}
+    with Store.open_existing(db) as s:
+        assert s.get_job(job).cost_usd == 0.9  # nothing billed under the resumed run
+
+
 def test_with_nothing_left_cancel_says_where_it_looked_and_terminates_nothing(
     ec2: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -169,4 +169,4 @@ def test_summary_of_a_resumed_job_says_so(monkeypatch: pytest.MonkeyPatch) -> No
         {**SUMMARY, "cost_usd": 1.0, "on_demand_cost_usd": 4.0, "resumed": resumed}
     )
     text = console.export_text()
-    assert "resumed a cancelled job: 2 unfinished trial(s) ran again from their last" in text
+    assert "resumed a cancelled job: 2 trial(s) queued again from their last checkpoints" in text
