@@ -81,6 +81,9 @@ class TrialView:
     # its step when this run of the job began: > 0 only in a resumed job (`spotwise resume`),
     # whose earlier run did those steps (a deadline counts from the resume, so does progress)
     start_step: int = 0
+    # a resumed job's trial queued again: every report of its earlier run, past its checkpoint
+    # too (``curve`` is cut back at the checkpoint); what the policies judged it on then
+    reported: tuple[tuple[int, float], ...] = ()
 
     @property
     def remaining_steps(self) -> int:

@@ -278,6 +278,7 @@ def _trial(
     t.phase, t.state, t.step = Phase.QUEUED, "pending", t.checkpoint_step
     t.start_step = t.step
     t.curve = {k: v for k, v in curve.items() if k <= t.step}  # work after it is lost
+    t.reported = curve  # what the earlier run's policy judged it on
     t.retrying = t.lives_started > 0  # its next life continues it: not a migration
     return t
 

@@ -77,6 +77,7 @@ class TrialRun:
     furthest: int = 0  # the furthest step it reported in this run (kept across relaunches)
     carried: bool = False  # it ended in an earlier run of the job (`spotwise resume`)
     start_step: int = 0  # its step when this run began (a resumed job's earlier work)
+    reported: dict[int, float] = field(default_factory=dict)  # a requeued trial's earlier run
     life: Life | None = None
     cost_usd: float = 0.0
     on_demand_cost_usd: float = 0.0
@@ -125,6 +126,7 @@ def trial_view(t: TrialRun, default_sps: float) -> TrialView:
         stopping=t.stopping is not None,
         params=dict(t.params),
         start_step=t.start_step,
+        reported=tuple(sorted(t.reported.items())),
     )
 
 

@@ -80,6 +80,7 @@ def test_each_trial_is_carried_over_as_it_ended_or_queued_from_its_checkpoint(
     t = by_id[cut]
     assert (t.phase, t.state, t.step, t.checkpoint_step) == (Phase.QUEUED, "pending", 6, 6)
     assert sorted(t.curve) == [1, 2, 3, 4, 5, 6]  # steps after its checkpoint are lost
+    assert sorted(t.reported) == list(range(1, 9))  # what the earlier run judged it on
     assert t.attempt == 1 and t.lives_started == 2 and t.retrying  # next attempt: 2
     assert t.cost_usd == 0.25 and t.furthest == 0 and not t.carried and t.start_step == 6
     assert by_id[done].start_step == 10 and by_id[done].carried  # the earlier run's steps

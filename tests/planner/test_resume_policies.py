@@ -135,3 +135,50 @@ def test_spottune_does_not_judge_again_a_trial_the_earlier_run_kept_at_theta() -
 
     assert stops(first) == []
     assert stops(SpotTune(predictor=_last)) == []
+
+
+def test_spottune_keeps_its_judgement_of_a_trial_queued_again_from_before_theta() -> None:
+    """Trial 3 reached θ (step 3) third in the earlier run and was kept, then was cut back to
+    its step-2 checkpoint by the cancel. After the resume it crosses θ again: in one run it
+    would not be judged a second time (review-s F3); its earlier reports say how it ranked."""
+    carried = [_trial(i, Phase.DONE, c, start_step=10) for i, c in enumerate(GOOD)]
+    earlier = [(s, 0.8 + 0.01 * s - 0.005) for s in range(1, 6)]
+    first = SpotTune(predictor=_last)
+    for t in (carried[0], carried[1], _trial(3, Phase.RUNNING, earlier[:3]), carried[2]):
+        at3 = TrialView(**{**t.__dict__, "phase": Phase.RUNNING, "curve": t.curve[:3]})
+        first.decide(PlannerView(now=0.0, offers=(), trials=(at3,)), Progress(t.trial_id, 3, 0.8))
+    again = _trial(
+        3, Phase.RUNNING, [*earlier[:2], (3, 0.5)], start_step=2, reported=tuple(earlier)
+    )
+    view = PlannerView(now=0.0, offers=(), trials=(*carried, again), trials_total=8)
+    event = Progress("t3", 3, 0.5)
+
+    def stops(p: SpotTune) -> list[StopEarly]:
+        return [a for a in p.decide(view, event) if isinstance(a, StopEarly)]
+
+    assert stops(first) == []
+    assert stops(SpotTune(predictor=_last)) == []
+    without = TrialView(**{**again.__dict__, "reported": ()})  # what it had no memory of
+    view = PlannerView(now=0.0, offers=(), trials=(*carried, without), trials_total=8)
+    assert stops(SpotTune(predictor=_last)) != []
+
+
+def test_spotwise_holds_a_requeued_trials_earlier_prediction_as_an_incumbent() -> None:
+    """The incumbent bar counts the live trials' latest predictions (their lower bands): a
+    trial queued again keeps the one its earlier run made at its last check step."""
+    first, fresh = Spotwise(predictor=_last), Spotwise(predictor=_last)
+    reported = tuple((s, 0.9 + 0.001 * s) for s in range(1, 6))  # check steps 2, 3, 4, 5
+    live = _trial(0, Phase.RUNNING, list(reported))
+    first.decide(
+        PlannerView(now=0.0, offers=(), trials=(live,)), Progress("t0", 5, reported[-1][1])
+    )
+    assert "t0" in first.latest
+    again = _trial(0, Phase.QUEUED, list(reported[:2]), start_step=2, reported=reported)
+    other = _trial(1, Phase.RUNNING, [(1, 0.5)])
+    view = PlannerView(now=0.0, offers=(), trials=(again, other), trials_total=8)
+    expected = first._incumbent(view, "t1")
+    assert expected is not None
+    assert fresh._incumbent(view, "t1") == expected
+    plain = TrialView(**{**again.__dict__, "reported": ()})
+    view = PlannerView(now=0.0, offers=(), trials=(plain, other), trials_total=8)
+    assert Spotwise(predictor=_last)._incumbent(view, "t1") is None

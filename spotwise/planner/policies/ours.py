@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from dataclasses import replace
 
 from spotwise.planner.cost import expected_loss_s, hazard, life_cost, young_daly_every
 from spotwise.planner.policies._common import (
@@ -267,11 +268,7 @@ class Spotwise:
         total, s = t.steps_total, event.step
         if t.phase is not Phase.RUNNING or s >= total or s not in self._check_steps(total):
             return []
-        raw, lo, hi = self._prediction(t, s, view.direction)
-        final, sigma = self._calibrated(view, s, raw, (hi - lo) / (2.0 * BAND_Z))
-        sigma = max(sigma, _noise(t), 1e-12)
-        lo, hi = final - BAND_Z * sigma, final + BAND_Z * sigma
-        self.latest[t.trial_id] = (final, lo, hi)
+        final, lo, hi = self.latest[t.trial_id] = self._judged(view, t, s)
         bar = self._incumbent(view, t.trial_id)
         if bar is None:
             return []
@@ -279,6 +276,13 @@ class Spotwise:
         if p < self.epsilon:
             return [StopEarly(t.trial_id, f"P(beat incumbent) < {self.epsilon:g}", final)]
         return []
+
+    def _judged(self, view: PlannerView, t: TrialView, s: int) -> tuple[float, float, float]:
+        """The calibrated prediction of ``t``'s final at check step ``s`` and its band."""
+        raw, lo, hi = self._prediction(t, s, view.direction)
+        final, sigma = self._calibrated(view, s, raw, (hi - lo) / (2.0 * BAND_Z))
+        sigma = max(sigma, _noise(t), 1e-12)
+        return final, final - BAND_Z * sigma, final + BAND_Z * sigma
 
     def _calibrated(
         self, view: PlannerView, step: int, pred: float, band_sd: float
@@ -333,13 +337,27 @@ class Spotwise:
         for other in view.trials:
             if other.trial_id == exclude or other.phase is Phase.DONE:
                 continue
-            pred = self.latest.get(other.trial_id)
+            pred = self.latest.get(other.trial_id) or self._earlier_judgement(view, other)
             if pred is None:
                 continue
             sure = pred[1] if view.direction == "maximize" else pred[2]
             if bar is None or view.better(sure, bar):
                 bar = sure
         return bar
+
+    def _earlier_judgement(
+        self, view: PlannerView, t: TrialView
+    ) -> tuple[float, float, float] | None:
+        """A resumed job's trial queued again: its prediction at the last check step its
+        earlier run reported, as that run's policy held it (its memo is gone)."""
+        checks = self._check_steps(t.steps_total)
+        done = [s for s, _ in t.reported if s in checks and s < t.steps_total]
+        if not done:
+            return None
+        s = max(done)
+        then = replace(t, curve=tuple((k, v) for k, v in t.reported if k <= s))
+        self.latest[t.trial_id] = self._judged(view, then, s)
+        return self.latest[t.trial_id]
 
 
 def _noise(t: TrialView, last: int = 5) -> float:

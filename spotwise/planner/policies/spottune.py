@@ -107,16 +107,18 @@ class SpotTune:
 
     def _earlier_run(self, view: PlannerView, at: int) -> None:
         """A resumed job's trials that passed θ in its earlier run: their predictions at θ,
-        as that run made them (from the curve up to the first report at or past θ), so they
-        rank the trials of this run as they ranked the earlier ones."""
+        as that run made them (from its reports up to the first at or past θ; a trial queued
+        again from a checkpoint before θ: from its earlier reports), so they rank the trials
+        of this run as they ranked the earlier ones, and are not judged a second time."""
         for u in view.trials:
-            if u.start_step < at or u.trial_id in self.at_theta:
+            if u.trial_id in self.at_theta:
                 continue
-            first = next((s for s, _ in u.curve if s >= at), None)
+            earlier = u.reported or (u.curve if u.start_step >= at else ())
+            first = next((s for s, _ in earlier if s >= at), None)
             if first is not None and first < u.steps_total:
-                steps, values = observed(u, upto=first)
+                pts = [(s, v) for s, v in earlier if s <= first]
                 self.at_theta[u.trial_id] = self.predict(
-                    steps, values, u.steps_total, view.direction
+                    [s for s, _ in pts], [v for _, v in pts], u.steps_total, view.direction
                 )[0]
 
     def _first_hour(self, view: PlannerView, event: Progress, skip: set[str]) -> list[Action]:
