@@ -40,6 +40,10 @@ def _last(steps: list[int], values: list[float], total: int, d: str) -> tuple[fl
     return values[-1], values[-1] - 0.01, values[-1] + 0.01
 
 
+def _stops(policy: SpotTune, view: PlannerView, event: Progress) -> list[StopEarly]:
+    return [a for a in policy.decide(view, event) if isinstance(a, StopEarly)]
+
+
 GOOD = [[(s, 0.8 + 0.01 * s + 0.001 * i) for s in range(1, 11)] for i in range(3)]
 
 
@@ -55,8 +59,8 @@ def test_spottune_ranks_this_runs_trials_against_the_earlier_runs() -> None:
     view = PlannerView(now=0.0, offers=(), trials=(*carried, bad), trials_total=8)
     event = Progress("t3", 3, 0.1)
 
-    expected = [a for a in first.decide(view, event) if isinstance(a, StopEarly)]
-    got = [a for a in SpotTune(predictor=_last).decide(view, event) if isinstance(a, StopEarly)]
+    expected = _stops(first, view, event)
+    got = _stops(SpotTune(predictor=_last), view, event)
 
     assert expected == [StopEarly("t3", "earlycurve θ=0.3", 0.1)]
     assert got == expected
@@ -130,11 +134,8 @@ def test_spottune_does_not_judge_again_a_trial_the_earlier_run_kept_at_theta() -
     view = PlannerView(now=0.0, offers=(), trials=(*carried, resumed), trials_total=8)
     event = Progress("t3", 7, 0.5)
 
-    def stops(p: SpotTune) -> list[StopEarly]:
-        return [a for a in p.decide(view, event) if isinstance(a, StopEarly)]
-
-    assert stops(first) == []
-    assert stops(SpotTune(predictor=_last)) == []
+    assert _stops(first, view, event) == []
+    assert _stops(SpotTune(predictor=_last), view, event) == []
 
 
 def test_spottune_keeps_its_judgement_of_a_trial_queued_again_from_before_theta() -> None:
@@ -153,14 +154,11 @@ def test_spottune_keeps_its_judgement_of_a_trial_queued_again_from_before_theta(
     view = PlannerView(now=0.0, offers=(), trials=(*carried, again), trials_total=8)
     event = Progress("t3", 3, 0.5)
 
-    def stops(p: SpotTune) -> list[StopEarly]:
-        return [a for a in p.decide(view, event) if isinstance(a, StopEarly)]
-
-    assert stops(first) == []
-    assert stops(SpotTune(predictor=_last)) == []
+    assert _stops(first, view, event) == []
+    assert _stops(SpotTune(predictor=_last), view, event) == []
     without = TrialView(**{**again.__dict__, "reported": ()})  # what it had no memory of
     view = PlannerView(now=0.0, offers=(), trials=(*carried, without), trials_total=8)
-    assert stops(SpotTune(predictor=_last)) != []
+    assert _stops(SpotTune(predictor=_last), view, event) != []
 
 
 def test_spotwise_holds_a_requeued_trials_earlier_prediction_as_an_incumbent() -> None:
