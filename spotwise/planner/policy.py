@@ -84,6 +84,19 @@ class TrialView:
     # a resumed job's trial queued again: every report of its earlier run, past its checkpoint
     # too (``curve`` is cut back at the checkpoint); what the policies judged it on then
     reported: tuple[tuple[int, float], ...] = ()
+    # its estimated market seconds per step on each instance type offered (measured, rescaled
+    # by hardware, or the hardware prior: :mod:`spotwise.planner.speeds`); empty: every offer
+    # runs at ``seconds_per_step`` (a view built by hand, the simulator's one-type market)
+    step_seconds: tuple[tuple[str, float], ...] = ()
+
+    def seconds_on(self, offer: OfferView | None) -> float:
+        """Market seconds per step on ``offer``'s instance type (``seconds_per_step`` when the
+        view has no estimate for it, or for no offer)."""
+        if offer is not None:
+            for itype, s in self.step_seconds:
+                if itype == offer.offer.instance_type:
+                    return s
+        return self.seconds_per_step
 
     @property
     def remaining_steps(self) -> int:

@@ -200,7 +200,7 @@ def _read_trials(
         curve = {o.step: o.metric for o in obs}  # in the order recorded: the newest wins
         t = _trial(row, spec, curve, launches.get(row.id, []), stopped_for.get(row.id))
         t.crashed = row.id in crashed
-        _timing(t, obs, launched)
+        _timing(t, obs, launched, {r.id: r.instance_type for r in launches.get(row.id, [])})
         trials.append(t)
         told = _told(row, t)
         if told is not None:
@@ -232,24 +232,38 @@ def _endings(store: Any, job_id: str) -> tuple[dict[str, str], set[str]]:
     return stopped_for, crashed
 
 
-def _timing(t: TrialRun, obs: list[Any], launched: Mapping[str | None, Any]) -> None:
+def _timing(
+    t: TrialRun,
+    obs: list[Any],
+    launched: Mapping[str | None, Any],
+    types: Mapping[str, str],
+) -> None:
     """The trial's speed as the earlier run measured it (market seconds per step over its
     last life that reported twice; the start-up of that life, launch to first report), so a
-    resumed run projects its cost and time from the start instead of assuming 60 s a step.
+    resumed run projects its cost and time from the start instead of assuming 60 s a step;
+    and its speed on each instance type it ran on (its latest life there: ``types`` gives each
+    life's, by launch id), which the planner compares offers by.
     Times of one life come from one run's market clock: their differences hold."""
     lives: dict[str | None, list[Any]] = {}
     for o in obs:
         if o.market_time is not None:
             lives.setdefault(o.instance_id, []).append(o)
-    for life in reversed(list(lives.values())):  # the latest life first
+    latest = True
+    for launch_id, life in reversed(list(lives.items())):  # the latest life first
         first, last = life[0], max(life, key=lambda o: o.step)
-        if last.step > first.step:
-            t.seconds_per_step = (last.market_time - first.market_time) / (last.step - first.step)
+        if last.step <= first.step:
+            continue
+        sps = (last.market_time - first.market_time) / (last.step - first.step)
+        itype = types.get(launch_id or "")
+        if itype is not None and sps > 0:
+            t.step_s.setdefault(itype, sps)
+        if latest:
+            latest = False
+            t.seconds_per_step = sps
             launch = launched.get(first.instance_id)
             if launch is not None:
                 t.restart_overhead_s = max(first.market_time - launch.time, 0.0)
                 t.restart_steps = max(first.step - int(launch.detail.get("resume_step", 0)), 0)
-            return
 
 
 def _trial(

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from spotwise.planner.policy import OfferView, Phase, PlannerView, TrialView
+from spotwise.planner.speeds import step_seconds
 from spotwise.providers.base import Offer
 from spotwise.providers.billing import BillingRule
 
@@ -88,6 +89,9 @@ class TrialRun:
     stopping: str | None = None  # reason the trial was asked to leave its instance
     predicted_final: float | None = None
     seconds_per_step: float | None = None  # market seconds per step, observed
+    # instance type → its seconds per step there (its latest life on that type that reported
+    # twice): the throughput model's observations (:mod:`spotwise.planner.speeds`)
+    step_s: dict[str, float] = field(default_factory=dict)
     restart_overhead_s: float | None = None  # launch → first report, its steps included
     restart_steps: int = 0  # the steps that first report covered (timed into the overhead)
 
@@ -105,7 +109,9 @@ class TrialRun:
         return tuple(x for x in LIMITS if x == self.stop_reason or x in self.also_stopped_by)
 
 
-def trial_view(t: TrialRun, default_sps: float) -> TrialView:
+def trial_view(
+    t: TrialRun, default_sps: float, step_seconds: tuple[tuple[str, float], ...] = ()
+) -> TrialView:
     life = t.life
     return TrialView(
         trial_id=t.trial_id,
@@ -127,6 +133,7 @@ def trial_view(t: TrialRun, default_sps: float) -> TrialView:
         params=dict(t.params),
         start_step=t.start_step,
         reported=tuple(sorted(t.reported.items())),
+        step_seconds=step_seconds,
     )
 
 
@@ -150,6 +157,9 @@ def build_view(
     (each offer carries its own provider's notice lead and refund window)."""
     observed = [t.seconds_per_step for t in trials if t.seconds_per_step]
     default_sps = sum(observed) / len(observed) if observed else 60.0
+    # each live trial's speed on each instance type offered (a finished one needs none)
+    live = [t.trial_id for t in trials if not t.phase.is_terminal()]
+    on_types = step_seconds({t.trial_id: t.step_s for t in trials}, offers, live, default_sps)
     overheads = [
         startup_s(t, t.seconds_per_step or default_sps if observed else None)
         for t in trials
@@ -166,7 +176,7 @@ def build_view(
             )
             for o in offers
         ),
-        trials=tuple(trial_view(t, default_sps) for t in trials),
+        trials=tuple(trial_view(t, default_sps, on_types.get(t.trial_id, ())) for t in trials),
         direction=direction,
         parallel=parallel,
         trials_total=trials_total,

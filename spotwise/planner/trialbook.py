@@ -136,6 +136,7 @@ class TrialBook:
                     t.seconds_per_step = (now - life.first_report_at) / (
                         step - life.first_report_step
                     )
+                    t.step_s[life.offer.instance_type] = t.seconds_per_step
                 life.max_step = max(life.max_step, step)
                 t.step = max(t.step, step)
                 t.furthest = max(t.furthest, step)

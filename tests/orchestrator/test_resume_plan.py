@@ -319,6 +319,35 @@ def test_a_trials_speed_and_start_up_come_from_its_latest_life(tmp_path: Path) -
     assert plan_resume(store, store.get_job(job_id)).trials[1].seconds_per_step is None
 
 
+def test_a_trials_speed_on_each_instance_type_is_carried_over(tmp_path: Path) -> None:
+    """Its latest life on each type it ran on (the planner compares offers by them): 10 s a
+    step on a T4, then 30 s and 20 s on two V100 lives (the later one counts)."""
+    store = _store(tmp_path)
+    job_id = _job(store, tmp_path)
+    tid = _trial(store, job_id, 0, "cancelled", step=9, checkpoint_step=8)
+    lives = [("L1", "g4dn.xlarge", 10.0), ("L2", "p3.2xlarge", 30.0), ("L3", "p3.2xlarge", 20.0)]
+    for n, (launch_id, itype, sps) in enumerate(lives):
+        store.record_launch(
+            id=launch_id,
+            job_id=job_id,
+            trial_id=tid,
+            provider="local",
+            region="r",
+            zone="r-a",
+            instance_type=itype,
+            market="spot",
+            offer_key=f"local:r-a:{itype}:spot",
+            price_per_hour=1.0,
+            state="terminated",
+        )
+        for k in range(3):
+            at = 1000.0 * (n + 1) + sps * k
+            store.add_observation(tid, 3 * n + k, 0.1, 0.0, market_time=at, instance_id=launch_id)
+    (t,) = plan_resume(store, store.get_job(job_id)).trials
+    assert t.step_s == {"g4dn.xlarge": 10.0, "p3.2xlarge": 20.0}
+    assert t.seconds_per_step == 20.0
+
+
 def test_carried_params_keep_the_spec_order(tmp_path: Path) -> None:
     """Stored as JSON with sorted keys; shown beside the new trials' in the spec's order."""
     store = _store(tmp_path)

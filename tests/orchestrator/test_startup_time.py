@@ -70,3 +70,27 @@ def test_start_up_of_a_trial_without_its_own_speed_uses_the_measured_mean() -> N
     assert startup_s(b, None) == 400.0
     assert startup_s(b, 1000.0) == 0.0  # never negative
     assert _view([a, b]).restart_overhead_s == pytest.approx(125.0)
+
+
+def test_a_measured_speed_is_kept_per_instance_type(tmp_path: Path) -> None:
+    """The planner compares offers per step at the trial's speed on each type: a life's
+    measurement is kept under its instance type, a later life on another type adds its own."""
+    t = TrialRun("t1", 0, {}, steps_total=100, checkpoint_every=10)
+    life = _running(t, 0)
+    life.launched_at = 1000.0
+    book = _book(tmp_path, [{"type": "report", "step": 10, "metric": 0.5}])
+    book._read_progress(t, life, 1100.0)
+    assert t.step_s == {}  # one report times nothing
+    book.backend.provisioner.progress = lambda iid: [{"type": "report", "step": 20}]
+    book._read_progress(t, life, 1100.0 + 10 * 45.0)
+    assert t.step_s == {life.offer.instance_type: 45.0}
+    t4 = Offer(
+        "aws", "us-east-1", "us-east-1a", "g4dn.xlarge", Market.SPOT, 0.3, 0.5, 4, 16, 1, "T4"
+    )
+    t.life = life2 = _running(t, 1)
+    life2.offer, life2.launched_at = t4, 2000.0
+    book.backend.provisioner.progress = lambda iid: [{"type": "report", "step": 21}]
+    book._read_progress(t, life2, 2100.0)
+    book.backend.provisioner.progress = lambda iid: [{"type": "report", "step": 25}]
+    book._read_progress(t, life2, 2100.0 + 4 * 100.0)
+    assert t.step_s == {life.offer.instance_type: 45.0, "g4dn.xlarge": 100.0}

@@ -17,7 +17,9 @@ def test_prior_from_hardware_orders_gpus() -> None:
     assert (
         m.estimate("p4d", None, hw("NVIDIA A100", 1)) < v100 < m.estimate("g4dn", None, hw("T4", 1))
     )
-    assert m.estimate("c5", None, hw(vcpus=16)) > v100  # CPUs are slower than a V100
+    # no prior for a CPU-only type: its speed depends on the script's threads (not guessed)
+    assert m.estimate("c5", None, hw(vcpus=16)) == v100
+    assert relative_speed(hw(vcpus=96)) == 1.0
     assert relative_speed(hw("V100", 4)) == pytest.approx(3.6)
     assert relative_speed(None) == 1.0
 
@@ -42,3 +44,15 @@ def test_round_trip() -> None:
     m2 = ThroughputModel.from_dict(m.to_dict())
     assert m2.to_dict() == m.to_dict()
     assert m2.estimate("g4dn", "a") == 0.5
+
+
+def test_the_prior_is_anchored_on_what_was_measured_and_unknown_hardware_is_not_guessed() -> None:
+    m = ThroughputModel(reference_seconds=1.0)
+    m.observe("g4dn", "a", 9.0, hardware=hw("T4", 1))  # 9 s on a T4: 4.05 s on one V100
+    assert m.reference() == pytest.approx(9.0 * 0.45)
+    # a trial never seen, on a type never seen: the measured reference over its speed
+    assert m.estimate("p4d", "b", hw("A100", 1)) == pytest.approx(9.0 * 0.45 / 2.5)
+    # the same trial on a type whose hardware nobody knows: its own speed, not a guess
+    bare = InstanceType("aws", "us-east-1", "bare", vcpus=0, memory_gb=0)
+    assert m.estimate("bare", "a", bare) == 9.0
+    assert relative_speed(bare) == 1.0

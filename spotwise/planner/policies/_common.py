@@ -23,14 +23,15 @@ Score = Callable[[PlannerView, TrialView, OfferView], float]
 
 
 def price_per_step(view: PlannerView, trial: TrialView, offer: OfferView) -> float:
-    return trial.seconds_per_step * offer.price / 3600.0
+    """List dollars per step of ``trial`` on ``offer``: at its speed on that instance type."""
+    return trial.seconds_on(offer) * offer.price / 3600.0
 
 
 def launch_cost(view: PlannerView, trial: TrialView, offer: OfferView) -> float:
     """What launching ``trial`` on ``offer`` will cost to its end: the start-up paid before its
     first step (``restart_overhead_s``, measured from this job's launches) and its remaining
-    steps, at the offer's price."""
-    busy_s = view.restart_overhead_s + trial.remaining_steps * trial.seconds_per_step
+    steps, at the offer's price and at its speed on the offer's instance type."""
+    busy_s = view.restart_overhead_s + trial.remaining_steps * trial.seconds_on(offer)
     return busy_s * offer.price / 3600.0
 
 
@@ -228,7 +229,12 @@ def finish_eta(view: PlannerView, t: TrialView) -> float:
     boot = 0.0
     if t.launched_at is not None:
         boot = max(t.launched_at + view.restart_overhead_s - view.now, 0.0)
-    return view.now + boot + t.remaining_steps * t.seconds_per_step
+    return view.now + boot + t.remaining_steps * t.seconds_on(current_offer(view, t))
+
+
+def current_offer(view: PlannerView, t: TrialView) -> OfferView | None:
+    """The offer a trial's instance was bought on (None: none, or no longer offered)."""
+    return view.offer(t.offer_key) if t.offer_key else None
 
 
 def past_deadline(view: PlannerView) -> list[Action]:

@@ -1,15 +1,17 @@
 """``spotwise``: our policy — SpotTune's ideas with the costs SpotTune leaves out.
 
-* **Placement by the expected bill per useful second** (:func:`~spotwise.planner.cost.life_cost`)
-  of the life about to start: the refund of a first hour revoked by the provider (as SpotTune),
-  the restart overhead, the work a revocation destroys (what the 120 s notice cannot save at
-  this step length and checkpoint interval), and the time spent writing checkpoints. A life is
+* **Placement by the expected bill per useful step**: per useful second of the life about to
+  start (:func:`~spotwise.planner.cost.life_cost`) times the trial's seconds per step on the
+  offer's instance type (:mod:`spotwise.planner.speeds`: measured, or the hardware prior), with
+  the refund of a first hour revoked by the provider (as SpotTune), the restart overhead, the
+  work a revocation destroys (what the 120 s notice cannot save at this step length and
+  checkpoint interval), and the time spent writing checkpoints. A life is
   priced for the work it is *expected* to do: early stopping ends most trials long before
   their last step, so that length is learned from the trials already done.
 * **Checkpoint interval adapted to the offer's risk** (Young/Daly, counting only the
   revocations whose notice is too short to save the work), set just before each launch.
 * **A fresh first hour only when it pays**: at the last step boundary of an instance's first
-  hour the trial moves to a new instance only if the expected cost per useful second of a new
+  hour the trial moves to a new instance only if the expected cost per useful step of a new
   first hour (restart and checkpoint included) beats staying — SpotTune always moves.
 * **Early stopping by the probability of beating the incumbent**: at ``check_at`` fractions of
   the steps the final metric is predicted with EarlyCurve; its 95 % band, widened to the spread
@@ -112,11 +114,16 @@ class Spotwise:
     def _every(self, view: PlannerView, t: TrialView, o: OfferView) -> int:
         p = o.p_revoke if o.is_spot else 0.0
         return young_daly_every(
-            t.seconds_per_step, view.checkpoint_s, p, o.horizon_s, view.lead_of(o), t.steps_total
+            t.seconds_on(o), view.checkpoint_s, p, o.horizon_s, view.lead_of(o), t.steps_total
         )
 
-    def _per_useful_s(self, view: PlannerView, t: TrialView, o: OfferView, *, fresh: bool) -> float:
-        sps = max(t.seconds_per_step, 1e-9)
+    def _per_useful_step(
+        self, view: PlannerView, t: TrialView, o: OfferView, *, fresh: bool
+    ) -> float:
+        """Expected dollars per useful step of a life on ``o``: per useful second of the life
+        (:func:`~spotwise.planner.cost.life_cost`) times the trial's seconds per step on
+        ``o``'s instance type (a faster instance at a higher price can be the cheaper one)."""
+        sps = max(t.seconds_on(o), 1e-9)
         p = o.p_revoke if o.is_spot else 0.0
         every = self._every(view, t, o) if fresh else max(t.checkpoint_every, 1)
         loss = expected_loss_s(sps, every, view.checkpoint_s, view.lead_of(o))
@@ -128,16 +135,19 @@ class Spotwise:
         if fresh:  # a new life boots, and a running trial first writes its checkpoint
             overhead = view.restart_overhead_s + (view.checkpoint_s if t.step > 0 else 0.0)
         refund = view.refund_of(o) if (o.is_spot and fresh) else 0.0
-        return life_cost(
-            price_per_hour=o.price,
-            p_revoke=p,
-            horizon_s=o.horizon_s,
-            plan_s=work + overhead,
-            refund_s=refund,
-            overhead_s=overhead,
-            loss_s=loss,
-            checkpoint_overhead=ckpt_share,
-        ).per_useful_s
+        return (
+            life_cost(
+                price_per_hour=o.price,
+                p_revoke=p,
+                horizon_s=o.horizon_s,
+                plan_s=work + overhead,
+                refund_s=refund,
+                overhead_s=overhead,
+                loss_s=loss,
+                checkpoint_overhead=ckpt_share,
+            ).per_useful_s
+            * sps
+        )
 
     def _fresh_hour(self, view: PlannerView, t: TrialView) -> list[Action]:
         if t.phase is not Phase.RUNNING or t.stopping:
@@ -147,11 +157,11 @@ class Spotwise:
             return []
         if not crosses_first_hour(view, t):
             return []
-        stay = self._per_useful_s(view, t, cur, fresh=False)
+        stay = self._per_useful_step(view, t, cur, fresh=False)
         options = [o for o in view.offers if o.available and o.is_spot]
         if not options:
             return []
-        move = min(self._per_useful_s(view, t, o, fresh=True) for o in options)
+        move = min(self._per_useful_step(view, t, o, fresh=True) for o in options)
         if move * (1.0 + self.margin) < stay:
             return [Checkpoint(t.trial_id, "spotwise: a fresh first hour pays")]
         return []
@@ -226,7 +236,7 @@ class Spotwise:
                 pool = spots or []  # no deadline: wait for spot rather than pay on-demand
             if not pool:
                 continue
-            best = min(pool, key=lambda o: (self._per_useful_s(view, t, o, fresh=True), o.key))
+            best = min(pool, key=lambda o: (self._per_useful_step(view, t, o, fresh=True), o.key))
             action, spend = within_budget(view, spend, t, best)
             if not isinstance(action, Launch):  # stopped for the budget, or waiting for room
                 actions += [action] if action is not None else []

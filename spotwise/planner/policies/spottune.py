@@ -43,7 +43,7 @@ from spotwise.planner.policy import (
 def spottune_score(view: PlannerView, trial: TrialView, offer: OfferView) -> float:
     refund = view.refund_of(offer) >= 3600.0 and offer.is_spot
     return StepCost(
-        seconds_per_step=max(trial.seconds_per_step, 1e-9),
+        seconds_per_step=max(trial.seconds_on(offer), 1e-9),
         price_per_hour=offer.price,
         p_revoke=offer.p_revoke if offer.is_spot else 0.0,
         horizon_s=offer.horizon_s,
@@ -56,8 +56,9 @@ def crosses_first_hour(view: PlannerView, t: TrialView) -> bool:
     if t.launched_at is None or t.remaining_steps <= 1:
         return False
     age = view.now - t.launched_at
-    window = view.refund_of(view.offer(t.offer_key) if t.offer_key else None)
-    return age < window and age + t.seconds_per_step + view.checkpoint_s > window
+    offer = view.offer(t.offer_key) if t.offer_key else None
+    window = view.refund_of(offer)
+    return age < window and age + t.seconds_on(offer) + view.checkpoint_s > window
 
 
 @register_policy("spottune")
