@@ -32,6 +32,8 @@ Events, one JSON object per line, each line flushed and fsynced (``time`` is epo
      "kept_as": ".../ckpt-00000010.pt.corrupt", "resume_step": 5, "time": ...}
     {"type": "resume_behind", "step": 0, "expected": 10, "uri": "...", "time": ...}
     {"type": "checkpoint_behind", "step": 5, "latest": 10, "uri": "...", "time": ...}
+    {"type": "checkpoint_cleanup_failed", "step": 15, "what": "latest" | "retention",
+     "reason": "...", "uri": "...", "time": ...}
 
 Stopping: the orchestrator asks a trial to checkpoint and exit (a spot interruption notice, a
 migration, an early stop) by creating the stop file or sending SIGTERM. The SDK's SIGTERM
@@ -127,7 +129,12 @@ from spotwise.checkpoint.base import (
     checkpoint_name,
 )
 from spotwise.checkpoint.registry import open_checkpoint_store
-from spotwise.checkpoint.resumelog import set_aside, warn_behind, warn_saving_behind
+from spotwise.checkpoint.resumelog import (
+    set_aside,
+    warn_behind,
+    warn_put_problems,
+    warn_saving_behind,
+)
 from spotwise.checkpoint.torchstate import check_loadable, torch_load
 from spotwise.errors import ConfigError
 from spotwise.sdk_io import (  # the contract's names: spotwise.sdk.ENV_* and so on
@@ -163,6 +170,7 @@ class _Runtime:
         self.saved_max: int | None = None  # the highest step this process saved
         self.resumed: int | None = None  # the step load_checkpoint returned, if it ran
         self.behind_warned = False  # a save older than the store's newest was warned about
+        self.cleanup_warned: set[str] = set()  # kinds of failures after a save, warned about
         # the control file as last parsed: (path, inode, size, mtime_ns), and its last good value
         self.control_seen: tuple[str, int, int, int] | None = None
         self.control_every: int | None = None
@@ -315,7 +323,13 @@ def save_checkpoint(state: dict[str, Any], step: int) -> str:
     """Serialise ``state`` with ``torch.save``, store it atomically, and return its URI.
 
     A step older than the newest checkpoint in the store (a script that retrains instead of
-    resuming) is saved too, with one warning per process (see *Resuming* in the module docs)."""
+    resuming) is saved too, with one warning per process (see *Resuming* in the module docs).
+    A step saved again with other bytes never overwrites the bytes of its earlier checkpoint:
+    they stay until the new manifest replaces the old one (the data goes under a name with
+    the start of its SHA-256, ``ckpt-00000005-0123456789ab.pt``). Once the manifest is
+    written the checkpoint is saved: a failure to update ``LATEST`` or to remove older
+    checkpoints after that is a warning (once per kind and process) and a
+    ``checkpoint_cleanup_failed`` event, not an exception."""
     _ensure_handler()
     step = _check_step(step)
     if not isinstance(state, dict):
@@ -330,6 +344,9 @@ def save_checkpoint(state: dict[str, Any], step: int) -> str:
     uri = store.put(checkpoint_name(step), buf.getvalue(), meta)
     _runtime.last_step = step
     _emit({"type": "checkpoint", "step": step, "uri": uri})
+    problems = getattr(store, "put_problems", None)  # failed after the save: said, not raised
+    if problems:
+        warn_put_problems(store, step, problems, _runtime.cleanup_warned, _emit)
     newer = getattr(store, "newer_at_put", None)  # what the put's own listing saw
     if isinstance(newer, int) and not _runtime.behind_warned:
         _runtime.behind_warned = True

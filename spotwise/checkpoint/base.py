@@ -12,7 +12,15 @@ Writes go in that order — data, then manifest, then ``LATEST`` — each one at
 leaves at worst a data file without a manifest, which readers ignore. A checkpoint *exists*
 once its manifest does; ``LATEST`` is the commit marker for people and tools that look at the
 folder, while readers list the manifests (a manifest newer than ``LATEST`` means the writer
-died just before updating the pointer: the checkpoint is complete and is used).
+died just before updating the pointer: the checkpoint is complete and is used). Once the
+manifest is written the put has succeeded: a failure to write ``LATEST`` or of retention after
+it is not raised but kept in :attr:`~ManifestCheckpointStore.put_problems`.
+
+No write overwrites bytes a manifest names. A step saved again (its manifest exists) with other
+bytes writes its data under a content name, ``ckpt-00000005-<12 hex of its SHA-256>.pt``, then
+the manifest naming it (which replaces the old one), and only then removes the old data file;
+a crash in between leaves the step's earlier checkpoint whole. The same bytes saved again go
+where they are. A step's first save keeps the plain name.
 
 Reads verify the size and SHA-256 named by the manifest. When the newest checkpoint fails,
 :meth:`ManifestCheckpointStore.get_latest` falls back to the newest one that verifies and says
@@ -65,6 +73,7 @@ from spotwise.checkpoint.layout import (
     DEFAULT_KEEP,
     FOREIGN_SUFFIX,
     LATEST,
+    MANIFEST_RE,
     RESERVED_KEYS,
     Decoder,
     ForeignCheckpointError,
@@ -74,6 +83,8 @@ from spotwise.checkpoint.layout import (
     UnusableCheckpointError,
     check_step,
     checkpoint_name,
+    content_name,
+    is_data_name,
     manifest_name,
 )
 from spotwise.checkpoint.reading import ManifestReader
@@ -108,14 +119,20 @@ class CheckpointStore(Protocol):
     """After :meth:`put`: the newest step newer than the one it wrote that the store held
     (left by an earlier attempt), or None."""
 
+    put_problems: dict[str, CheckpointError]
+    """After :meth:`put`: what failed once the checkpoint was saved (its manifest written),
+    which the put did not raise: ``"latest"`` (the ``LATEST`` pointer was not updated) and
+    ``"retention"`` (older checkpoints were not all removed). Empty when all went well."""
+
     @property
     def uri(self) -> str:
         """Where this store keeps its checkpoints (folder path or URI)."""
         ...
 
     def put(self, name: str, data: bytes, meta: Manifest) -> str:
-        """Store one checkpoint atomically; ``meta["step"]`` is required. Return its URI.
-        Sets :attr:`newer_at_put`."""
+        """Store one checkpoint atomically; ``meta["step"]`` is required. Return the URI of
+        its data (a content name when the step is saved again with other bytes). Raises only
+        when the checkpoint was not saved; sets :attr:`newer_at_put` and :attr:`put_problems`."""
         ...
 
     def get_latest(self) -> tuple[bytes, Manifest] | None:
@@ -156,6 +173,7 @@ class ManifestCheckpointStore(ManifestReader):
         self.keep = keep
         self._written_last: str | None = None  # the manifest of the last put: retention keeps it
         self.newer_at_put: int | None = None
+        self.put_problems: dict[str, CheckpointError] = {}
 
     # -- the write primitives a backend implements ------------------------------------------
     @abstractmethod
@@ -198,28 +216,63 @@ class ManifestCheckpointStore(ManifestReader):
             "created_at": time.time(),
         }
         try:
-            text = json.dumps(manifest, sort_keys=True, allow_nan=False)
+            json.dumps(manifest, sort_keys=True, allow_nan=False)
         except (TypeError, ValueError) as e:
             raise ValueError(f"checkpoint meta must be JSON-serialisable: {e}") from None
         mkey = manifest_name(step)
-        self.newer_at_put = self._newest_after(step)
-        self._write(name, data)  # 1. the data
-        self._write(mkey, (text + "\n").encode())  # 2. the manifest: the checkpoint now exists
-        self._write(LATEST, (mkey + "\n").encode())  # 3. the pointer
-        self._verified.add((name, digest))
-        self._written_last = mkey
-        self.delete_older_than(self.keep)  # keeps mkey, even when newer steps exist
-        return self._location(name)
-
-    def _newest_after(self, step: int) -> int | None:
-        """The highest step above ``step`` among the manifests (as listed, not verified), or
-        None. A store that cannot be listed is left to the write to report (its error names
-        the object)."""
         try:
-            newest = self._manifest_keys()[-1:]
+            keys: list[str] | None = self._keys()
+        except CheckpointError:  # left to the writes to report (their errors name the object)
+            keys = None
+        self.newer_at_put = _newest_after(keys or [], step)
+        target, replaced = self._target(name, mkey, digest, keys)
+        manifest["file"] = target
+        text = json.dumps(manifest, sort_keys=True, allow_nan=False)
+        self._write(target, data)  # 1. the data, never over bytes a manifest names
+        self._write(mkey, (text + "\n").encode())  # 2. the manifest: the checkpoint now exists
+        self._verified.add((target, digest))
+        self._written_last = mkey
+        self.put_problems = {}
+        try:  # the checkpoint is saved: what follows fails it no more (put_problems says so)
+            self._write(LATEST, (mkey + "\n").encode())  # 3. the pointer
+        except CheckpointError as e:
+            self.put_problems["latest"] = e
+        try:
+            self._retain(self.keep, replaced)  # keeps mkey, even when newer steps exist
+        except CheckpointError as e:
+            self.put_problems["retention"] = e
+        return self._location(target)
+
+    def _target(
+        self, name: str, mkey: str, digest: str, keys: list[str] | None
+    ) -> tuple[str, str | None]:
+        """Where a put writes its data, and the data file of the step's earlier checkpoint that
+        it replaces (removed once the new manifest exists), given the store's listing (None
+        when it failed). A step's first save writes ``name``. Saved again, the step's manifest
+        names bytes that must survive until the new manifest replaces it: the same bytes go
+        where they are (rewriting them changes nothing), other bytes under
+        :func:`~spotwise.checkpoint.layout.content_name`."""
+        if keys is not None and mkey not in keys:
+            return name, None
+        try:
+            raw = self._read(mkey)
         except CheckpointError:
-            return None
-        return newest[0][0] if newest and newest[0][0] > step else None
+            raw = b""  # it may exist: unknown, so nothing it names is touched
+        if raw is None:
+            return name, None
+        try:
+            old = json.loads(raw.decode())
+        except (UnicodeDecodeError, ValueError):
+            old = None
+        old_file = old.get("file") if isinstance(old, dict) else None
+        if not isinstance(old, dict) or not isinstance(old_file, str) or not is_data_name(old_file):
+            return content_name(name, digest), None
+        if old.get("sha256") == digest and old_file in (name, content_name(name, digest)):
+            return old_file, None  # the same bytes under the same name: nothing changes
+        target = content_name(name, digest)
+        if target == old_file:  # the same 12 hex digits, other bytes
+            target = content_name(name, digest, full=True)
+        return target, old_file
 
     def set_aside(self, step: int, suffix: str = CORRUPT_SUFFIX) -> str | None:
         """Move the checkpoint of ``step`` out of the way, keeping its bytes: its data file
@@ -247,7 +300,10 @@ class ManifestCheckpointStore(ManifestReader):
         dst = _free_name(mkey, suffix, keys)
         self._move(mkey, dst)
         moved = moved or self._location(dst)
-        latest = (self._read(LATEST) or b"").decode(errors="replace").strip()
+        try:
+            latest = (self._read(LATEST) or b"").decode(errors="replace").strip()
+        except UnusableCheckpointError:  # not a file (a folder): rewritten below
+            latest = ""
         if latest == mkey or latest not in self._keys():
             remaining = self._manifest_keys()
             if remaining:
@@ -263,6 +319,11 @@ class ManifestCheckpointStore(ManifestReader):
         is always kept."""
         if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:
             raise ValueError(f"keep must be an int >= 1, got {keep=}")
+        self._retain(keep, None)
+
+    def _retain(self, keep: int, replaced: str | None) -> None:
+        """:meth:`delete_older_than`; also removes ``replaced`` (the data file of a checkpoint
+        a put just replaced) unless a kept manifest names it."""
         entries = self._manifest_keys()[::-1]  # newest first
         kept: set[str] = set()
         has_verified = False  # never delete the only checkpoint that verifies
@@ -287,6 +348,8 @@ class ManifestCheckpointStore(ManifestReader):
             self._remove(mkey)  # the manifest first: no manifest ever names a missing file
             if data_key not in files_kept:
                 self._remove(data_key)
+        if replaced is not None and replaced not in files_kept:
+            self._remove(replaced)
         if oldest_kept is None:
             return
         for key in self._keys():  # data left by a crash between the data and its manifest
@@ -315,6 +378,13 @@ class ManifestCheckpointStore(ManifestReader):
         finally:
             with contextlib.suppress(CheckpointError):
                 self._remove(name)
+
+
+def _newest_after(keys: list[str], step: int) -> int | None:
+    """The highest step above ``step`` among the manifests in ``keys``, or None."""
+    steps = [int(m.group(1)) for k in keys if (m := MANIFEST_RE.match(k))]
+    newest = max(steps, default=-1)
+    return newest if newest > step else None
 
 
 def _free_name(key: str, suffix: str, taken: set[str]) -> str:

@@ -25,7 +25,9 @@ CORRUPT_SUFFIX = ".corrupt"  # a checkpoint set aside after a load rejected it
 FOREIGN_SUFFIX = ".foreign"  # ... because it belongs to another trial
 RESERVED_KEYS = ("file", "sha256", "size", "created_at")
 MANIFEST_RE = re.compile(r"^ckpt-(\d{8,})\.json$")
-DATA_RE = re.compile(r"^ckpt-(\d{8,})\.pt$")
+# ckpt-00000005.pt, or ckpt-00000005-<sha256 prefix>.pt for a step saved again (see content_name)
+DATA_RE = re.compile(r"^ckpt-(\d{8,})(?:-[0-9a-f]{12}|-[0-9a-f]{64})?\.pt$")
+CONTENT_HEX = 12  # hex digits of the SHA-256 in a content name (all 64 if those clash)
 
 
 def checkpoint_name(step: int) -> str:
@@ -36,6 +38,31 @@ def checkpoint_name(step: int) -> str:
 def manifest_name(step: int) -> str:
     """The manifest name of the checkpoint taken after ``step``: ``ckpt-00000005.json``."""
     return f"ckpt-{check_step(step):08d}.json"
+
+
+def content_name(name: str, digest: str, *, full: bool = False) -> str:
+    """``name`` with the start of the data's SHA-256 before its extension, for a step saved
+    again: ``ckpt-00000005.pt`` -> ``ckpt-00000005-0123456789ab.pt``. Writing there never
+    overwrites the bytes the step's existing manifest names."""
+    stem, dot, ext = name.rpartition(".")
+    if not dot or not stem:
+        stem, ext = name, ""
+    tag = digest if full else digest[:CONTENT_HEX]
+    return f"{stem}-{tag}.{ext}" if ext else f"{stem}-{tag}"
+
+
+def is_data_name(name: object) -> bool:
+    """Whether ``name`` may be a checkpoint's data file: a plain file name in the folder, not a
+    dot name (``.``, ``..``, temporary files), not ``LATEST`` and not a manifest."""
+    return (
+        isinstance(name, str)
+        and bool(name)
+        and "/" not in name
+        and "\\" not in name
+        and not name.startswith(".")
+        and name != LATEST
+        and not name.endswith(".json")
+    )
 
 
 def check_step(step: object) -> int:

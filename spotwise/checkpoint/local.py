@@ -14,7 +14,7 @@ import os
 import time
 from pathlib import Path
 
-from spotwise.checkpoint.base import DEFAULT_KEEP, ManifestCheckpointStore
+from spotwise.checkpoint.base import DEFAULT_KEEP, ManifestCheckpointStore, UnusableCheckpointError
 from spotwise.errors import CheckpointError
 from spotwise.providers.file_blobs import create_temp
 
@@ -85,6 +85,10 @@ class LocalCheckpointStore(ManifestCheckpointStore):
             return (self.root / key).read_bytes()
         except FileNotFoundError:
             return None
+        except IsADirectoryError:  # the file's fault, not the store's: unusable, never retried
+            raise UnusableCheckpointError(
+                f"checkpoint {self.root / key} is a folder, not a file"
+            ) from None
         except OSError as e:
             raise CheckpointError(f"cannot read checkpoint {self.root / key}: {e}") from e
 
@@ -102,8 +106,8 @@ class LocalCheckpointStore(ManifestCheckpointStore):
         except OSError as e:
             raise CheckpointError(f"cannot delete checkpoint {self.root / key}: {e}") from e
 
-    def delete_older_than(self, keep: int) -> None:
-        super().delete_older_than(keep)
+    def _retain(self, keep: int, replaced: str | None) -> None:
+        super()._retain(keep, replaced)
         self._remove_stale_temp_files()
 
     def _remove_stale_temp_files(self) -> None:

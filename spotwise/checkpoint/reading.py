@@ -24,6 +24,7 @@ from spotwise.checkpoint.layout import (
     T,
     UnusableCheckpointError,
     checkpoint_name,
+    is_data_name,
 )
 from spotwise.errors import CheckpointError
 
@@ -119,16 +120,21 @@ class ManifestReader(ABC):
     # -- reading and verifying --------------------------------------------------------------
     def read(self, manifest: Manifest) -> bytes:
         """The bytes a manifest names, after checking their size and SHA-256."""
-        name = str(manifest.get("file", ""))
-        if not name or "/" in name or "\\" in name:
+        name = manifest.get("file")
+        if not isinstance(name, str) or not is_data_name(name):
             raise UnusableCheckpointError(
-                f"manifest of step {manifest.get('step')} names no valid file"
+                f"manifest of step {manifest.get('step')} in {self.uri} names no valid file: "
+                f"{name!r}"
             )
         where = self._location(name)
+        size, digest = manifest.get("size"), manifest.get("sha256")
+        if isinstance(size, bool) or not isinstance(size, int):
+            raise UnusableCheckpointError(
+                f"checkpoint {where}: its manifest's size is not an integer: {size!r}"
+            )
         data = self._read(name)  # a failed read: a plain CheckpointError, not the file's fault
         if data is None:
             raise UnusableCheckpointError(f"checkpoint {where} is missing (its manifest exists)")
-        size, digest = manifest.get("size"), manifest.get("sha256")
         if len(data) != size:
             raise UnusableCheckpointError(
                 f"checkpoint {where} is partial or corrupt: size {len(data)} bytes, "
@@ -146,7 +152,12 @@ class ManifestReader(ABC):
     def _verifies(self, mkey: str, step: int) -> bool:
         try:
             manifest = self._load_manifest(mkey, step)
-            if (manifest["file"], manifest["sha256"]) in self._verified:
+            name, digest = manifest["file"], manifest["sha256"]
+            if (
+                isinstance(name, str)
+                and isinstance(digest, str)
+                and (name, digest) in self._verified
+            ):
                 return True
             self.read(manifest)
         except CheckpointError:
@@ -185,10 +196,13 @@ class ManifestReader(ABC):
         return manifest
 
     def _data_key(self, mkey: str, step: int) -> str:
+        """The data file a manifest names; the step's plain name when it names none that can
+        be (or the manifest cannot be read)."""
         try:
-            return str(self._load_manifest(mkey, step)["file"])
+            name = self._load_manifest(mkey, step)["file"]
         except CheckpointError:
             return checkpoint_name(step)
+        return name if isinstance(name, str) and is_data_name(name) else checkpoint_name(step)
 
 
 def _raw(data: bytes, manifest: Manifest, where: str) -> bytes:

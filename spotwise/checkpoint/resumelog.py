@@ -4,7 +4,10 @@ warning line on the trial's stderr (its log) and one event, for each of
 * ``checkpoint_rejected``: a newer checkpoint was corrupt, unloadable or another trial's; it is
   renamed (never deleted) and the trial resumes from the one before;
 * ``resume_behind``: the newest usable checkpoint is older than ``SPOTWISE_RESUME_STEP``;
-* ``checkpoint_behind``: a save went back in steps (a script that retrains on a relaunch).
+* ``checkpoint_behind``: a save went back in steps (a script that retrains on a relaunch);
+* ``checkpoint_cleanup_failed``: a save succeeded (its manifest is written) but what follows
+  failed: updating ``LATEST`` (``"what": "latest"``) or removing older checkpoints
+  (``"retention"``). The save does not raise; said once per kind by each process.
 """
 
 from __future__ import annotations
@@ -48,6 +51,42 @@ def warn_saving_behind(
             f"its start to continue from step {latest})"
         )
     emit({"type": "checkpoint_behind", "step": step, "latest": latest, "uri": store.uri})
+
+
+def warn_put_problems(
+    store: CheckpointStore,
+    step: int,
+    problems: dict[str, CheckpointError],
+    warned: set[str],
+    emit: Emit,
+) -> None:
+    """Warn (and record an event) about what failed after a save had succeeded (the store's
+    ``put_problems``), once per kind: ``warned`` holds the kinds already said."""
+    for what, error in problems.items():
+        if what in warned:
+            continue
+        warned.add(what)
+        if what == "latest":
+            effect = (
+                "its LATEST pointer was not updated; loads are unaffected (they go by the "
+                "manifests)"
+            )
+        else:
+            effect = (
+                "older checkpoints were not all removed; they stay, using storage, until a "
+                "later save removes them"
+            )
+        hint = f" ({error.hint})" if error.hint else ""
+        warn(f"checkpoint of step {step} saved in {store.uri}, but {effect}: {error.message}{hint}")
+        emit(
+            {
+                "type": "checkpoint_cleanup_failed",
+                "step": step,
+                "what": what,
+                "reason": error.message,
+                "uri": store.uri,
+            }
+        )
 
 
 def warn(message: str) -> None:

@@ -138,26 +138,75 @@ def _first_sentence(text: str) -> str:
 _LEAVES = (bool, int, float, complex, str, bytes, type(None))
 _MAPPINGS = (dict, collections.OrderedDict, collections.Counter)
 _SEQUENCES = (list, tuple, set)
+MAX_DEPTH = 100  # containers nested deeper than this are refused (a state dict nests a few)
+_SAFE_HINT = "store tensors, numbers, str, bytes, None and list/tuple/set/dict of these"
 
 
 def check_loadable(value: Any, path: str, torch: Any) -> None:
-    """Refuse, at save time, anything ``torch.load(weights_only=True)`` would refuse to load."""
+    """Refuse, at save time, anything ``torch.load(weights_only=True)`` would refuse to load,
+    and a state that refers to itself or nests deeper than :data:`MAX_DEPTH`: a one-line
+    :class:`TypeError` (a :class:`ValueError` for the shape) naming the path in the state."""
+    _check(value, path, torch, 0, set(), set())
+
+
+def _check(value: Any, path: str, torch: Any, depth: int, open_: set[int], done: set[int]) -> None:
     kind = type(value)
-    if kind in _LEAVES or isinstance(value, torch.Tensor | torch.dtype | torch.device):
+    if kind in _LEAVES or kind in (torch.dtype, torch.device, torch.Size):
         return
-    if kind is torch.Size:
+    if isinstance(value, torch.Tensor):
+        if not _plain_tensor(kind, torch):
+            raise TypeError(
+                f"save_checkpoint: {path} is a {_qualname(kind)}, a tensor subclass that safe "
+                "loading (weights_only) refuses; store a plain tensor instead "
+                "(t.as_subclass(torch.Tensor); a DTensor: t.full_tensor())"
+            )
         return
+    if kind not in _MAPPINGS and kind not in _SEQUENCES:
+        hint = " (use torch.from_numpy / .item())" if kind.__module__.startswith("numpy") else ""
+        raise TypeError(
+            f"save_checkpoint: {path} is a {_qualname(kind)}, which safe loading refuses; "
+            f"{_SAFE_HINT}{hint}"
+        )
+    key = id(value)
+    if key in open_:
+        raise ValueError(
+            f"save_checkpoint: {_short(path)} refers back to a container that holds it (a cycle); "
+            "a checkpoint's state must be a tree"
+        )
+    if key in done:  # the same container again (shared, not a cycle): already checked
+        return
+    if depth >= MAX_DEPTH:
+        raise ValueError(
+            f"save_checkpoint: {_short(path)} is nested more than {MAX_DEPTH} containers deep; "
+            "flatten the state"
+        )
+    open_.add(key)
     if kind in _MAPPINGS:
         for k, v in value.items():
-            check_loadable(k, f"{path} key {k!r}", torch)
-            check_loadable(v, f"{path}[{k!r}]", torch)
-        return
-    if kind in _SEQUENCES:
+            _check(k, f"{path} key {k!r}", torch, depth + 1, open_, done)
+            _check(v, f"{path}[{k!r}]", torch, depth + 1, open_, done)
+    else:
         for i, v in enumerate(value):
-            check_loadable(v, f"{path}[{i}]", torch)
-        return
-    hint = " (use torch.from_numpy / .item())" if kind.__module__.startswith("numpy") else ""
-    raise TypeError(
-        f"save_checkpoint: {path} is a {kind.__module__}.{kind.__qualname__}, which safe loading "
-        f"refuses; store tensors, numbers, str, bytes, None and list/tuple/set/dict of these{hint}"
-    )
+            _check(v, f"{path}[{i}]", torch, depth + 1, open_, done)
+    open_.discard(key)
+    done.add(key)
+
+
+def _plain_tensor(kind: type, torch: Any) -> bool:
+    """Whether safe loading reads back a tensor of this type: ``torch.Tensor`` and
+    ``torch.nn.Parameter``, and a subclass of Parameter pickled as one (it loads as a
+    Parameter); any other subclass is refused unless every loading process has registered it
+    (``torch.serialization.add_safe_globals``), which a save cannot know."""
+    parameter = torch.nn.Parameter
+    if kind is torch.Tensor or kind is parameter:
+        return True
+    return issubclass(kind, parameter) and kind.__reduce_ex__ is parameter.__reduce_ex__
+
+
+def _short(path: str, limit: int = 120) -> str:
+    """A path in the state, its middle cut when it is long (a deep one)."""
+    return path if len(path) <= limit else f"{path[: limit // 2]}…{path[-limit // 2 :]}"
+
+
+def _qualname(kind: type) -> str:
+    return f"{kind.__module__}.{kind.__qualname__}"

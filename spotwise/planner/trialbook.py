@@ -39,7 +39,12 @@ from spotwise.providers.base import InstanceState
 from spotwise.spec import JobSpec
 
 # what the SDK says went wrong with a resume or a save (spotwise.sdk): job events too
-SDK_WARNINGS = ("checkpoint_rejected", "resume_behind", "checkpoint_behind")
+SDK_WARNINGS = (
+    "checkpoint_rejected",
+    "resume_behind",
+    "checkpoint_behind",
+    "checkpoint_cleanup_failed",
+)
 _EVENT_FIELDS = ("type", "time", "job_id", "trial_id", "instance_id", "kind")  # the store's own
 MAX_FAILURES = 2  # attempts of a trial that may crash before it is marked failed
 LAST_LINE_CHARS = 300  # of a trial's last output line, quoted in its error

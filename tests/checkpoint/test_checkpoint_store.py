@@ -7,6 +7,7 @@ APIs) is put through the same paces. S3 has its own tests on moto (tests/provide
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import time
@@ -259,8 +260,9 @@ def test_an_older_step_is_written_kept_and_named_by_latest(make_store: Factory) 
     assert relaunched.newer_at_put is None
     _put(relaunched, 20)
     assert [m["step"] for m in relaunched.list()] == [15, 20]
+    fifteen = hashlib.sha256(b"fifteen, again").hexdigest()[:12]  # saved again: a fresh name
     assert sorted(k for k in relaunched._keys() if k.endswith(".pt")) == [
-        "ckpt-00000015.pt",
+        f"ckpt-00000015-{fifteen}.pt",
         "ckpt-00000020.pt",
     ]
     assert relaunched.get_latest()[1]["step"] == 20  # type: ignore[index]

@@ -288,8 +288,8 @@ def test_messages_never_carry_the_access_token(fake: FakeGcs) -> None:
             store = GcsCheckpointStore("other-bucket", "p", client=client, retry_s=0)
         elif failure == "403":
             fake.forbidden.add(BUCKET)
-        else:  # the listing before the write (a failure there is left to the write), the write
-            fake.fail_next(int(failure), times=2)
+        else:  # the listing before the write (a failure there is left to the write), the read
+            fake.fail_next(int(failure), times=3)  # of step 2's manifest it then tries, the write
         with pytest.raises(CheckpointError) as err:
             _put(store, 2)
         errors[failure] = err.value

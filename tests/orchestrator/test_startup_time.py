@@ -94,3 +94,15 @@ def test_a_measured_speed_is_kept_per_instance_type(tmp_path: Path) -> None:
     book.backend.provisioner.progress = lambda iid: [{"type": "report", "step": 25}]
     book._read_progress(t, life2, 2100.0 + 4 * 100.0)
     assert t.step_s == {life.offer.instance_type: 45.0, "g4dn.xlarge": 100.0}
+
+
+def test_an_sdk_warning_of_a_failed_checkpoint_cleanup_becomes_a_job_event(tmp_path: Path) -> None:
+    """save_checkpoint no longer raises when LATEST or retention fails after the manifest: it
+    warns, and the orchestrator records the SDK's event (not a report: no step, no metric)."""
+    t = TrialRun("t1", 0, {}, steps_total=100, checkpoint_every=10)
+    life = _running(t, 0)
+    said = {"type": "checkpoint_cleanup_failed", "step": 10, "what": "retention", "reason": "x"}
+    book = _book(tmp_path, [said])
+    book._read_progress(t, life, 1100.0)
+    assert book.events[-1][0] == "checkpoint_cleanup_failed"
+    assert book.events[-1][1]["what"] == "retention" and t.step == 0
