@@ -15,6 +15,12 @@ Written for cron jobs: one call reads the store, the rest is arithmetic on its r
   added to real ones. ``totals`` and ``groups`` count the real clouds' lives only (the money);
   the replayed lives have their own ``replay`` section with the same fields (and their
   provider shown as ``aws (replay)``).
+* ``hours`` is instance time: every second a life ran, refunded ones included (market time on
+  a replay). ``billed_hours`` is the time charged for, each life under its own provider's
+  billing rule (:mod:`spotwise.providers.billing`; a replayed life under the rule its replay
+  bills by): a spot instance AWS revokes in its first hour is refunded (0 s billed), a short
+  life is billed its minimum (60 s on AWS and GCP). ``cost_usd`` / ``billed_hours`` is the
+  average price paid; ``cost_usd`` / ``hours`` is not a price.
 """
 
 from __future__ import annotations
@@ -61,6 +67,7 @@ class JobInfo:
     running: bool
     simulated: bool
     speedup: float = 1.0  # market seconds per wall second (the replay's; 1 on a cloud)
+    billing: str | None = None  # the billing rule a replay bills by (None: the life's provider)
 
 
 def group_key(row: LifeRow, by: str, simulated: bool = False) -> str:
@@ -81,15 +88,43 @@ def group_key(row: LifeRow, by: str, simulated: bool = False) -> str:
     raise SpecError(f"--by: {by!r} is not a grouping; use one of {', '.join(GROUPS)}")
 
 
-def tally(rows: Iterable[LifeRow]) -> dict[str, Any]:
-    """Totals of ended lives: cost, on-demand cost of the same seconds, what was saved."""
+def billed_seconds(row: LifeRow, billing: str | None = None) -> float:
+    """The seconds of ``row``'s life its provider charged for, under the billing rule of
+    ``billing`` (a replay's rule), else of the life's own provider: a life revoked by the
+    provider inside the rule's free window (AWS: the first hour) is 0, a short one its
+    minimum, the rest rounded up to the rule's granularity. A life whose bill is $0 at a
+    non-zero price was refunded whatever its end reason says (a life the provider took that a
+    `spotwise cancel` closed, ``reconciled``). A provider without a rule: its seconds."""
+    from spotwise.providers.billing import rule_for
+
+    seconds = max(row.market_seconds, 0.0)
+    if seconds == 0 or (row.cost_usd <= 0 and row.price_per_hour > 0):
+        return 0.0
+    try:
+        rule = rule_for(billing or row.provider)
+    except SpecError:
+        return seconds
+    # the rule's dollars at $3600/h are its billed seconds (its minimum and rounding included)
+    return float(rule.charge([(seconds, 3600.0)], revoked_by_provider=row.end_reason == "revoked"))
+
+
+def tally(
+    rows: Iterable[LifeRow], billing: Mapping[str, str | None] | None = None
+) -> dict[str, Any]:
+    """Totals of ended lives: instance and billed hours, cost, on-demand cost of the same
+    seconds, what was saved. ``billing``: job id → the billing rule its lives were charged by
+    (a replay's; absent or None: each life's provider's)."""
     rows = list(rows)
+    rules = billing or {}
     cost = sum(r.cost_usd for r in rows)
     od = sum(r.on_demand_cost_usd for r in rows)
     return {
         "lives": len(rows),
         "revoked": sum(1 for r in rows if r.end_reason == "revoked"),
+        # instance time, refunded seconds included (kept as it was: scripts read it)
         "hours": sum(r.market_seconds for r in rows) / 3600.0,
+        # the time charged for: what $ / hours must be divided by to get a price
+        "billed_hours": sum(billed_seconds(r, rules.get(r.job_id)) for r in rows) / 3600.0,
         "cost_usd": cost,
         "on_demand_cost_usd": od,
         "saved_usd": od - cost,
@@ -98,15 +133,20 @@ def tally(rows: Iterable[LifeRow]) -> dict[str, Any]:
     }
 
 
-def section(rows: Iterable[LifeRow], by: str, simulated: bool) -> dict[str, Any]:
+def section(
+    rows: Iterable[LifeRow],
+    by: str,
+    simulated: bool,
+    billing: Mapping[str, str | None] | None = None,
+) -> dict[str, Any]:
     """``totals`` and ``groups`` of ended lives that are all real or all replayed."""
     rows = list(rows)
     groups: dict[str, list[LifeRow]] = {}
     for r in rows:
         groups.setdefault(group_key(r, by, simulated), []).append(r)
     return {
-        "totals": {**tally(rows), "jobs": len({r.job_id for r in rows})},
-        "groups": [{"key": k, **tally(v)} for k, v in sorted(groups.items())],
+        "totals": {**tally(rows, billing), "jobs": len({r.job_id for r in rows})},
+        "groups": [{"key": k, **tally(v, billing)} for k, v in sorted(groups.items())],
     }
 
 
@@ -125,8 +165,9 @@ def summarize(
     sim = frozenset(j for j, info in jobs.items() if info.simulated)
     lo = float("-inf") if since is None else since
     ended = [r for r in ended if r.ended_at is not None and lo < r.ended_at <= now]
-    real = section((r for r in ended if r.job_id not in sim), by, simulated=False)
-    replay = section((r for r in ended if r.job_id in sim), by, simulated=True)
+    billing = {j: info.billing for j, info in jobs.items()}
+    real = section((r for r in ended if r.job_id not in sim), by, False, billing)
+    replay = section((r for r in ended if r.job_id in sim), by, True, billing)
     held_rows = []
     for r in sorted(held, key=lambda r: (r.requested_at, r.id)):
         info = jobs.get(r.job_id, JobInfo("unknown", running=False, simulated=False))
@@ -198,13 +239,15 @@ def report(
             providers = job.spec.get("providers", [])
             simulated = all(p.get("name") == "local" for p in providers)
             replay = (providers[0].get("replay") or {}) if simulated and providers else None
+            replayed = None if replay is None else ReplaySpec.model_validate(replay)
             jobs[job_id] = JobInfo(
                 state=str(getattr(job.state, "value", job.state)),
                 # on another machine it cannot be judged from here: not taken for gone
                 running=orchestrator_state(job) != "gone",
                 simulated=simulated,
                 # the spec's defaults, as the job ran them (no replay block: 600x, not 1x)
-                speedup=1.0 if replay is None else ReplaySpec.model_validate(replay).speedup,
+                speedup=1.0 if replayed is None else replayed.speedup,
+                billing=None if replayed is None else replayed.billing,  # as its lives were billed
             )
     finally:
         store.close()

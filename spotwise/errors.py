@@ -100,11 +100,42 @@ class BudgetError(SpotwiseError):
 
 
 def did_you_mean(value: str, choices: list[str] | tuple[str, ...]) -> str:
-    """Return ' (did you mean X?)' for the closest choice, or '' when nothing is close."""
+    """Return ' (did you mean X?)' for the closest choice, or '' when nothing is close.
+
+    Closest: two letters swapped ("us-esat-1") first; then the best difflib score, its ties
+    broken by the fewest edits, then by the longest common start: "us-eest-1" is one edit
+    from both "us-east-1" and "us-west-1", and difflib alone (ties go to the greater
+    string) suggested "us-west-1"; a mistyped letter is more likely after the first ones."""
     import difflib
 
     close = difflib.get_close_matches(value, list(choices), n=5, cutoff=0.6)
     # two letters swapped ("us-esat-1") beat a choice that scores the same ("us-west-1")
     swapped = [c for c in close if sorted(c) == sorted(value)]
-    best = (swapped or close)[:1]
-    return f" (did you mean {best[0]!r}?)" if best else ""
+    if swapped or not close:
+        best = (swapped or close)[:1]
+        return f" (did you mean {best[0]!r}?)" if best else ""
+
+    def score(c: str) -> float:
+        return difflib.SequenceMatcher(None, value, c).ratio()
+
+    top = score(close[0])
+    tied = [c for c in close if score(c) >= top - 1e-9]
+    best_one = min(tied, key=lambda c: (_edits(value, c), -_common_start(value, c)))
+    return f" (did you mean {best_one!r}?)"
+
+
+def _edits(a: str, b: str) -> int:
+    """Levenshtein distance: insertions, deletions and substitutions from ``a`` to ``b``."""
+    row = list(range(len(b) + 1))
+    for i, ca in enumerate(a, 1):
+        prev, row[0] = row[0], i
+        for j, cb in enumerate(b, 1):
+            prev, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, prev + (ca != cb))
+    return row[-1]
+
+
+def _common_start(a: str, b: str) -> int:
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    return n

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from spotwise.errors import ConfigError, NotFoundError
+from spotwise.errors import ConfigError, NotFoundError, SpecError
 from spotwise.release import _release, _unknown_text, sweep_finished
 
 
@@ -115,12 +115,28 @@ def _job_dict(job: Any) -> dict[str, Any]:
     }
 
 
-def _trial_dict(t: Any) -> dict[str, Any]:
+def _spec_order(job: Any) -> list[str]:
+    """The job's parameter names in its spec's order (its stored spec keeps it; the stored
+    params, JSON with sorted keys, do not); none for a spec that cannot be read."""
+    try:
+        space = json.loads(job.spec_json).get("search_space")
+    except (TypeError, ValueError, AttributeError):
+        return []
+    return list(space) if isinstance(space, dict) else []
+
+
+def _params(params_json: str, order: list[str]) -> dict[str, Any]:
+    """Stored params in the spec's ``order``, as `tune` shows them (names it lacks last)."""
+    stored = json.loads(params_json)
+    return {**{n: stored[n] for n in order if n in stored}, **stored}
+
+
+def _trial_dict(t: Any, order: list[str] | None = None) -> dict[str, Any]:
     return {
         "trial": t.id,
         "number": t.number,
         "state": t.state.value if hasattr(t.state, "value") else t.state,
-        "params": json.loads(t.params_json),
+        "params": _params(t.params_json, order or []),
         "step": t.step,
         "metric": t.metric,
         "best_metric": t.best_metric,
@@ -133,19 +149,42 @@ def _trial_dict(t: Any) -> dict[str, Any]:
     }
 
 
+def _with_orchestrator(job: Any) -> dict[str, Any]:
+    """:func:`_job_dict`, and for a job not finished where its orchestrator is: ``here``,
+    ``elsewhere``, or ``gone`` (a crash: `spotwise cancel JOB` closes it)."""
+    out = _job_dict(job)
+    if out["state"] in ("pending", "running"):
+        out["orchestrator"] = orchestrator_state(job)
+    return out
+
+
+def _count_jobs(store: Any) -> int:
+    """How many jobs the store holds (``Store.list_jobs`` lists a page of them only)."""
+    from sqlmodel import func, select
+
+    from spotwise.store import Job, session_scope
+
+    with session_scope(store.engine, "counting jobs") as s:
+        return int(s.exec(select(func.count()).select_from(Job)).one())
+
+
 def status(job_id: str | None, *, db: str | None = None, limit: int = 20) -> dict[str, Any]:
-    """One job (with its trials counted), or the most recent jobs when no id is given."""
+    """One job (with its trials counted), or the ``limit`` most recent jobs (0: all) when no
+    id is given, with ``total`` (every job) and ``left_out`` (those not listed)."""
     from spotwise.store import Store
 
+    if limit < 0:
+        raise SpecError(f"--limit must be 0 (all) or more, got {limit}")
     store = Store.open_existing(db)
     try:
         if job_id is None:
-            return {"jobs": [_job_dict(j) for j in store.list_jobs(limit)]}
+            total = _count_jobs(store)
+            listed = [_with_orchestrator(j) for j in store.list_jobs(limit or max(total, 1))]
+            return {"jobs": listed, "total": total, "left_out": max(total - len(listed), 0)}
         job = store.get_job(job_id)
         trials = store.list_trials(job.id)
-        out = _job_dict(job)
-        if out["state"] in ("pending", "running"):  # here, elsewhere, or gone (a crash)
-            out["orchestrator"] = orchestrator_state(job)
+        order = _spec_order(job)
+        out = _with_orchestrator(job)  # here, elsewhere, or gone (a crash)
         out["trials"] = len(trials)
         out["completed"] = sum(1 for t in trials if _trial_dict(t)["state"] == "completed")
         best = next((t for t in trials if t.id == job.best_trial_id), None)
@@ -154,7 +193,7 @@ def status(job_id: str | None, *, db: str | None = None, limit: int = 20) -> dic
             if best is None
             else {
                 "trial": best.id,
-                "params": json.loads(best.params_json),
+                "params": _params(best.params_json, order),
                 "metric": best.final_metric,
             }
         )
@@ -184,7 +223,9 @@ def trials(job_id: str | None, *, db: str | None = None) -> dict[str, Any]:
         job = store.get_job(job_id) if job_id else store.latest_job()
         if job is None:
             raise NotFoundError("no job in the database yet; run `spotwise tune SPEC` first")
-        return {"job_id": job.id, "trials": [_trial_dict(t) for t in store.list_trials(job.id)]}
+        order = _spec_order(job)
+        rows = [_trial_dict(t, order) for t in store.list_trials(job.id)]
+        return {"job_id": job.id, "trials": rows}
     finally:
         store.close()
 

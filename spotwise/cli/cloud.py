@@ -13,6 +13,7 @@ import typer
 
 from spotwise.cli.options import DbOpt, JsonOpt
 from spotwise.cli.output import emit
+from spotwise.errors import ProviderUnavailable
 
 ProviderOpt = Annotated[
     str, typer.Option("--provider", "-p", help="local (replay market), aws, gcp or azure.")
@@ -75,8 +76,17 @@ def catalog_cmd(
     """
     from spotwise import cloud
 
-    result = cloud.catalog(provider, region, gpu=gpu, min_vcpus=min_vcpus)
+    result = _replayed(cloud.catalog(provider, region, gpu=gpu, min_vcpus=min_vcpus))
     emit(result, json_out, _print_catalog)
+
+
+def _replayed(result: dict[str, Any]) -> dict[str, Any]:
+    """A catalog with ``replays``: the cloud whose market the provider replays (``local``
+    replays an AWS trace; its rows are that cloud's instance types, named by it, and priced at
+    its on-demand prices), None for a cloud of its own. It said ``provider: local`` above rows
+    that each said ``aws``, with nothing to tell why."""
+    clouds = sorted({r["provider"] for r in result["instance_types"]} - {result["provider"]})
+    return {**result, "replays": ", ".join(clouds) or None}
 
 
 def prices_cmd(
@@ -128,10 +138,33 @@ def prices_cmd(
     from spotwise.providers.base import Market
 
     market = None if spot is None else (Market.SPOT if spot else Market.ON_DEMAND)
-    result = cloud.prices(
-        provider, region, instance_type, market, history, db=db, limit=limit, table=not json_out
-    )
+    try:
+        result = cloud.prices(
+            provider, region, instance_type, market, history, db=db, limit=limit, table=not json_out
+        )
+    except ProviderUnavailable as e:
+        if market is not Market.ON_DEMAND:
+            raise
+        raise _on_demand_unavailable(e, provider, region) from None
     emit(result, json_out, _print_prices)
+
+
+def _on_demand_unavailable(
+    e: ProviderUnavailable, provider: str, region: str | None
+) -> ProviderUnavailable:
+    """``prices --on-demand`` refused for credentials: it said only "no credentials for reading
+    spot prices", though on-demand prices were asked for. Say why it read them (an on-demand
+    row is per zone: the zones come from the provider, spot prices included), and point at
+    ``catalog``, which lists each instance type's on-demand price (AWS: offline, at 2017
+    prices, when it has no credentials)."""
+    where = f" -r {region}" if region else ""
+    return ProviderUnavailable(
+        f"{e.message} (`prices --on-demand` lists on-demand prices by zone, and reads the "
+        "zones that sell each type from the provider, spot prices included)",
+        hint=f"`spotwise catalog -p {provider}{where}` lists each instance type's on-demand "
+        f"price{' without credentials' if provider == 'aws' else ''}"
+        + (f"; or {e.hint}" if e.hint else ""),
+    )
 
 
 def register(app: typer.Typer) -> None:
@@ -202,6 +235,8 @@ def _print_catalog(result: dict[str, Any]) -> None:
     several = len(regions) > 1  # one region: the title names it, not a column
     title = f"{result['provider']} {result['region'] or ('' if several else ''.join(regions))}"
     title = title.strip()
+    if result.get("replays"):  # local: a replay of AWS's market, its instance types
+        title += f" (replays {result['replays']})"
     if result.get("on_demand_source"):
         title += f" (on-demand prices: {result['on_demand_source']})"
     table = listing(title)

@@ -117,18 +117,39 @@ def _run_live(run: Any, json_out: bool) -> None:
         raise typer.Exit(130)
 
 
-def status(job: JobArg = None, db: DbOpt = None, json_out: JsonOpt = False) -> None:
+def status(
+    job: JobArg = None,
+    limit: Annotated[
+        int,
+        typer.Option(
+            "--limit",
+            min=0,
+            help="Without JOB: list this many of the newest jobs (0 = all); the listing says "
+            "how many there are (--json: total, left_out).",
+        ),
+    ] = 20,
+    db: DbOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
     """Show one job (cost, best trial, instances), or the recent jobs when no id is given.
 
+    A job whose orchestrator is no longer running (it crashed or was killed) is flagged, with
+    the `spotwise cancel JOB` that closes it.
+
     Examples:
-      spotwise status                 # the recent jobs
+      spotwise status                 # the 20 newest jobs
+      spotwise status --limit 0       # every job
       spotwise status JOB --json      # one job: its id, or a unique prefix of it
     """
     from spotwise import jobs
     from spotwise.cli.render import print_jobs, print_status
 
-    out = jobs.status(job, db=db)
-    emit(out, json_out, print_status if job is not None else lambda o: print_jobs(o["jobs"]))
+    out = jobs.status(job, db=db, limit=limit)
+    emit(
+        out,
+        json_out,
+        print_status if job is not None else lambda o: print_jobs(o["jobs"], o["total"]),
+    )
 
 
 def trials(job: JobArg = None, db: DbOpt = None, json_out: JsonOpt = False) -> None:

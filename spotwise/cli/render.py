@@ -162,14 +162,20 @@ def print_summary(s: dict[str, Any]) -> None:
         console.print(f"continue it: spotwise resume {s['job_id']}{more}")
 
 
-def print_jobs(rows: list[dict[str, Any]]) -> None:
+def _gone(job: dict[str, Any]) -> bool:
+    """A job not finished whose orchestrator is no longer running (a crash, a kill -9)."""
+    return job.get("orchestrator") == "gone"
+
+
+def print_jobs(rows: list[dict[str, Any]], total: int | None = None) -> None:
+    """The listed jobs; ``total``: how many the store holds (more than listed: say so)."""
     if not rows:
         console.print("no jobs yet; run `spotwise tune SPEC`")
         return
     t = listing("jobs", caption="times in UTC · cost vs on demand: spotwise status JOB")
     t.add_column("job", no_wrap=True)
     t.add_column("name", overflow="fold")
-    t.add_column("state", no_wrap=True)
+    t.add_column("state")  # "running (orchestrator gone)" wraps between its words
     t.add_column("policy", no_wrap=True)
     t.add_column("best", justify="right", no_wrap=True)
     t.add_column("$", justify="right", no_wrap=True)
@@ -178,13 +184,21 @@ def print_jobs(rows: list[dict[str, Any]]) -> None:
         t.add_row(
             j["job_id"],
             j["name"],
-            _state(j["state"]),
+            f"[red]{j['state']} (orchestrator gone)[/]" if _gone(j) else _state(j["state"]),
             j["policy"],
             _fmt(j["best_metric"]),
             f"{j['cost_usd']:.4f}",
             _short_time(j["created_at"]),
         )
     console.print(fit(t, console.width))
+    for j in rows:
+        if _gone(j):
+            console.print(
+                f"[red]{j['job_id']}: its orchestrator is no longer running[/] (it crashed or was "
+                f"killed): `spotwise cancel {j['job_id']}` releases what it still holds"
+            )
+    if total is not None and total > len(rows):
+        console.print(f"[dim]{len(rows)} of {total} jobs; --limit 0 for all[/]")
 
 
 def print_status(j: dict[str, Any]) -> None:

@@ -13,6 +13,15 @@ if TYPE_CHECKING:
     from rich.table import Table
 
 
+HOURS_NOTE = (
+    "hours: instance time, refunded time included; billed h: the time charged for, by each "
+    "provider's rule (a spot instance AWS revokes in its first hour is refunded: 0; the 60 s "
+    "minimum counts), so $ / billed h is the average price paid; both are market time on a "
+    "replay. on-demand $: the same kept work (steps not lost to a revocation) on on-demand "
+    "capacity"
+)
+
+
 def report_cmd(
     since: Annotated[
         str,
@@ -48,6 +57,10 @@ def report_cmd(
     come from the replayed market: simulated dollars, in a table of their own (`replay` in
     --json), never added to the real clouds' totals.
 
+    `hours` is instance time, refunded time included; `billed h` (`billed_hours` in --json)
+    is the time charged for under each provider's rule (AWS refunds a spot instance it revokes
+    in its first hour): divide $ by it for the average price paid.
+
     Examples:
       spotwise report --since 7d --by day
       spotwise report --since all --by job
@@ -68,6 +81,7 @@ def _money(row: dict[str, Any]) -> list[str]:
         str(row["lives"]),
         str(row["revoked"]),
         f"{row['hours']:.2f}",
+        f"{row['billed_hours']:.2f}",
         f"{row['cost_usd']:.4f}",
         f"{row['on_demand_cost_usd']:.4f}",
         "—" if pct is None else f"{pct:.0f}%",
@@ -84,7 +98,7 @@ def _money_table(by: str, sec: dict[str, Any], title: str | None = None) -> Tabl
 
     t = listing(title)
     t.add_column(by, overflow="fold")
-    for col in ("lives", "revoked", "hours", "$", "on-demand $", "saved"):
+    for col in ("lives", "revoked", "hours", "billed h", "$", "on-demand $", "saved"):
         t.add_column(col, justify="right", no_wrap=True)
     for g in sec["groups"]:
         t.add_row(g["key"], *_money(g))
@@ -112,10 +126,7 @@ def _print_report(out: dict[str, Any]) -> None:
         title = "replayed market: simulated dollars, not money"
         console.print(fit(_money_table(out["by"], replay, title), console.width))
     if real["totals"]["lives"] or replay["totals"]["lives"]:
-        console.print(
-            "[dim]on-demand $: the same kept work (steps not lost to a revocation) on on-demand "
-            "capacity; hours: billed instance time (market time on a replay)[/]"
-        )
+        console.print(f"[dim]{HOURS_NOTE}[/]")
     held = out["held"]
     if not held:
         console.print("nothing held now")

@@ -135,15 +135,15 @@ def test_the_table_keeps_replayed_dollars_out_of_the_real_rows_and_total(
     real, replay = text.split("replayed market: simulated dollars, not money")
     assert "real clouds" in real
     (total,) = [line.split() for line in real.splitlines() if line.startswith("total")]
-    assert total == ["total", "2", "0", "4.00", "4.0000", "5.0000", "20%"]
+    assert total == ["total", "2", "0", "4.00", "4.00", "4.0000", "5.0000", "20%"]
     assert "90.0000" not in real
     (sim,) = [line.split() for line in replay.splitlines() if line.startswith("total")]
-    assert sim == ["total", "1", "0", "2.00", "2.0000", "90.0000", "98%"]
+    assert sim == ["total", "1", "0", "2.00", "2.00", "2.0000", "90.0000", "98%"]
     if by == "market":
         rows = [line.split() for line in real.splitlines() if line.startswith(("spot", "on-"))]
         assert rows == [
-            ["on-demand", "1", "0", "2.00", "3.0000", "3.0000", "0%"],
-            ["spot", "1", "0", "2.00", "1.0000", "2.0000", "50%"],
+            ["on-demand", "1", "0", "2.00", "2.00", "3.0000", "3.0000", "0%"],
+            ["spot", "1", "0", "2.00", "2.00", "1.0000", "2.0000", "50%"],
         ]
 
 
