@@ -13,8 +13,8 @@ from spotwise.cli.output import emit
 app = typer.Typer(
     help="Learning curves: fit EarlyCurve, predict final values, compare with baselines.\n\n"
     "Examples:\n"
-    "  spotwise curve eval --curves spotwise/data/lcbench-subset\n"
-    "  spotwise curve fit spotwise/data/lcbench-subset --curve-id 20 --theta 0.3",
+    "  spotwise curve eval --curves builtin:lcbench-subset\n"
+    "  spotwise curve fit builtin:lcbench-subset --curve-id 20 --theta 0.3",
     no_args_is_help=True,
 )
 
@@ -42,7 +42,8 @@ def fit(
         Path,
         typer.Argument(
             metavar="FILE",
-            help="long CSV (curve_id, step, value[, lr][, seconds]) or the LCBench folder",
+            help="long CSV (curve_id, step, value[, lr][, seconds]), an LCBench folder, or "
+            "builtin:lcbench-subset (the shipped one)",
         ),
     ],
     curve_id: Annotated[str, typer.Option("--curve-id", help="which curve")],
@@ -65,8 +66,8 @@ def fit(
     """Fit one curve, print the stages and the predicted final value, and draw it.
 
     Examples:
-      spotwise curve fit spotwise/data/lcbench-subset --curve-id 20 --theta 0.3
-      spotwise curve fit spotwise/data/lcbench-subset --curve-id 40 --json
+      spotwise curve fit builtin:lcbench-subset --curve-id 20 --theta 0.3
+      spotwise curve fit builtin:lcbench-subset --curve-id 40 --json
     """
     from spotwise.errors import SpecError
     from spotwise.predictors.curve_service import curve_fit
@@ -202,7 +203,13 @@ def _signed(x: float) -> str:
 
 @app.command("eval")
 def eval_(
-    curves: Annotated[Path, typer.Option("--curves", help="long CSV or the LCBench folder")],
+    curves: Annotated[
+        Path,
+        typer.Option(
+            "--curves",
+            help="long CSV, an LCBench folder, or builtin:lcbench-subset (the shipped one)",
+        ),
+    ],
     metric: Metric = None,
     theta: Annotated[
         float, typer.Option("--theta", help="fraction of each curve observed, in (0, 1)")
@@ -216,8 +223,8 @@ def eval_(
     """Predict each curve's final value from its first θ: MAE, Spearman, top-10% recall.
 
     Examples:
-      spotwise curve eval --curves spotwise/data/lcbench-subset
-      spotwise curve eval --curves spotwise/data/lcbench-subset --theta 0.5 --json
+      spotwise curve eval --curves builtin:lcbench-subset
+      spotwise curve eval --curves builtin:lcbench-subset --theta 0.5 --json
     """
     from spotwise.predictors.curve_service import curve_eval
     from spotwise.predictors.curves import check_theta, resolve_metric
@@ -246,7 +253,7 @@ def _print_eval(res: dict[str, Any], metric: str, theta: float) -> None:
     for r in res["rows"]:
         t.add_row(
             r["name"],
-            f"{r['mae']:.4g}",
+            f"{r['mae']:.4f}",  # fixed decimals: 2.3600 beside 1.9290, not 2.36
             f"{r['spearman']:.4f}",
             f"{r['top10_recall_at_25']:.3f}",
             f"{r['band_coverage']:.3f}",

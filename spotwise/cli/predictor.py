@@ -57,18 +57,24 @@ def train(
         float,
         typer.Option(
             "--until",
-            help="train on this first share of the ticks, in (0, 1] (0.7 = the eval's training "
-            "part)",
+            help="train on this first share of the ticks, in (0, 1]: 0.7 for a model predictor "
+            "eval can score (it tests on the last 30 % and refuses a model trained there); 1 "
+            "(all ticks) for a model only used to forecast",
         ),
     ] = 1.0,
     as_json: PredictorJsonOpt = False,
 ) -> None:
     r"""Train a revocation model on a trace and save it (state dict + plain config).
 
+    --until 0.7 keeps the last 30 % of the trace unseen, so that predictor eval (which tests
+    on that part) can score the model; --until 1, the default, uses every tick, for a model
+    you will only forecast with. The file records the ticks it was trained on.
+
     Examples:
-      spotwise predictor train --traces builtin:skynomad-v100-2023 --out lstm.pt
+      spotwise predictor train --traces builtin:skynomad-v100-2023 --out lstm.pt \
+        --until 0.7
       spotwise predictor train --traces builtin:skynomad-v100-2023 --out lr.pt \
-        --model logistic --until 0.7
+        --model logistic
     """
     from spotwise.predictors.service import train_model
 
@@ -82,7 +88,11 @@ def eval_(
     horizon: Horizon = "1h",
     model: Annotated[
         str | None,
-        typer.Option("--model", help="a saved model to score in place of a fresh one of its kind"),
+        typer.Option(
+            "--model",
+            help="a saved model to score in place of a fresh one of its kind (refused if it "
+            "was trained on the test ticks: train it with --until 0.7)",
+        ),
     ] = None,
     models: Annotated[
         str, typer.Option("--models", help="comma-separated models to fit and score")
@@ -113,6 +123,8 @@ def eval_(
 
     names = tuple(n.strip() for n in models.split(",") if n.strip())
     res = evaluate_path(traces, _seconds(horizon), model, names, train_on, test_fraction)
+    for line in res.get("warnings", []):
+        typer.echo(f"warning: {line}", err=True)
     emit(res, as_json, _print_eval)
 
 

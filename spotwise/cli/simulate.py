@@ -27,7 +27,7 @@ app = typer.Typer(
     'virtual clock. `simulate deadline`: one long job with a deadline ("Can\'t Be Late").\n\n'
     "Examples:\n"
     "  spotwise simulate --traces builtin:skynomad-v100-2023 \\\n"
-    "    --curves spotwise/data/lcbench-subset --seeds 1 --policy asha,spotwise\n"
+    "    --curves builtin:lcbench-subset --seeds 1 --policy asha,spotwise\n"
     "  spotwise simulate deadline --traces builtin:skynomad-v100-2023 --starts 30",
     invoke_without_command=True,
     no_args_is_help=False,
@@ -38,6 +38,7 @@ app = typer.Typer(
 
 SHIPPED_TRACE = "builtin:skynomad-v100-2023"
 SHIPPED_CURVES = Path(__file__).resolve().parent.parent / "data" / "lcbench-subset"
+SHIPPED_CURVES_REF = "builtin:lcbench-subset"  # SHIPPED_CURVES, from any folder
 _TRACES_HELP = (
     f"{SHIPPED_TRACE} (shipped), a SkyNomad CSV (file or folder) or a folder of Can't Be Late "
     "JSON traces."
@@ -113,7 +114,8 @@ def simulate(
         Path | None,
         typer.Option(
             "--curves",
-            help="LCBench folder or long CSV (curve_id, step, value[, lr][, seconds]).",
+            help=f"{SHIPPED_CURVES_REF} (shipped), an LCBench folder or a long CSV (curve_id, "
+            "step, value[, lr][, seconds]).",
         ),
     ] = None,
     policy: Annotated[str, _policy_opt(TUNING_DEFAULT)] = TUNING_DEFAULT,
@@ -129,8 +131,13 @@ def simulate(
         float, typer.Option("--theta", help="SpotTune's EarlyCurve fraction θ, in (0, 1).")
     ] = 0.3,
     time_scale: Annotated[
-        float, typer.Option("--time-scale", help="Market seconds per recorded second of a step.")
-    ] = 120.0,
+        float | None,
+        typer.Option(
+            "--time-scale",
+            help="Market seconds per recorded second of a step (default: 120). Curves without "
+            "recorded seconds take 60 s a step, unscaled.",
+        ),
+    ] = None,
     restart_seconds: Annotated[
         float, typer.Option("--restart-seconds", help="Overhead of every launch.")
     ] = 180.0,
@@ -144,7 +151,12 @@ def simulate(
         float | None, typer.Option("--deadline-hours", help="Deadline per job.")
     ] = None,
     metric: Annotated[
-        str | None, typer.Option("--metric", help="Curve column to optimise (LCBench).")
+        str | None,
+        typer.Option(
+            "--metric",
+            help="Curve column to optimise (default: val_balanced_accuracy in LCBench; in a "
+            "long CSV 'value', else its only metric column).",
+        ),
     ] = None,
     direction: Annotated[
         str | None, typer.Option("--direction", help="maximize or minimize (default: by metric).")
@@ -173,15 +185,16 @@ def simulate(
     if traces is None or curves is None:
         raise SpecError(
             "simulate: --traces and --curves are required",
-            hint=f"spotwise simulate --traces {SHIPPED_TRACE} --curves {SHIPPED_CURVES}",
+            hint=f"spotwise simulate --traces {SHIPPED_TRACE} --curves {SHIPPED_CURVES_REF}",
         )
-    from spotwise.cli.simulate_render import emit, tuning_table
+    from spotwise.cli.simulate_render import check_plot, emit, tuning_table
     from spotwise.cli.simulate_render import plot as draw
     from spotwise.planner.sim_curves import load_curve_pool
     from spotwise.planner.sim_suite import (
         Suite,
         check_prices,
         check_revocation_model,
+        check_time_scale,
         parse_policies,
         run_suite,
         tuning_settings,
@@ -204,8 +217,11 @@ def simulate(
     check_revocation_model(revocation_model)
     _check_file(out, "--out", "result.json")
     _check_file(plot, "--plot", "plot.png")
+    if plot is not None:
+        check_plot()  # matplotlib, before a run of minutes
     ts = _load(traces, load_traces)
     pool = load_curve_pool(curves, metric=metric, direction=direction)
+    check_time_scale(pool, time_scale)
     risk = _risk(ts, revocation_model, start_from)
     result = run_suite(
         ts,
@@ -259,11 +275,16 @@ def deadline(
     """
     from spotwise.cli.simulate_render import deadline_table, emit
     from spotwise.planner.deadline_sim import DeadlineJob, billing_rule, run_deadline_suite
-    from spotwise.planner.sim_suite import check_revocation_model, check_sampling, parse_policies
+    from spotwise.planner.sim_suite import (
+        DEADLINE_POLICIES,
+        check_revocation_model,
+        check_sampling,
+        parse_policies,
+    )
     from spotwise.providers.replay import CBL_ON_DEMAND_PRICE
     from spotwise.traces import find_json, load_cbl_folder, load_traces
 
-    names = parse_policies(policy)
+    names = parse_policies(policy, DEADLINE_POLICIES)
     job = DeadlineJob(
         job_hours * 3600,
         deadline_hours * 3600,

@@ -141,6 +141,7 @@ def tuning_table(r: dict[str, Any]) -> None:
         "Means over seeds. vs OD: cost ÷ on-demand's cost · hours: makespan · revoc: "
         f"revocations · lost: hours of work lost · stop: trials early-stopped · limit: {LIMIT} "
         "· done: trials completed."
+        + (f" Step time: {r['step_time']}." if r.get("step_time") else "")
         + (
             f" regret —: some runs completed no trial and returned nothing ({', '.join(failed)})."
             if failed
@@ -196,6 +197,18 @@ def _deadline_prices(r: dict[str, Any]) -> str:
     return f" · spot: {spot}, on-demand: ${r['on_demand_price']:g}/h"
 
 
+_NO_MATPLOTLIB = "--plot needs matplotlib"
+_PLOT_HINT = "pip install 'spotwise[plot]'"
+
+
+def check_plot() -> None:
+    """``--plot``: matplotlib must be importable; checked before the run (it takes minutes)."""
+    import importlib.util
+
+    if importlib.util.find_spec("matplotlib") is None:
+        raise SpecError(_NO_MATPLOTLIB, hint=_PLOT_HINT)
+
+
 def plot(r: dict[str, Any], path: Path) -> None:
     try:
         import matplotlib
@@ -203,7 +216,7 @@ def plot(r: dict[str, Any], path: Path) -> None:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        raise SpecError("--plot needs matplotlib", hint="pip install 'spotwise[plot]'") from None
+        raise SpecError(_NO_MATPLOTLIB, hint=_PLOT_HINT) from None
     fig, ax = plt.subplots(figsize=(6, 4))
     drawn = 0
     for name, runs in r["runs"].items():

@@ -4,18 +4,23 @@ A :class:`RecordedCurve` is one trial configuration's whole training: the metric
 step and how long each step took. The simulator draws the *same sequence* of curves for every
 policy (seeded), so policies differ only in what they do with them.
 
-:func:`load_curve_pool` reuses the predictors' loader (``spotwise.predictors.curves``): the
-LCBench folder (epochs 1..50 of one metric, default ``val_balanced_accuracy``) or the long CSV
-of ``spotwise curve eval``. Step times:
+:func:`load_curve_pool` reuses the predictors' loader (``spotwise.predictors.curves``, which
+also resolves a folder and ``builtin:lcbench-subset``): the LCBench layout (epochs 1..50 of one
+metric, default ``val_balanced_accuracy``, :data:`LCBENCH_METRIC`) or the long CSV of
+``spotwise curve eval`` (metric: ``value``, else its only metric column, as ``curve eval``
+picks it). Step times:
 
 * LCBench records cumulative seconds per epoch (``time``): a step lasts the difference.
-* The long CSV may carry ``seconds`` (cumulative, like LCBench); without it every step lasts
-  the throughput prior's seconds per step (:data:`DEFAULT_STEP_SECONDS` unless given).
+* The long CSV may carry ``seconds`` (cumulative, like LCBench; then every curve needs them);
+  without it every step lasts the throughput prior's seconds per step
+  (:data:`DEFAULT_STEP_SECONDS` unless given) and the pool is not ``timed``.
 
 Recorded seconds are then multiplied by ``time_scale`` (see docs/simulation.md: LCBench's tiny
 MLPs train in about a minute on a CPU; the scale turns them into GPU trials of hours, keeping
 their relative lengths) and divided by the instance's speed (the throughput prior; every offer
-of one replayed trace is the same instance type, so the factor is 1 there).
+of one replayed trace is the same instance type, so the factor is 1 there). The prior of a pool
+without recorded time is already market seconds: it is not scaled (the suite runs such a pool
+at scale 1, :func:`spotwise.planner.sim_suite.run_suite`).
 """
 
 from __future__ import annotations
@@ -66,6 +71,7 @@ class CurvePool:
     direction: str  # "maximize" | "minimize"
     source: str = ""
     time_note: str = ""
+    timed: bool = True  # step times are recorded seconds (scaled); False: the prior, unscaled
 
     def __post_init__(self) -> None:
         if not self.curves:
@@ -89,6 +95,7 @@ class CurvePool:
             self.direction,
             self.source,
             self.time_note,
+            self.timed,
         )
 
 
@@ -133,23 +140,35 @@ def load_curve_pool(
     direction: str | None = None,
     limit: int | None = None,
 ) -> CurvePool:
-    """The curves under ``path`` (LCBench folder or long CSV), read by the predictors' loader
-    (:func:`spotwise.predictors.curves.load_curves`) and turned into timed curves."""
-    from spotwise.predictors.curves import dataset_direction, load_curves
+    """The curves under ``path`` (LCBench folder or long CSV, ``builtin:lcbench-subset``), read by
+    the predictors' loader (:func:`spotwise.predictors.curves.load_curves`) and turned into timed
+    curves."""
+    from spotwise.predictors.curves import (
+        curves_file,
+        dataset_direction,
+        is_lcbench,
+        load_curves,
+        resolve_metric,
+    )
 
-    p = Path(path).expanduser()
-    lcbench = p.is_dir() or "curves_long" in p.name
-    name = metric or (LCBENCH_METRIC if lcbench else "value")
+    p = curves_file(path)
+    lcbench = is_lcbench(p)
+    name = resolve_metric(p, metric, lcbench_default=LCBENCH_METRIC)
     curves = load_curves(p, metric=name)
     if direction is None:
         direction = "maximize" if dataset_direction(curves, name) == "max" else "minimize"
     elif direction not in ("maximize", "minimize"):
         raise SpecError(f"--direction: maximize or minimize, got {direction!r}")
     out: list[RecordedCurve] = []
-    timed = False
-    for c in list(curves.values())[: limit or None]:
+    chosen = list(curves.values())[: limit or None]
+    timed = any(c.seconds is not None for c in chosen)
+    for c in chosen:
         secs = None if c.seconds is None else [float(x) for x in c.seconds]
-        timed = timed or secs is not None
+        if timed and secs is None:  # one global --time-scale cannot apply to recorded and prior
+            raise SpecError(
+                f"--curves: {p}: curve {c.curve_id!r} has no recorded seconds at some step while "
+                "other curves have them: fill them in, or drop the column to use the prior"
+            )
         if secs is not None and not lcbench:
             secs = _cumulative(secs)
         values = [float(x) for x in c.values]
@@ -171,13 +190,12 @@ def load_curve_pool(
     elif timed:
         note = "recorded seconds (per-step or cumulative 'seconds' column)"
     else:
-        note = (
-            f"no recorded time: {DEFAULT_STEP_SECONDS:g} s per step (prior), scaled by "
-            "--time-scale like recorded seconds"
-        )
-    return CurvePool(tuple(out), name, direction, str(p), note)
+        note = f"no recorded time: {DEFAULT_STEP_SECONDS:g} s per step (the prior, not scaled)"
+    return CurvePool(tuple(out), name, direction, str(p), note, timed)
 
 
+# simulate's LCBench metric (curve fit/eval default to val_accuracy): the documented simulation
+# results (docs/simulation.md, bench/results/simulate*.json) are of this one
 LCBENCH_METRIC = "val_balanced_accuracy"
 
 

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from spotwise.errors import SpecError, did_you_mean
 from spotwise.planner.policy import Policy, get_policy, policy_names
-from spotwise.planner.sim_curves import CurvePool
+from spotwise.planner.sim_curves import DEFAULT_STEP_SECONDS, CurvePool
 from spotwise.planner.simulator import Engine, RunResult, SimSettings
 
 log = logging.getLogger("spotwise.simulate")
@@ -36,14 +36,19 @@ if TYPE_CHECKING:
 
 TUNING_POLICIES = ("on-demand", "spot-greedy", "asha", "spottune", "spotwise")
 DEADLINE_POLICIES = ("on-demand", "greedy", "uniform-progress", "spotwise")
+TIME_SCALE = 120.0  # --time-scale's default: LCBench's CPU seconds as GPU trials of hours
 
 
-def parse_policies(text: str | Sequence[str]) -> list[str]:
+def parse_policies(text: str | Sequence[str], valid: Sequence[str] | None = None) -> list[str]:
+    """``--policy``'s names, each registered; with ``valid``, each one of those (a tuning
+    policy in ``simulate deadline`` gave another policy's numbers under its own name)."""
     names = [n.strip() for n in (text.split(",") if isinstance(text, str) else text) if n.strip()]
     if not names:
-        raise SpecError(f"--policy: name at least one of {', '.join(policy_names())}")
+        raise SpecError(f"--policy: name at least one of {', '.join(valid or policy_names())}")
     for n in names:
         get_policy(n)  # unknown → SpecError listing the valid names
+        if valid is not None and n not in valid:
+            raise SpecError(f"--policy: {n!r} is not a deadline policy; valid: {', '.join(valid)}")
     return list(dict.fromkeys(names))
 
 
@@ -77,15 +82,17 @@ def check_prices(spot_price: float | None, on_demand_price: float | None) -> Non
 def tuning_settings(
     *,
     parallel: int,
-    time_scale: float,
+    time_scale: float | None,
     restart_s: float,
     checkpoint_s: float,
     max_cost_usd: float | None,
     deadline_hours: float | None,
 ) -> SimSettings:
-    """The simulator's settings from ``spotwise simulate``'s flags, each checked by its name."""
+    """The simulator's settings from ``spotwise simulate``'s flags, each checked by its name
+    (``time_scale`` None: :data:`TIME_SCALE`)."""
     check(parallel >= 1, "--parallel", ">= 1", parallel)
-    check(time_scale > 0, "--time-scale", "> 0", time_scale)
+    if time_scale is not None:
+        check(time_scale > 0, "--time-scale", "> 0", time_scale)
     check(restart_s >= 0, "--restart-seconds", ">= 0", restart_s)
     check(checkpoint_s >= 0, "--checkpoint-seconds", ">= 0", checkpoint_s)
     if max_cost_usd is not None:
@@ -94,12 +101,29 @@ def tuning_settings(
         check(deadline_hours > 0, "--deadline-hours", "> 0", deadline_hours)
     return SimSettings(
         parallel=parallel,
-        time_scale=time_scale,
+        time_scale=TIME_SCALE if time_scale is None else time_scale,
         restart_overhead_s=restart_s,
         checkpoint_s=checkpoint_s,
         max_cost_usd=max_cost_usd,
         deadline_s=deadline_hours * 3600 if deadline_hours else None,
     )
+
+
+def check_time_scale(pool: CurvePool, time_scale: float | None) -> None:
+    """``--time-scale`` given for curves without recorded seconds: it would scale nothing."""
+    if time_scale is not None and not pool.timed:
+        raise SpecError(
+            f"--time-scale {time_scale:g}: {pool.source} records no step times, so each step "
+            f"lasts the {DEFAULT_STEP_SECONDS:g} s prior in market seconds and nothing is "
+            "scaled; drop --time-scale, or add a seconds column"
+        )
+
+
+def step_time(pool: CurvePool, time_scale: float) -> str:
+    """How long a step lasts, in words (the table and the JSON's ``step_time``)."""
+    if not pool.timed:
+        return pool.time_note
+    return f"{pool.time_note} × {time_scale:g} (--time-scale)"
 
 
 def policy_options(name: str, theta: float) -> dict[str, Any]:
@@ -237,7 +261,11 @@ def run_suite(
         traces, provider=billing, spot_price=spot_price, on_demand_price=on_demand_price
     )
     rule = rule_for(billing)
-    settings = replace(suite.settings, direction=pool.direction, horizon_s=suite.window_s)
+    # the prior of a pool without recorded time is market seconds already: not scaled
+    scale = suite.settings.time_scale if pool.timed else 1.0
+    settings = replace(
+        suite.settings, direction=pool.direction, horizon_s=suite.window_s, time_scale=scale
+    )
     make = policy_factory or (lambda n: get_policy(n, **policy_options(n, suite.theta)))
     names = list(suite.policies)
     seeds = [suite.seed + k for k in range(suite.seeds)]
@@ -282,7 +310,7 @@ def run_suite(
         "curve_count": len(pool),
         "metric": pool.metric,
         "direction": pool.direction,
-        "step_time": pool.time_note,
+        "step_time": step_time(pool, scale),
         "revocation_model": risk.model,
         "settings": {
             **asdict(settings),

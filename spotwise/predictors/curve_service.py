@@ -76,11 +76,12 @@ def curve_eval(
     direction: str | None = None,
 ) -> dict[str, Any]:
     """Every method on every curve of ``path`` with ≥ 3 finite points; ``skipped`` names the
-    others."""
+    others; ``curves`` is the file read."""
     import numpy as np
 
     from spotwise.predictors.curves import (
         check_theta,
+        curves_file,
         dataset_direction,
         evaluate_curves,
         load_curves,
@@ -92,7 +93,7 @@ def curve_eval(
     rows = evaluate_curves(curves, theta, methods, direction=d)
     skipped = [cid for cid, c in curves.items() if int(np.isfinite(c.values).sum()) < 3]
     return {
-        "curves": str(path),
+        "curves": str(curves_file(path)),  # the file read (a folder's curves CSV)
         "metric": metric,
         "theta": theta,
         "direction": d,

@@ -1,6 +1,7 @@
 """Learning curves: load them, and measure how well each curve predictor calls the final value.
 
-Formats (:func:`load_curves`):
+Formats (:func:`load_curves`), from a file, a folder (:func:`curves_file`) or
+``builtin:lcbench-subset`` (the shipped LCBench subset, :data:`BUILTIN_CURVES`):
 
 * a long CSV (``.csv`` / ``.csv.gz``) ``curve_id, step, value[, lr][, seconds]``; ``metric``
   names the value column (default ``value``, else the only column besides those);
@@ -35,6 +36,8 @@ if TYPE_CHECKING:
 
 LCBENCH_DROP_EPOCHS = (0, 51)
 LCBENCH_METRIC = "val_accuracy"  # the default metric of the LCBench format
+_DATA = Path(__file__).resolve().parent.parent / "data"
+BUILTIN_CURVES = {"lcbench-subset": _DATA / "lcbench-subset"}  # builtin:NAME → shipped folder
 _NOT_METRICS = ("curve_id", "step", "trial", "epoch", "lr", "seconds", "time")
 _MIN_WORDS = ("loss", "error", "cross_entropy", "perplexity", "mse", "mae", "rmse")
 
@@ -62,19 +65,47 @@ def _open(path: Path) -> Any:
     return gzip.open(path, "rt", newline="") if path.suffix == ".gz" else open(path, newline="")
 
 
-def _source(path: str | Path, label: str) -> Path:
-    """The CSV file behind ``path`` (a file, or the first curves CSV in a folder)."""
-    p = Path(path)
-    if not p.exists():
-        raise SpecError(f"{label}: {p} does not exist; pass a long CSV or the LCBench folder")
-    if p.is_dir():
-        found = sorted(p.glob("*curves_long.csv*")) or sorted(
-            [*p.glob("*.csv"), *p.glob("*.csv.gz")]
+def resolve_curves(path: str | Path, label: str = "--curves") -> Path:
+    """``builtin:NAME`` as the shipped folder; any other value as the path it names."""
+    text = str(path).strip()
+    if not text.startswith("builtin:"):
+        return Path(text).expanduser()
+    name = text.removeprefix("builtin:")
+    if name not in BUILTIN_CURVES:
+        valid = [f"builtin:{n}" for n in BUILTIN_CURVES]
+        raise SpecError(
+            f"{label}: unknown shipped curves {text!r}{did_you_mean(text, valid)}; "
+            f"valid: {', '.join(valid)}"
         )
-        if not found:
-            raise SpecError(f"{label}: {p} holds no *_curves_long.csv(.gz) or .csv file")
-        p = found[0]
-    return p
+    return BUILTIN_CURVES[name]
+
+
+def curves_file(path: str | Path, label: str = "--curves") -> Path:
+    """The CSV file behind ``path``: the file itself; in a folder, LCBench's
+    ``*_curves_long.csv(.gz)``, else its only ``.csv(.gz)`` file. A folder of several is refused
+    with their names (the first alphabetically is rarely the curves: ``datasets.csv``)."""
+    p = resolve_curves(path, label)
+    what = "pass a long CSV or the LCBench folder (builtin:lcbench-subset: the shipped one)"
+    if not p.exists():
+        raise SpecError(f"{label}: {p} does not exist; {what}")
+    if not p.is_dir():
+        return p
+    found = sorted(p.glob("*curves_long.csv*")) or sorted([*p.glob("*.csv"), *p.glob("*.csv.gz")])
+    if not found:
+        raise SpecError(f"{label}: {p} holds no *_curves_long.csv(.gz) or .csv file; {what}")
+    if len(found) > 1:
+        names = ", ".join(f.name for f in found[:6])
+        more = f" and {len(found) - 6} more" if len(found) > 6 else ""
+        raise SpecError(
+            f"{label}: {p} holds {len(found)} CSV files ({names}{more}); pass the curves "
+            f"file itself: {label} {p / 'FILE.csv'}"
+        )
+    return found[0]
+
+
+def is_lcbench(path: str | Path, label: str = "--curves") -> bool:
+    """Whether the curves behind ``path`` are in LCBench's layout (trial, epoch, …)."""
+    return _columns(curves_file(path, label), label)[1]
 
 
 def _columns(p: Path, label: str) -> tuple[list[str], bool]:
@@ -93,15 +124,21 @@ def _columns(p: Path, label: str) -> tuple[list[str], bool]:
     return cols, lcbench
 
 
-def resolve_metric(path: str | Path, metric: str | None = None, label: str = "--curves") -> str:
+def resolve_metric(
+    path: str | Path,
+    metric: str | None = None,
+    label: str = "--curves",
+    lcbench_default: str = LCBENCH_METRIC,
+) -> str:
     """The metric column to read: ``metric`` if the file has it, else the default — LCBench:
-    ``val_accuracy``; a long CSV: ``value`` if present, else its only metric column. ``label``
-    names the path in errors as the user gave it (``--curves``, ``FILE``)."""
-    p = _source(path, label)
+    ``lcbench_default`` (``val_accuracy`` unless the caller has its own); a long CSV: ``value``
+    if present, else its only metric column. ``label`` names the path in errors as the user
+    gave it (``--curves``, ``FILE``)."""
+    p = curves_file(path, label)
     cols, lcbench = _columns(p, label)
     choices = [c for c in cols if c not in _NOT_METRICS]
     if metric is None:
-        default = LCBENCH_METRIC if lcbench else "value"
+        default = lcbench_default if lcbench else "value"
         if default in cols:
             return default
         if len(choices) == 1:
@@ -126,7 +163,7 @@ def load_curves(
     import numpy as np
 
     metric = resolve_metric(path, metric, label)
-    p = _source(path, label)
+    p = curves_file(path, label)
     with _open(p) as fh:
         reader = csv.DictReader(fh)
         cols = list(reader.fieldnames or [])

@@ -137,11 +137,13 @@ def evaluate(
     model: RevocationModel | None = None,
     test_fraction: float = 0.3,
     options: dict[str, dict[str, Any]] | None = None,
+    model_info: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Fit ``names`` on the earlier part of ``ts`` and score them on the later part.
 
     With ``model`` (a fitted model, e.g. loaded from a file), it is scored as given instead of
-    fitting a fresh model of the same name.
+    fitting a fresh model of the same name; ``model_info`` is added to its row (what it was
+    trained on, :func:`spotwise.predictors._provenance.check_model_ticks`).
     """
     from spotwise.predictors._revfeatures import chrono_split
 
@@ -154,9 +156,13 @@ def evaluate(
         if model is not None and model.name == name:
             continue
         m, secs = _fit(name, train, horizon_s, options or {})
-        rows.append(score_model(m, ts, horizon_s, split.test, secs))
+        rows.append(score_model(m, ts, horizon_s, split.test, secs).to_dict())
     if model is not None:
-        rows.append(score_model(model, ts, horizon_s, split.test, note="given model file"))
+        info = model_info or {}
+        checked = info.get("overlap_checked", True)
+        note = "given model file" + ("" if checked else "; overlap not checked")
+        row = score_model(model, ts, horizon_s, split.test, note=note)
+        rows.append({**row.to_dict(), **info})
     return {
         "dataset": ts.source,
         "zones": list(ts.zones),
@@ -168,7 +174,7 @@ def evaluate(
             "test_fraction": test_fraction,
             "n_ticks": ts.n_ticks,
         },
-        "rows": [r.to_dict() for r in rows],
+        "rows": rows,
     }
 
 

@@ -16,8 +16,10 @@ is 1.0 (a launch there fails; the question "will it be revoked" presumes a runni
 
 ``load_pretrained()`` gives the shipped LSTM (trained on the first 70 % of the Apache-2.0 SkyNomad
 V100 trace, see ``docs/predictors.md``); its features are zone-agnostic, so it serves any zone.
-Models are saved as ``{"name", "horizon_s", "config", "tensors"}`` of plain types and tensors and
-loaded with ``torch.load(..., weights_only=True)``: no pickled objects.
+Models are saved as ``{"name", "horizon_s", "config", "tensors", "trained_on"}`` of plain types
+and tensors and loaded with ``torch.load(..., weights_only=True)``: no pickled objects.
+``trained_on`` records the ticks a model was fitted on (:mod:`._provenance`), so an evaluation
+can refuse to score it on them.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from spotwise.predictors._modelfile import (  # NotAModelFile: re-exported, rais
     floats,
     read_model_doc,
 )
+from spotwise.predictors._provenance import read_record, record
 
 if TYPE_CHECKING:
     import numpy as np
@@ -51,6 +54,7 @@ class RevocationModel(Protocol):
 
     name: str
     horizon_s: float
+    trained_on: dict[str, Any] | None  # the ticks it was fitted on (._provenance.record)
 
     def fit(self, traces: TraceSet, horizon_s: float) -> None: ...
 
@@ -74,6 +78,7 @@ class _TraceModel:
     def __init__(self) -> None:
         self.horizon_s = 3600.0
         self.fitted = False
+        self.trained_on: dict[str, Any] | None = None
 
     # subclasses implement these two
     def _fit(self, traces: TraceSet, horizon_s: float) -> None:
@@ -108,6 +113,7 @@ class _TraceModel:
             )
         self.horizon_s = float(horizon_s)
         self._fit(traces, float(horizon_s))
+        self.trained_on = record(traces)
         self.fitted = True
 
     def predict_proba(self, traces: TraceSet, tick: int) -> np.ndarray:
@@ -149,6 +155,8 @@ class _TraceModel:
             "config": config,
             "tensors": tensors,
         }
+        if self.trained_on is not None:
+            doc["trained_on"] = self.trained_on
         atomic_save(doc, Path(path))
 
 
@@ -362,6 +370,7 @@ def load(path: str | Path) -> RevocationModel:
         raise NotAModelFile(p, f"{doc['name']}: {e}") from None
     except (TypeError, AttributeError, RuntimeError):  # wrong types or tensor shapes
         raise NotAModelFile(p, f"a malformed {doc['name']} model") from None
+    model.trained_on = read_record(doc, p)
     model.fitted = True
     return model
 

@@ -146,7 +146,13 @@ def evaluate_path(
     train_on: str | Path | None = None,
     test_fraction: float = 0.3,
 ) -> dict[str, Any]:
-    """Chronological evaluation of ``names`` (and a saved model) on the later part of ``traces``."""
+    """Chronological evaluation of ``names`` (and a saved model) on the later part of ``traces``.
+
+    A saved model fitted on ticks of this trace that reach into its test ticks is refused (its
+    scores would be in-sample); one whose file does not say what it was fitted on is scored with
+    a warning (``warnings``) and ``overlap_checked: false`` on its row."""
+    from spotwise.predictors._provenance import check_model_ticks
+    from spotwise.predictors._revfeatures import chrono_split
     from spotwise.predictors.reveval import evaluate, evaluate_transfer
 
     if not names and model_path is None:
@@ -176,12 +182,22 @@ def evaluate_path(
         check_split(ts, horizon_s, test_fraction, need_train=False)
     else:
         check_split(ts, horizon_s, test_fraction)
+    info: dict[str, Any] = {}
+    warnings: list[str] = []
+    if model is not None:  # before fitting anything: a refusal comes at once
+        test = chrono_split(ts, horizon_s, test_fraction=test_fraction).test
+        info, warnings = check_model_ticks(
+            model.trained_on, ts, test, test_fraction, str(model_path)
+        )
     try:
         if train_on is not None:
             return evaluate_transfer(
                 source, ts, horizon_s, names=names, test_fraction=test_fraction
             )
-        return evaluate(ts, horizon_s, names=names, model=model, test_fraction=test_fraction)
+        res = evaluate(
+            ts, horizon_s, names=names, model=model, test_fraction=test_fraction, model_info=info
+        )
+        return {**res, "warnings": warnings} if warnings else res
     except PredictorError as e:  # a model that cannot be fitted on this part: say what to change
         if e.hint:
             raise

@@ -82,6 +82,8 @@ def test_train_then_eval_and_forecast_with_model(tmp_path: Path) -> None:
             "logistic",
             "--horizon",
             "30m",
+            "--until",  # eval tests on the last 30 %: a model trained there is refused
+            "0.7",
             "--out",
             str(out),
             "--json",

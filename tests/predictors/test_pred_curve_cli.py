@@ -75,11 +75,13 @@ def spotwise(*args: str) -> subprocess.CompletedProcess[str]:
         ),
         (
             ("fit", "/nope.csv", "--curve-id", "1"),
-            "error: FILE: /nope.csv does not exist; pass a long CSV or the LCBench folder",
+            "error: FILE: /nope.csv does not exist; pass a long CSV or the LCBench folder "
+            "(builtin:lcbench-subset: the shipped one)",
         ),
         (
             ("eval", "--curves", "/nope.csv"),
-            "error: --curves: /nope.csv does not exist; pass a long CSV or the LCBench folder",
+            "error: --curves: /nope.csv does not exist; pass a long CSV or the LCBench folder "
+            "(builtin:lcbench-subset: the shipped one)",
         ),
     ],
 )

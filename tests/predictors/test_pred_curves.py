@@ -93,7 +93,10 @@ def test_default_metric_works_on_the_shipped_data_and_long_csvs(tmp_path: Path) 
 def test_errors_name_the_path_as_the_user_gave_it(tmp_path: Path) -> None:
     with pytest.raises(SpecError) as e:
         resolve_metric("/nope.csv", None, "FILE")
-    assert str(e.value) == "FILE: /nope.csv does not exist; pass a long CSV or the LCBench folder"
+    assert str(e.value) == (
+        "FILE: /nope.csv does not exist; pass a long CSV or the LCBench folder "
+        "(builtin:lcbench-subset: the shipped one)"
+    )
     with pytest.raises(SpecError, match=r"^--curves: /nope.csv does not exist"):
         load_curves("/nope.csv")
     bad = _csv(tmp_path, "curve_id,step,value", ["a,1,0.5", "a,2,oops"])
