@@ -194,6 +194,9 @@ def catalog(
         )
     )
     out: dict[str, Any] = {"provider": provider, "region": region, "instance_types": rows}
+    # the cloud whose market a provider replays (``local`` replays an AWS trace: its rows are
+    # that cloud's instance types, named and priced by it); None for a cloud of its own
+    out["replays"] = cat.provider if isinstance(cat, ReplayMarket) else None
     source = getattr(cat, "on_demand_source", None)
     if callable(source) and rows:
         out["on_demand_source"] = source(region)

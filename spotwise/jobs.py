@@ -158,16 +158,6 @@ def _with_orchestrator(job: Any) -> dict[str, Any]:
     return out
 
 
-def _count_jobs(store: Any) -> int:
-    """How many jobs the store holds (``Store.list_jobs`` lists a page of them only)."""
-    from sqlmodel import func, select
-
-    from spotwise.store import Job, session_scope
-
-    with session_scope(store.engine, "counting jobs") as s:
-        return int(s.exec(select(func.count()).select_from(Job)).one())
-
-
 def status(job_id: str | None, *, db: str | None = None, limit: int = 20) -> dict[str, Any]:
     """One job (with its trials counted), or the ``limit`` most recent jobs (0: all) when no
     id is given, with ``total`` (every job) and ``left_out`` (those not listed)."""
@@ -178,7 +168,7 @@ def status(job_id: str | None, *, db: str | None = None, limit: int = 20) -> dic
     store = Store.open_existing(db)
     try:
         if job_id is None:
-            total = _count_jobs(store)
+            total = store.count_jobs()
             listed = [_with_orchestrator(j) for j in store.list_jobs(limit or max(total, 1))]
             return {"jobs": listed, "total": total, "left_out": max(total - len(listed), 0)}
         job = store.get_job(job_id)

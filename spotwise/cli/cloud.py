@@ -76,17 +76,8 @@ def catalog_cmd(
     """
     from spotwise import cloud
 
-    result = _replayed(cloud.catalog(provider, region, gpu=gpu, min_vcpus=min_vcpus))
+    result = cloud.catalog(provider, region, gpu=gpu, min_vcpus=min_vcpus)
     emit(result, json_out, _print_catalog)
-
-
-def _replayed(result: dict[str, Any]) -> dict[str, Any]:
-    """A catalog with ``replays``: the cloud whose market the provider replays (``local``
-    replays an AWS trace; its rows are that cloud's instance types, named by it, and priced at
-    its on-demand prices), None for a cloud of its own. It said ``provider: local`` above rows
-    that each said ``aws``, with nothing to tell why."""
-    clouds = sorted({r["provider"] for r in result["instance_types"]} - {result["provider"]})
-    return {**result, "replays": ", ".join(clouds) or None}
 
 
 def prices_cmd(

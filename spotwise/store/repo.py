@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import Any, Self, TypeVar
 
 from sqlalchemy.engine import Engine
-from sqlmodel import SQLModel, col, select
+from sqlmodel import SQLModel, col, func, select
 
 from spotwise.errors import ConfigError, NotFoundError
 from spotwise.store.db import (
@@ -164,6 +164,11 @@ class Store(Records):
         with self._scope("reading the latest job") as s:
             stmt = select(Job).order_by(col(Job.created_at).desc(), col(Job.id).desc()).limit(1)
             return s.exec(stmt).first()
+
+    def count_jobs(self) -> int:
+        """How many jobs the store holds (:meth:`list_jobs` lists a page of them)."""
+        with self._scope("counting jobs") as s:
+            return int(s.exec(select(func.count()).select_from(Job)).one())
 
     def list_jobs(self, limit: int = 20) -> list[Job]:
         """Newest first."""
