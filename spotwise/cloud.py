@@ -217,6 +217,10 @@ def prices(
     """Current prices in :func:`price_order` (on-demand joined), or the spot price history over
     a window; current prices are cached in the store (all of them, whatever ``limit``).
 
+    On-demand prices alone (``market`` on-demand) from a cloud whose catalog could not read
+    which zones sell each type (AWS without credentials: ``zones_known`` False, with a
+    ``note``) are one row per instance type, its zone the region, and are not cached.
+
     ``limit`` keeps the first rows only (0: all; None: the default for the output, the first
     :data:`TABLE_LIMIT` rows for a ``table`` a person reads, else all of them, as a JSON
     document wants); ``total``, ``left_out`` and ``unavailable`` (spot offers with no capacity
@@ -275,7 +279,17 @@ def _prices(
     rows = sorted(
         (_offer_row(provider, o, now if stamp is None else stamp) for o in offers), key=price_order
     )
-    out.update(source="live", prices=rows, cached=_cache(rows, db, now))
+    zones = getattr(cat, "zones_known", None)  # AWS: False for on-demand without credentials
+    zones_known = bool(zones(region)) if callable(zones) else True
+    # rows whose zone is the region are not cached: they would sit beside the per-zone rows
+    out.update(source="live", prices=rows, cached=_cache(rows, db, now) if zones_known else 0)
+    if callable(zones):
+        out["zones_known"] = zones_known
+    if not zones_known:
+        out["note"] = (
+            f"no {provider} credentials to read which zones sell each type: one row per "
+            "instance type, its zone the region"
+        )
     if stamp is not None:
         out["market_time"] = stamp  # the replay market's clock: the trace's last tick
     source = getattr(cat, "on_demand_source", None)

@@ -121,6 +121,9 @@ def prices_cmd(
     """Prices, spot with on-demand joined: offers you can buy now first, each from cheapest
     (cached in the store). A --history lists the spot price over time, latest last.
 
+    Without AWS credentials, -p aws --on-demand lists each instance type once, its zone the
+    region, at the offline catalog's prices (--json: "zones_known": false and a "note").
+
     Examples:
       spotwise prices --instance-type p3.2xlarge
       spotwise prices --spot --instance-type p3.2xlarge --history 1d
@@ -143,9 +146,10 @@ def prices_cmd(
 def _on_demand_unavailable(
     e: ProviderUnavailable, provider: str, region: str | None
 ) -> ProviderUnavailable:
-    """``prices --on-demand`` refused for credentials: it said only "no credentials for reading
-    spot prices", though on-demand prices were asked for. Say why it read them (an on-demand
-    row is per zone: the zones come from the provider, spot prices included), and point at
+    """``prices --on-demand`` refused for credentials (AWS: credentials rejected; with none at
+    all it lists one row per type instead): the provider's message names only "reading spot
+    prices", though on-demand prices were asked for. Say why it read them (an on-demand row is
+    per zone: the zones come from the provider, spot prices included), and point at
     ``catalog``, which lists each instance type's on-demand price (AWS: offline, at 2017
     prices, when it has no credentials)."""
     where = f" -r {region}" if region else ""
@@ -280,6 +284,8 @@ def _print_prices(result: dict[str, Any]) -> None:
             title += f" at market time {_when(result['market_time'])}"
         if result.get("source") == "cache":
             title += f" [yellow](cached: {result.get('error', 'provider unreachable')})[/]"
+        if result.get("zones_known") is False:  # on-demand without credentials: per region
+            title += " [yellow](zones unknown)[/]"
         table = listing(title)
         for col in ("zone", "instance type"):  # whole unless too long for 80 columns: fold
             table.add_column(col, overflow="fold")
@@ -305,6 +311,8 @@ def _print_prices(result: dict[str, Any]) -> None:
     more = f" ({left_out} {which} not shown; --limit 0 for all)" if left_out else ""
     source = result.get("on_demand_source")
     note = f" · on-demand prices: {source}" if source else ""
+    if result.get("note"):
+        note += f" · {result['note']}"
     if unavailable:  # listed last, so the first rows a limit cuts
         hidden = unavailable - sum(1 for r in shown if not r.get("available", True))
         where = f", {hidden} not shown" if hidden else ""

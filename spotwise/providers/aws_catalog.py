@@ -10,6 +10,9 @@
 * Spot prices per availability zone from ``describe_spot_price_history`` (paginated,
   ``Linux/UNIX``): the price in effect now, and the history over a window.
 
+On-demand offers are per zone (EC2's offerings and spot prices say which); with no AWS credentials
+found, on-demand offers alone are one per type, zone = the region (:meth:`~AwsCatalog.zones_known`).
+
 On-demand prices unknown for a type leave ``Offer.on_demand_price_per_hour`` at ``0.0``.
 """
 
@@ -78,6 +81,7 @@ class AwsCatalog:
         self._unknown: set[str] = set()
         self._od: dict[str, tuple[dict[str, float], str]] = {}
         self._zones: dict[str, dict[str, set[str]]] = {}
+        self._zones_known: dict[str, bool] = {}
         self._clients: dict[tuple[str, str], Any] = {}
 
     # ---- Catalog -----------------------------------------------------------------------
@@ -136,7 +140,13 @@ class AwsCatalog:
                 gpu_name=h.gpu_name,
             )
 
-        spot = self.spot_prices(region, wanted or None)
+        try:
+            spot = self.spot_prices(region, wanted or None)
+            self._zones_known[region] = True
+        except NoCredentials:
+            if market is not Market.ON_DEMAND:
+                raise
+            spot, self._zones_known[region] = [], False  # no zones: one offer per type
         types = set(wanted) | {p.instance_type for p in spot}
         if market in (None, Market.ON_DEMAND):
             types |= set(wanted or od)
@@ -147,11 +157,12 @@ class AwsCatalog:
         if market in (None, Market.SPOT):
             out += [offer(p.zone, p.instance_type, Market.SPOT, p.price_per_hour) for p in spot]
         if market in (None, Market.ON_DEMAND):
-            offered = self._offerings(region, [t for t in (wanted or od) if t in od])
-            for itype in sorted(wanted or od):
-                if itype not in od:
-                    continue
-                for zone in sorted(offered.get(itype, set()) | spot_zones.get(itype, set())):
+            known = self._zones_known[region]
+            priced = [t for t in sorted(wanted or od) if t in od]
+            offered = self._offerings(region, priced) if known else {}
+            for itype in priced:
+                zones = offered.get(itype, set()) | spot_zones.get(itype, set())
+                for zone in sorted(zones) if known else [region]:
                     out.append(offer(zone, itype, Market.ON_DEMAND, od[itype]))
         return [o for o in out if not zones_ok or o.zone in zones_ok]
 
@@ -161,6 +172,11 @@ class AwsCatalog:
         region = self._region(region)
         rows = self._spot_history(region, [instance_type], start, end)
         return sorted(rows, key=lambda p: (p.timestamp, p.zone))
+
+    def zones_known(self, region: str | None = None) -> bool:
+        """False when the last :meth:`offers` of the region found no AWS credentials to read
+        which zones sell each type: its on-demand offers are one per type, zone = the region."""
+        return self._zones_known.get(self._region(region), True)
 
     # ---- prices ------------------------------------------------------------------------
     def spot_prices(
@@ -384,8 +400,21 @@ class AwsCatalog:
         except Exception as e:
             if not aws.is_sdk_error(e):
                 raise
-            raise aws.provider_error(e, f"reading spot prices in {region}") from None
+            err = aws.provider_error(e, f"reading spot prices in {region}")
+            if _no_credentials(e):
+                raise NoCredentials(err.message, hint=err.hint) from None
+            raise err from None
         return out
+
+
+class NoCredentials(ProviderUnavailable):
+    """No AWS credentials were found (credentials AWS rejected are a ProviderUnavailable)."""
+
+
+def _no_credentials(exc: BaseException) -> bool:
+    from botocore.exceptions import NoCredentialsError, PartialCredentialsError
+
+    return isinstance(exc, NoCredentialsError | PartialCredentialsError)
 
 
 def _invalid_types(exc: BaseException) -> set[str]:

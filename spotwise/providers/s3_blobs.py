@@ -7,10 +7,18 @@ token of :meth:`S3Blobs.get` is the object's ETag: a read that names it is a con
 botocore errors become :class:`~spotwise.errors.ProviderError` through
 :func:`spotwise.providers.aws.provider_error` (one line, no credentials), with the fix as hint
 for a missing bucket or denied access.
+
+One ``PutObject`` holds at most 5 GB, so :meth:`S3Blobs.put` sends an object larger than
+:data:`MULTIPART_THRESHOLD` as a multipart upload (parts of :data:`PART_SIZE`, a few at a time):
+S3 shows it only once the upload is completed, replacing the old object at once, so the write
+is as atomic as a single ``PutObject``; an upload that fails is aborted (its parts are not left
+to be billed) and fails with the same error as a failed ``PutObject``.
 """
 
 from __future__ import annotations
 
+import contextlib
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from spotwise.providers import aws
@@ -18,6 +26,11 @@ from spotwise.providers.blobs import check_name, join_key
 
 _UNCHANGED = ("304", "NotModified")
 _MISSING = ("NoSuchKey", "404", "NotFound")
+MIB = 1024 * 1024
+MULTIPART_THRESHOLD = 256 * MIB  # larger objects go up in parts (one PutObject: 5 GB at most)
+PART_SIZE = 64 * MIB  # S3: at least 5 MiB (but the last), at most 10,000 parts
+MAX_PARTS = 10_000
+UPLOAD_THREADS = 4  # parts in flight at once (each one a copy of PART_SIZE bytes)
 
 
 class S3Blobs:
@@ -80,12 +93,54 @@ class S3Blobs:
         return err
 
     def put(self, name: str, data: bytes, content_type: str = "application/octet-stream") -> None:
+        """Write ``data`` as ``name``: one ``PutObject``, or a multipart upload above
+        :data:`MULTIPART_THRESHOLD` bytes; readers see the old object or the new one, whole."""
+        if len(data) > MULTIPART_THRESHOLD:
+            self._put_in_parts(name, data, content_type)
+            return
         try:
             self.client.put_object(
                 Bucket=self.bucket, Key=self._key(name), Body=data, ContentType=content_type
             )
         except Exception as e:
             raise self._error(e, f"writing {name} to") from None
+
+    def _put_in_parts(self, name: str, data: bytes, content_type: str) -> None:
+        """One multipart upload of ``data`` to ``name``: visible only once completed, aborted
+        when a part fails; a botocore error becomes the same error as a failed ``PutObject``."""
+        client, action = self.client, f"writing {name} to"
+        where = {"Bucket": self.bucket, "Key": self._key(name)}
+        try:
+            upload = client.create_multipart_upload(**where, ContentType=content_type)["UploadId"]
+        except Exception as e:
+            raise self._error(e, action) from None
+        size = max(PART_SIZE, -(-len(data) // MAX_PARTS))
+        view = memoryview(data)
+
+        def part(number: int, start: int) -> dict[str, Any]:
+            body = bytes(view[start : start + size])
+            resp = client.upload_part(**where, UploadId=upload, PartNumber=number, Body=body)
+            return {"PartNumber": number, "ETag": resp["ETag"]}
+
+        pool = ThreadPoolExecutor(max_workers=UPLOAD_THREADS, thread_name_prefix="s3-part")
+        try:
+            futures: list[Future[dict[str, Any]]] = [
+                pool.submit(part, n, start)
+                for n, start in enumerate(range(0, len(data), size), start=1)
+            ]
+            parts = [f.result() for f in futures]  # the first failure raises here
+            client.complete_multipart_upload(
+                **where, UploadId=upload, MultipartUpload={"Parts": parts}
+            )
+        except BaseException as e:
+            pool.shutdown(wait=True, cancel_futures=True)
+            with contextlib.suppress(Exception):  # else S3 keeps (and bills) the parts
+                client.abort_multipart_upload(**where, UploadId=upload)
+            if isinstance(e, Exception):
+                raise self._error(e, action) from None
+            raise
+        finally:
+            pool.shutdown(wait=True)
 
     def get(self, name: str, token: str = "") -> tuple[bytes | None, str]:
         args = {"Bucket": self.bucket, "Key": self._key(name)}

@@ -1,6 +1,8 @@
 """The S3 checkpoint store on moto, in process: a step saved again survives a failed manifest
 PUT, a save succeeds without the right to delete, and a large object goes up as a multipart
-upload that is visible only once complete and aborted when it fails."""
+upload that is visible only once complete and aborted when it fails. The multipart upload is
+:meth:`S3Blobs.put`'s (the checkpoint store uses only S3Blobs' public methods), so every S3
+folder (a trial's artifacts and channel too) writes a large object in parts."""
 
 from __future__ import annotations
 
@@ -9,9 +11,11 @@ from typing import Any
 
 import pytest
 
-from spotwise.checkpoint import checkpoint_name, s3
+from spotwise.checkpoint import checkpoint_name
 from spotwise.checkpoint.s3 import S3CheckpointStore
-from spotwise.errors import CheckpointError
+from spotwise.errors import CheckpointError, ProviderError
+from spotwise.providers import s3_blobs
+from spotwise.providers.s3_blobs import S3Blobs
 
 pytest.importorskip("moto")
 pytest.importorskip("boto3")
@@ -99,8 +103,8 @@ def test_a_save_without_the_right_to_delete_succeeds_and_says_so(
 @pytest.fixture
 def small_parts(monkeypatch: pytest.MonkeyPatch) -> None:
     """Multipart above 1000 bytes, in parts of 300 (moto's minimum part size lowered)."""
-    monkeypatch.setattr(s3, "MULTIPART_THRESHOLD", 1000, raising=False)
-    monkeypatch.setattr(s3, "PART_SIZE", 300, raising=False)
+    monkeypatch.setattr(s3_blobs, "MULTIPART_THRESHOLD", 1000)
+    monkeypatch.setattr(s3_blobs, "PART_SIZE", 300)
     monkeypatch.setattr("moto.s3.models.S3_UPLOAD_PART_MIN_SIZE", 100)
 
 
@@ -166,3 +170,42 @@ def test_a_small_checkpoint_is_one_put_object(client: Any, small_parts: None) ->
     assert client.list_multipart_uploads(Bucket=BUCKET).get("Uploads", []) == []
     found = store.get_latest()
     assert found is not None and found[0] == b"y" * 1000
+
+
+def test_s3_blobs_put_sends_a_large_object_in_parts_for_every_user(
+    client: Any, small_parts: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The multipart upload lived in the checkpoint store: any other S3 folder (artifacts, the
+    trial channel) sent a large object as one PutObject, which stops at 5 GB."""
+    blobs = S3Blobs(BUCKET, "runs/j/t", client=client)
+    real_put, real_part = client.put_object, client.upload_part
+    calls: dict[str, list[Any]] = {"put": [], "part": []}
+
+    def put(**kw: Any) -> Any:
+        calls["put"].append(kw["Key"])
+        return real_put(**kw)
+
+    def part(**kw: Any) -> Any:
+        calls["part"].append(kw["PartNumber"])
+        return real_part(**kw)
+
+    monkeypatch.setattr(client, "put_object", put)
+    monkeypatch.setattr(client, "upload_part", part)
+    big = bytes(range(256)) * 5  # 1280 bytes: parts of 300, 300, 300, 300 and 80
+    blobs.put("model.bin", big, content_type="application/x-model")
+    assert calls["put"] == [] and sorted(calls["part"]) == [1, 2, 3, 4, 5]
+    got = client.get_object(Bucket=BUCKET, Key="runs/j/t/model.bin")
+    assert got["Body"].read() == big and got["ContentType"] == "application/x-model"
+    assert blobs.get("model.bin")[0] == big
+    blobs.put("small.txt", b"z" * 1000)  # at the threshold: one PutObject
+    assert calls["put"] == ["runs/j/t/small.txt"] and len(calls["part"]) == 5
+
+    def denied(**kw: Any) -> Any:
+        raise _error("AccessDenied", "CreateMultipartUpload")
+
+    monkeypatch.setattr(client, "create_multipart_upload", denied)
+    with pytest.raises(ProviderError) as err:
+        blobs.put("model.bin", b"w" * 2000)
+    assert err.value.message.startswith("aws: ") and "writing model.bin to" in err.value.message
+    assert "s3:PutObject" in (err.value.hint or "")  # the same hint as a failed PutObject
+    assert client.get_object(Bucket=BUCKET, Key="runs/j/t/model.bin")["Body"].read() == big

@@ -1,12 +1,14 @@
 """`catalog`, `prices` and "did you mean" as review-u found them (findings 9 and 11):
-``prices -p aws --on-demand`` without credentials blamed "reading spot prices" and gave no way
-to the on-demand prices `catalog` shows offline; the local catalog said ``provider: local``
+``prices -p aws --on-demand`` refused for credentials blamed "reading spot prices" and gave no
+way to the on-demand prices `catalog` shows offline (with no credentials at all it now lists
+them: tests/cli/test_prices_on_demand_offline.py); the local catalog said ``provider: local``
 above rows that each said ``aws``; ``-r us-eest-1`` suggested ``us-west-1``."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner, Result
@@ -40,31 +42,53 @@ def no_aws_credentials(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path / 'prices.db'}"
 
 
-def test_on_demand_prices_without_credentials_say_why_and_point_at_catalog(
-    no_aws_credentials: str,
+class _Rejected:
+    """An AWS client whose every call is refused for its credentials (AuthFailure)."""
+
+    def _refuse(self, *args: Any, **kwargs: Any) -> Any:
+        from botocore.exceptions import ClientError
+
+        raise ClientError({"Error": {"Code": "AuthFailure", "Message": "refused"}}, "Call")
+
+    describe_instance_types = paginate = _refuse
+
+    def get_paginator(self, operation: str) -> _Rejected:
+        return self
+
+
+def test_on_demand_prices_with_rejected_credentials_say_why_and_point_at_catalog(
+    no_aws_credentials: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    res = _invoke(
-        "prices", "--db", no_aws_credentials, "-p", "aws", "-t", "p3.2xlarge", "--on-demand"
-    )
+    """Without credentials `prices --on-demand` lists one row per type now
+    (tests/cli/test_prices_on_demand_offline.py); credentials AWS rejects still fail, and say
+    why spot prices were read and where the on-demand prices are."""
+    # spot prices asked for without credentials: the provider's own words, unchanged
+    res = _invoke("prices", "--db", no_aws_credentials, "-p", "aws", "-t", "p3.2xlarge", "--spot")
     e = res.exception
-    assert isinstance(e, ProviderUnavailable) and e.exit_code == 1
-    assert "no credentials for reading spot prices in us-east-1" in e.message
-    assert "`prices --on-demand` lists on-demand prices by zone" in e.message
-    assert e.hint is not None and e.hint.startswith(
-        "`spotwise catalog -p aws` lists each instance type's on-demand price without credentials"
-    )
-    assert "aws configure" in e.hint  # the original fix is kept
-    # what the hint promises: the same type's on-demand price, offline
+    assert isinstance(e, ProviderUnavailable)
+    assert e.message == "aws: no credentials for reading spot prices in us-east-1"
+    # what the hint below promises: the type's on-demand price, offline, without credentials
     done = _invoke("catalog", "-p", "aws", "--gpu", "V100", "--json")
     assert done.exit_code == 0
     rows = json.loads(done.stdout)["instance_types"]
     assert {r["name"]: r["on_demand_price_per_hour"] for r in rows}["p3.2xlarge"] == 3.06
 
-    # spot prices asked for: the provider's own words, unchanged
-    res = _invoke("prices", "--db", no_aws_credentials, "-p", "aws", "-t", "p3.2xlarge", "--spot")
+    from spotwise.providers import aws
+
+    monkeypatch.setattr(aws, "client", lambda *a, **k: _Rejected())
+    res = _invoke(
+        "prices", "--db", no_aws_credentials, "-p", "aws", "-t", "p3.2xlarge", "--on-demand"
+    )
     e = res.exception
-    assert isinstance(e, ProviderUnavailable)
-    assert e.message == "aws: no credentials for reading spot prices in us-east-1"
+    assert isinstance(e, ProviderUnavailable) and e.exit_code == 1
+    assert e.message.startswith(
+        "aws: credentials rejected while reading spot prices in us-east-1 (AuthFailure) "
+        "(`prices --on-demand` lists on-demand prices by zone"
+    )
+    assert e.hint == (
+        "`spotwise catalog -p aws` lists each instance type's on-demand price without "
+        "credentials; or spotwise check"
+    )
 
 
 def test_local_catalog_says_whose_market_it_replays() -> None:
