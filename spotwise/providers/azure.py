@@ -31,7 +31,9 @@ folder on the VM).
 ARM calls are bounded (:func:`client_bounds`): azure-core's default retry policy would let one
 call block for about 20 minutes when ARM stops answering (4 tries of 300 s each), or 3 times a
 ``Retry-After`` of any length; spotwise gives up after about ``api_deadline_s`` instead, with a
-TransientError (or ThrottledError) naming the action.
+TransientError (or ThrottledError) naming the action. The credential's token requests, which
+azure-identity sends through a pipeline of its own (or ``az``), get half of it
+(:class:`~spotwise.providers.azure_token.BoundedCredential`).
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cache
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 from spotwise.errors import (
     CapacityError,
@@ -54,11 +56,9 @@ from spotwise.errors import (
     ThrottledError,
     TransientError,
 )
+from spotwise.providers.azure_token import BoundedCredential, token_timeout
 from spotwise.providers.base import Market
 from spotwise.providers.registry import INSTALL_HINT, CheckResult, OptionsMixin, ProviderConfig
-
-if TYPE_CHECKING:
-    pass
 
 NAME = "azure"
 DEFAULT_API_DEADLINE_S = 60.0
@@ -147,15 +147,18 @@ def _unavailable(what: str) -> ProviderUnavailable:
 
 
 def compute_client(credential: Any, settings: AzureSettings) -> Any:
-    """A ``ComputeManagementClient`` on ``credential`` (ARM endpoint from ``options.base_url``)."""
+    """A ``ComputeManagementClient`` on ``credential`` (ARM endpoint from ``options.base_url``),
+    its calls and its token requests bounded by ``api_deadline_s``."""
     try:
         from azure.mgmt.compute import ComputeManagementClient
     except ImportError:
         raise _unavailable("azure-mgmt-compute") from None
-    kwargs = client_bounds(api_deadline_s(settings))
+    deadline = api_deadline_s(settings)
+    kwargs = client_bounds(deadline)
     if settings.opt("base_url"):
         kwargs["base_url"] = settings.opt("base_url")
-    return ComputeManagementClient(credential, settings.subscription_id, **kwargs)
+    bounded = BoundedCredential(credential, deadline / 2)
+    return ComputeManagementClient(bounded, settings.subscription_id, **kwargs)
 
 
 def default_credential() -> Any:
@@ -223,6 +226,12 @@ def api_error(prefix: str, e: Exception) -> ProviderError:
     ThrottledError, a 500/502/503/504 or a connection that failed or timed out →
     TransientError, capacity → CapacityError, credentials → ``az login``, quota → the quota to
     raise, 403 → the role to grant. Never a token."""
+    if type(e).__name__ == "TokenTimeout" and isinstance(e, token_timeout()):
+        return TransientError(
+            f"{prefix}: {getattr(e, 'message', e)} (a passing failure of its token endpoint)",
+            hint="nothing to fix if it passes: spotwise pauses the provider and tries again; if "
+            "it lasts, check that `az account get-access-token` answers",
+        )
     err = getattr(e, "error", None)
     code = str(getattr(err, "code", "") or "")
     msg = str(getattr(err, "message", "") or getattr(e, "message", "") or type(e).__name__)

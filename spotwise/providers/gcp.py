@@ -24,9 +24,11 @@ for the trial channel (see
 trial's folder on the instance).
 
 Every API call passes its own ``retry`` and ``timeout``
-(:func:`~spotwise.providers.gcp_errors.call_bounds`), so that in an outage it gives up after
-``api_deadline_s`` with a TransientError naming the action, instead of holding the orchestrator
-for the client's default 600 s.
+(:func:`~spotwise.providers.gcp_errors.call_bounds`), and the clients hold each call, a listing
+with all its pages, to ``api_deadline_s`` of wall time even when the server trickles its answer
+(:class:`~spotwise.providers.gcp_errors.BoundedClient`), so that in an outage it gives up with a
+TransientError naming the action, instead of holding the orchestrator for the client's default
+600 s (per page). Refreshing the credentials' token happens inside the call, so it is bounded too.
 
 Prices: :mod:`spotwise.providers.gcp_prices` (a dated catalog that can be refreshed; GCP has no
 spot price history API, so ``GcpCatalog.price_history`` returns the catalog's dated point).
@@ -48,7 +50,7 @@ from spotwise.errors import (
     SpecError,
 )
 from spotwise.providers.base import TAG_MANAGED, Market
-from spotwise.providers.gcp_errors import call_bounds
+from spotwise.providers.gcp_errors import BoundedClient, call_bounds
 from spotwise.providers.registry import INSTALL_HINT, CheckResult, OptionsMixin, ProviderConfig
 
 if TYPE_CHECKING:
@@ -159,6 +161,7 @@ class GcpClients:
         return self._bounds
 
     def get(self, name: str) -> Any:
+        """The ``compute_v1`` client ``name``, its calls held to ``api_deadline_s``."""
         if name not in self._cache:
             mod = compute_v1()
             kwargs: dict[str, Any] = {"credentials": self._credentials}
@@ -166,7 +169,8 @@ class GcpClients:
                 from google.api_core.client_options import ClientOptions
 
                 kwargs["client_options"] = ClientOptions(api_endpoint=self._api_endpoint)
-            self._cache[name] = getattr(mod, name)(**kwargs)
+            client = getattr(mod, name)(**kwargs)
+            self._cache[name] = BoundedClient(client, self.api_deadline_s)
         return self._cache[name]
 
     def __repr__(self) -> str:  # never show the credentials

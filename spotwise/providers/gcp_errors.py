@@ -1,13 +1,19 @@
 """How a Compute Engine API call fails, and how long it may take: the mapping of a
 ``GoogleAPICallError`` (or a credentials failure) to spotwise's errors (:func:`api_error`,
-:func:`operation_error`), and the ``retry``/``timeout`` every call passes (:func:`call_bounds`,
-bounded by the provider option ``api_deadline_s``). Split from :mod:`spotwise.providers.gcp`,
-which re-exports these names."""
+:func:`operation_error`), the ``retry``/``timeout`` every call passes (:func:`call_bounds`,
+bounded by the provider option ``api_deadline_s``), and :class:`BoundedClient`, which holds a
+whole call (a listing: all its pages) to that deadline. Split from
+:mod:`spotwise.providers.gcp`, which re-exports these names."""
 
 from __future__ import annotations
 
 import contextlib
+import contextvars
+import functools
 import re
+import threading
+import time
+from collections.abc import Callable
 from typing import Any
 
 from spotwise.errors import (
@@ -119,8 +125,12 @@ def _is_refresh_error(e: Exception) -> bool:
 def api_error(prefix: str, e: Exception) -> ProviderError:
     """A GoogleAPICallError (or a credentials failure) as a one-line ProviderError: throttling
     → ThrottledError, a 500/502/503/504 or a timeout or dropped connection → TransientError,
-    quota → the quota to raise, credentials → how to renew them, 403 → the role to grant.
-    Never the request's headers or a token."""
+    quota → the quota to raise, credentials → how to renew them, 403 → the role to grant; a
+    call out of its deadline (:class:`CallDeadlineExceeded`) → its last retried failure, else
+    a TransientError saying so. Never the request's headers or a token."""
+    if isinstance(e, CallDeadlineExceeded):
+        last = api_error(prefix, e.last) if e.last is not None else None
+        return last if isinstance(last, TransientError) else transient(prefix, str(e))
     if _is_refresh_error(e):
         oauth = _OAUTH_CODE.search(str(e))
         why = f" ({oauth.group(1)})" if oauth else ""
@@ -189,7 +199,8 @@ def call_bounds(deadline_s: float) -> dict[str, Any]:
     defaults (compute_v1/services/*/transports/base.py: reads retry 503/504 for up to 600 s,
     any request may take 600 s): :func:`retryable` failures retried until ``deadline_s``, then
     api_core's RetryError (:func:`api_error` maps its cause); each request may take half of
-    ``deadline_s``. A page of a listing is a call of its own."""
+    ``deadline_s``. :class:`BoundedClient` shrinks both, for a listing's later pages, to what
+    is left of the listing's deadline."""
     from google.api_core.retry import Retry
 
     retry = Retry(
@@ -198,8 +209,104 @@ def call_bounds(deadline_s: float) -> dict[str, Any]:
         maximum=min(10.0, deadline_s / 4),
         multiplier=2.0,
         timeout=deadline_s,
+        on_error=_note_retried,
     )
     return {"retry": retry, "timeout": deadline_s / 2}
+
+
+# ---- one deadline per call, all its pages included -------------------------------------------
+_RETRIED: contextvars.ContextVar[list[Exception] | None] = contextvars.ContextVar(
+    "spotwise_gcp_retried", default=None
+)
+
+
+def _note_retried(e: Exception) -> None:
+    """Retry's ``on_error``: keeps the failure a call retried, for the error it ends with."""
+    seen = _RETRIED.get()
+    if seen is not None:
+        seen.append(e)
+
+
+class CallDeadlineExceeded(TimeoutError):
+    """A call (a listing: all its pages) had no complete answer within ``api_deadline_s``;
+    ``last`` is the last failure it retried, if any (:func:`api_error` reports that one)."""
+
+    def __init__(self, deadline_s: float, last: Exception | None = None) -> None:
+        super().__init__(f"no complete answer within api_deadline_s = {deadline_s:g} s")
+        self.last = last
+
+
+class BoundedClient:
+    """A compute_v1 client whose every call gives up ``deadline_s`` after it began, with
+    :class:`CallDeadlineExceeded`, whatever the server does:
+
+    - the pages of a listing share the deadline of its first request: a later page is sent
+      with the retry's timeout and the request's timeout cut to what is left (api_core's
+      pagers send each page as a call of its own, with the first one's ``retry``/``timeout``);
+    - each request runs in a daemon thread that the caller waits for until the deadline:
+      requests' ``timeout`` bounds each socket read, not the answer, so a server that trickles
+      its answer would hold the caller for as long as it likes. The thread is left to finish
+      (its request times out or ends) on its own; launches and deletes carry a requestId, so
+      sending them again is safe.
+    """
+
+    def __init__(self, client: Any, deadline_s: float) -> None:
+        self._client = client
+        self._deadline_s = deadline_s
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._client, name)
+        if name.startswith("_") or not callable(attr):
+            return attr
+        return functools.partial(self._call, attr)
+
+    def _call(self, method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        end, retried = time.monotonic() + self._deadline_s, list[Exception]()
+        result = self._send(end, retried, method, *args, **kwargs)
+        if type(result).__name__.endswith("Pager") and "_method" in vars(result):
+            result._method = functools.partial(self._send, end, retried, result._method)
+        return result
+
+    def _send(
+        self,
+        end: float,
+        retried: list[Exception],
+        method: Callable[..., Any],
+        *args: Any,
+        **kwargs: Any,
+    ) -> Any:
+        left = end - time.monotonic()
+        if left <= 0:
+            raise CallDeadlineExceeded(self._deadline_s, retried[-1] if retried else None)
+        retry: Any = kwargs.get("retry")
+        timeout = kwargs.get("timeout")
+        if hasattr(retry, "with_timeout"):
+            kwargs["retry"] = retry.with_timeout(left)
+        if isinstance(timeout, int | float):
+            kwargs["timeout"] = min(float(timeout), left)
+        context = contextvars.copy_context()
+        context.run(_RETRIED.set, retried)
+        box: list[tuple[bool, Any]] = []
+        done = threading.Event()
+
+        def work() -> None:
+            try:
+                box.append((True, context.run(method, *args, **kwargs)))
+            except BaseException as e:  # handed to the caller, who may be gone
+                box.append((False, e))
+            finally:
+                done.set()
+
+        threading.Thread(target=work, name="spotwise-gcp-call", daemon=True).start()
+        if not done.wait(left):
+            raise CallDeadlineExceeded(self._deadline_s, retried[-1] if retried else None)
+        ok, value = box[0]
+        if not ok:
+            raise value
+        return value
+
+    def __repr__(self) -> str:
+        return f"BoundedClient({type(self._client).__name__}, deadline_s={self._deadline_s:g})"
 
 
 def read_timed_out(e: BaseException) -> bool:
