@@ -19,6 +19,8 @@ A minimal spec::
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -303,7 +305,39 @@ def parse_spec(data: Any, source: str = "spec") -> JobSpec:
     except ValidationError as err:
         raise SpecError(f"{source}: {error_line(err, JobSpec)}") from None
     _check_options(spec, source)
+    _check_space_size(spec, source)
     return spec
+
+
+def space_points(
+    space: Mapping[str, RealParam | IntParam | CategoricalParam],
+) -> dict[str, int] | None:
+    """How many values each parameter takes when every one is int or categorical (the space
+    then has their product of distinct points); None when one is real."""
+    counts: dict[str, int] = {}
+    for name, p in space.items():
+        if isinstance(p, RealParam):
+            return None
+        counts[name] = p.high - p.low + 1 if isinstance(p, IntParam) else len(p.choices)
+    return counts
+
+
+def _check_space_size(spec: JobSpec, source: str) -> None:
+    """More trials than a finite space has points would run the same configuration twice,
+    billed twice for the same result. Checked here, not in the model: a job recorded before
+    this check must still load."""
+    counts = space_points(spec.search_space)
+    size = math.prod(counts.values()) if counts is not None else 0
+    if counts is not None and spec.trials > size:
+        kinds = {
+            n: "value" if isinstance(spec.search_space[n], IntParam) else "choice" for n in counts
+        }
+        parts = " × ".join(f"{n}: {c} {kinds[n]}{'s' if c > 1 else ''}" for n, c in counts.items())
+        raise SpecError(
+            f"{source}: spec field 'trials': {spec.trials} but the search space has only {size} "
+            f"distinct point{'s' if size > 1 else ''} ({parts}); set trials <= {size}, or widen "
+            "the space"
+        )
 
 
 def _check_options(spec: JobSpec, source: str) -> None:

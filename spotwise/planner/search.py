@@ -1,22 +1,34 @@
 """Hyper-parameter search with scikit-optimize's ask/tell, shared by every policy.
 
 Only scikit-optimize's GP, RF and ET estimators are used: with numpy 2.4 and scikit-learn 1.9 its
-GBRT and "dummy" paths are broken (see pyproject). ``random`` samples the space directly.
-While trials run in parallel, new points come from ``ask(n_points=…, strategy="cl_min")``
-(constant liar), so pending trials are not proposed twice.
+GBRT and "dummy" paths are broken (see pyproject). ``random`` samples the space directly and
+fits no model. While trials run in parallel, new points come from a constant liar (``cl_min``):
+a copy of the optimizer told each pending point at the best value seen, kept from one ask to
+the next until a result arrives, so filling P slots costs about P model fits, not P²/2.
+skopt's own ``ask(n_points=…)`` is not used: it refits the whole batch on every ask, and its
+batch starts with a fresh fit's next point, which in a continuous space is the pending point
+moved by 1e-7, so every parallel trial ran (nearly) the same configuration.
+
+A point is never handed out twice while it is pending, evaluated, or failed: when the model
+proposes one, a random point not yet used is drawn instead (in a finite space, from those left).
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
+import itertools
 import logging
+import math
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from spotwise.spec import CategoricalParam, IntParam, RealParam, SearchSpec
+from spotwise.spec import CategoricalParam, IntParam, RealParam, SearchSpec, space_points
 
 _ESTIMATORS = {"gp": "GP", "rf": "RF", "et": "ET"}
+ENUMERATE_UP_TO = 100_000  # a finite space this small is listed to find a point not yet used
+RANDOM_TRIES = 64  # else random draws: in a large space the first one is almost always new
 log = logging.getLogger("spotwise.search")
 
 
@@ -38,6 +50,9 @@ def _skopt_notes() -> Iterator[None]:
 def _plain(v: Any) -> Any:
     """numpy scalars → Python scalars (JSON and SQLite friendly)."""
     return v.item() if hasattr(v, "item") else v
+
+
+Point = list[Any]
 
 
 class Search:
@@ -65,14 +80,22 @@ class Search:
                 dims.append(Categorical(list(p.choices), name=name))
         self.sign = -1.0 if direction == "maximize" else 1.0  # skopt minimises
         self.random = spec.optimizer == "random"
-        self._opt = Optimizer(
+        self._new_opt = functools.partial(
+            Optimizer,
             dims,
             base_estimator=_ESTIMATORS.get(spec.optimizer, "GP"),
             n_initial_points=spec.initial_points,
-            random_state=spec.seed,
             acq_func="EI",
         )
-        self._pending: list[list[Any]] = []
+        self._opt = self._new_opt(random_state=spec.seed)
+        counts = space_points(space)
+        small = counts is not None and math.prod(counts.values()) <= ENUMERATE_UP_TO
+        self._values = [_values(p) for p in space.values()] if small else None
+        self._pending: list[Point] = []
+        self._failed: list[Point] = []  # failed before any value was known: told with the first
+        self._finals: list[float] = []  # the completed trials' values (tell_stopped's range)
+        self._liar: Any = None  # _opt's results and a lie at each pending point (constant liar)
+        self._unlied: list[Point] = []  # points handed out since the liar's last fit
         self.told = 0
 
     def ask(self) -> dict[str, Any]:
@@ -83,40 +106,108 @@ class Search:
             return self._ask()
 
     def _ask(self) -> dict[str, Any]:
+        used = {tuple(p) for p in [*self._opt.Xi, *self._pending, *self._failed]}
         if self.random:
-            point = self._opt.space.rvs(n_samples=1, random_state=self._opt.rng)[0]
-        else:
-            n = len(self._pending) + 1
-            points = self._opt.ask(n_points=n, strategy="cl_min") if n > 1 else [self._opt.ask()]
-            point = next((p for p in points if p not in self._pending), points[-1])
-        point = [_plain(v) for v in point]
+            point = self._draw()
+        elif self._pending and self._opt.models:
+            point = self._liar_ask()
+        else:  # one at a time, or no model yet (the first points are random ones)
+            point = [_plain(v) for v in self._opt.ask()]
+        if tuple(point) in used:  # evaluated, pending or failed: never run twice
+            point = self._fresh(used) or self._reused(point)
         self._pending.append(point)
+        if self._liar is not None:
+            self._unlied.append(point)
         return dict(zip(self.names, point, strict=True))
 
+    def _liar_ask(self) -> Point:
+        """The constant liar's next point: a copy of the optimizer that has its results and
+        each pending point at the best value seen (skopt's ``cl_min``). Kept until a result
+        arrives or a point is dropped, so each ask costs one model fit, not one per pending
+        point."""
+        lie = min(self._opt.yi)
+        xs: list[Point] = []
+        ys: list[float] = []
+        if self._liar is None:
+            self._liar = self._new_opt(random_state=self._opt.rng.randint(0, 2**31 - 1))
+            xs, ys, self._unlied = list(self._opt.Xi), list(self._opt.yi), list(self._pending)
+        xs, ys = [*xs, *self._unlied], [*ys, *[lie] * len(self._unlied)]
+        if xs:
+            self._liar.tell(xs, ys)
+        self._unlied = []
+        return [_plain(v) for v in self._liar.ask()]
+
+    def _draw(self) -> Point:
+        return [_plain(v) for v in self._opt.space.rvs(n_samples=1, random_state=self._opt.rng)[0]]
+
+    def _fresh(self, used: set[tuple[Any, ...]]) -> Point | None:
+        """A random point not in ``used``; None when every point of the space is."""
+        if self._values is not None:  # a small finite space: pick among the points left
+            left = [list(p) for p in itertools.product(*self._values) if p not in used]
+            return left[self._opt.rng.randint(len(left))] if left else None
+        for _ in range(RANDOM_TRIES):
+            point = self._draw()
+            if tuple(point) not in used:
+                return point
+        return None
+
+    def _reused(self, point: Point) -> Point:
+        """Every point of the space is used (more trials than points: refused at spec load, but
+        a job recorded before that check may resume): an evaluated point, never one that is
+        still pending or known to fail, unless no other is left."""
+        busy = {tuple(p) for p in [*self._pending, *self._failed]}
+        return next((list(p) for p in [point, *self._opt.Xi] if tuple(p) not in busy), point)
+
     def tell(self, params: Mapping[str, Any], value: float) -> None:
-        """Report a trial's final (or predicted final) metric."""
-        point = [_plain(params[n]) for n in self.names]
-        if point in self._pending:
-            self._pending.remove(point)
-        if value != value:  # NaN: nothing to tell (a trial that ended on NaN is a tell_failure)
-            return
+        """Report a completed trial's final metric (NaN: nothing is told; a trial that ended on
+        NaN is a :meth:`tell_failure`)."""
+        if self._tell(params, value):
+            self._finals.append(float(value))
+
+    def tell_stopped(self, params: Mapping[str, Any], value: float) -> None:
+        """Report an early-stopped trial's value (a predicted final, a rung's or its last value),
+        clamped to the completed finals' range once a trial has completed: above the best, a
+        prediction would become the model's incumbent and the next points would crowd around a
+        trial that was stopped; below the worst, a partial value understates the final it would
+        have reached. Before any trial has completed it is told as it is."""
+        if self._finals and value == value:
+            value = min(max(value, min(self._finals)), max(self._finals))
+        self._tell(params, value)
+
+    def _tell(self, params: Mapping[str, Any], value: float) -> bool:
+        point = self._point(params)
+        self._release(point)
+        if value != value:
+            return False
+        self._tell_points([point], [self.sign * float(value)])
+        return True
+
+    def _tell_points(self, points: list[Point], ys: list[float]) -> None:
+        """Tell skopt (one model fit; none for ``random``), with the failures held until a
+        first value, told the worst value seen as :meth:`tell_failure` does."""
+        if self._failed:
+            worst = max([*self._opt.yi, *ys])
+            points, ys = [*points, *self._failed], [*ys, *[worst] * len(self._failed)]
+            self._failed = []
         from threadpoolctl import threadpool_limits
 
         with threadpool_limits(1), _skopt_notes():
-            self._opt.tell(point, self.sign * float(value))
-        self.told += 1
+            self._opt.tell(points, ys, fit=not self.random)
+        self.told += len(points)
+        self._liar = None
 
     def tell_failure(self, params: Mapping[str, Any]) -> None:
         """A trial at ``params`` failed (it crashed, or could not start): tell the worst value
         seen so far, so the model steers away. Forgotten, a GP proposes the very same point
         again (its next point only changes with a tell) and every later trial crashes the same
-        way. Before any value is known there is nothing to compare with: forgotten (the first
-        points are random anyway)."""
-        ys = list(self._opt.yi)
-        if not ys:
-            self.forget(params)
-            return
-        self.tell(params, self.sign * max(ys))  # skopt minimises sign·value: its largest y
+        way. Before any value is known the point is held: never proposed again, and told the
+        worst value once a first one arrives."""
+        point = self._point(params)
+        self._release(point)
+        if self._opt.yi:
+            self._tell_points([point], [max(self._opt.yi)])  # skopt minimises: its largest y
+        elif point not in self._failed:
+            self._failed.append(point)
 
     def replay(
         self, ended: list[tuple[Mapping[str, Any], float | None]], pending: list[Mapping[str, Any]]
@@ -124,27 +215,41 @@ class Search:
         """Seed a resumed job's search with what its earlier run learnt, in one model fit:
         ``ended`` holds each told trial's params and value (None: a failure, told the worst
         value, as :meth:`tell_failure`); ``pending`` the trials about to run again, which
-        :meth:`ask` must not propose a second time."""
-        finite = [v for _, v in ended if v is not None and v == v]
+        :meth:`ask` must not propose a second time. The values count as completed finals for
+        :meth:`tell_stopped`."""
+        finite = [float(v) for _, v in ended if v is not None and v == v]
+        self._finals += finite
         worst = max((self.sign * v for v in finite), default=None)
-        points: list[list[Any]] = []
+        points: list[Point] = []
         ys: list[float] = []
         for params, value in ended:
+            point = self._point(params)
             y = worst if value is None else self.sign * float(value)
-            if y is None or y != y:  # a failure before any value, or NaN: nothing to tell
-                continue
-            points.append([_plain(params[n]) for n in self.names])
-            ys.append(y)
-        self._pending += [[_plain(p[n]) for n in self.names] for p in pending]
-        if not points:
-            return
-        from threadpoolctl import threadpool_limits
-
-        with threadpool_limits(1), _skopt_notes():
-            self._opt.tell(points, ys)
-        self.told += len(points)
+            if y is not None and y == y:  # NaN: nothing to tell
+                points.append(point)
+                ys.append(y)
+            elif value is None and point not in self._failed:  # a failure before any value
+                self._failed.append(point)
+        self._pending += [self._point(p) for p in pending]
+        self._liar = None
+        if points:
+            self._tell_points(points, ys)
 
     def forget(self, params: Mapping[str, Any]) -> None:
-        point = [_plain(params[n]) for n in self.names]
+        """A trial that ended with nothing to tell (cancelled, or stopped with no value): its
+        point is no longer pending and may be proposed again."""
+        self._release(self._point(params))
+
+    def _release(self, point: Point) -> None:
         if point in self._pending:
             self._pending.remove(point)
+        self._liar = None  # it lies about a point no longer pending
+
+    def _point(self, params: Mapping[str, Any]) -> Point:
+        return [_plain(params[n]) for n in self.names]
+
+
+def _values(p: IntParam | CategoricalParam | RealParam) -> Sequence[Any]:
+    if isinstance(p, IntParam):
+        return range(p.low, p.high + 1)
+    return list(p.choices) if isinstance(p, CategoricalParam) else []
