@@ -37,9 +37,10 @@ def tune(
 ) -> None:
     """Run a tuning job to the end: live table of trials, then a summary ($ vs on-demand).
 
-    Exits 2 for a bad spec (nothing written); 1 when every trial failed, when a budget or
-    deadline left no completed trial, or when an instance could not be terminated at the end
-    (it may still be billed: `spotwise cancel JOB` retries); 130 when the job was cancelled.
+    Exits 2 for a bad spec (nothing written); 1 when every trial failed, when no trial has a
+    final metric (a budget or deadline left none; trials never reported their last step, or
+    ended on NaN), or when an instance could not be terminated at the end (it may still be
+    billed: `spotwise cancel JOB` retries); 130 when the job was cancelled.
 
     Examples:
       spotwise tune examples/digits/job.yaml

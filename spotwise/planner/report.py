@@ -20,6 +20,37 @@ def best_trial(trials: Sequence[TrialRun], direction: str) -> TrialRun | None:
     return max(done, key=lambda t: (sign * (t.final_metric or 0.0), -t.number))
 
 
+def reported_final(t: TrialRun) -> bool:
+    """Whether the trial reported its metric at its last step (``steps``): a finite value (its
+    final metric), or NaN/inf as its latest report there (a diverged end: no final metric).
+    A step reached by a checkpoint alone is not a report: the trial's result is what it
+    reported at ``steps``."""
+    return t.final_metric is not None or (t.metric_invalid and t.furthest >= t.steps_total)
+
+
+def last_reported(t: TrialRun) -> int | None:
+    """The furthest step the trial reported its metric at (a NaN/inf report too), in this run
+    or, for a trial queued again by `spotwise resume`, in the earlier one; None: never."""
+    seen = [*t.curve, *t.reported] + ([t.furthest] if t.furthest else [])
+    return max(seen) if seen else None
+
+
+def unreported_final(t: TrialRun, metric: str) -> str:
+    """Why a trial whose work is done (its checkpoint or its reports reached ``steps``) has no
+    result: it never reported ``metric`` at ``steps``."""
+    total, last = t.steps_total, last_reported(t)
+    reached = max(t.step, t.checkpoint_step)
+    head = f"the trial reached step {reached} of {total}"
+    how = f"report(step, value) at step {total} is the result"
+    if last is None:
+        return f"{head} but never reported {metric}; {how}"
+    if last == total - 1:  # 0-indexed steps, most likely
+        return f"{head} but reported {metric} only up to step {last} (steps count from 1: {how})"
+    if last < total:
+        return f"{head} but reported {metric} only up to step {last} ({how})"
+    return f"{head} but reported {metric} at steps up to {last}, not at step {total} ({how})"
+
+
 def best_of(t: TrialRun, direction: str) -> float | None:
     if not t.curve:
         return None
@@ -190,7 +221,27 @@ def end_state(
             f"see the trial logs in {logs}"
         )
     why = nothing_to_show(trials, max_cost_usd)
-    return ("failed", why) if why else ("succeeded", None)
+    if why:
+        return "failed", why
+    if best_trial(trials, "maximize") is None:  # whatever the cause: no result is no success
+        return "failed", no_final(trials, logs)
+    return "succeeded", None
+
+
+def no_final(trials: Sequence[TrialRun], logs: str) -> str:
+    """Why a job that ran to its end has no best trial, when neither a failure of every trial,
+    NaN/inf ends nor a limit says so: how its trials ended."""
+    if not trials:
+        return "no trial ran"
+    ends: dict[str, int] = {}
+    for t in trials:
+        ends[t.state.replace("_", " ")] = ends.get(t.state.replace("_", " "), 0) + 1
+    how = ", ".join(f"{n} {state}" for state, n in ends.items())
+    steps = trials[0].steps_total
+    return (
+        f"no trial reported a final metric (a finite value at step {steps}): {how}; "
+        f"see the trial logs in {logs}"
+    )
 
 
 def nothing_to_show(trials: Sequence[TrialRun], max_cost_usd: float | None) -> str | None:

@@ -73,6 +73,7 @@ class TrialRun:
     also_stopped_by: list[str] = field(default_factory=list)
     last_error: str | None = None  # its latest failure (a refused launch, a crash), for the user
     crashed: bool = False  # its own process failed (not the cloud): its point is a bad one
+    unreported: bool = False  # it failed for never reporting its metric at its last step
     invalid_metric: bool = False  # it reported a NaN/inf metric (an event says so, once)
     metric_invalid: bool = False  # its latest report was NaN/inf
     furthest: int = 0  # the furthest step it reported in this run (kept across relaunches)

@@ -32,7 +32,7 @@ from spotwise.planner.policy import (
     Progress,
     TrialExited,
 )
-from spotwise.planner.report import best_of
+from spotwise.planner.report import best_of, last_reported, reported_final, unreported_final
 from spotwise.planner.runstate import Life, TrialRun
 from spotwise.planner.search import Search
 from spotwise.providers.base import InstanceState
@@ -180,10 +180,20 @@ class TrialBook:
         life.exited = True
         t.life = None
         log_file, output, unread = self._life_log(t, life)
-        # every step reported: the trial is complete even if its instance was taken afterwards
-        finished = t.step >= t.steps_total
+        # its last step reported: complete even if its instance was taken afterwards
+        finished = reported_final(t)
+        taken = (  # the cloud or the planner ended this life: a relaunch may still report
+            life.notice_deadline is not None
+            or life.rebalanced
+            or state is InstanceState.REVOKED
+            or t.stopping == "migrate"
+        )
         if finished:
             self._close_trial(t, "completed", now)
+        elif max(t.step, t.checkpoint_step) >= t.steps_total and not taken and not t.stopping:
+            # its work is done, its result never reported: a relaunch would resume from a
+            # checkpoint at its last step, report nothing again and pay for a second instance
+            self._unreported_final(t, code, log_file, output, now)
         elif t.stopping == "early":
             self._close_trial(t, "stopped_early", now)
         elif t.stopping == "cancel":
@@ -212,6 +222,16 @@ class TrialBook:
                 f"the trial exited with code {code} at step {t.step} of {t.steps_total}"
                 + (" without being asked to stop" if code == 0 else "")
             )
+            if code == 0:  # which step it reported last (its step may be its checkpoint's)
+                last = last_reported(t)
+                detail["last_reported_step"] = last
+                if last != t.step:
+                    metric = self.spec.metric.name
+                    t.last_error += (
+                        f"; it never reported {metric}"
+                        if last is None
+                        else f"; it reported {metric} last at step {last}"
+                    )
             if output:
                 detail["last_output"] = output
                 t.last_error += f"; its last output line: {output}"
@@ -231,6 +251,28 @@ class TrialBook:
             )
             return InstanceLost(t.trial_id, life.instance_id)
         return TrialExited(t.trial_id, life.instance_id, finished)
+
+    def _unreported_final(
+        self, t: TrialRun, code: int | None, log_file: Path | None, output: str, now: float
+    ) -> None:
+        """The trial's work is done (its checkpoint or its reports reached its last step) but
+        it never reported its metric there: it failed, with no relaunch (see
+        :func:`~spotwise.planner.report.unreported_final`)."""
+        t.failures += 1
+        t.crashed = code is not None  # an exit code: the trial's own doing
+        t.unreported = True
+        t.last_error = unreported_final(t, self.spec.metric.name)
+        detail: dict[str, Any] = {
+            "exit_code": code,
+            "log": str(log_file or self.run_dir / "logs"),
+            "error": t.last_error,
+            "last_reported_step": last_reported(t),
+        }
+        if output:
+            detail["last_output"] = output
+            t.last_error += f"; its last output line: {output}"
+        self._event("error", now, t, **detail)
+        self._close_trial(t, "failed", now)
 
     def _life_log(self, t: TrialRun, life: Life) -> tuple[Path | None, str, str]:
         """``(log file, its last output line, why the output could not be read)`` of one
@@ -293,9 +335,15 @@ class TrialBook:
     def _broken(self) -> bool:
         """Two trials failed and none ever reported a step: the command itself is broken (a
         typo, a missing file), and every new trial would only pay for more failed launches.
-        Judged on this run's trials: a resumed job's command may have been mended since."""
-        failed = sum(1 for t in self.trials if t.state == "failed" and not t.carried)
-        return failed >= 2 and not any(t.furthest > 0 for t in self.trials)
+        Likewise two trials that ran to their last step without reporting the metric there
+        (steps counted from 0, a report every k steps that skips the last) while none has
+        completed: the script's reporting is wrong for every trial. Judged on this run's
+        trials: a resumed job's command may have been mended since."""
+        failed = [t for t in self.trials if t.state == "failed" and not t.carried]
+        if len(failed) >= 2 and not any(t.furthest > 0 for t in self.trials):
+            return True
+        unreported = sum(1 for t in failed if t.unreported)
+        return unreported >= 2 and not any(t.state == "completed" for t in self.trials)
 
     def _doubtful(self) -> bool:
         """No trial has reported a step yet, one has failed, and another is still under way:
@@ -332,7 +380,7 @@ class TrialBook:
         elif state == "stopped_early":
             guess = t.predicted_final if t.predicted_final is not None else t.last_metric
             if guess is not None:
-                self.search.tell(t.params, guess)
+                self.search.tell_stopped(t.params, guess)
             else:
                 self.search.forget(t.params)
         elif state == "failed" and t.crashed:

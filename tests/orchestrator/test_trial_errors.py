@@ -141,6 +141,7 @@ def test_a_cloud_life_that_completed_gets_its_log_too(tmp_path: Path) -> None:
     FileBlobs(tmp_path / "ckpt" / "j-1" / "t-1").put("output-2.log", b"all done\n")
     book = Book(tmp_path)
     t = _running(tmp_path, steps=3)
+    t.curve = {3: 0.5}  # it reported its last step: a completed life
     book._on_exit(t, 0, InstanceState.RUNNING, 100.0)
     assert t.state == "completed"
     assert (tmp_path / "runs" / "j-1" / "logs" / "vm-1.log").read_text() == "all done\n"
