@@ -14,11 +14,12 @@
   hour the trial moves to a new instance only if the expected cost per useful step of a new
   first hour (restart and checkpoint included) beats staying — SpotTune always moves.
 * **Early stopping by the probability of beating the incumbent**: at ``check_at`` fractions of
-  the steps the final metric is predicted with EarlyCurve; its 95 % band, widened to the spread
-  (and shifted by the bias) of this job's own past predictions at that step once three trials
-  have finished, gives a normal; the trial stops when P(final better than the incumbent) <
-  ``epsilon``. The incumbent is the best completed final, or the best lower band predicted for
-  a live trial.
+  the steps (at the first report at or past each; a report past several: at the highest, once)
+  the final metric is predicted with EarlyCurve from the reports so far; its 95 % band, widened
+  to the spread (and shifted by the bias) of this job's own past predictions at that check step
+  once three trials have finished, gives a normal; the trial stops when P(final better than the
+  incumbent) < ``epsilon``. The incumbent is the best completed final, or the best lower band
+  predicted for a live trial.
 * **Deadlines**: Uniform Progress (NSDI'24: on-demand when behind, spot when available, the
   Safety Net), with the revocation predictor standing in for the paper's next-spot-lifetime
   oracle: idle → spot only if the predicted lifetime ``1/λ`` exceeds ``k·d/(k−1)``; on-demand →
@@ -52,6 +53,7 @@ from spotwise.planner.policies._common import (
     stop_invalid,
     within_budget,
 )
+from spotwise.planner.policies.asha import judged_reports, mark_judged, report_judged_at
 from spotwise.planner.policies.deadline import JobClock, job_clock
 from spotwise.planner.policies.spottune import crosses_first_hour
 from spotwise.planner.policy import (
@@ -266,19 +268,26 @@ class Spotwise:
     def _check_steps(self, total: int) -> set[int]:
         return {max(2, math.ceil(f * total)) for f in self.check_at}
 
-    def _prediction(self, t: TrialView, step: int, direction: str) -> tuple[float, float, float]:
-        key = (t.trial_id, step)
+    def _prediction(
+        self, t: TrialView, check: int, direction: str, upto: int | None = None
+    ) -> tuple[float, float, float]:
+        """EarlyCurve on ``t``'s reports up to ``upto`` (default ``check``), the one judged at
+        check step ``check``."""
+        key = (t.trial_id, check)
         if key not in self.memo:
-            steps, values = observed(t, upto=step)
+            steps, values = observed(t, upto=check if upto is None else upto)
             self.memo[key] = self.predict(steps, values, t.steps_total, direction)
         return self.memo[key]
 
     def _early_stop(self, view: PlannerView, event: Progress) -> list[Action]:
         t = view.trial(event.trial_id)
         total, s = t.steps_total, event.step
-        if t.phase is not Phase.RUNNING or s >= total or s not in self._check_steps(total):
+        if t.phase is not Phase.RUNNING or s >= total:
             return []
-        final, lo, hi = self.latest[t.trial_id] = self._judged(view, t, s)
+        check = mark_judged(t.curve, s, self._check_steps(total))
+        if check is None:
+            return []
+        final, lo, hi = self.latest[t.trial_id] = self._judged(view, t, check, s)
         bar = self._incumbent(view, t.trial_id)
         if bar is None:
             return []
@@ -287,10 +296,13 @@ class Spotwise:
             return [StopEarly(t.trial_id, f"P(beat incumbent) < {self.epsilon:g}", final)]
         return []
 
-    def _judged(self, view: PlannerView, t: TrialView, s: int) -> tuple[float, float, float]:
-        """The calibrated prediction of ``t``'s final at check step ``s`` and its band."""
-        raw, lo, hi = self._prediction(t, s, view.direction)
-        final, sigma = self._calibrated(view, s, raw, (hi - lo) / (2.0 * BAND_Z))
+    def _judged(
+        self, view: PlannerView, t: TrialView, check: int, upto: int
+    ) -> tuple[float, float, float]:
+        """The calibrated prediction of ``t``'s final at check step ``check`` (from its reports
+        up to ``upto``, the one judged there) and its band."""
+        raw, lo, hi = self._prediction(t, check, view.direction, upto)
+        final, sigma = self._calibrated(view, check, raw, (hi - lo) / (2.0 * BAND_Z))
         sigma = max(sigma, _noise(t), 1e-12)
         return final, final - BAND_Z * sigma, final + BAND_Z * sigma
 
@@ -312,9 +324,10 @@ class Spotwise:
             got = self.memo.get((t.trial_id, step))
             # a resumed job's trial that passed ``step`` in the earlier run: predicted as that
             # run did (the memo was that run's policy object's)
-            earlier = done is not None and t.start_step >= step
-            if got is None and earlier and any(s == step for s, _ in t.curve):
-                got = self._prediction(t, step, view.direction)
+            if got is None and done is not None:  # the report judged at ``step``: not the last
+                hit = report_judged_at(t.curve, step, self._check_steps(t.steps_total))
+                if hit is not None and t.start_step >= hit[0] and hit[0] < t.steps_total:
+                    got = self._prediction(t, step, view.direction, hit[0])
             if done is not None and got is not None:
                 xs.append(got[0])
                 ys.append(done)
@@ -361,12 +374,12 @@ class Spotwise:
         """A resumed job's trial queued again: its prediction at the last check step its
         earlier run reported, as that run's policy held it (its memo is gone)."""
         checks = self._check_steps(t.steps_total)
-        done = [s for s, _ in t.reported if s in checks and s < t.steps_total]
-        if not done:
+        judged = [(c, s) for c, s in judged_reports(t.reported, checks) if s < t.steps_total]
+        if not judged:
             return None
-        s = max(done)
+        check, s = judged[-1]
         then = replace(t, curve=tuple((k, v) for k, v in t.reported if k <= s))
-        self.latest[t.trial_id] = self._judged(view, then, s)
+        self.latest[t.trial_id] = self._judged(view, then, check, s)
         return self.latest[t.trial_id]
 
 

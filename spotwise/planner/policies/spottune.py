@@ -97,7 +97,7 @@ class SpotTune:
         self._earlier_run(view, at)  # first: a trial judged in the earlier run is not again
         if t.trial_id in self.at_theta:
             return []
-        steps, values = observed(t)
+        steps, values = observed(t, upto=event.step)  # a later report read with it: not yet
         final, _, _ = self.predict(steps, values, t.steps_total, view.direction)
         self.at_theta[t.trial_id] = final
         ranked = sorted(self.at_theta.values(), reverse=view.direction == "maximize")
