@@ -6,9 +6,12 @@ A mixin of :class:`~spotwise.planner.orchestrator.Orchestrator` (over
 recorded in the store *before* the provider is called, so a crash can be reconciled by tags.
 A launch that fails may still have started an instance (the cloud accepted it, then waiting
 on it failed): whatever carries that launch's tag is terminated at once
-(:meth:`~spotwise.planner.ledger.Ledger._close_failed_launch`), and every try uses up its
-attempt number, so two instances never run (or checkpoint as) one attempt. The budget stops
-of one decision pass are terminated together, at the end of the pass, in one provider call.
+(:meth:`~spotwise.planner.ledger.Ledger._close_failed_launch`), and every new launch uses up
+its attempt number, so two instances never run (or checkpoint as) one attempt. A launch call
+that failed for a passing reason (a 5xx, a timeout, a throttled answer) is first called again
+with the same request, which the providers' idempotency makes the same launch
+(:mod:`spotwise.planner.launch_retry`). The budget stops of one decision pass are terminated
+together, at the end of the pass, in one provider call.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from spotwise.errors import (
     ThrottledError,
     TransientError,
 )
-from spotwise.planner.ledger import Ledger
+from spotwise.planner.launch_retry import SAME_REQUEST_RETRIES, LaunchRetry, SameRequest
 from spotwise.planner.policy import Action, Checkpoint, Launch, Phase, SetCheckpointEvery, StopEarly
 from spotwise.planner.runstate import (
     LIMITS,
@@ -46,7 +49,7 @@ THROTTLE_PAUSE_MAX_WALL_S = 300.0  # the pause doubles per throttled launch up t
 QUOTA_PAUSE_WALL_S = 1800.0  # a region whose quota refused a launch is avoided this long
 
 
-class Actions(Ledger):
+class Actions(LaunchRetry):
     base_dir: Path
     blocked: dict[str, float]  # offer key → market time until which it is avoided
     # provider → (market time until which it is not launched on, the last pause in wall s)
@@ -72,6 +75,17 @@ class Actions(Ledger):
             cancelling = self.cancelled or self.cancel_requested
             if cancelling or t.phase not in (Phase.QUEUED, Phase.WAITING):
                 return
+            retry = self.same_requests.get(t.trial_id)
+            if retry is not None:  # its last call failed for a passing reason: call it again
+                if not self._retry_due(retry, now):
+                    return  # its pause is on: the trial waits for it
+                if action.offer_key == retry.offer.key:
+                    if not self._refused_lately(retry.offer, now):
+                        self.same_requests.pop(t.trial_id)
+                        retry.retries += 1
+                        self._call_launch(retry, now)
+                    return
+                self._abandon_same_request(retry, now, "the policy chose another offer")
             if self._held_by_unconfirmed(t):  # its failed launch may still be running it
                 return
             offer = next((o for o in offers if o.key == action.offer_key), None)
@@ -175,8 +189,9 @@ class Actions(Ledger):
             tags_json=json.dumps(tags),
             requested_at=time.time(),
         )
-        # every try uses up its attempt number (its events/stop/control files): an instance a
-        # failed launch left behind must never share them with the next try's
+        # every launch uses up its attempt number (its events/stop/control files): an instance a
+        # failed launch left behind must never share them with the next launch's; a retry of
+        # the same request (:meth:`_call_launch`) is the same launch, and keeps it
         t.attempt = attempt = t.attempt + 1
         env = trial_env(self.job_id, t, attempt, self._trial_dir(t), self.spec.env)
         # the checkpoint this attempt should resume from: the SDK warns (and records an event)
@@ -184,27 +199,27 @@ class Actions(Ledger):
         env["SPOTWISE_RESUME_STEP"] = str(t.checkpoint_step)
         argv = trial_argv(self.spec.command)
         req = LaunchRequest(offer, argv, env, tags, launch_id, str(self.base_dir))
+        self._call_launch(SameRequest(t, req, now, attempt), now)
+
+    def _call_launch(self, p: SameRequest, now: float) -> None:
+        """Call the provider with ``p``'s request: its first call, or a retry of the same
+        request (``p.retries`` > 0) after one failed for a passing reason."""
+        t, offer, launch_id = p.trial, p.offer, p.launch_id
         try:
-            inst = self.backend.provisioner.launch(req)
+            inst = self.backend.provisioner.launch(p.request)
         except TransientError as e:  # a hiccup of the API (throttled, 5xx, timeout): no failure
-            if isinstance(e, ThrottledError):  # no launch there for a doubling pause
-                self._throttle(offer.provider, now)
-            else:  # a 5xx or a timeout: this offer waits a pass, as after a refusal
-                self.blocked[offer.key] = now + max(self._tick_s(), 1.0)
-            kind = "launch_throttled" if isinstance(e, ThrottledError) else "launch_interrupted"
-            self._event(kind, now, t, offer=offer.key, error=str(e))
-            # the create may have taken effect before the call failed (a timed-out try of the
-            # SDK's own retries, the last one throttled): look for it by its launch tag, as for
-            # any failed launch, and trust an empty listing only after the provider's lag
-            self._close_failed_launch(t, launch_id, now, offer, unsure=True)
+            self._launch_hiccup(p, e, now)
             return
         except (CapacityError, ProviderError) as e:
             self.blocked[offer.key] = now + max(self._tick_s(), 1.0)
             if isinstance(e, QuotaError):  # still a failure, but the retry goes to another region
                 pause = QUOTA_PAUSE_WALL_S * self.backend.speedup
                 self.quota_full[(offer.provider, offer.region)] = now + pause
-            self._event("launch_failed", now, t, offer=offer.key, error=str(e))
-            self._close_failed_launch(t, launch_id, now, offer)
+            retried = {"retry_of_same_request": p.retries} if p.retries else {}
+            self._event("launch_failed", now, t, offer=offer.key, error=str(e), **retried)
+            # a retry's refusal says nothing of an earlier call's create: looked for as after
+            # a passing failure (an empty listing trusted only after the provider's lag)
+            self._close_failed_launch(t, launch_id, p.asked_at, offer, unsure=p.retries > 0)
             if not isinstance(e, CapacityError):
                 t.last_error = str(e)
                 t.failures += 1
@@ -214,7 +229,7 @@ class Actions(Ledger):
         except BaseException:  # a crash mid-launch: leave no untracked instance, then re-raise
             # the record stays open (the cloud may still be creating it): cancel settles it
             with contextlib.suppress(Exception):  # the launch's own error is the one to raise
-                self._discard_launch(t, launch_id, now, offer)
+                self._discard_launch(t, launch_id, p.asked_at, offer)
             raise
         self.store.update_instance(
             launch_id,
@@ -229,7 +244,12 @@ class Actions(Ledger):
         t.retrying = False
         t.lives_started += 1
         t.life = Life(
-            launch_id, inst.instance_id, offer, inst.launched_at or now, t.checkpoint_step, attempt
+            launch_id,
+            inst.instance_id,
+            offer,
+            inst.launched_at or now,
+            t.checkpoint_step,
+            p.attempt,
         )
         self.lives[inst.instance_id] = (t, t.life)
         t.phase, t.state, t.stopping = Phase.RUNNING, "running", None
@@ -246,9 +266,40 @@ class Actions(Ledger):
             t,
             offer=offer.key,
             price=offer.price_per_hour,
-            attempt=attempt,
-            resume_step=t.checkpoint_step,
+            attempt=p.attempt,
+            resume_step=int(p.request.env["SPOTWISE_RESUME_STEP"]),
+            **({"retry_of_same_request": p.retries} if p.retries else {}),
         )
+
+    def _launch_hiccup(self, p: SameRequest, e: TransientError, now: float) -> None:
+        """A launch call failed for a passing reason: it is no failure of the trial. The same
+        request is called again after a pause, up to :data:`SAME_REQUEST_RETRIES` times (it
+        waits in :attr:`same_requests`, its record ``requested``); after that, the create
+        may have taken effect before a call failed (a timed-out try of the SDK's own retries,
+        the last one throttled): it is looked for by its launch tag, as for any failed
+        launch, an empty listing trusted only after the provider's lag."""
+        t, offer = p.trial, p.offer
+        throttled = isinstance(e, ThrottledError)
+        if throttled:  # no launch there for a doubling pause
+            self._throttle(offer.provider, now)
+        else:  # a 5xx or a timeout: this offer waits a pass, as after a refusal
+            self.blocked[offer.key] = now + max(self._tick_s(), 1.0)
+        again = p.retries < SAME_REQUEST_RETRIES
+        kind = "launch_throttled" if throttled else "launch_interrupted"
+        retried = {"retry_of_same_request": p.retries} if p.retries else {}
+        what = {"launch": p.launch_id, "then": "retry" if again else "cleanup", **retried}
+        self._event(kind, now, t, offer=offer.key, error=str(e), **what)
+        if not again:
+            self._close_failed_launch(t, p.launch_id, p.asked_at, offer, unsure=True)
+            return
+        # a throttled call waits for its provider's pause (:meth:`_retry_due`); a 5xx or a
+        # timeout for the request's own, doubling with its retries as a throttled provider's,
+        # and at least as long as its offer is avoided (else the policy sees another as best)
+        pause = min(THROTTLE_PAUSE_WALL_S * 2**p.retries, THROTTLE_PAUSE_MAX_WALL_S)
+        own = self._refused_at(now) + pause * self.backend.speedup
+        p.retry_at = now if throttled else max(own, self.blocked[offer.key])
+        p.passed_over = 0
+        self.same_requests[t.trial_id] = p
 
     def _refused_lately(self, offer: Any, now: float) -> bool:
         """The offer refused a launch, its provider throttled one, or its region's quota is
@@ -261,5 +312,9 @@ class Actions(Ledger):
         """No launch on ``provider`` for a pause that doubles with each throttled launch."""
         _, last = self.throttled.get(provider, (now, 0.0))
         pause = min(max(last * 2, THROTTLE_PAUSE_WALL_S), THROTTLE_PAUSE_MAX_WALL_S)
-        refused = max(now, self.backend.now())  # from the refusal, not the pass's start
-        self.throttled[provider] = (refused + pause * self.backend.speedup, pause)
+        self.throttled[provider] = (self._refused_at(now) + pause * self.backend.speedup, pause)
+
+    def _refused_at(self, now: float) -> float:
+        """When a call this pass refused was answered (market clock): a pause runs from the
+        refusal, not the pass's start."""
+        return max(now, self.backend.now())

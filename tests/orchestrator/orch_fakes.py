@@ -38,7 +38,17 @@ class Cloudlike:
         throttle_after_create: int = 0,
         hide_launches: int = 0,
         listing_lag_s: float = 0.0,
+        unavailable_after_create: int = 0,
     ) -> None:
+        # launch calls that create the instance (or find the one their request made), then fail
+        # with a 503: the answer was lost (a timed-out try of the SDK's retries)
+        self.unavailable_after_create = unavailable_after_create
+        self.created_then_lost: list[str] = []  # their instance ids, once each
+        # like the real provisioners, idempotent on the request's client token (the launch
+        # id): a call with a token a create already used returns that instance, makes none
+        self.by_token: dict[str, Instance] = {}
+        self.adopted: list[str] = []  # instance ids a repeated token returned
+        self.calls: list[tuple[float, str]] = []  # (wall time, client token) of every call
         self.unavailable_launches = unavailable_launches  # launches refused with a 503
         # launches whose instance is created, then the call fails as throttled (a timed-out
         # try of the SDK's retries, the next tries throttled)
@@ -65,6 +75,7 @@ class Cloudlike:
         self.terminated: list[str] = []
 
     def launch(self, request: LaunchRequest) -> Instance:
+        self.calls.append((time.monotonic(), request.client_token))
         if self.throttle_launches > 0:
             self.throttle_launches -= 1
             self.throttled_at.append(time.monotonic())
@@ -75,15 +86,26 @@ class Cloudlike:
         if request.offer.region in self.quota_regions:
             self.quota_refused.append(request.offer.zone)
             raise QuotaError(f"gcp: quota PREEMPTIBLE_CPUS exceeded in {request.offer.region}")
-        left = [i.instance_id for i in self.inner.describe() if i.holds_resource()]
-        self.log.append(("still there at launch", left))
-        inst = self.inner.launch(request)
-        self.launches.append((inst.instance_id, request.env["SPOTWISE_ATTEMPT"]))
+        made = self.by_token.get(request.client_token)
+        if made is not None:  # the same request again: the instance its first create made
+            inst = made
+            self.adopted.append(inst.instance_id)
+        else:
+            left = [i.instance_id for i in self.inner.describe() if i.holds_resource()]
+            self.log.append(("still there at launch", left))
+            inst = self.by_token[request.client_token] = self.inner.launch(request)
+            self.launches.append((inst.instance_id, request.env["SPOTWISE_ATTEMPT"]))
         if self.throttle_after_create > 0:
             self.throttle_after_create -= 1
-            self.created_then_throttled.append(inst.instance_id)
+            if made is None:
+                self.created_then_throttled.append(inst.instance_id)
             raise ThrottledError(THROTTLED)
-        if self.fail_first_launch and len(self.launches) == 1:
+        if self.unavailable_after_create > 0:
+            self.unavailable_after_create -= 1
+            if made is None:
+                self.created_then_lost.append(inst.instance_id)
+            raise TransientError(UNAVAILABLE)
+        if self.fail_first_launch and made is None and len(self.launches) == 1:
             # the cloud created the VM, then waiting on it failed
             raise ProviderError("gcp: launching: operation op-1 still running at the deadline")
         return inst

@@ -53,16 +53,17 @@ def test_throttled_launches_pause_the_provider_and_do_not_fail_the_trial(
     with Store.open_existing(db) as store:
         job = summary["job_id"]
         (trial,) = store.list_trials(job)
-        rows = store.list_instances(job)
+        (row,) = store.list_instances(job)
         throttled = store.events(job, kind="launch_throttled")
         failed = store.events(job, kind="launch_failed")
-    assert trial.state == "completed" and trial.cost_usd == rows[3].cost_usd
+    assert trial.state == "completed" and trial.cost_usd == row.cost_usd
     assert [e.detail["error"] for e in throttled] == [THROTTLED] * 3 and failed == []
-    # each refused launch was recorded before the call, looked for by its launch tag (a
-    # throttled answer does not prove that no earlier try created it) and closed at $0
-    assert [(r.state, r.end_reason) for r in rows[:3]] == [("failed", "failed")] * 3
-    assert [r.cost_usd for r in rows[:3]] == [0.0, 0.0, 0.0]
-    assert rows[3].state == "terminated"
+    # the launch was recorded once, before its first call; each refused call was made again
+    # with the same request (the same launch id: the providers' idempotency token), and the
+    # fourth ran the trial
+    assert [e.detail["launch"] for e in throttled] == [row.id] * 3
+    assert [c for _, c in prov.calls] == [row.id] * 4
+    assert row.state == "terminated"
     assert "leftover_instances" not in summary
 
 

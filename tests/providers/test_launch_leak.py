@@ -79,6 +79,9 @@ def lossy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[LostLaunc
     # the lost launch can never be listed: relaunch its trial at once (the hold would wait
     # out RELAUNCH_HOLD_MAX_WALL_S), as these tests are about its record and its VM
     monkeypatch.setattr("spotwise.planner.launch_cleanup.RELAUNCH_HOLD_MAX_WALL_S", 0.0)
+    # nor is the same request called again (its GET would now answer, and its VM be adopted:
+    # see the last test of this part), as these tests are about the cleanup path
+    monkeypatch.setattr("spotwise.planner.actions.SAME_REQUEST_RETRIES", 0)
     fake = LostLaunch(project=PROJECT)
     fake.insert_polls = 0
     with responses.RequestsMock(assert_all_requests_are_fired=False) as rs:
@@ -168,6 +171,62 @@ def test_the_drain_finds_the_lost_launchs_vm_by_the_jobs_label(
     assert row.cost_usd > 0.0
     assert total == pytest.approx(sum(t.cost_usd for t in trials))
     assert costs.report(since="all", db=db)["leftovers"] == 0
+
+
+class LostAnswer(LostLaunch):
+    """Only the first GET of the first inserted VM answers 500: the launch's answer is lost
+    once, the VM is there."""
+
+    def _get(self, request: Any) -> Any:
+        if self.lost:
+            return EmulatedGCE._get(self, request)
+        return super()._get(request)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_the_same_request_adopts_the_vm_whose_answer_was_lost(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The launch is called again with the same request: the insert's ``requestId`` (from the
+    launch id) returns the first insert's operation, nothing new is made, and the VM it made
+    runs the trial: never deleted by a cleanup, billed once, to its own record."""
+    # a cleanup of the lost launch (its listings fail) would hold its trial this long
+    monkeypatch.setattr("spotwise.planner.launch_cleanup.RELAUNCH_HOLD_MAX_WALL_S", 20.0)
+    monkeypatch.setattr("spotwise.planner.actions.THROTTLE_PAUSE_WALL_S", 0.1)
+    monkeypatch.setattr(
+        "spotwise.providers.gcp.default_credentials", lambda: (gcp_credentials(TOKEN), PROJECT)
+    )
+    fake = LostAnswer(project=PROJECT)
+    fake.insert_polls = 0
+    with responses.RequestsMock(assert_all_requests_are_fired=False) as rs:
+        fake.install(rs)
+        fake.emulator = VmEmulator(tmp_path / "vms", "spotwise.providers.gcp_agent", fake.metadata)
+        with fake.emulator:
+            spec = write_job(
+                tmp_path, _provider(), (tmp_path / "ckpt").as_uri(), step_s=FAST_STEP_S
+            )
+            db = f"sqlite:///{tmp_path / 'spotwise.db'}"
+            summary = jobs.tune(spec, db=db, run_root=tmp_path / "runs")
+            made = sorted(fake.emulator.machines)
+    job, lost = summary["job_id"], fake.lost
+    assert lost, "the fault was never injected"
+    assert summary["completed"] == 2 and "leftover_instances" not in summary, summary
+    assert _ours(fake) == {}
+    assert len(made) == 2  # one VM a trial: the lost answer's was not made twice
+    with Store.open_existing(db) as s:
+        row = next(r for r in s.list_instances(job) if r.id == lost)
+        rows = s.list_instances(job)
+        launches = [e.detail for e in s.events(job, kind="launch")]
+        cleaned = [e.detail for e in s.events(job, kind="terminated")]
+        total = s.get_job(job).cost_usd
+    assert len(rows) == 2
+    assert (row.state, row.end_reason) == ("terminated", "completed")
+    assert (row.provider_instance_id or "").startswith(f"us-central1-a/sw-{lost}-")
+    assert [d.get("retry_of_same_request") for d in launches].count(1) == 1
+    assert not [d for d in cleaned if d["reason"] == "the failed launch's instance"]
+    assert row.cost_usd > 0.0
+    assert total == pytest.approx(sum(r.cost_usd for r in rows))
 
 
 # ---- a launch that never answered is billed from its VM's creation ---------------------------
