@@ -232,6 +232,9 @@ INVALID_METRIC = "invalid metric"
 class StopEarly:
     trial_id: str
     reason: str
+    # a prediction of the trial's final metric (EarlyCurve's); None for a stop on an observed
+    # value (an ASHA rung, a budget, a deadline): the trial's last reported metric then stands
+    # for it, and `spotwise trials` shows no prediction
     predicted_final: float | None = None
 
 

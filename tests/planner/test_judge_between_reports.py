@@ -64,11 +64,11 @@ def test_asha_stops_a_trial_that_reports_every_two_steps() -> None:
     curve = _every(2, 0.6)
     at2 = _trial(3, Phase.RUNNING, curve[:1])
     assert _stops(Asha(), [*done, at2], Progress("t3", 2, curve[0][1])) == [
-        StopEarly("t3", "asha rung 1", curve[0][1])
+        StopEarly("t3", "asha rung 1")
     ]
     at4 = _trial(3, Phase.RUNNING, curve[:2])
     assert _stops(Asha(), [*done, at4], Progress("t3", 4, curve[1][1])) == [
-        StopEarly("t3", "asha rung 3", curve[1][1])
+        StopEarly("t3", "asha rung 3")
     ]
     # a good trial reporting every 2 steps goes on at rung 1 (its value at 2 is compared)
     good = _trial(3, Phase.RUNNING, [(2, 0.95)])
@@ -82,9 +82,7 @@ def test_asha_judges_each_rung_once_and_a_skipping_report_at_the_highest_rung() 
     assert _stops(Asha(), [*done, kept], Progress("t3", 6, 0.1)) == []
     # a first report at 5 passes rungs 1 and 3: judged at 3 only
     late = _trial(3, Phase.RUNNING, [(5, 0.1)])
-    assert _stops(Asha(), [*done, late], Progress("t3", 5, 0.1)) == [
-        StopEarly("t3", "asha rung 3", 0.1)
-    ]
+    assert _stops(Asha(), [*done, late], Progress("t3", 5, 0.1)) == [StopEarly("t3", "asha rung 3")]
     # ... and recorded at rung 3 only: at rung 1 a new trial meets no value of it
     high = _trial(4, Phase.DONE, [(5, 0.99), *_every(1, 0.99)[5:]])
     low = _trial(5, Phase.RUNNING, [(1, 0.5)])
@@ -94,7 +92,7 @@ def test_asha_judges_each_rung_once_and_a_skipping_report_at_the_highest_rung() 
     )
     high_at_3 = _trial(6, Phase.RUNNING, [(1, 0.5), (3, 0.5)])
     assert _stops(Asha(), [high, high_at_3], Progress("t6", 3, 0.5)) == [
-        StopEarly("t6", "asha rung 3", 0.5)
+        StopEarly("t6", "asha rung 3")
     ]
 
 

@@ -72,11 +72,11 @@ def within_budget(
         boot = view.restart_overhead_s * offer.price / 3600.0
         if view.spent_usd + boot <= cap:
             return Launch(trial.trial_id, offer.key), spend + extra
-        return StopEarly(trial.trial_id, "budget", trial.last_metric), spend
+        return StopEarly(trial.trial_id, "budget"), spend
     if cap is None or spend + extra <= cap:
         return Launch(trial.trial_id, offer.key), spend + extra
     if view.spent_usd + extra > cap:
-        return StopEarly(trial.trial_id, "budget", trial.last_metric), spend
+        return StopEarly(trial.trial_id, "budget"), spend
     return None, spend  # the running trials' projections leave no room yet: wait for them
 
 
@@ -131,7 +131,7 @@ def place(
     spend = projected_spend(view)
     for t in needy(view)[:slots]:
         if not can_start_before_deadline(view, t):
-            actions.append(StopEarly(t.trial_id, "deadline", t.last_metric))
+            actions.append(StopEarly(t.trial_id, "deadline"))
             continue
         best = min(candidates, key=lambda o: (score(view, t, o), o.key))
         action, spend = within_budget(view, spend, t, best)
@@ -176,9 +176,7 @@ def over_budget(view: PlannerView) -> list[Action]:
             break
         stop.add(t.trial_id)
         rate -= _price_of(view, t) / 3600.0
-    return [
-        StopEarly(t.trial_id, "budget", t.last_metric) for t in view.trials if t.trial_id in stop
-    ]
+    return [StopEarly(t.trial_id, "budget") for t in view.trials if t.trial_id in stop]
 
 
 def _price_of(view: PlannerView, t: TrialView) -> float:
@@ -214,7 +212,7 @@ def shed_for_budget(view: PlannerView) -> list[Action]:
             break
         if _starting(view, t):
             continue
-        out.append(StopEarly(t.trial_id, "budget", t.last_metric))
+        out.append(StopEarly(t.trial_id, "budget"))
         spend -= finish_cost(view, t)
     return out
 
@@ -247,7 +245,7 @@ def past_deadline(view: PlannerView) -> list[Action]:
     if view.deadline is None or view.now + view.tick_s + view.checkpoint_s < view.deadline:
         return []
     return [
-        StopEarly(t.trial_id, "deadline", t.last_metric)
+        StopEarly(t.trial_id, "deadline")
         for t in view.trials
         if not t.phase.is_terminal() and not _can_finish(view, t, view.deadline)
     ]

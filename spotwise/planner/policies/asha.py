@@ -116,4 +116,4 @@ class Asha:
         cutoff = values[k - 1]
         if event.metric == cutoff or view.better(event.metric, cutoff):
             return []
-        return [StopEarly(t.trial_id, f"asha rung {rung}", event.metric)]
+        return [StopEarly(t.trial_id, f"asha rung {rung}")]

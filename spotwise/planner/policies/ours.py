@@ -228,7 +228,7 @@ class Spotwise:
         spend = projected_spend(view)
         for t in needy(view)[:slots]:
             if not can_start_before_deadline(view, t):
-                actions.append(StopEarly(t.trial_id, "deadline", t.last_metric))
+                actions.append(StopEarly(t.trial_id, "deadline"))
                 continue
             if clock is not None and (clock.safety_net or (not spots and clock.behind)):
                 pool = od
