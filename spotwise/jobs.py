@@ -183,6 +183,7 @@ def status(job_id: str | None, *, db: str | None = None, limit: int = 20) -> dic
             if best is None
             else {
                 "trial": best.id,
+                "number": best.number,  # as `spotwise tune` names it
                 "params": _params(best.params_json, order),
                 "metric": best.final_metric,
             }

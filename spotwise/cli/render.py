@@ -207,7 +207,10 @@ def print_status(j: dict[str, Any]) -> None:
     )
     best = j.get("best")
     if best:
-        console.print(f"best: {best['trial']} {_params(best['params'])} → {_fmt(best['metric'])}")
+        number = f" (#{best['number']})" if best.get("number") is not None else ""
+        console.print(
+            f"best: {best['trial']}{number} {_params(best['params'])} → {_fmt(best['metric'])}"
+        )
     console.print(
         f"trials {j['trials']} · completed {j['completed']} · revocations {j['revocations']} · "
         f"migrations {j['migrations']} · early-stopped {j['early_stopped']}"
