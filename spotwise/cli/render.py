@@ -135,7 +135,9 @@ def print_summary(s: dict[str, Any]) -> None:
             f"best: trial {best['number']} {_params(best['params'])} → {_fmt(best['metric'])}"
         )
     od = s["on_demand_cost_usd"]
-    if not od:  # no step finished: nothing to compare with
+    if s["state"] == "failed" and not best:  # money spent for nothing: no saving to speak of
+        versus = "no result, so nothing saved"
+    elif not od:  # no step finished: nothing to compare with
         versus = "no step done to compare with on demand"
     elif s["cost_usd"] <= od:
         versus = f"{(1 - s['cost_usd'] / od) * 100:.0f}% saved"

@@ -58,20 +58,25 @@ SUMMARY = {
 
 
 @pytest.mark.parametrize(
-    ("cost", "on_demand", "words"),
+    ("cost", "on_demand", "state", "words"),
     [
-        (1.0, 4.0, "(75% saved)"),
-        (5.0, 4.0, "(25% more than on demand)"),
-        (0.03, 0.0, "(no step done to compare with on demand)"),
+        (1.0, 4.0, "succeeded", "(75% saved)"),
+        (5.0, 4.0, "succeeded", "(25% more than on demand)"),
+        (0.03, 0.0, "succeeded", "(no step done to compare with on demand)"),
+        # a failed job with no result saved nothing, however cheap its lives were
+        (0.55, 0.83, "failed", "(no result, so nothing saved)"),
     ],
 )
 def test_summary_compares_with_on_demand_honestly(
-    monkeypatch: pytest.MonkeyPatch, cost: float, on_demand: float, words: str
+    monkeypatch: pytest.MonkeyPatch, cost: float, on_demand: float, state: str, words: str
 ) -> None:
     console = Console(width=120, record=True, color_system=None)
     monkeypatch.setattr(render, "console", console)
-    render.print_summary({**SUMMARY, "cost_usd": cost, "on_demand_cost_usd": on_demand})
+    summary = {**SUMMARY, "state": state, "cost_usd": cost, "on_demand_cost_usd": on_demand}
+    render.print_summary(summary)
     assert words in console.export_text()
+    if state == "failed":
+        assert "% saved" not in console.export_text()
 
 
 def test_tune_exits_1_and_says_why_when_every_trial_failed(monkeypatch: pytest.MonkeyPatch) -> None:
