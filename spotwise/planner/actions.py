@@ -207,6 +207,12 @@ class Actions(LaunchRetry):
         t, offer, launch_id = p.trial, p.offer, p.launch_id
         try:
             inst = self.backend.provisioner.launch(p.request)
+            if inst.state.is_terminal():  # an earlier call's create, ended since: no life
+                raise CapacityError(
+                    f"{offer.provider}: launch {launch_id} answered with instance "
+                    f"{inst.instance_id}, which had already ended ({inst.state.value}: its "
+                    "capacity was lost after the create was accepted)"
+                )
         except TransientError as e:  # a hiccup of the API (throttled, 5xx, timeout): no failure
             self._launch_hiccup(p, e, now)
             return
@@ -270,6 +276,10 @@ class Actions(LaunchRetry):
             resume_step=int(p.request.env["SPOTWISE_RESUME_STEP"]),
             **({"retry_of_same_request": p.retries} if p.retries else {}),
         )
+        sent = p.request.env.get("SPOTWISE_CHECKPOINT_EVERY")
+        if sent is not None and sent != str(t.checkpoint_every):  # set while a retry waited
+            write_control(control_file(self._trial_dir(t), p.attempt), t.checkpoint_every)
+            self._event("checkpoint_every", now, t, every=t.checkpoint_every)
 
     def _launch_hiccup(self, p: SameRequest, e: TransientError, now: float) -> None:
         """A launch call failed for a passing reason: it is no failure of the trial. The same

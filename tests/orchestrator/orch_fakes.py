@@ -39,7 +39,13 @@ class Cloudlike:
         hide_launches: int = 0,
         listing_lag_s: float = 0.0,
         unavailable_after_create: int = 0,
+        dead_after_create: int = 0,
     ) -> None:
+        # launch calls whose create is accepted, then the instance ends before it runs (spot
+        # capacity lost, Azure provisioning Failed) and the answer is lost (a 503): the same
+        # request again returns that instance as the cloud now describes it, ended
+        self.dead_after_create = dead_after_create
+        self.dead: set[str] = set()
         # launch calls that create the instance (or find the one their request made), then fail
         # with a 503: the answer was lost (a timed-out try of the SDK's retries)
         self.unavailable_after_create = unavailable_after_create
@@ -87,6 +93,8 @@ class Cloudlike:
             self.quota_refused.append(request.offer.zone)
             raise QuotaError(f"gcp: quota PREEMPTIBLE_CPUS exceeded in {request.offer.region}")
         made = self.by_token.get(request.client_token)
+        if made is not None and made.instance_id in self.dead:
+            return replace(made, state=InstanceState.TERMINATED, exists=False)
         if made is not None:  # the same request again: the instance its first create made
             inst = made
             self.adopted.append(inst.instance_id)
@@ -95,6 +103,11 @@ class Cloudlike:
             self.log.append(("still there at launch", left))
             inst = self.by_token[request.client_token] = self.inner.launch(request)
             self.launches.append((inst.instance_id, request.env["SPOTWISE_ATTEMPT"]))
+        if self.dead_after_create > 0 and made is None:
+            self.dead_after_create -= 1
+            self.dead.add(inst.instance_id)
+            self.inner.terminate([inst.instance_id])  # it never runs the trial
+            raise TransientError(UNAVAILABLE)
         if self.throttle_after_create > 0:
             self.throttle_after_create -= 1
             if made is None:

@@ -21,9 +21,10 @@ from test_provider_hiccups import _run as run_cloudlike
 
 from spotwise.planner import actions
 from spotwise.planner.launch_retry import PASSED_OVER_PASSES, SameRequest
-from spotwise.planner.policy import Launch, Phase
-from spotwise.planner.runstate import TrialRun
+from spotwise.planner.policy import Launch, Phase, SetCheckpointEvery
+from spotwise.planner.runstate import TrialRun, control_file
 from spotwise.providers.base import Instance, InstanceState, LaunchRequest, Market, Offer
+from spotwise.sdk_io import read_control
 from spotwise.store import Store
 
 FAILED_LAUNCHS = "the failed launch's instance"
@@ -238,3 +239,53 @@ def test_a_waiting_launch_is_given_up_at_the_drain_and_when_its_trial_is_done() 
     orch._settle_unconfirmed(160.0)  # the drain
     assert orch.same_requests == {} and prov.terminated == [["i-1"]]
     assert orch.leftover_ids == []
+
+
+@pytest.mark.timeout(60)
+def test_an_instance_that_died_after_its_create_is_a_capacity_refusal_not_a_failure(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # review-x F1: the cloud accepted the create, the answer was lost, and the instance ended
+    # before it ran (spot capacity lost; Azure provisioning Failed). The same request returns
+    # it, ended: no life of the trial (which would count as a crash: two fail the trial), but
+    # a refusal of the offer, as if no capacity were there
+    summary, prov, db = _run(tmp_path, monkeypatch, dead_after_create=2)
+
+    assert summary["state"] == "succeeded" and summary["completed"] == 1, summary
+    job = summary["job_id"]
+    errors = _events(db, job, "error")
+    refused = _events(db, job, "launch_failed")
+    assert errors == []  # no failed life: the trial was never charged a failure
+    # the first launch's retry met its ended instance (the second's was given up when the
+    # policy went back to the first offer, and cleaned up: nothing of it was left)
+    assert [("had already ended" in e["error"], e["retry_of_same_request"]) for e in refused] == [
+        (True, 1)
+    ]
+    with Store.open_existing(db) as store:
+        (trial,) = store.list_trials(job)
+        rows = store.list_instances(job)
+    assert trial.state == "completed"
+    assert [r.state for r in rows] == ["failed", "failed", "terminated"]
+    assert len(prov.dead) == 2 and rows[2].provider_instance_id not in prov.dead
+
+
+def test_a_checkpoint_interval_set_while_a_retry_waits_reaches_the_adopted_trial(
+    tmp_path: Path,
+) -> None:
+    # review-x F2: the retry sends the first call's env (its SPOTWISE_CHECKPOINT_EVERY); an
+    # interval the policy set meanwhile must reach the trial through its control file
+    orch, prov, t = _waiting([160.0])
+    p = orch.same_requests["t-1"]
+    p.request.env["SPOTWISE_CHECKPOINT_EVERY"] = "5"
+    p.request.env["SPOTWISE_RESUME_STEP"] = "0"
+    inst = prov.held[0]
+    prov.launch = lambda req: inst
+    orch._trial_dir = lambda _t: tmp_path
+    orch.lives, orch.migrations = {}, 0
+    orch.store.update_trial = lambda *a, **k: None
+    orch._tick_s = lambda: 1.0
+
+    orch._execute(SetCheckpointEvery("t-1", 50), [OFFER], 160.0)  # while the retry waits
+    orch._execute(Launch("t-1", OFFER.key), [OFFER], 160.0)  # the retry: adopted
+    assert t.life is not None and t.life.instance_id == inst.instance_id
+    assert read_control(str(control_file(tmp_path, t.life.attempt))) == 50
