@@ -233,9 +233,15 @@ class Actions(LaunchRetry):
                     self._close_trial(t, "failed", now)
             return
         except BaseException:  # a crash mid-launch: leave no untracked instance, then re-raise
-            # the record stays open (the cloud may still be creating it): cancel settles it
+            # the record stays open (the cloud may still be creating it): cancel settles it,
+            # from the bill written here (else it billed the terminated instance a second time)
             with contextlib.suppress(Exception):  # the launch's own error is the one to raise
-                self._discard_launch(t, launch_id, p.asked_at, offer)
+                _, held, cost, seconds = self._discard_launch(t, launch_id, p.asked_at, offer)
+                if cost or seconds:
+                    found = {"provider_instance_id": held[0].instance_id} if len(held) == 1 else {}
+                    self.store.update_instance(
+                        launch_id, cost_usd=cost, market_seconds=seconds, **found
+                    )
             raise
         self.store.update_instance(
             launch_id,

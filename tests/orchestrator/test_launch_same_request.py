@@ -289,3 +289,22 @@ def test_a_checkpoint_interval_set_while_a_retry_waits_reaches_the_adopted_trial
     orch._execute(Launch("t-1", OFFER.key), [OFFER], 160.0)  # the retry: adopted
     assert t.life is not None and t.life.instance_id == inst.instance_id
     assert read_control(str(control_file(tmp_path, t.life.attempt))) == 50
+
+
+def test_a_crash_during_a_retry_writes_the_bill_of_the_instance_it_terminated() -> None:
+    # review-x F5: the crash path terminated and billed the instance into the spend but left
+    # its record at $0, so `spotwise cancel` billed it a second time into the trial's cost
+    orch, prov, _ = _waiting([160.0])
+
+    def crash(req: LaunchRequest) -> Instance:
+        raise KeyboardInterrupt
+
+    prov.launch = crash
+    with pytest.raises(KeyboardInterrupt):
+        orch._execute(Launch("t-1", OFFER.key), [OFFER], 160.0)
+    assert prov.terminated == [["i-1"]]
+    rec = orch.store.instances["L1"]
+    assert "state" not in rec  # left open: `spotwise cancel` settles it
+    assert rec["provider_instance_id"] == "i-1"
+    assert rec["cost_usd"] == pytest.approx(orch.spent_usd) and rec["cost_usd"] > 0
+    assert rec["market_seconds"] == pytest.approx(110.0)  # from its start (50) to the crash
