@@ -180,7 +180,7 @@ class Orchestrator(Actions):
         self.spent_usd, self.on_demand_usd = tot["cost_usd"], tot["on_demand_cost_usd"]
         self.revocations, self.migrations = int(tot["revocations"]), int(tot["migrations"])
         self.early_stopped = int(tot["early_stopped"])
-        self.search.replay(resume.ended, [t.params for t in resume.requeued])  # a model fit
+        self.search.replay(resume.ended, [t.params for t in resume.requeued], resume.stopped)
         self.run_dir.mkdir(parents=True, exist_ok=True)  # nothing left to fail after the claim
         self.backend.start_clock()
         resume.claim(self.store, *whoami(), self.backend.now())

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -49,8 +49,9 @@ class ResumePlan:
     policy: str
     trials: list[TrialRun]  # by number: ended ones as they ended, the others queued again
     requeued: list[TrialRun]  # those queued again (from their checkpoints)
-    ended: list[tuple[Mapping[str, Any], float | None]]  # what the search is told again
+    ended: list[tuple[Mapping[str, Any], float | None]]  # finals and failures, told again
     totals: dict[str, float]
+    stopped: list[tuple[Mapping[str, Any], float]] = field(default_factory=list)  # stops' values
     spec_changed: bool = False  # a new budget or deadline: stored with the job when claimed
 
     @property
@@ -144,7 +145,7 @@ def plan_resume(
             f"job {job.id} runs its command in {folder}, which no longer exists: restore that "
             "folder to resume the job"
         )
-    trials, ended, was_stopped = _read_trials(store, job.id, spec)
+    trials, ended, stopped, was_stopped = _read_trials(store, job.id, spec)
     requeued = [t for t in trials if t.phase is Phase.QUEUED]
     left = len(requeued) + max(spec.trials - len(trials), 0)
     if left == 0:
@@ -171,6 +172,7 @@ def plan_resume(
         trials=trials,
         requeued=requeued,
         ended=ended,
+        stopped=stopped,
         totals={
             **{k: float(getattr(job, k)) for k in TOTALS},
             # a limit's stop is undone: the trial runs again (and may be stopped again)
@@ -184,15 +186,21 @@ def plan_resume(
 
 def _read_trials(
     store: Any, job_id: str, spec: JobSpec
-) -> tuple[list[TrialRun], list[tuple[Mapping[str, Any], float | None]], set[str]]:
+) -> tuple[
+    list[TrialRun],
+    list[tuple[Mapping[str, Any], float | None]],
+    list[tuple[Mapping[str, Any], float]],
+    set[str],
+]:
     """The job's trials as the orchestrator holds them, what the search is told of those that
-    ended, and the ids of those that had been stopped early."""
+    ended (finals and failures; early stops' values apart: they are no finals), and the ids of
+    those that had been stopped early."""
     launches: dict[str, list[Any]] = {}
     for r in store.list_instances(job_id):
         launches.setdefault(r.trial_id, []).append(r)
     stopped_for, crashed = _endings(store, job_id)
     launched = {e.instance_id: e for e in store.events(job_id, kind="launch")}
-    trials, ended, was_stopped = [], [], set()
+    trials, ended, stopped, was_stopped = [], [], [], set()
     for row in store.list_trials(job_id):
         if row.state is TrialState.STOPPED_EARLY:
             was_stopped.add(row.id)
@@ -203,9 +211,11 @@ def _read_trials(
         _timing(t, obs, launched, {r.id: r.instance_type for r in launches.get(row.id, [])})
         trials.append(t)
         told = _told(row, t)
-        if told is not None:
+        if told is not None and t.state == "stopped_early" and told[1] is not None:
+            stopped.append((told[0], told[1]))
+        elif told is not None:
             ended.append(told)
-    return trials, ended, was_stopped
+    return trials, ended, stopped, was_stopped
 
 
 def _endings(store: Any, job_id: str) -> tuple[dict[str, str], set[str]]:

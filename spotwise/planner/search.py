@@ -210,19 +210,28 @@ class Search:
             self._failed.append(point)
 
     def replay(
-        self, ended: list[tuple[Mapping[str, Any], float | None]], pending: list[Mapping[str, Any]]
+        self,
+        ended: list[tuple[Mapping[str, Any], float | None]],
+        pending: list[Mapping[str, Any]],
+        stopped: Sequence[tuple[Mapping[str, Any], float]] = (),
     ) -> None:
         """Seed a resumed job's search with what its earlier run learnt, in one model fit:
-        ``ended`` holds each told trial's params and value (None: a failure, told the worst
-        value, as :meth:`tell_failure`); ``pending`` the trials about to run again, which
-        :meth:`ask` must not propose a second time. The values count as completed finals for
-        :meth:`tell_stopped`."""
+        ``ended`` holds each completed trial's final and each failure (None: told the worst
+        value, as :meth:`tell_failure`); ``stopped`` each early-stopped trial's value, clamped
+        to the finals' range as :meth:`tell_stopped` does and not counted as a final;
+        ``pending`` the trials about to run again, which :meth:`ask` must not propose a second
+        time."""
         finite = [float(v) for _, v in ended if v is not None and v == v]
         self._finals += finite
-        worst = max((self.sign * v for v in finite), default=None)
+        lo, hi = (min(self._finals), max(self._finals)) if self._finals else (None, None)
+        told: list[tuple[Mapping[str, Any], float | None]] = [*ended]
+        for params, v in stopped:
+            told.append((params, min(max(v, lo), hi) if lo is not None and hi is not None else v))
+        known = [v for _, v in told if v is not None and v == v]
+        worst = max((self.sign * v for v in known), default=None)
         points: list[Point] = []
         ys: list[float] = []
-        for params, value in ended:
+        for params, value in told:
             point = self._point(params)
             y = worst if value is None else self.sign * float(value)
             if y is not None and y == y:  # NaN: nothing to tell

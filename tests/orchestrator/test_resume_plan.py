@@ -86,9 +86,10 @@ def test_each_trial_is_carried_over_as_it_ended_or_queued_from_its_checkpoint(
     assert by_id[done].start_step == 10 and by_id[done].carried  # the earlier run's steps
     assert by_id[done].phase is Phase.DONE and by_id[done].final_metric == 0.9
     assert by_id[refused].lives_started == 0 and by_id[refused].attempt == 0
-    # the search hears what the orchestrator told it: a final, a prediction, a failure;
-    # nothing for a trial the cloud never ran
-    assert plan.ended == [({"lr": 0.001}, 0.9), ({"lr": 0.002}, 0.5), ({"lr": 0.003}, None)]
+    # the search hears what the orchestrator told it: a final, a failure, a stopped trial's
+    # prediction (apart: no final); nothing for a trial the cloud never ran
+    assert plan.ended == [({"lr": 0.001}, 0.9), ({"lr": 0.003}, None)]
+    assert plan.stopped == [({"lr": 0.002}, 0.5)]
     assert plan.totals["cost_usd"] == 1.5 and plan.totals["revocations"] == 2
     assert plan.search_spec.seed == 5  # seed 0, apart by the 5 trials already proposed
     assert store.get_job(job_id).state is JobState.CANCELLED  # planning writes nothing
@@ -118,7 +119,7 @@ def test_a_trial_a_limit_stopped_runs_again_one_the_policy_stopped_does_not(
     assert (again.step, again.stop_reason, again.phase) == (4, None, Phase.QUEUED)
     by_id = {t.trial_id: t for t in plan.trials}
     assert by_id[policy].stop_reason == "asha" and by_id[policy].phase is Phase.DONE
-    assert plan.ended == [({"lr": 0.002}, 0.3), ({"lr": 0.003}, None)]
+    assert plan.ended == [({"lr": 0.003}, None)] and plan.stopped == [({"lr": 0.002}, 0.3)]
     assert plan.totals["early_stopped"] == 2  # the budget's stop is undone
     plan.claim(store, 1, "a", 10.0)
     assert store.get_job(job_id).early_stopped == 2  # in the claim: never counted twice
@@ -242,7 +243,8 @@ def test_a_trial_stopped_by_the_policy_after_a_resume_stays_stopped(tmp_path: Pa
     plan = plan_resume(store, store.get_job(job_id))
     assert plan.requeued == []
     assert plan.trials[0].stop_reason == "asha rung 3"
-    assert plan.ended == [({"lr": 0.001}, 0.3)] and plan.totals["early_stopped"] == 1
+    assert plan.stopped == [({"lr": 0.001}, 0.3)] and plan.totals["early_stopped"] == 1
+    assert plan.ended == []  # a stopped trial's value is no final
 
 
 def test_only_a_trial_whose_own_process_failed_is_told_as_a_failure(tmp_path: Path) -> None:

@@ -58,6 +58,25 @@ def test_a_resumed_jobs_results_are_the_range() -> None:
     assert s._pending == []
 
 
+def test_a_resumed_jobs_stopped_trials_are_clamped_and_no_finals() -> None:
+    """A resumed job replays its early-stopped trials apart from its finals: a stopped value
+    above the best final is clamped to it, and it does not widen the range later tells see."""
+    s = Search(X, SearchSpec(optimizer="random", seed=0), "maximize")
+    s.replay([({"x": 0.1}, 0.6), ({"x": 0.3}, 0.7)], [], [({"x": 0.2}, 0.95), ({"x": 0.4}, 0.1)])
+    assert told(s) == [0.6, 0.7, 0.7, 0.6]
+    s.tell_stopped({"x": 0.5}, 0.9)
+    assert told(s)[-1] == 0.7  # the range is the finals' (0.6-0.7), not the stopped 0.95
+
+
+def test_a_resumed_job_with_only_stops_tells_them_as_they_are() -> None:
+    s = Search(X, SearchSpec(optimizer="random", seed=0), "maximize")
+    s.replay([({"x": 0.2}, None)], [], [({"x": 0.1}, 0.4)])
+    assert told(s) == [0.4, 0.4]  # the failure is told the worst value seen: the stop's
+    s.tell({"x": 0.3}, 0.5)
+    s.tell_stopped({"x": 0.6}, 0.45)
+    assert told(s)[-1] == 0.5  # clamped to the one final: the stop counted as none
+
+
 @pytest.mark.parametrize("optimizer", ["gp", "random"])
 def test_a_stopped_trial_is_no_longer_pending(optimizer: str) -> None:
     s = Search(X, SearchSpec(optimizer=optimizer, initial_points=2, seed=0))
