@@ -67,7 +67,10 @@ def _release(store: Any, job: Any, orchestrator_died: bool = False) -> dict[str,
                 "the job's last report" if last else "their start (no report was recorded)"
             ) + ", as their trial processes died with the orchestrator"
     else:
-        held = [rec.Held(r.id, r.provider, r.region, r.provider_instance_id) for r in rows]
+        held = [
+            rec.Held(r.id, r.provider, r.region, r.provider_instance_id, r.requested_at)
+            for r in rows
+        ]
         res = rec.reconcile_records(spec, job.id, held, _resumed_since(store, job.id))
         terminated, errors = res.terminated, res.errors
         listed = {i.instance_id: i for i in res.listed}

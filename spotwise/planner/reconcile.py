@@ -8,6 +8,7 @@ confirmed gone (:func:`reconcile_records`).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
@@ -54,6 +55,7 @@ class Held:
     provider: str
     region: str
     instance_id: str | None = None
+    requested_at: float | None = None  # wall time of the launch request (the record's)
 
 
 #: How a record was settled by :func:`reconcile_records`. The first three close it.
@@ -143,6 +145,24 @@ def _scopes(q: ProviderSpec, held: list[Held]) -> list[tuple[ProviderConfig, lis
     return scopes
 
 
+def _too_young(name: str, prov: object, h: Held) -> str:
+    """Why a record absent from a listing is not yet confirmed gone: its launch was requested
+    within the provider's listing lag (EC2's listings are eventually consistent: a create of
+    seconds ago may not be listed yet, and closing its record would leave the instance running
+    with nothing to find it by). "" once the lag has passed, or for a provider without one."""
+    from spotwise.planner.launch_cleanup import listing_lag_s
+
+    lag = listing_lag_s(prov)
+    age = time.time() - h.requested_at if h.requested_at is not None else lag
+    if age >= lag:
+        return ""
+    return (
+        f"{name}: launch {h.launch_id} was requested {max(age, 0):.0f} s ago and {name}'s "
+        f"listing can lag {lag:.0f} s behind a create, so its absence proves nothing yet; "
+        f"run the cancel again in {lag - max(age, 0):.0f} s"
+    )
+
+
 def _settle(
     name: str,
     config: ProviderConfig,
@@ -188,7 +208,12 @@ def _settle(
     for h in held:
         inst = by_id.get(h.instance_id or "") or by_launch.get(h.launch_id)
         if inst is None:
-            out.records.append(Settled(h, NOT_FOUND, h.instance_id or h.launch_id))
+            young = _too_young(name, prov, h)
+            if young:  # a create the listing may not show yet: not confirmed gone
+                out.errors.append(young)
+            out.records.append(
+                Settled(h, OPEN if young else NOT_FOUND, h.instance_id or h.launch_id, error=young)
+            )
             continue
         since = inst.launched_at or None  # 0.0: the provider does not say
         if inst.instance_id in refused:

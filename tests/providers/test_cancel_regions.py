@@ -189,6 +189,41 @@ def test_a_refused_terminate_leaves_its_record_open_and_cancel_exits_1_until_it_
     assert set(_rows(db, job).values()) == {("terminated", "reconciled")}
 
 
+def test_a_launch_younger_than_the_listing_lag_stays_open_until_it_can_be_confirmed(
+    bucket: str, tmp_path: Path
+) -> None:
+    """EC2's listings are eventually consistent: a launch requested seconds ago that is not
+    listed yet may still have made an instance. Closing its record 'not found' left nothing
+    to find that instance by; it stays open, and a cancel after the lag closes it."""
+    db, job, _ = _dead_job(tmp_path, bucket, trials=1)
+    with Store.open_existing(db) as s:
+        trial = s.list_trials(job)[0].id
+        s.record_launch(
+            id="l-young",
+            job_id=job,
+            trial_id=trial,
+            provider="aws",
+            region="us-east-1",
+            zone="us-east-1a",
+            instance_type="c5.xlarge",
+            market="spot",
+            offer_key="aws:us-east-1a:c5.xlarge:spot",
+            price_per_hour=0.1,
+            state="requested",
+            requested_at=time.time() - 30.0,
+        )
+    out = jobs.cancel(job, db=db)
+    young = {r["launch_id"]: r for r in out["records"]}["l-young"]
+    assert young["outcome"] == "open" and young["instance_id"] == "l-young"
+    assert "requested 30 s ago" in young["error"] and "again in 90 s" in young["error"]
+    assert _rows(db, job)["l-young"] == ("requested", None)
+    with Store.open_existing(db) as s:  # two minutes later: the listing would show it
+        s.update_instance("l-young", requested_at=time.time() - 121.0)
+    again = jobs.cancel(job, db=db)
+    assert {r["launch_id"]: r["outcome"] for r in again["records"]} == {"l-young": "not found"}
+    assert _rows(db, job)["l-young"] == ("terminated", "reconciled")
+
+
 def test_each_record_is_closed_only_when_confirmed(
     bucket: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -202,9 +237,9 @@ def test_each_record_is_closed_only_when_confirmed(
     boto3.client("ec2", region_name="us-east-1").terminate_instances(InstanceIds=[ended_iid])
     with Store.open_existing(db) as s:
         trial = s.list_trials(job)[0].id
-        for lid, region, iid in (
-            ("l-never", "us-east-1", None),  # recorded, then the orchestrator died
-            ("l-eu", "eu-west-1", "i-0123456789abcdef0"),
+        for lid, region, iid, age in (
+            ("l-never", "us-east-1", None, 121.0),  # recorded, then the orchestrator died
+            ("l-eu", "eu-west-1", "i-0123456789abcdef0", 0.0),
         ):
             s.record_launch(
                 id=lid,
@@ -219,6 +254,7 @@ def test_each_record_is_closed_only_when_confirmed(
                 price_per_hour=0.1,
                 provider_instance_id=iid,
                 state="requested" if iid is None else "running",
+                requested_at=time.time() - age,  # l-never: past EC2's listing lag
             )
     down = "aws: credentials rejected while describing instances in eu-west-1 (AuthFailure)"
     real = AwsProvisioner._describe_raw
