@@ -337,13 +337,21 @@ class TrialBook:
         typo, a missing file), and every new trial would only pay for more failed launches.
         Likewise two trials that ran to their last step without reporting the metric there
         (steps counted from 0, a report every k steps that skips the last) while none has
-        completed: the script's reporting is wrong for every trial. Judged on this run's
-        trials: a resumed job's command may have been mended since."""
+        completed: the script's reporting is wrong for every trial. One is enough when it
+        reported step 0 and stopped one short of the last (steps counted from 0: no trial of
+        that script can report its last step). Judged on this run's trials: a resumed job's
+        command may have been mended since."""
         failed = [t for t in self.trials if t.state == "failed" and not t.carried]
         if len(failed) >= 2 and not any(t.furthest > 0 for t in self.trials):
             return True
-        unreported = sum(1 for t in failed if t.unreported)
-        return unreported >= 2 and not any(t.state == "completed" for t in self.trials)
+        unreported = [t for t in failed if t.unreported]
+        zero_indexed = any(
+            0 in {*t.curve, *t.reported} and last_reported(t) == t.steps_total - 1
+            for t in unreported
+        )
+        return (len(unreported) >= 2 or zero_indexed) and not any(
+            t.state == "completed" for t in self.trials
+        )
 
     def _doubtful(self) -> bool:
         """No trial has reported a step yet, one has failed, and another is still under way:

@@ -38,6 +38,12 @@ for step in range(start + 1, total + 1):
         sdk.save_checkpoint({"step": step}, step)
 sdk.done(total)
 """
+# reports at steps 1..steps-1, skipping the last (as a report every k steps may)
+SHORT_BY_ONE = ZERO_INDEXED.replace(
+    "sdk.report(step - 1, step / 100)",
+    """if step < total:
+        sdk.report(step, step / 100)""",
+)
 # no checkpoint, no report: exits 0 at once
 SILENT = "from spotwise import sdk\nsdk.done(sdk.steps())\n"
 
@@ -92,7 +98,7 @@ def test_two_trials_that_never_report_their_last_step_stop_the_job(
 ) -> None:
     # the script's reporting is wrong for every trial: after two such failures with nothing
     # completed, no third or fourth trial is paid for
-    code, summary = _tune(tmp_path, _spec(tmp_path, ZERO_INDEXED, 4, trials=4), monkeypatch)
+    code, summary = _tune(tmp_path, _spec(tmp_path, SHORT_BY_ONE, 4, trials=4), monkeypatch)
 
     assert (code, summary["state"], summary["best"], summary["completed"]) == (1, "failed", None, 0)
     with Store.open_existing(f"sqlite:///{tmp_path / 'spotwise.db'}") as store:
@@ -100,6 +106,21 @@ def test_two_trials_that_never_report_their_last_step_stop_the_job(
         lives = store.list_instances(summary["job_id"])
     assert [t.state.value for t in trials] == ["failed", "failed"]
     assert len(lives) == 2
+
+
+@pytest.mark.timeout(180)
+def test_one_zero_indexed_trial_stops_the_job(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Steps counted from 0 (a report at step 0, the last one step short): no trial of that
+    script can report its last step, so the second trial is not paid for."""
+    code, summary = _tune(tmp_path, _spec(tmp_path, ZERO_INDEXED, 4, trials=4), monkeypatch)
+
+    assert (code, summary["state"], summary["completed"]) == (1, "failed", 0)
+    with Store.open_existing(f"sqlite:///{tmp_path / 'spotwise.db'}") as store:
+        trials = store.list_trials(summary["job_id"])
+        lives = store.list_instances(summary["job_id"])
+    assert [t.state.value for t in trials] == ["failed"] and len(lives) == 1
 
 
 @pytest.mark.timeout(180)
