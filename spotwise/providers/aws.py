@@ -81,6 +81,7 @@ TRANSIENT_HINT = (
     "see https://health.aws.amazon.com"
 )
 _KEY_RE = re.compile(r"\b(AKIA|ASIA|AROA|AIDA)[A-Z0-9]{12,}\b")
+_USERINFO_RE = re.compile(r"//[^/\s@]+@")  # a URL's user:password@ part
 
 
 def sdk() -> ModuleType:
@@ -178,8 +179,14 @@ def check_region(region: str) -> str:
 
 
 def redact(text: str) -> str:
-    """Remove anything shaped like an AWS access key id from a message."""
-    return _KEY_RE.sub("<redacted>", text)
+    """Remove anything shaped like an AWS access key id, and the ``user:password@`` part of
+    any URL, from a message."""
+    return _USERINFO_RE.sub("//", _KEY_RE.sub("<redacted>", text))
+
+
+def safe_url(url: str) -> str:
+    """An endpoint URL fit to print: no ``user:password@``, no query string."""
+    return redact(url.split("?", 1)[0].split("#", 1)[0])
 
 
 def error_code(exc: BaseException) -> str:
@@ -237,7 +244,7 @@ def transient_error(exc: BaseException, action: str) -> TransientError | None:
     if _connection_failure(exc):
         # botocore names the URL it could not reach; never a query string (a signature)
         text = re.sub(r"\?[^\s\"']*", "", " ".join(redact(str(exc)).split())).rstrip(".")
-        endpoint = os.environ.get("AWS_ENDPOINT_URL", "")
+        endpoint = safe_url(os.environ.get("AWS_ENDPOINT_URL", ""))
         also = f" and AWS_ENDPOINT_URL ({endpoint})" if endpoint else ""
         return TransientError(
             f"aws: a passing failure of the AWS API ({text}) while {action}",
@@ -313,7 +320,7 @@ def check() -> CheckResult:
     details: dict[str, str] = {"region": sess.region_name or f"{DEFAULT_REGION} (default)"}
     endpoint = os.environ.get("AWS_ENDPOINT_URL")
     if endpoint:
-        details["endpoint"] = endpoint
+        details["endpoint"] = safe_url(endpoint)
     try:
         creds = sess.get_credentials()
     except Exception as e:

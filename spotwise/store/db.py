@@ -53,12 +53,33 @@ def default_url(explicit: str | None = None) -> str:
     return f"sqlite:///{folder / 'spotwise.db'}"
 
 
-def redact(url: str) -> str:
-    """``url`` without its password, fit to print (also for strings that do not parse)."""
+#: Query parameters of a database URL that carry a secret (libpq's ``password``,
+#: ``sslpassword``, ``sslkey``; a driver's ``token``/``secret``): hidden like the password.
+_SECRET_PARAM = re.compile(r"(?i)pass|secret|token|key")
+
+
+def redact(url: str | URL) -> str:
+    """``url`` without its password (in its user part or its query string), fit to print
+    (also for strings that do not parse)."""
     try:
-        return make_url(url).render_as_string(hide_password=True)
+        u = make_url(url)
+        query = {k: "***" if _SECRET_PARAM.search(k) else v for k, v in u.query.items()}
+        return u.set(query=query).render_as_string(hide_password=True).replace("%2A%2A%2A", "***")
     except Exception:
-        return re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", url)
+        text = re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", str(url))
+        return re.sub(
+            r"(?i)([?&][^=&#\s]*(?:pass|secret|token|key)[^=&#\s]*=)[^&#\s]*", r"\1***", text
+        )
+
+
+def _secrets(url: URL) -> list[str]:
+    """The secret values of ``url`` (its password, its secret query parameters), to scrub
+    from a driver's message."""
+    found = [str(url.password)] if url.password else []
+    for k, v in url.query.items():
+        if _SECRET_PARAM.search(k):
+            found += [v] if isinstance(v, str) else list(v)
+    return [f for f in found if f]
 
 
 def _config_error(url: str, reason: str, hint: str | None = None) -> ConfigError:
@@ -245,11 +266,10 @@ def _connect(engine: Engine) -> Connection:
         if engine.dialect.name == "sqlite":
             raise
         reason = _first_line(exc)
-        password = engine.url.password
-        if password:  # drivers do not echo it; never risk it
-            reason = reason.replace(str(password), "***")
+        for secret in _secrets(engine.url):  # drivers do not echo them; never risk it
+            reason = reason.replace(secret, "***")
         raise DatabaseUnreachable(
-            f"cannot connect to the database {engine.url.render_as_string(hide_password=True)} "
+            f"cannot connect to the database {redact(engine.url)} "
             f"given by --db/SPOTWISE_DB: {reason}",
             hint="check that the server is up and the URL (host, port, user, database) is right",
         ) from exc
@@ -265,7 +285,7 @@ def store_error(exc: BaseException, engine: Engine | None = None, action: str = 
     """One line for a database failure: the driver's message, no SQL, no parameters, no
     password."""
     reason = _first_line(exc)
-    where = f" ({engine.url.render_as_string(hide_password=True)})" if engine else ""
+    where = f" ({redact(engine.url)})" if engine else ""
     doing = f" while {action}" if action else ""
     hint = None
     if "locked" in reason or "busy" in reason:
@@ -352,7 +372,7 @@ def migrate(engine: Engine, attempts: int = 5) -> None:
         except CommandError as exc:
             raise StoreError(
                 f"database schema revision {current!r} is unknown to this spotwise "
-                f"(newest is {head!r}) at {engine.url.render_as_string(hide_password=True)}",
+                f"(newest is {head!r}) at {redact(engine.url)}",
                 hint="upgrade spotwise, or point --db/SPOTWISE_DB at another database",
             ) from exc
         except SQLAlchemyError as exc:

@@ -100,8 +100,10 @@ class Store(Records):
 
     @property
     def url(self) -> str:
-        """The database URL, without its password."""
-        return self.engine.url.render_as_string(hide_password=True)
+        """The database URL, without its password (nor a password in its query string)."""
+        from spotwise.store.db import redact
+
+        return redact(self.engine.url)
 
     def close(self) -> None:
         self.engine.dispose()
