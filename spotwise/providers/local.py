@@ -269,7 +269,17 @@ class LocalProvisioner:
             inst = p.instance
             if inst.state.is_terminal():
                 continue
-            if p.notice_at is not None and p.noticed_wall is None and now >= p.notice_at:
+            code = p.popen.poll() if p.popen is not None else 0
+            # a trial that exited before a poll saw its notice is due gets none: a cloud
+            # orchestrator would have seen the exit and ended the life (billed), where the
+            # replay's long market passes let the provider take it, free, after the work ended
+            exited = code is not None or inst.exit_code is not None
+            if (
+                not exited
+                and p.notice_at is not None
+                and p.noticed_wall is None
+                and now >= p.notice_at
+            ):
                 assert p.revoke_at is not None
                 p.noticed_wall = wall
                 lead_wall = self.clock.wall_seconds(p.revoke_at - now)
@@ -278,7 +288,6 @@ class LocalProvisioner:
                     Notice(inst.instance_id, NoticeKind.INTERRUPTION, now, p.revoke_at)
                 )
                 self._signal(p, signal.SIGTERM)
-            code = p.popen.poll() if p.popen is not None else 0
             if code is not None and inst.exit_code is None:
                 inst.exit_code = code
                 self._close_log(p)

@@ -3,6 +3,7 @@ drives. Waits use generous wall-clock timeouts; nothing asserts a tight timing."
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import sys
@@ -321,3 +322,22 @@ def test_a_market_clock_restarts_at_its_start() -> None:
     assert clock.now() == 5000.0
     wall[0] = 103.0
     assert clock.now() == 5030.0
+
+
+def test_a_trial_that_exited_before_its_notice_was_seen_gets_none(
+    prov: LocalProvisioner, market: ReplayMarket, wall: FakeWall, tmp_path: Path
+) -> None:
+    """review-y F5: the replay's market passes are minutes long at 300x, so a trial could
+    finish, then a poll see its notice due and the provider take the life free, although a
+    cloud orchestrator would have seen the exit first and ended (and paid for) it."""
+    req = request(offer(market, ZONE_B, Market.SPOT), tmp_path)
+    inst = prov.launch(dataclasses.replace(req, argv=(sys.executable, "-c", "pass")))
+    proc = prov._procs[inst.instance_id].popen
+    assert proc is not None
+    proc.wait(timeout=WAIT)  # the trial is done
+    prov.revoke_now(inst.instance_id)  # its notice falls due after that, before a poll
+    assert prov.notices() == []
+    state = state_of(prov, inst.instance_id)
+    assert (state.state, state.exit_code) == (InstanceState.RUNNING, 0)
+    prov.terminate([inst.instance_id])  # the orchestrator ends the life: billed, not revoked
+    assert state_of(prov, inst.instance_id).state is InstanceState.TERMINATED
