@@ -14,10 +14,12 @@ market's) is never mixed with a cloud (refused by the spec).
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from spotwise.errors import ProviderError, SpecError
 from spotwise.providers.base import Catalog, Market, Offer, Provisioner
@@ -27,6 +29,8 @@ from spotwise.providers.registry import ProviderConfig
 from spotwise.providers.replay import ReplayMarket
 from spotwise.spec import JobSpec, ProviderSpec, ReplaySpec
 from spotwise.traces import TraceSet
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -116,14 +120,20 @@ def _filter(offers: list[Offer], p: ProviderSpec) -> list[Offer]:
     ]
 
 
-def replay_risk(traces: TraceSet) -> Callable[[list[Offer], float], dict[str, float]]:
+def replay_risk(
+    traces: TraceSet, start: float | None = None
+) -> Callable[[list[Offer], float], dict[str, float]]:
     """Per-offer revocation probability within the hour from the shipped LSTM, per trace tick.
 
     The model is loaded on first use (it needs torch) and asked once per tick of the trace.
+    A replay from ``start`` inside the ticks the model was fitted on is warned about: there
+    its forecasts have seen the revocations they are asked about.
     """
     from spotwise.predictors.revocation import load_pretrained
 
     model = load_pretrained()
+    if start is not None and (note := in_sample_note(model.trained_on, traces, start)):
+        log.warning("%s", note)
     cache: dict[int, dict[str, float]] = {}
 
     def risk(offers: list[Offer], t: float) -> dict[str, float]:
@@ -138,6 +148,27 @@ def replay_risk(traces: TraceSet) -> Callable[[list[Offer], float], dict[str, fl
     return risk
 
 
+def in_sample_note(rec: dict[str, Any] | None, traces: TraceSet, start: float) -> str:
+    """A warning when a replay from ``start`` reads forecasts of a model fitted on the same
+    ticks (the shipped model: the first 70 % of the shipped SkyNomad trace): its placements
+    there are in-sample, so the job's savings overstate what the forecast does on unseen data.
+    "" for another trace, or a replay that starts after the model's last training tick."""
+    from datetime import UTC, datetime
+
+    from spotwise.predictors._provenance import locate
+
+    if rec is None or locate(rec, traces) is None or start > float(rec["until"]):
+        return ""
+    until = datetime.fromtimestamp(float(rec["until"]), UTC).strftime("%Y-%m-%d %H:%M UTC")
+    hours = (float(rec["until"]) - float(traces.times[0])) / 3600.0
+    return (
+        f"warning: the revocation forecast was fitted on this trace up to {until}, after this "
+        "replay's start: its placements are in-sample and the job's savings overstate what it "
+        f"does on unseen data; set providers.0.replay.start above {hours:.0f} (hours) for an "
+        "honest measure"
+    )
+
+
 def open_backend(
     spec: JobSpec, base_dir: Path, run_dir: Path, *, forecast: bool = False
 ) -> Backend:
@@ -149,7 +180,7 @@ def open_backend(
         backend = _local(p, p.replay or ReplaySpec(), base_dir, run_dir)
         if forecast:
             assert isinstance(backend.catalog, ReplayMarket)
-            backend.risk = replay_risk(backend.catalog.traces)
+            backend.risk = replay_risk(backend.catalog.traces, backend.now())
         return backend
     # A cloud trial checkpoints to, and reports through, folders its instance can reach (see
     # spotwise.providers.channel): a checkpoint on the instance's own disk goes with it (a
@@ -160,6 +191,14 @@ def open_backend(
             raise SpecError(_MIXED_LOCAL)
         check_reachable(q.name, q.options, spec.checkpoint.location, i)
     parts = [_cloud(q) for q in spec.providers]
+    if forecast:
+        clouds = ", ".join(q.name for q in spec.providers)
+        log.warning(
+            "warning: this policy weighs each spot offer by a revocation forecast, which "
+            "spotwise has only for the replayed market: on %s every spot offer's risk is "
+            "taken as 0, so offers are ranked by their price per step alone",
+            clouds,
+        )
     return parts[0] if len(parts) == 1 else _several(parts)
 
 

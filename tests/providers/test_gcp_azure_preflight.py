@@ -372,3 +372,19 @@ def test_tune_exits_2_with_one_line(
     assert [x for x in capsys.readouterr().err.splitlines() if x.strip()] == [line]
     with Store.open(db) as store:
         assert store.list_jobs() == []
+
+
+def test_gcp_a_policy_that_uses_a_forecast_is_told_there_is_none_on_a_cloud(
+    tmp_path: Path, gcp_cloud: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """review-y F2: `spotwise`/`spottune` on a cloud ranked offers by price alone (every risk
+    0) and nothing said so."""
+    spec = load_spec(write_spec(tmp_path, gcp_provider()))
+    with caplog.at_level("WARNING"):
+        open_backend(spec, tmp_path, tmp_path / "runs")
+    assert caplog.messages == []
+    with caplog.at_level("WARNING"):
+        open_backend(spec, tmp_path, tmp_path / "runs", forecast=True)
+    (said,) = caplog.messages
+    assert said.startswith("warning: this policy weighs each spot offer by a revocation")
+    assert "on gcp every spot offer's risk is taken as 0" in said
