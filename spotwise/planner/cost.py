@@ -37,20 +37,6 @@ class StepCost:
         p = self.p_revoke if self.refund_first_hour else 0.0
         return self.price_only() * (1.0 - p)
 
-    def with_waste(self, checkpoint_every: int, restart_overhead_s: float) -> float:
-        """Dollars per *useful* step, pricing the work lost to a revocation and the restart.
-
-        Over the horizon the instance makes ``n = horizon / M`` steps; with probability p it is
-        revoked, losing on average half a checkpoint interval plus the restart overhead, which
-        must be paid again on the next instance at (about) this price.
-        """
-        m = self.seconds_per_step
-        n = max(self.horizon_s / m, 1.0)
-        lost_s = 0.5 * checkpoint_every * m + restart_overhead_s
-        useful = max(n - self.p_revoke * lost_s / m, 1e-9)
-        base = self.spottune() * n
-        return base / useful
-
 
 def on_demand_cost(seconds: float, on_demand_price: float) -> float:
     return seconds * on_demand_price / 3600.0
