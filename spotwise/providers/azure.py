@@ -31,9 +31,13 @@ folder on the VM).
 ARM calls are bounded (:func:`client_bounds`): azure-core's default retry policy would let one
 call block for about 20 minutes when ARM stops answering (4 tries of 300 s each), or 3 times a
 ``Retry-After`` of any length; spotwise gives up after about ``api_deadline_s`` instead, with a
-TransientError (or ThrottledError) naming the action. The credential's token requests, which
-azure-identity sends through a pipeline of its own (or ``az``), get half of it
-(:class:`~spotwise.providers.azure_token.BoundedCredential`).
+TransientError (or ThrottledError) naming the action. The deadline holds for a call as a whole
+(:class:`~spotwise.providers.azure_token.BoundedARM`): a listing with all its pages, an answer
+ARM trickles. The credential's token requests, which azure-identity sends through a pipeline
+of its own (or ``az``), get half of it
+(:class:`~spotwise.providers.azure_token.BoundedCredential`), as do those of :func:`check` and
+of the blob store (:mod:`spotwise.providers.azure_blobs`). The Retail Prices API's pages, read
+for live prices, share one ``api_deadline_s`` too (else the shipped catalog's prices are used).
 """
 
 from __future__ import annotations
@@ -56,8 +60,15 @@ from spotwise.errors import (
     ThrottledError,
     TransientError,
 )
-from spotwise.providers.azure_token import BoundedCredential, token_timeout
+from spotwise.providers.azure_token import (
+    BoundedARM,
+    BoundedCredential,
+    cut_to_deadline,
+    retry_policy,
+    token_timeout,
+)
 from spotwise.providers.base import Market
+from spotwise.providers.bounded import CallDeadlineExceeded
 from spotwise.providers.registry import INSTALL_HINT, CheckResult, OptionsMixin, ProviderConfig
 
 NAME = "azure"
@@ -123,20 +134,11 @@ def client_bounds(deadline_s: float) -> dict[str, Any]:
     ServiceResponseTimeoutError), each request may take half of it to connect and as long per
     read, a backoff sleep at most a quarter, and an answer whose ``Retry-After`` asks for more
     than a quarter is not retried: it is the call's answer (a 429 → ThrottledError, and
-    spotwise waits)."""
-    from azure.core.pipeline.policies import RetryPolicy
-
-    cap = deadline_s / 4
-
-    class BoundedRetryPolicy(RetryPolicy):
-        def is_retry(self, settings: dict[str, Any], response: Any) -> bool:
-            if not super().is_retry(settings, response):
-                return False
-            after = self.get_retry_after(response)
-            return after is None or after <= cap
-
+    spotwise waits). :class:`~spotwise.providers.azure_token.BoundedARM` holds each call as a
+    whole, a listing's pages included, to ``deadline_s``."""
     return {
-        "retry_policy": BoundedRetryPolicy(timeout=deadline_s, retry_backoff_max=cap),
+        "retry_policy": retry_policy(deadline_s),
+        "raw_request_hook": cut_to_deadline,
         "connection_timeout": deadline_s / 2,
         "read_timeout": deadline_s / 2,
     }
@@ -148,7 +150,8 @@ def _unavailable(what: str) -> ProviderUnavailable:
 
 def compute_client(credential: Any, settings: AzureSettings) -> Any:
     """A ``ComputeManagementClient`` on ``credential`` (ARM endpoint from ``options.base_url``),
-    its calls and its token requests bounded by ``api_deadline_s``."""
+    each of its calls as a whole (a listing: all its pages) and its token requests bounded by
+    ``api_deadline_s`` (:class:`~spotwise.providers.azure_token.BoundedARM`)."""
     try:
         from azure.mgmt.compute import ComputeManagementClient
     except ImportError:
@@ -158,7 +161,8 @@ def compute_client(credential: Any, settings: AzureSettings) -> Any:
     if settings.opt("base_url"):
         kwargs["base_url"] = settings.opt("base_url")
     bounded = BoundedCredential(credential, deadline / 2)
-    return ComputeManagementClient(bounded, settings.subscription_id, **kwargs)
+    client = ComputeManagementClient(bounded, settings.subscription_id, **kwargs)
+    return BoundedARM(client, deadline)
 
 
 def default_credential() -> Any:
@@ -225,7 +229,15 @@ def api_error(prefix: str, e: Exception) -> ProviderError:
     """An azure-core HttpResponseError (or a credential failure) as one line: throttling →
     ThrottledError, a 500/502/503/504 or a connection that failed or timed out →
     TransientError, capacity → CapacityError, credentials → ``az login``, quota → the quota to
-    raise, 403 → the role to grant. Never a token."""
+    raise, 403 → the role to grant; a call out of its deadline (CallDeadlineExceeded) → its last
+    retried failure that passes, else a TransientError naming the deadline. Never a token."""
+    if isinstance(e, CallDeadlineExceeded):
+        last = api_error(prefix, e.last) if e.last is not None else None
+        if isinstance(last, TransientError):  # ThrottledError too
+            return last
+        return TransientError(
+            f"{prefix}: a passing failure of the Azure API ({e})", hint=TRANSIENT_HINT
+        )
     if type(e).__name__ == "TokenTimeout" and isinstance(e, token_timeout()):
         return TransientError(
             f"{prefix}: {getattr(e, 'message', e)} (a passing failure of its token endpoint)",
@@ -329,8 +341,12 @@ def _chain_in_use() -> str:
     return "DefaultAzureCredential chain (no environment, CLI or managed identity found)"
 
 
-def check(*, credential: Any | None = None) -> CheckResult:
-    """Which credential would be used and whether it yields an ARM token (never shown)."""
+def check(*, credential: Any | None = None, api_deadline_s: float | None = None) -> CheckResult:
+    """Which credential would be used and whether it yields an ARM token (never shown) within
+    half of ``api_deadline_s`` (default ``DEFAULT_API_DEADLINE_S``), as an ARM call's token
+    request (a token endpoint that does not answer is said to be one, not a missing
+    credential)."""
+    timeout_s = (api_deadline_s or DEFAULT_API_DEADLINE_S) / 2
     chain = _chain_in_use()
     details = {"chain": chain}
     sub = os.environ.get("AZURE_SUBSCRIPTION_ID", "")
@@ -339,7 +355,7 @@ def check(*, credential: Any | None = None) -> CheckResult:
     try:
         from azure.mgmt.compute import ComputeManagementClient  # noqa: F401
 
-        cred = credential or default_credential()
+        cred = BoundedCredential(credential or default_credential(), timeout_s)
         quiet = logging.getLogger("azure.identity")  # its chain logs a page per failed source
         level = quiet.level
         quiet.setLevel(logging.CRITICAL)
@@ -354,6 +370,15 @@ def check(*, credential: Any | None = None) -> CheckResult:
             NAME, False, f"azure-mgmt-compute is not installed; {INSTALL_HINT[NAME]}", details
         )
     except Exception as e:  # ClientAuthenticationError and friends: report the class only
+        if isinstance(e, token_timeout()):
+            return CheckResult(
+                NAME,
+                False,
+                f"{getattr(e, 'message', e)} via {chain} (its token endpoint did not answer): "
+                "nothing to fix if it passes; if it lasts, check that `az account "
+                "get-access-token` answers",
+                details,
+            )
         return CheckResult(
             NAME,
             False,

@@ -8,7 +8,10 @@ Azurite emulator).
 
 Credentials: ``azure.identity.DefaultAzureCredential`` (environment, workload or managed
 identity, Azure CLI, ...) unless one is passed; spotwise never stores, logs or prints a token
-or key. azure-storage-blob refuses bearer tokens over plain ``http://`` (they would travel in
+or key. A token request gives up after half of ``api_deadline_s`` (60 s unless the caller
+passes another) with a TransientError naming the call and that time, and a call that gets no
+token is not retried by the storage SDK (a missing credential is reported at once, as one).
+azure-storage-blob refuses bearer tokens over plain ``http://`` (they would travel in
 clear text), so for an ``http://`` endpoint a token credential is not used: requests are
 signed with the account key in ``AZURE_STORAGE_KEY`` when it is set (Azurite's well-known
 ``devstoreaccount1`` key), else sent anonymously. A key or SAS credential passed explicitly
@@ -27,6 +30,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from spotwise.errors import ProviderError, ProviderUnavailable, ThrottledError, TransientError
+from spotwise.providers.azure_token import BoundedCredential, token_timeout
 from spotwise.providers.blobs import check_name, join_key
 from spotwise.providers.registry import INSTALL_HINT
 
@@ -93,19 +97,32 @@ def _unavailable(what: str) -> ProviderUnavailable:
     return ProviderUnavailable(f"azure: {what} is not installed", hint=INSTALL_HINT["azure"])
 
 
-def container_client(account: str, container: str, credential: Any = None, **options: Any) -> Any:
+def container_client(
+    account: str,
+    container: str,
+    credential: Any = None,
+    *,
+    token_timeout_s: float | None = None,
+    **options: Any,
+) -> Any:
     """An ``azure.storage.blob.ContainerClient``; ``options`` go to its constructor
-    (``retry_total``, ``max_single_put_size``, ...)."""
+    (``retry_total``, ``max_single_put_size``, ...). A token credential's requests give up
+    after ``token_timeout_s`` (default: half the azure provider's default ``api_deadline_s``),
+    and a call that gets no token fails at once (:func:`no_token_retry`)."""
     try:
         from azure.storage.blob import ContainerClient
     except ImportError:
         raise _unavailable("azure-storage-blob") from None
     url = account_url(account)
     if url.lower().startswith("https://"):
-        if credential is None:
-            from spotwise.providers.azure import default_credential
+        from spotwise.providers.azure import DEFAULT_API_DEADLINE_S, default_credential
 
+        if credential is None:
             credential = default_credential()
+        if hasattr(credential, "get_token"):
+            timeout_s = token_timeout_s or DEFAULT_API_DEADLINE_S / 2
+            credential = BoundedCredential(credential, timeout_s)
+            options.setdefault("retry_policy", no_token_retry(options))
     elif credential is None or hasattr(credential, "get_token"):  # no bearer token over http
         credential = None
         key = os.environ.get(KEY_ENV, "")
@@ -114,6 +131,27 @@ def container_client(account: str, container: str, credential: Any = None, **opt
 
             credential = AzureNamedKeyCredential(account, key)
     return ContainerClient(url, container, credential=credential, **options)
+
+
+def no_token_retry(options: dict[str, Any]) -> Any:
+    """The storage SDK's retry policy (``ExponentialRetry`` on ``options``, as it makes its
+    own), except that a call whose credential gave no token is not retried: nothing was sent,
+    and the SDK would ask the credential again after backing off 15 s, 18 s, 24 s (its default
+    3 retries: a minute before a missing credential was reported, 4 times the token timeout
+    and that minute for a token endpoint that does not answer). azure-core's ARM retry policy
+    does not retry it either; azure-identity retries its own requests."""
+    from azure.core.exceptions import ClientAuthenticationError
+    from azure.storage.blob import ExponentialRetry
+
+    class NoTokenRetry(ExponentialRetry):  # type: ignore[misc]
+        def increment(
+            self, settings: dict[str, Any], request: Any, response: Any = None, error: Any = None
+        ) -> bool:
+            if isinstance(error, ClientAuthenticationError) and error.response is None:
+                return False
+            return bool(super().increment(settings, request, response=response, error=error))
+
+    return NoTokenRetry(**options)
 
 
 def error_code(exc: BaseException) -> str:
@@ -149,6 +187,12 @@ def blob_error(
     status = getattr(exc, "status_code", None)
     code = error_code(exc)
     prefix = f"azure: {action} {where} failed"
+    if isinstance(exc, token_timeout()):  # the token endpoint did not answer: it passes
+        return TransientError(
+            f"{prefix}: {getattr(exc, 'message', exc)} (a passing failure of its token endpoint)",
+            hint="nothing to fix if it passes; if it lasts, check that `az account "
+            "get-access-token` answers",
+        )
     if isinstance(exc, ClientAuthenticationError) and getattr(exc, "response", None) is None:
         return ProviderUnavailable(
             f"{prefix}: no Azure credential could get a token ({type(exc).__name__})",
@@ -207,9 +251,11 @@ class AzureBlobs:
         client: Any = None,
         credential: Any = None,
         client_options: dict[str, Any] | None = None,
+        api_deadline_s: float | None = None,
     ) -> None:
         """``client_options`` go to the ``ContainerClient`` made on first use (e.g.
-        ``retry_total``: the SDK's default retries a failing call for minutes)."""
+        ``retry_total``: the SDK's default retries a failing call for minutes); a token
+        request gives up after half of ``api_deadline_s`` (default: the azure provider's)."""
         _check_names(account, container, az_uri(account, container, prefix))
         self.account = account
         self.container = container
@@ -217,6 +263,7 @@ class AzureBlobs:
         self._client = client
         self._credential = credential  # handed to the client on first use, then dropped
         self._options = dict(client_options or {})
+        self._token_timeout_s = api_deadline_s / 2 if api_deadline_s else None
 
     @classmethod
     def from_uri(
@@ -226,6 +273,7 @@ class AzureBlobs:
         client: Any = None,
         credential: Any = None,
         client_options: dict[str, Any] | None = None,
+        api_deadline_s: float | None = None,
     ) -> AzureBlobs:
         account, container, prefix = parse_az_uri(uri)
         return cls(
@@ -235,6 +283,7 @@ class AzureBlobs:
             client=client,
             credential=credential,
             client_options=client_options,
+            api_deadline_s=api_deadline_s,
         )
 
     def __repr__(self) -> str:
@@ -251,7 +300,11 @@ class AzureBlobs:
     def client(self) -> Any:
         if self._client is None:
             self._client = container_client(
-                self.account, self.container, self._credential, **self._options
+                self.account,
+                self.container,
+                self._credential,
+                token_timeout_s=self._token_timeout_s,
+                **self._options,
             )
             self._credential = None
         return self._client

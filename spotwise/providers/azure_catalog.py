@@ -15,14 +15,16 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Sequence
+import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from spotwise.errors import NotFoundError, ProviderError, SpecError, did_you_mean
 from spotwise.providers import azure_prices
-from spotwise.providers.azure import NAME, AzureSettings, api_error
+from spotwise.providers.azure import NAME, AzureSettings, api_deadline_s, api_error
 from spotwise.providers.base import InstanceType, Market, Offer, PricePoint
+from spotwise.providers.bounded import CallDeadlineExceeded, call_within
 from spotwise.providers.gcp_prices import PriceRow, PriceTable
 
 log = logging.getLogger(__name__)
@@ -215,16 +217,37 @@ class AzureCatalog:
             return self.fallback
         if region not in self._live:
             try:
-                items = azure_prices.fetch_items(
-                    region,
-                    self.settings.instance_types or None,
-                    url=self.settings.opt("retail_prices_url", azure_prices.RETAIL_URL),
-                )
+                items = self._retail_items(region)
                 self._live[region] = PriceTable(azure_prices.rows_from_items(items))
             except ProviderError as e:
                 log.warning("%s; using the shipped Azure price catalog", e.message)
                 self._live[region] = self.fallback
         return self._live[region]
+
+    def _retail_items(self, region: str) -> list[dict[str, Any]]:
+        """The region's Retail Prices API items, all pages within one ``api_deadline_s``
+        (each page's request may take half of it, or what is left); ProviderError if not."""
+        deadline = api_deadline_s(self.settings)
+        end = time.monotonic() + deadline
+
+        def get(url: str, params: Mapping[str, str] | None) -> Any:
+            left = end - time.monotonic()
+            if left <= 0:
+                raise CallDeadlineExceeded(deadline)
+            return azure_prices.http_get_json(url, params, timeout_s=min(deadline / 2, left))
+
+        def work() -> list[dict[str, Any]]:
+            return azure_prices.fetch_items(
+                region,
+                self.settings.instance_types or None,
+                url=self.settings.opt("retail_prices_url", azure_prices.RETAIL_URL),
+                get=get,
+            )
+
+        try:
+            return call_within(end, deadline, work, name="spotwise-azure-prices")
+        except CallDeadlineExceeded as e:
+            raise ProviderError(f"azure: Retail Prices API request failed: {e}") from None
 
     def offers(
         self,

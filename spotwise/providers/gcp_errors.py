@@ -11,7 +11,6 @@ import contextlib
 import contextvars
 import functools
 import re
-import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -23,6 +22,7 @@ from spotwise.errors import (
     ThrottledError,
     TransientError,
 )
+from spotwise.providers.bounded import CallDeadlineExceeded, call_within
 
 CREDENTIALS_HINT = (
     "run `gcloud auth application-default login` (or set GOOGLE_APPLICATION_CREDENTIALS to a "
@@ -227,15 +227,6 @@ def _note_retried(e: Exception) -> None:
         seen.append(e)
 
 
-class CallDeadlineExceeded(TimeoutError):
-    """A call (a listing: all its pages) had no complete answer within ``api_deadline_s``;
-    ``last`` is the last failure it retried, if any (:func:`api_error` reports that one)."""
-
-    def __init__(self, deadline_s: float, last: Exception | None = None) -> None:
-        super().__init__(f"no complete answer within api_deadline_s = {deadline_s:g} s")
-        self.last = last
-
-
 class BoundedClient:
     """A compute_v1 client whose every call gives up ``deadline_s`` after it began, with
     :class:`CallDeadlineExceeded`, whatever the server does:
@@ -243,11 +234,11 @@ class BoundedClient:
     - the pages of a listing share the deadline of its first request: a later page is sent
       with the retry's timeout and the request's timeout cut to what is left (api_core's
       pagers send each page as a call of its own, with the first one's ``retry``/``timeout``);
-    - each request runs in a daemon thread that the caller waits for until the deadline:
-      requests' ``timeout`` bounds each socket read, not the answer, so a server that trickles
-      its answer would hold the caller for as long as it likes. The thread is left to finish
-      (its request times out or ends) on its own; launches and deletes carry a requestId, so
-      sending them again is safe.
+    - each request runs in a daemon thread that the caller waits for until the deadline
+      (:func:`spotwise.providers.bounded.call_within`): requests' ``timeout`` bounds each
+      socket read, not the answer, so a server that trickles its answer would hold the caller
+      for as long as it likes. The thread is left to finish (its request times out or ends)
+      on its own; launches and deletes carry a requestId, so sending them again is safe.
     """
 
     def __init__(self, client: Any, deadline_s: float) -> None:
@@ -286,24 +277,13 @@ class BoundedClient:
             kwargs["timeout"] = min(float(timeout), left)
         context = contextvars.copy_context()
         context.run(_RETRIED.set, retried)
-        box: list[tuple[bool, Any]] = []
-        done = threading.Event()
-
-        def work() -> None:
-            try:
-                box.append((True, context.run(method, *args, **kwargs)))
-            except BaseException as e:  # handed to the caller, who may be gone
-                box.append((False, e))
-            finally:
-                done.set()
-
-        threading.Thread(target=work, name="spotwise-gcp-call", daemon=True).start()
-        if not done.wait(left):
-            raise CallDeadlineExceeded(self._deadline_s, retried[-1] if retried else None)
-        ok, value = box[0]
-        if not ok:
-            raise value
-        return value
+        return call_within(
+            end,
+            self._deadline_s,
+            functools.partial(context.run, method, *args, **kwargs),
+            last=lambda: retried[-1] if retried else None,
+            name="spotwise-gcp-call",
+        )
 
     def __repr__(self) -> str:
         return f"BoundedClient({type(self._client).__name__}, deadline_s={self._deadline_s:g})"

@@ -362,7 +362,8 @@ def test_messages_drop_query_strings_and_authorization() -> None:
 def test_default_credential_is_the_standard_chain(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("SPOTWISE_AZURE_BLOB_ENDPOINT", raising=False)
     client = container_client("acct1", "cont")
-    assert type(client.credential).__name__ == "DefaultAzureCredential"
+    assert type(client.credential).__name__ == "BoundedCredential"  # token requests bounded
+    assert type(client.credential.credential).__name__ == "DefaultAzureCredential"
     assert client.url == "https://acct1.blob.core.windows.net/cont"
 
 
