@@ -62,10 +62,19 @@ def open_checkpoint_store(uri: str) -> CheckpointStore:
 def check_location(uri: str) -> None:
     """Raise :class:`~spotwise.errors.SpecError` (one line, with the fix) when ``uri`` cannot
     name a checkpoint store: an unknown scheme, a ``file://`` URI that names no absolute folder,
-    or a cloud URI whose bucket, container or account is malformed. No I/O and no cloud SDK: a
-    spec is checked before anything runs."""
+    or a cloud URI whose bucket, container or account is malformed; or when it carries what
+    may be a credential (``user:key@`` in its authority, a ``?query`` such as a SAS token, a
+    ``#fragment``), refused without showing the URI. No I/O and no cloud SDK: a spec is
+    checked before anything runs."""
+    from spotwise.providers.channel import NO_CREDENTIALS_IN_URI, uri_credentials
+
     if not isinstance(uri, str) or not uri.strip():
         raise SpecError(f"checkpoint location must be a non-empty path or URI, got {uri!r}")
+    if what := uri_credentials(uri):  # never echoed: a key pair, a SAS token
+        raise SpecError(
+            f"checkpoint location {what} (not shown: it may be a credential); "
+            f"{NO_CREDENTIALS_IN_URI}"
+        )
     m = _SCHEME_RE.match(uri)
     if m is None:
         return

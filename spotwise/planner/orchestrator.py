@@ -139,7 +139,8 @@ class Orchestrator(Actions):
         except BaseException:
             backend.close()
             raise
-        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.run_dir.parent.mkdir(parents=True, exist_ok=True, mode=0o700)  # runs/: private
+        self.run_dir.mkdir(exist_ok=True, mode=0o700)
         wall0 = time.monotonic()
         state, error = "failed", None
         restore = on_signals(self._request_cancel)

@@ -14,7 +14,14 @@ only find out after :meth:`Store.create_job` — some of it only after instances
   no price, zone or market matches (a machine type the price catalog has no price for, a zone
   that does not sell the types, ``markets: [spot]`` for a type without a spot price). Such a
   job would be recorded and then poll for ever, buying nothing;
-* a checkpoint location the orchestrator cannot write (:func:`probe_checkpoint_root`).
+* a checkpoint location the orchestrator cannot write (:func:`probe_checkpoint_root`);
+* on a cloud, an ``env`` entry named as a cloud credential variable
+  (:data:`~spotwise.providers.channel.SECRET_ENV`), which every launch would refuse.
+
+An ``env`` entry that looks like a secret (:func:`secret_env_warnings`: its name, or a URL with
+a password as its value) is not refused (it may be meant), but once the job passes, one
+warning line per entry names the key, never the value: the spec is stored whole in the job's
+database, and on a cloud ``env`` is readable from the instance's user-data or metadata.
 
 Each failure is a one-line :class:`~spotwise.errors.SpecError` (exit 2) naming the spec field,
 except a checkpoint location that could not be reached for a reason that passes (a 5xx, a
@@ -26,6 +33,8 @@ from __future__ import annotations
 
 import contextlib
 import difflib
+import logging
+import re
 import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -40,16 +49,27 @@ from spotwise.errors import (
 )
 from spotwise.planner.backend import Backend, provider_config
 from spotwise.providers.base import Catalog, Market
+from spotwise.providers.channel import SECRET_ENV
 from spotwise.providers.registry import cloud_module, missing_required
 from spotwise.spec import JobSpec, ProviderSpec
 
+log = logging.getLogger("spotwise.planner")
 PROBE_PREFIX = ".spotwise-probe-"  # a dot name: never listed as a checkpoint
+#: ``env`` names that look like a secret (``TOKENIZERS_PARALLELISM`` and ``MAX_TOKENS`` do not)
+SECRET_NAME = re.compile(
+    r"(?i)secret|passw|credential|api_?key|private_?key|access_?key|(?:^|_)token(?:_|$)"
+    r"|(?:^|_)key$"
+)
+#: names whose value is where a credential is, not the credential: not warned about
+_A_PATH = re.compile(r"(?i)_(?:file|path|dir)$|^GOOGLE_APPLICATION_CREDENTIALS$")
+_URL_PASSWORD = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^/?#@\s:]*:[^/?#@\s]+@")
 
 
 def preflight(spec: JobSpec, backend: Backend, checkpoint_root: str) -> None:
     """Refuse the job (SpecError, one line) before it is recorded; see the module docstring.
     ``checkpoint_root`` is the job's own checkpoint folder or URI prefix (under
     ``checkpoint.location``)."""
+    _credential_env(spec)
     catalogs = _catalogs(backend)
     for i, p in enumerate(spec.providers):
         if p.name == "local":
@@ -69,6 +89,53 @@ def preflight(spec: JobSpec, backend: Backend, checkpoint_root: str) -> None:
         None,
     )
     probe_checkpoint_root(checkpoint_root, spec.checkpoint.location, aws_profile=aws_profile)
+    for line in secret_env_warnings(spec):
+        log.warning("%s", line)
+
+
+def _credential_env(spec: JobSpec) -> None:
+    """A cloud job whose ``env`` names a cloud credential variable: refused now, not by every
+    launch after the job is recorded (the provisioners never put one on an instance)."""
+    clouds = sorted({p.name for p in spec.providers if p.name != "local"})
+    leaked = sorted(k for k in spec.env if k in SECRET_ENV)
+    if clouds and leaked:
+        raise SpecError(
+            f"spec field 'env.{leaked[0]}': a cloud credential is never put on an instance "
+            f"(its value is not shown); remove it: {' and '.join(clouds)} instances get "
+            "credentials from their own identity (instance profile, service account, managed "
+            "identity)"
+        )
+
+
+def secret_env_warnings(spec: JobSpec) -> list[str]:
+    """One line per ``env`` entry that looks like a secret (its name matches
+    :data:`SECRET_NAME`, unless it names a file or folder, or is a cloud credential variable;
+    or its value is a URL with a password), naming the key and never the value: where it can
+    be read, and what to do instead. Not refused: the user may mean it."""
+    cloud = any(p.name != "local" for p in spec.providers)
+    where = (
+        "readable from the instance's user-data/metadata (by every process on it and anyone "
+        "allowed to describe it) and stored in the job's database"
+        if cloud
+        else "stored in the job's database with the spec"
+    )
+    instead = (
+        "give instances credentials through their identity (instance profile, service "
+        "account, managed identity) or fetch the secret from a secret manager in the trial"
+        if cloud
+        else "export it in the shell that runs spotwise instead: a local trial inherits it"
+    )
+    lines = []
+    for key in sorted(spec.env):
+        if (SECRET_NAME.search(key) and not _A_PATH.search(key)) or key in SECRET_ENV:
+            what = "looks like a secret"
+        elif _URL_PASSWORD.search(spec.env[key]):
+            what = "holds a URL with a password"
+        else:
+            continue
+        name = key.replace("\r", "\\r").replace("\n", "\\n")  # one line, even for odd keys
+        lines.append(f"warning: spec field 'env.{name}' {what}: it is {where}; {instead}")
+    return lines
 
 
 def _catalogs(backend: Backend) -> dict[str, Catalog]:

@@ -57,7 +57,7 @@ from spotwise.providers.base import (
     Offer,
     is_ours,
 )
-from spotwise.providers.channel import artifacts_uri
+from spotwise.providers.channel import SECRET_ENV, artifacts_uri  # one deny-list: channel's
 from spotwise.providers.registry import ProviderConfig
 from spotwise.providers.s3_blobs import S3Blobs
 from spotwise.providers.trial_config import instance_argv, instance_env
@@ -65,12 +65,6 @@ from spotwise.providers.trialfiles import Tracks, TrialFiles
 
 TAG_MARKET, TAG_PRICE, TAG_OD_PRICE = "spotwise:market", "spotwise:price", "spotwise:od-price"
 TAG_ARTIFACTS, TAG_ATTEMPT = "spotwise:artifacts", "spotwise:attempt"
-SECRET_ENV = (
-    "AWS_SECRET_ACCESS_KEY",
-    "AWS_SESSION_TOKEN",
-    "AWS_ACCESS_KEY_ID",
-    "AWS_SECURITY_TOKEN",
-)
 USER_DATA_LIMIT = 16 * 1024
 _STATES = {
     "pending": InstanceState.PENDING, "running": InstanceState.RUNNING,

@@ -40,6 +40,7 @@ folder.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -50,12 +51,27 @@ from spotwise.providers.blobs_open import scheme_of
 from spotwise.providers.trial_config import TrialConfig, instance_argv, instance_env
 
 AGENT_NUMBERS = ("poll_s", "sync_s", "kill_grace_s", "shutdown_after_s")
+#: The credential variables of the clouds' SDKs: never put on an instance (EC2 user-data, the
+#: GCE metadata item, Azure customData are readable there and through the cloud's API), by
+#: any provisioner; instances get credentials from their own identity. The one list, used by
+#: every cloud (and refused before a cloud job starts: spotwise.planner.preflight).
+#: ``GOOGLE_APPLICATION_CREDENTIALS`` is not on it: its value is a path, not a secret.
 SECRET_ENV = frozenset({
     "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN",
+    "AWS_CONTAINER_AUTHORIZATION_TOKEN",
     "AZURE_CLIENT_SECRET", "AZURE_CLIENT_CERTIFICATE_PASSWORD", "AZURE_PASSWORD",
     "AZURE_STORAGE_KEY", "AZURE_STORAGE_CONNECTION_STRING", "AZURE_STORAGE_SAS_TOKEN",
     "GOOGLE_OAUTH_ACCESS_TOKEN", "CLOUDSDK_AUTH_ACCESS_TOKEN",
 })  # fmt: skip
+#: What a storage URI may carry that is a credential (a key pair before ``@``, a SAS token or
+#: ``access_token=`` in its query): refused in ``checkpoint.location`` and ``options.artifacts``
+#: without echoing it (:func:`uri_credentials`).
+NO_CREDENTIALS_IN_URI = (
+    "write the bare location (e.g. s3://bucket/prefix): credentials come from the SDK's "
+    "standard chain (environment, profile, the instance's identity), never from the location"
+)
+_URI_HEAD = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):(/+)")
+_STORAGE_SCHEMES = ("s3", "gs", "az", "file")  # also read as s3:/bucket (pathlib's collapse)
 
 
 @dataclass(frozen=True)
@@ -75,6 +91,29 @@ REACH = {
         ("az", "file"), "Azure Blob storage", "an Azure VM", "az://account/container/prefix"
     ),
 }
+
+
+def uri_credentials(uri: str) -> str:
+    """What of a storage URI could be a credential, in words for a message that does not show
+    it: ``"has a user name or key before '@'"`` (user info in its authority),
+    ``"has a ?query"`` (a SAS token, ``access_token=``), ``"has a #fragment"``; ``""`` for
+    none, and for a plain folder path (where ``@``, ``?`` and ``#`` are part of a name)."""
+    u = uri.strip()
+    m = _URI_HEAD.match(u)
+    if m is None:
+        return ""
+    scheme, slashes = m.group(1).lower(), m.group(2)
+    if len(slashes) == 1 and scheme not in _STORAGE_SCHEMES:
+        return ""  # "name:/x": a folder name with a colon, not a URI
+    rest = u[m.end() :]
+    authority = re.split(r"[/?#]", rest, maxsplit=1)[0] if len(slashes) <= 2 else ""
+    if "@" in authority:
+        return "has a user name or key before '@'"
+    if "?" in rest:
+        return "has a ?query"
+    if "#" in rest:
+        return "has a #fragment"
+    return ""
 
 
 def normalized(uri: str) -> str:
@@ -122,6 +161,11 @@ def _unreachable(cloud: str, what: str, artifacts: str = "") -> ProviderError:
 
 def _base(cloud: str, options: Mapping[str, str]) -> str:
     base = str(options.get("artifacts", "") or "")
+    if what := uri_credentials(base):
+        raise ProviderError(
+            f"{cloud}: providers[].options.artifacts {what} (not shown: it may be a "
+            f"credential); {NO_CREDENTIALS_IN_URI}"
+        )
     if base and not _reachable(cloud, base.strip()):
         r = REACH[cloud]
         forms = " or ".join(f"{s}://..." for s in r.schemes)

@@ -80,7 +80,8 @@ def record_path(root: Path, job_id: str, instance_id: str) -> Path:
 def write_record(root: Path, rec: ProcRecord) -> Path:
     """Write ``rec`` atomically (temporary file, fsync, rename); returns its path."""
     path = record_path(root, rec.job_id, rec.instance_id)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    root.mkdir(parents=True, exist_ok=True, mode=0o700)  # local/: private
+    path.parent.mkdir(exist_ok=True, mode=0o700)
     tmp = path.with_suffix(f".tmp-{os.getpid()}")
     with open(tmp, "w") as fh:
         json.dump(asdict(rec), fh)

@@ -49,8 +49,20 @@ def default_url(explicit: str | None = None) -> str:
     from platformdirs import user_data_dir
 
     folder = Path(user_data_dir("spotwise"))
-    folder.mkdir(parents=True, exist_ok=True)
+    folder.mkdir(parents=True, exist_ok=True, mode=0o700)  # private: see create_private_file
     return f"sqlite:///{folder / 'spotwise.db'}"
+
+
+def create_private_file(path: Path) -> None:
+    """Create the SQLite file ``path``, empty and readable by its owner only (0600), if it does
+    not exist yet: the database holds every job's spec (``env`` included) and its errors.
+    SQLite gives the ``-wal`` and ``-shm`` files the database file's mode. An existing file is
+    left as it is; a folder that cannot be written is left for SQLite to report."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except OSError:  # it exists (another process may just have created it), or cannot be made
+        return
+    os.close(fd)
 
 
 #: Query parameters of a database URL that carry a secret (libpq's ``password``,
@@ -247,6 +259,10 @@ def make_engine(url: str) -> Engine:
         )
         raise _config_error(url, reason) from exc
     if is_sqlite:
+        path = sqlite_path(parsed)
+        if path is not None and not {"mode", "uri"} & set(parsed.query):
+            # a new file is made 0600 before SQLite opens it (SQLite would make it 0644)
+            event.listen(engine, "do_connect", lambda *_: create_private_file(path))
         event.listen(engine, "connect", _on_sqlite_connect)
     return engine
 
