@@ -58,6 +58,7 @@ from spotwise.providers.base import (
     NoticeKind,
     Offer,
 )
+from spotwise.providers.local_records import process_start
 from spotwise.spec import JobSpec
 from spotwise.store.models import new_id
 
@@ -153,7 +154,14 @@ class Orchestrator(Actions):
             )
             pid, host = whoami()
             first_start = {} if resume else {"started_at": time.time()}
-            self.store.update_job(self.job_id, state="running", pid=pid, host=host, **first_start)
+            self.store.update_job(
+                self.job_id,
+                state="running",
+                pid=pid,
+                host=host,
+                pid_start=process_start(pid),  # a reused pid is not this process: see jobs.py
+                **first_start,
+            )
             self._loop()
             state, error = end_state(
                 self.trials, self.cancelled, spec.budget.max_cost_usd, str(self.run_dir / "logs")
@@ -182,9 +190,11 @@ class Orchestrator(Actions):
         self.revocations, self.migrations = int(tot["revocations"]), int(tot["migrations"])
         self.early_stopped = int(tot["early_stopped"])
         self.search.replay(resume.ended, [t.params for t in resume.requeued], resume.stopped)
-        self.run_dir.mkdir(parents=True, exist_ok=True)  # nothing left to fail after the claim
+        self.run_dir.parent.mkdir(parents=True, exist_ok=True, mode=0o700)  # runs/: private
+        self.run_dir.mkdir(exist_ok=True, mode=0o700)  # nothing left to fail after the claim
         self.backend.start_clock()
-        resume.claim(self.store, *whoami(), self.backend.now())
+        pid, host = whoami()
+        resume.claim(self.store, pid, host, self.backend.now(), pid_start=process_start(pid))
 
     # ---- the loop -----------------------------------------------------------------------
     def _loop(self) -> None:

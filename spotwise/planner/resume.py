@@ -61,16 +61,20 @@ class ResumePlan:
         seed = (self.spec.search.seed + len(self.trials)) % SEEDS
         return self.spec.search.model_copy(update={"seed": seed})
 
-    def claim(self, store: Any, pid: int, host: str, now: float) -> None:
+    def claim(
+        self, store: Any, pid: int, host: str, now: float, pid_start: str | None = None
+    ) -> None:
         """Take the job over from its finished state and queue its unfinished trials again, in
         one transaction, only if the job is still as it was read (two resumes of one job: one
-        wins, the other is refused, even if the first has ended again meanwhile)."""
+        wins, the other is refused, even if the first has ended again meanwhile). ``pid_start``:
+        when process ``pid`` started (a reused pid is not the job's orchestrator)."""
         fields: dict[str, Any] = {
             "state": JobState.PENDING,
             "ended_at": None,
             "error": None,
             "pid": pid,
             "host": host,
+            "pid_start": pid_start,
             "early_stopped": int(self.totals["early_stopped"]),  # less the stops undone
         }
         if self.spec_changed:

@@ -106,6 +106,8 @@ class Job(SQLModel, table=True):
     error: str | None = Field(default=None, sa_type=sa.Text)
     pid: int | None = None
     host: str | None = None  # the machine whose process ``pid`` is (NULL before revision 0002)
+    # when ``pid``'s process started (local_records.process_start; NULL before revision 0003)
+    pid_start: str | None = None
 
     @property
     def spec(self) -> Any:
