@@ -29,12 +29,24 @@ def tune(
 ) -> dict[str, Any]:
     """Validate the spec (nothing is written if it is bad), then run the job to the end."""
     from spotwise.planner.orchestrator import RunOptions, run_job
-    from spotwise.planner.policy import get_policy
+    from spotwise.planner.policy import make_policy
     from spotwise.spec import load_spec
     from spotwise.store import Store
 
     spec = load_spec(spec_path)
-    get_policy(policy or spec.policy)  # unknown policy: error before anything is written
+    other = policy is not None and policy != spec.policy  # `--policy OTHER`
+    try:  # an unknown policy, or options it does not take: refused before anything is written
+        make_policy(
+            policy or spec.policy, spec.policy_options, chosen_by="from --policy" if other else ""
+        )
+    except SpecError as e:
+        if not other or e.message.startswith("policy:"):
+            raise
+        raise SpecError(
+            f"{spec_path}: {e.message}",
+            hint=f"the spec's policy_options are for {spec.policy}: drop --policy {policy}, "
+            f"or change policy_options for {policy}",
+        ) from None
     store = Store.open(db)
     try:
         return run_job(

@@ -254,6 +254,8 @@ class JobSpec(_Strict):
     search_space: dict[str, Param] = Field(min_length=1)
     providers: list[ProviderSpec] = Field(min_length=1)
     policy: str = "spot-greedy"
+    # the policy's options ({min_steps: 3} for asha); parse_spec checks them: a stored job loads
+    policy_options: dict[str, Any] = Field(default_factory=dict)
     checkpoint: CheckpointSpec = Field(default_factory=CheckpointSpec)
     search: SearchSpec = Field(default_factory=SearchSpec)
     budget: BudgetSpec = Field(default_factory=BudgetSpec)
@@ -305,8 +307,22 @@ def parse_spec(data: Any, source: str = "spec") -> JobSpec:
     except ValidationError as err:
         raise SpecError(f"{source}: {error_line(err, JobSpec)}") from None
     _check_options(spec, source)
+    _check_policy_options(spec, source)
     _check_space_size(spec, source)
     return spec
+
+
+def _check_policy_options(spec: JobSpec, source: str) -> None:
+    """``policy_options`` against those ``policy`` takes (names, types, values); `tune
+    --policy OTHER` checks them against OTHER."""
+    if not spec.policy_options:
+        return
+    from spotwise.planner.policy import make_policy
+
+    try:
+        make_policy(spec.policy, spec.policy_options)
+    except SpecError as e:
+        raise SpecError(f"{source}: {e.message}", hint=e.hint) from None
 
 
 def space_points(

@@ -130,6 +130,9 @@ def simulate(
     theta: Annotated[
         float, typer.Option("--theta", help="SpotTune's EarlyCurve fraction θ, in (0, 1).")
     ] = 0.3,
+    asha_min_steps: Annotated[
+        int, typer.Option("--asha-min-steps", min=1, help="Step of asha's first rung (N·3^k).")
+    ] = 1,
     time_scale: Annotated[
         float | None,
         typer.Option(
@@ -211,8 +214,9 @@ def simulate(
         deadline_hours=deadline_hours,
     )
     suite = Suite(
-        tuple(names), trials, seeds, seed, theta, settings, start_from, window_hours * 3600
-    )
+        tuple(names), trials, seeds, seed, theta, settings, start_from, window_hours * 3600,
+        asha_min_steps,
+    )  # fmt: skip
     check_prices(spot_price, on_demand_price)
     check_revocation_model(revocation_model)
     _check_file(out, "--out", "result.json")

@@ -32,7 +32,7 @@ from spotwise.planner.policy import (
     Policy,
     Tick,
     TrialAdded,
-    get_policy,
+    make_policy,
 )
 from spotwise.planner.preflight import preflight
 from spotwise.planner.report import (
@@ -86,7 +86,7 @@ class Orchestrator(Actions):
         resume: ResumePlan | None = None,
     ) -> None:
         self.spec, self.store, self.opts, self.resume = spec, store, opts, resume
-        self.policy: Policy = get_policy(opts.policy or spec.policy)
+        self.policy: Policy = make_policy(opts.policy or spec.policy, spec.policy_options)
         self.base_dir = spec.base_dir(spec_path).resolve()
         self.spec_path = spec_path
         self.trials: list[TrialRun] = []

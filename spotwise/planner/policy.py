@@ -14,7 +14,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Protocol, TypeAlias
+from typing import Any, Protocol, TypeAlias
 
 from spotwise.errors import SpecError, did_you_mean
 from spotwise.providers.base import Market, Offer
@@ -273,16 +273,109 @@ def policy_names() -> list[str]:
 
 
 def get_policy(name: str, **options: object) -> Policy:
-    """A policy by name; an unknown name lists the valid ones."""
+    """A policy by name; an unknown name lists the valid ones. ``options`` go to its factory
+    as they are (code's own); a user's go through :func:`make_policy`."""
+    return _factory(name)(**options)
+
+
+def _factory(name: str) -> PolicyFactory:
     _load_builtin()
     try:
-        factory = _POLICIES[name]
+        return _POLICIES[name]
     except KeyError:
         raise SpecError(
             f"policy: unknown policy {name!r}{did_you_mean(name, list(_POLICIES))}; "
             f"valid: {', '.join(sorted(_POLICIES))}"
         ) from None
-    return factory(**options)
+
+
+#: The constructor keywords a user may set (a spec's ``policy_options``), per policy: the knobs
+#: of its early stopping, each range-checked by the constructor. Left out: the curve
+#: predictors (objects, not values) and spotwise's ``margin`` and ``od_exit_factor`` (constants
+#: chosen on held-out seeds, docs/simulation.md, which its constructor does not check). Their
+#: types are read from the constructor (:func:`user_options`).
+USER_OPTIONS: dict[str, tuple[str, ...]] = {
+    "asha": ("eta", "min_steps"),
+    "spottune": ("theta", "keep_top"),
+    "spotwise": ("epsilon", "check_at"),
+}
+
+
+def user_options(name: str) -> dict[str, Any]:
+    """The options a user may set on policy ``name``: option → the type its constructor
+    declares (``int``, ``float``, ``tuple[float, ...]``), in :data:`USER_OPTIONS`' order."""
+    import typing
+
+    factory = _factory(name)
+    init = factory.__init__ if isinstance(factory, type) else factory  # type: ignore[misc]
+    hints = typing.get_type_hints(init)
+    return {k: hints[k] for k in USER_OPTIONS.get(name, ())}
+
+
+def make_policy(
+    name: str,
+    options: Mapping[str, object] | None = None,
+    *,
+    where: str = "spec field 'policy_options'",
+    chosen_by: str = "",
+) -> Policy:
+    """Policy ``name`` built with options a user set: an unknown option names the valid ones,
+    a value of the wrong type or one its constructor refuses is one :class:`SpecError` line
+    starting with ``where``; ``chosen_by`` says how the policy was picked (``--policy``)."""
+    factory, valid = _factory(name), user_options(name)
+    who = f"{name}{f' ({chosen_by})' if chosen_by else ''}"
+    kwargs: dict[str, object] = {}
+    for key, value in (options or {}).items():
+        if key not in valid:
+            if not valid:
+                given = ", ".join(map(str, options or {}))
+                raise SpecError(f"{where}: {who} takes no options, got {given}")
+            close = did_you_mean(str(key), list(valid))
+            raise SpecError(
+                f"{where}: {who} has no option {key!r}{close}; valid: {', '.join(valid)}"
+            )
+        kwargs[key] = _typed(value, valid[key], f"{where}: {who}: {key}")
+    try:
+        return factory(**kwargs)
+    except ValueError as e:
+        raise SpecError(f"{where}: {who}: {e}") from None
+
+
+def _typed(value: object, hint: object, what: str) -> object:
+    """``value`` as the constructor's ``hint`` takes it (a YAML list for a tuple), or a
+    :class:`SpecError` naming ``what``; an int is never a bool, a float is finite."""
+    import math
+    import typing
+
+    def number(v: object) -> typing.TypeGuard[int | float]:
+        return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+
+    if hint is int and isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if hint is float and number(value):
+        return float(value)
+    if (
+        typing.get_origin(hint) is tuple
+        and isinstance(value, list | tuple)
+        and all(number(v) for v in value)
+    ):
+        return tuple(float(v) for v in value)
+    kinds: dict[object, str] = {int: "an integer", float: "a finite number"}
+    kind = kinds.get(hint, "a list of finite numbers")
+    raise SpecError(f"{what} must be {kind}, got {_as_yaml(value)}")
+
+
+def _as_yaml(x: object) -> str:
+    """A value as YAML writes it (true, null, "3", .nan), not as Python does."""
+    import json
+    import math
+
+    if isinstance(x, float) and not math.isfinite(x):
+        return ".nan" if x != x else ("-.inf" if x < 0 else ".inf")
+    try:
+        return json.dumps(x)
+    except (TypeError, ValueError):
+        return type(x).__name__
 
 
 def _load_builtin() -> None:

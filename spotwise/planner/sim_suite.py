@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from spotwise.errors import SpecError, did_you_mean
 from spotwise.planner.policy import Policy, get_policy, policy_names
 from spotwise.planner.sim_curves import DEFAULT_STEP_SECONDS, CurvePool
+from spotwise.planner.sim_summary import summarize
 from spotwise.planner.simulator import Engine, RunResult, SimSettings
 
 log = logging.getLogger("spotwise.simulate")
@@ -126,8 +127,11 @@ def step_time(pool: CurvePool, time_scale: float) -> str:
     return f"{pool.time_note} × {time_scale:g} (--time-scale)"
 
 
-def policy_options(name: str, theta: float) -> dict[str, Any]:
-    return {"theta": theta} if name == "spottune" else {}
+def policy_options(name: str, suite: Suite) -> dict[str, Any]:
+    """The options the suite's flags set on policy ``name`` (--theta, --asha-min-steps)."""
+    if name == "spottune":
+        return {"theta": suite.theta}
+    return {"min_steps": suite.asha_min_steps} if name == "asha" else {}
 
 
 # ---- the revocation forecast -------------------------------------------------------------
@@ -198,6 +202,7 @@ class Suite:
     settings: SimSettings = field(default_factory=SimSettings)
     start_from: float = 0.7
     window_s: float = 7 * 86400.0
+    asha_min_steps: int = 1  # asha's first rung (its default: a trial's first report)
 
     def __post_init__(self) -> None:
         check(self.trials >= 1, "--trials", ">= 1", self.trials)
@@ -205,6 +210,7 @@ class Suite:
         check(0.0 < self.theta < 1.0, "--theta", "in (0, 1)", self.theta)
         check(0.0 <= self.start_from < 1.0, "--start-from", "in [0, 1)", self.start_from)
         check(self.window_s > 0, "--window-hours", "> 0", self.window_s / 3600)
+        check(self.asha_min_steps >= 1, "--asha-min-steps", ">= 1", self.asha_min_steps)
 
 
 def draw(traces: TraceSet, pool: CurvePool, suite: Suite, seed: int) -> tuple[int, list[Any]]:
@@ -266,7 +272,7 @@ def run_suite(
     settings = replace(
         suite.settings, direction=pool.direction, horizon_s=suite.window_s, time_scale=scale
     )
-    make = policy_factory or (lambda n: get_policy(n, **policy_options(n, suite.theta)))
+    make = policy_factory or (lambda n: get_policy(n, **policy_options(n, suite)))
     names = list(suite.policies)
     seeds = [suite.seed + k for k in range(suite.seeds)]
     draws = {seed: draw(traces, pool, suite, seed) for seed in seeds}
@@ -316,6 +322,7 @@ def run_suite(
             **asdict(settings),
             "trials": suite.trials,
             "theta": suite.theta,
+            "asha_min_steps": suite.asha_min_steps,
             "start_from": suite.start_from,
         },
         "seeds": seeds,
@@ -358,41 +365,6 @@ def _run(
     r = engine.run()
     r.seed = seed
     return r
-
-
-def summarize(rs: list[RunResult], od_cost: dict[int, float]) -> dict[str, Any]:
-    import numpy as np
-
-    def mean(key: str) -> float:
-        return float(np.mean([getattr(r, key) for r in rs]))
-
-    rel = [r.cost_usd / od_cost[r.seed] for r in rs if od_cost.get(r.seed)]
-    # a run that completed no trial returned nothing: its regret is undefined, and so is the
-    # policy's (a mean over the other seeds would rank a policy that failed some as good)
-    regrets = [r.regret for r in rs if r.regret is not None]
-    defined = len(regrets) == len(rs)
-    return {
-        "cost_usd": mean("cost_usd"),
-        "cost_vs_on_demand": float(np.mean(rel)) if rel else None,
-        "makespan_hours": mean("makespan_hours"),
-        "regret": float(np.mean(regrets)) if defined else None,
-        "regret_max": float(max(regrets)) if defined else None,
-        "no_result": len(rs) - len(regrets),  # runs that completed no trial
-        "revocations": mean("revocations"),
-        "lost_hours": mean("lost_hours"),
-        "overhead_hours": mean("overhead_hours"),
-        "early_stopped": mean("early_stopped"),
-        "budget_stopped": mean("budget_stopped"),
-        "deadline_stopped": mean("deadline_stopped"),
-        "completed": mean("completed"),
-        "steps_run": mean("steps_run"),
-        "spot_hours": mean("spot_hours"),
-        "on_demand_hours": mean("on_demand_hours"),
-        "refunded_hours": mean("refunded_hours"),
-        "budget_exceeded": int(sum(r.budget_exceeded for r in rs)),
-        "deadline_missed": int(sum(r.deadline_missed for r in rs)),
-        "unfinished": int(sum(r.unfinished for r in rs)),
-    }
 
 
 def _iso(t: float) -> str:
