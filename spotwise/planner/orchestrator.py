@@ -225,6 +225,7 @@ class Orchestrator(Actions):
                     deadline=self.deadline,
                     rules=b.rules,
                     tick_s=max(now - prev_now, self.opts.poll_s * b.speedup, 1.0),
+                    checkpoint_every_max=spec.checkpoint.every,
                 )
                 for action in self.policy.decide(view, ev):
                     self._execute(action, offers, now)

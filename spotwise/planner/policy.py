@@ -127,6 +127,9 @@ class PlannerView:
     # optional, added for the cost-aware policies (defaults keep older callers valid):
     tick_s: float = 60.0  # longest market time between two decide() calls (guards use it)
     checkpoint_s: float = 30.0  # market seconds one checkpoint write takes
+    # the longest checkpoint interval a policy may set (a job's spec: checkpoint.every); None:
+    # up to the trial's length (the simulator: notices are always delivered, nothing crashes)
+    checkpoint_every_max: int | None = None
     # False while no trial of the job has timed a step yet: every ``seconds_per_step`` is then a
     # guess, and with a budget the policy admits one trial at a time until one is measured
     # (:func:`~spotwise.planner.policies._common.free_slots`). The orchestrator and the

@@ -153,6 +153,7 @@ def build_view(
     deadline: float | None,
     rules: Mapping[str, BillingRule],
     tick_s: float = 60.0,
+    checkpoint_every_max: int | None = None,
 ) -> PlannerView:
     """The policy's view; ``rules``: the billing rule of each provider, by ``Offer.provider``
     (each offer carries its own provider's notice lead and refund window)."""
@@ -189,6 +190,7 @@ def build_view(
         notice_lead_s=min(r.notice_lead_s for r in rules.values()),
         free_if_revoked_within_s=min(r.free_if_revoked_within_s for r in rules.values()),
         tick_s=tick_s,
+        checkpoint_every_max=checkpoint_every_max,
         speed_measured=speed_measured(trials),
     )
 

@@ -114,9 +114,13 @@ class Spotwise:
 
     # ---- money --------------------------------------------------------------------------
     def _every(self, view: PlannerView, t: TrialView, o: OfferView) -> int:
+        """Young/Daly's interval, never longer than the job's ``checkpoint.every``: a notice
+        that leaves time to save makes its own checkpoint, but a crash, a lost notice or a
+        write slower than assumed loses everything since the last one."""
         p = o.p_revoke if o.is_spot else 0.0
+        longest = min(view.checkpoint_every_max or t.steps_total, t.steps_total)
         return young_daly_every(
-            t.seconds_on(o), view.checkpoint_s, p, o.horizon_s, view.lead_of(o), t.steps_total
+            t.seconds_on(o), view.checkpoint_s, p, o.horizon_s, view.lead_of(o), longest
         )
 
     def _per_useful_step(
