@@ -213,7 +213,7 @@ def report(
 ) -> dict[str, Any]:
     """The cost report over the last ``since`` (a duration such as ``24h``/``7d``, or ``all``),
     grouped ``by`` one of :data:`GROUPS`, with every instance still held."""
-    from spotwise.jobs import orchestrator_state
+    from spotwise.liveness import orchestrator_state
     from spotwise.spec import ReplaySpec
     from spotwise.store import Store
     from spotwise.units import parse_duration

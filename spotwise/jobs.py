@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from spotwise.errors import ConfigError, NotFoundError, SpecError
+from spotwise.liveness import orchestrator_state
 from spotwise.release import _release, _unknown_text, sweep_finished
 
 
@@ -370,42 +371,3 @@ def _complete_finished_trials(store: Any, job: Any) -> None:
             store.update_trial(
                 t.id, state="completed", final_metric=final, step=steps, ended_at=time.time()
             )
-
-
-def orchestrator_state(job: Any) -> str:
-    """Where a job's orchestrator is: ``here`` (alive on this machine), ``elsewhere`` (recorded
-    on another machine: its pid means nothing here) or ``gone``.
-
-    Alive here: the process now holding ``job.pid`` started when the orchestrator recorded
-    (``job.pid_start``, :func:`~spotwise.providers.local_records.process_start`); any other
-    process with that pid (the pid was reused after the orchestrator died) is not it, so
-    `spotwise cancel` closes the job as orphaned and signals nothing. A job recorded before
-    that column (revision 0003, no token) is judged by :func:`orchestrator_alive`."""
-    import socket
-
-    from spotwise.providers.local_records import process_start
-
-    if job.host and job.host != socket.gethostname():
-        return "elsewhere"
-    if not job.pid:
-        return "gone"
-    start = getattr(job, "pid_start", None)
-    if start is not None:
-        return "here" if process_start(job.pid) == start else "gone"
-    return "here" if orchestrator_alive(job.pid) else "gone"
-
-
-def orchestrator_alive(pid: int) -> bool:
-    """Whether ``pid`` looks like a spotwise orchestrator: the rule for a job recorded with no
-    start token (before revision 0003), which a reused pid can pass (a live process whose
-    command line names spotwise; off Linux, any live process of this user)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return False
-    cmdline = Path(f"/proc/{pid}/cmdline")
-    if cmdline.exists():
-        return b"spotwise" in cmdline.read_bytes()
-    return True

@@ -188,7 +188,7 @@ def _store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
                 end_reason="revoked" if state == "revoked" else None,
                 launched_at=None if state == "failed" else NOW - 49 * H,
             )
-    monkeypatch.setattr("spotwise.jobs.orchestrator_alive", lambda pid: pid == 4242)
+    monkeypatch.setattr("spotwise.liveness.orchestrator_alive", lambda pid: pid == 4242)
     return db
 
 
