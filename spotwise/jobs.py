@@ -17,7 +17,7 @@ from typing import Any
 
 from spotwise.errors import ConfigError, NotFoundError, SpecError
 from spotwise.liveness import orchestrator_state
-from spotwise.release import _release, _unknown_text, sweep_finished
+from spotwise.release import _release, _unknown_text, not_ours_text, sweep_finished
 
 
 def tune(
@@ -354,6 +354,7 @@ def _released_text(job_id: str, released: dict[str, Any]) -> str:
         )
     elif why:
         text += f"; no record of the job was there, but {why}"
+    text += not_ours_text(released.get("not_ours", []))  # listed with its tags, not its own
     return text + _unknown_text(released.get("on_demand_unknown", []))
 
 

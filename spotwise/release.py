@@ -40,7 +40,9 @@ def _release(store: Any, job: Any, orchestrator_died: bool = False) -> dict[str,
     Returns ``terminated_instances`` (ids terminated now), ``closed_records`` (how many),
     ``records`` (a cloud job's: each record's instance, region and outcome: ``terminated``,
     ``ended``, ``not found`` or ``open``), ``open_instances`` (the ids still open) and
-    ``errors`` (why); ``on_demand_unknown``: those billed more at an unknown on-demand price."""
+    ``errors`` (why); ``on_demand_unknown``: those billed more at an unknown on-demand price;
+    ``not_ours``: one line for each instance listed with the job's tags that no launch of it
+    made (:func:`~spotwise.providers.base.launched_by`), left alone."""
     from spotwise.planner import reconcile as rec
     from spotwise.spec import ReplaySpec, load_stored_spec
 
@@ -51,6 +53,7 @@ def _release(store: Any, job: Any, orchestrator_died: bool = False) -> dict[str,
     seen: dict[str, tuple[Any, Any]] = {}  # launch id → (its Settled, the instance listed)
     records: list[dict[str, Any]] = []
     errors: list[str] = []
+    not_ours: list[str] = []
     billed_to = "now"
     if first.name == "local":
         # a local trial process dies with its orchestrator: after the orchestrator died, one
@@ -71,8 +74,16 @@ def _release(store: Any, job: Any, orchestrator_died: bool = False) -> dict[str,
             rec.Held(r.id, r.provider, r.region, r.provider_instance_id, r.requested_at)
             for r in rows
         ]
-        res = rec.reconcile_records(spec, job.id, held, _resumed_since(store, job.id))
-        terminated, errors = res.terminated, res.errors
+        every = store.list_instances(job.id)  # a closed record's instance is the job's too
+        res = rec.reconcile_records(
+            spec,
+            job.id,
+            held,
+            _resumed_since(store, job.id),
+            launches={r.id for r in every},
+            instance_ids={r.provider_instance_id for r in every if r.provider_instance_id},
+        )
+        terminated, errors, not_ours = res.terminated, res.errors, res.not_ours
         listed = {i.instance_id: i for i in res.listed}
         for one in res.records:
             if one.outcome != rec.OPEN:
@@ -152,7 +163,15 @@ def _release(store: Any, job: Any, orchestrator_died: bool = False) -> dict[str,
         "errors": errors,
         "billed_to": billed_to,
         **({"on_demand_unknown": od_price.unknown} if od_price.unknown else {}),
+        **({"not_ours": not_ours} if not_ours else {}),
     }
+
+
+def not_ours_text(lines: list[str]) -> str:
+    """``; i-1 carries job J's tags but was not launched by it: left alone (why)``, one part
+    per instance :func:`~spotwise.providers.base.launched_by` refused ("" for none): what a
+    cancel's message adds for them."""
+    return "".join(f"; {line}" for line in lines)
 
 
 def _sum_job(store: Any, job_id: str) -> None:
@@ -202,20 +221,22 @@ def sweep_finished(store: Any, job: Any, state: str) -> dict[str, Any]:
     instance can outlive its records (a create the cloud took although its call failed, then
     "confirmed" clean by a listing that did not show it yet; a stray the drain's last listing
     could not see): on a cloud, every instance carrying the job's tags is listed, in the spec's
-    regions and in every region one of the job's records names, and each that still holds a
-    resource is terminated (only instances with our tags are ever listed, so only those can be
-    terminated). Each is billed as the drain's sweep bills a stray: from its start (the
-    provider's launch time) to now (a stopped one: to when it stopped), at its record's price,
-    to the record its ``spotwise:launch`` tag names, that record's trial and the job; the
-    seconds its record already billed are not billed twice. One whose launch tag names no
-    record of the job is terminated and reported, never billed to an invented record. The
-    on-demand reference: see :func:`_bill_outlived`.
+    regions and in every region one of the job's records names, and each that a launch of the
+    job made (:func:`~spotwise.providers.base.launched_by`: its ``spotwise:launch`` tag names a
+    record of the job and the cloud's own identity of it is that launch) and that still holds
+    a resource is terminated. Each is billed as the drain's sweep bills a stray: from its start
+    (the provider's launch time) to now (a stopped one: to when it stopped), at its record's
+    price, to the record its launch tag names, that record's trial and the job; the seconds
+    its record already billed are not billed twice. One that no launch of the job made (a
+    copy, tags set by hand, another install's job that drew the same id) is left alone, never
+    terminated nor billed, and reported (``not_ours``). The on-demand reference: see
+    :func:`_bill_outlived`.
 
     Returns ``message``, ``terminated_instances``, ``found_instances`` (what was found and done
-    with each), ``looked_in`` (``on_demand_unknown``: as :func:`_release`); a local job: today's
-    ``message`` only, nothing listed. A
-    listing or a terminate that failed raises :class:`ProviderError` (after billing what was
-    terminated): something may still be billed."""
+    with each), ``looked_in`` (``on_demand_unknown``, ``not_ours``: as :func:`_release`); a
+    local job: today's ``message`` only, nothing listed. A listing or a terminate that failed
+    raises :class:`ProviderError` (after billing what was terminated): something may still be
+    billed."""
     from spotwise.planner import reconcile as rec
     from spotwise.providers.base import TAG_LAUNCH
     from spotwise.spec import load_stored_spec
@@ -262,7 +283,8 @@ def sweep_finished(store: Any, job: Any, state: str) -> dict[str, Any]:
     if billed_trials:  # the job's cost (and on-demand figure) is its instance records' sum
         _sum_job(store, job.id)
     where = _looked_in(spec, held)
-    text = f"job already {state}; " + _found_text(found, where) + _unknown_text(od_price.unknown)
+    text = f"job already {state}; " + _found_text(found, where, bool(res.not_ours))
+    text += not_ours_text(res.not_ours) + _unknown_text(od_price.unknown)
     now_job = store.get_job(job.id)
     if (now_job.state, now_job.ended_at) != (job.state, job.ended_at):
         text += (
@@ -272,6 +294,7 @@ def sweep_finished(store: Any, job: Any, state: str) -> dict[str, Any]:
     if res.errors:  # never "nothing is left" when a region could not be listed
         why = "; ".join(dict.fromkeys(res.errors))
         done = _found_text(found, where) + "; " if found else ""
+        done += "".join(f"{line}; " for line in res.not_ours)
         raise ProviderError(
             f"job already {state}; {done}could not make sure that no instance with its tags "
             f"is left (it may still be billed): {why}",
@@ -283,6 +306,7 @@ def sweep_finished(store: Any, job: Any, state: str) -> dict[str, Any]:
         "looked_in": where,
         "message": text,
         **({"on_demand_unknown": od_price.unknown} if od_price.unknown else {}),
+        **({"not_ours": res.not_ours} if res.not_ours else {}),
     }
 
 
@@ -353,11 +377,13 @@ def _bill_outlived(
     return usd
 
 
-def _found_text(found: list[dict[str, Any]], where: list[str]) -> str:
+def _found_text(found: list[dict[str, Any]], where: list[str], others: bool = False) -> str:
     """``found 1 instance still running with its tags: i-1 terminated, billed $0.1234 to
-    trial T``, or ``no instance with its tags is left (looked in us-east-1)``."""
+    trial T``, or ``no instance with its tags is left (looked in us-east-1)`` (``others``:
+    instances with its tags that are not its were found: ``no instance of it is left``)."""
     if not found:
-        return f"no instance with its tags is left (looked in {', '.join(where)})"
+        what = "of it" if others else "with its tags"
+        return f"no instance {what} is left (looked in {', '.join(where)})"
     parts = []
     for f in found:
         if f["outcome"] != "terminated":

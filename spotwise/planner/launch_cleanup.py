@@ -14,7 +14,15 @@ from dataclasses import dataclass
 from spotwise.errors import ProviderError
 from spotwise.planner.runstate import TrialRun
 from spotwise.planner.trialbook import TrialBook
-from spotwise.providers.base import TAG_JOB, TAG_LAUNCH, Instance, Market, Offer
+from spotwise.providers.base import (
+    TAG_JOB,
+    TAG_LAUNCH,
+    Instance,
+    Market,
+    Offer,
+    launched_by,
+    not_ours_line,
+)
 
 RELEASE_RETRY_WALL_S = 5.0  # a refused terminate is retried this long after
 #: A failed launch's cleanup that keeps failing is retried after a pause that doubles from
@@ -74,6 +82,20 @@ class LaunchCleanup(TrialBook):
     spent_usd: float
     leftover_ids: list[str]  # instances (or launches) the job could not confirm terminated
     unconfirmed: dict[str, Unconfirmed]  # launch id → a failed launch not confirmed clean
+
+    def _ours(
+        self, found: list[Instance], launch_ids: set[str], now: float, t: TrialRun | None = None
+    ) -> list[Instance]:
+        """Of ``found`` (listed with the job's tags), the instances one of ``launch_ids`` made
+        (:func:`~spotwise.providers.base.launched_by`); each other one still holding a resource
+        is left alone, never terminated nor billed, with a ``not_ours`` event saying so."""
+        ours = [i for i in found if launched_by(i, self.job_id, launch_ids)]
+        kept = {i.instance_id for i in ours}
+        for inst in found:
+            if inst.instance_id not in kept and inst.holds_resource():
+                line = not_ours_line(inst, self.job_id, launch_ids)
+                self._event("not_ours", now, t, instance=inst.instance_id, message=line)
+        return ours
 
     def _terminate_quietly(self, t: TrialRun, ids: list[str], now: float, what: str) -> bool:
         """Terminate ``ids``; a provider error becomes an "error" event (never a crash)."""
@@ -177,6 +199,7 @@ class LaunchCleanup(TrialBook):
         except ProviderError as e:
             self._event("error", now, t, error=f"looking for the failed launch's instance: {e}")
             return False, [], 0.0, 0.0
+        found = self._ours(found, {launch_id}, now, t)  # a copy with its tag is not its own
         held = [i for i in found if i.holds_resource()]
         if not held:
             return True, [], 0.0, 0.0
@@ -246,7 +269,10 @@ class LaunchCleanup(TrialBook):
         """The drain's last look: an instance with the job's tags that still holds a resource
         and that no record of the job names (a create the cloud took although its call failed,
         missed by every listing of its launch) is terminated and billed, from its start, to
-        its launch's record, trial and job; one that will not terminate is a leftover."""
+        its launch's record, trial and job; one that will not terminate is a leftover. Only an
+        instance a launch of the job made counts (its launch tag names a record of the job and
+        the cloud's own identity of it is that launch): any other is left alone
+        (:meth:`_ours`)."""
         try:
             found = self.backend.provisioner.describe({TAG_JOB: self.job_id})
         except ProviderError as e:
@@ -255,10 +281,11 @@ class LaunchCleanup(TrialBook):
         rows = {r.id: r for r in self.store.list_instances(self.job_id)}
         known = {r.provider_instance_id for r in rows.values()} | set(self.leftover_ids)
         trials = {t.trial_id: t for t in self.trials}
-        for inst in found:
-            row = rows.get(inst.tags.get(TAG_LAUNCH, ""))
-            if not inst.holds_resource() or inst.instance_id in known or row is None:
-                continue  # an instance with no launch record of ours is not ours to bill
+        found = [i for i in found if i.instance_id not in known]  # each life's own: settled
+        for inst in self._ours(found, set(rows), now):
+            row = rows[inst.tags[TAG_LAUNCH]]
+            if not inst.holds_resource():
+                continue
             t = trials.get(row.trial_id)
             if t is None:
                 continue

@@ -9,7 +9,7 @@ confirmed gone (:func:`reconcile_records`).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field, replace
 
 from spotwise.errors import ProviderError, SpecError
@@ -19,13 +19,15 @@ from spotwise.providers.registry import ProviderConfig
 from spotwise.spec import JobSpec, ProviderSpec
 
 
-def reconcile(spec: JobSpec, job_id: str) -> list[str]:
-    """Terminate every instance each named provider still holds with this job's tags (a crashed
-    orchestrator's leftovers), whatever its state: a VM stopped from inside or preempted with
-    ``STOP`` is terminal but still billed
+def reconcile(spec: JobSpec, job_id: str, launches: Collection[str] = ()) -> list[str]:
+    """Terminate every instance each named provider still holds that one of the job's
+    ``launches`` (launch ids) made (a crashed orchestrator's leftovers), whatever its state: a
+    VM stopped from inside or preempted with ``STOP`` is terminal but still billed
     (:meth:`~spotwise.providers.base.Instance.holds_resource`); returns their ids. Only
-    instances carrying our tags are seen, in the spec's regions (AWS: else the default region).
-    :func:`reconcile_records` also looks where the job's records say it launched.
+    instances carrying our tags are seen, in the spec's regions (AWS: else the default region),
+    and of those only the ones :func:`~spotwise.providers.base.launched_by` one of
+    ``launches`` are touched. :func:`reconcile_records` also looks where the job's records say
+    it launched. A local job: its pid records are reconciled (``launches`` is not used).
 
     Every provider is visited even if one fails (what can be terminated is); the failures are
     then raised as one :class:`ProviderError` naming each provider."""
@@ -37,7 +39,7 @@ def reconcile(spec: JobSpec, job_id: str) -> list[str]:
         from spotwise.providers.local_records import reconcile_job
 
         return reconcile_job(job_id)
-    out = reconcile_records(spec, job_id, [])
+    out = reconcile_records(spec, job_id, [], launches=launches)
     if out.errors:
         raise ProviderError(
             f"reconcile: terminated {len(out.terminated)} instance(s); failed on "
@@ -86,9 +88,12 @@ class Reconciled:
     terminated: list[str] = field(default_factory=list)  # every id this call terminated
     records: list[Settled] = field(default_factory=list)  # one per record given
     errors: list[str] = field(default_factory=list)  # one line per failed listing/terminate
-    # every instance a listing that succeeded returned (as listed, before this call's
-    # terminates): its tags (``spotwise:launch``: the record it belongs to) and its start
+    # every instance of the job a listing that succeeded returned (as listed, before this
+    # call's terminates): its tags (``spotwise:launch``: the record it belongs to), its start
     listed: list[Instance] = field(default_factory=list)
+    # instances listed with the job's tags, still holding a resource, that no launch of the job
+    # made (:func:`~spotwise.providers.base.launched_by`): left alone, one line each
+    not_ours: list[str] = field(default_factory=list)
 
     @property
     def open(self) -> list[Settled]:
@@ -100,19 +105,34 @@ def reconcile_records(
     job_id: str,
     held: Sequence[Held],
     spare: Callable[[list[Instance]], set[str]] | None = None,
+    *,
+    launches: Collection[str] | None = None,
+    instance_ids: Collection[str] = (),
 ) -> Reconciled:
     """:func:`reconcile` for a cloud job, settling each of its open records ``held``.
 
     Each provider is listed (under the job's tag) in the spec's regions and in every region a
     record names: a launch is recorded, with its region, before the cloud call, so that is
     everywhere the job can have started something, whatever the spec or the environment's
-    default region say now. Everything listed that still holds a resource is terminated (one
-    refusal does not hold up the others). A record is closed only when its instance (found by
-    its id, or by its launch tag if the launch never answered) is confirmed: terminated here,
-    listed as ended, or not listed by a listing of its region that succeeded. A record whose
-    region could not be listed, or whose terminate was refused, stays ``open``. ``spare``: told
-    each listing, it names instances to leave alone and unlisted (a resumed run's)."""
+    default region say now. Everything of the job's listed that still holds a resource is
+    terminated (one refusal does not hold up the others). A record is closed only when its
+    instance (found by its id, or by its launch tag if the launch never answered) is confirmed:
+    terminated here, listed as ended, or not listed by a listing of its region that succeeded.
+    A record whose region could not be listed, or whose terminate was refused, stays ``open``.
+    ``spare``: told each listing, it names instances to leave alone and unlisted (a resumed
+    run's).
+
+    The job's are the instances one of its launches made
+    (:func:`~spotwise.providers.base.launched_by`): ``launches`` is every launch id of the job
+    (None: those of ``held``), ``instance_ids`` the instance ids its launches were answered
+    with (with those of ``held``). Anything else listed with the job's tags (a copy of one of
+    its instances, tags set by hand, another install's job that drew the same id) is left
+    alone: never terminated nor matched to a record, and named in ``not_ours``."""
     out = Reconciled()
+    job = _Launches(
+        set(launches if launches is not None else ()) | {h.launch_id for h in held},
+        set(instance_ids) | {h.instance_id for h in held if h.instance_id},
+    )
     named = {q.name for q in spec.providers}
     for q in spec.providers:
         if q.name == "local":
@@ -125,8 +145,17 @@ def reconcile_records(
     for q in spec.providers:
         mine = [h for h in held if h.provider == q.name]
         for config, rows in _scopes(q, mine):
-            _settle(q.name, config, rows, job_id, out, spare)
+            _settle(q.name, config, rows, job_id, job, out, spare)
     return out
+
+
+@dataclass(frozen=True)
+class _Launches:
+    """What :func:`~spotwise.providers.base.launched_by` is told: the job's launch ids and the
+    instance ids its launches were answered with."""
+
+    launch_ids: set[str]
+    instance_ids: set[str]
 
 
 def _scopes(q: ProviderSpec, held: list[Held]) -> list[tuple[ProviderConfig, list[Held]]]:
@@ -168,11 +197,12 @@ def _settle(
     config: ProviderConfig,
     held: list[Held],
     job_id: str,
+    job: _Launches,
     out: Reconciled,
     spare: Callable[[list[Instance]], set[str]] | None = None,
 ) -> None:
     from spotwise.errors import SpotwiseError
-    from spotwise.providers.base import TAG_JOB, TAG_LAUNCH
+    from spotwise.providers.base import TAG_JOB, TAG_LAUNCH, launched_by, not_ours_line
     from spotwise.providers.registry import cloud_module
 
     def line(e: SpotwiseError) -> str:  # one line naming the provider (its errors mostly do)
@@ -189,12 +219,20 @@ def _settle(
     if spare is not None and found:
         keep = spare(found)
         found = [i for i in found if i.instance_id not in keep]
+    ours = [i for i in found if launched_by(i, job_id, job.launch_ids, job.instance_ids)]
+    kept = {i.instance_id for i in ours}
+    out.not_ours += [
+        not_ours_line(i, job_id, job.launch_ids)
+        for i in found
+        if i.instance_id not in kept and i.holds_resource()
+    ]
+    found = ours  # what no launch of the job made is never terminated, billed or matched
     out.listed += found
     live = [i.instance_id for i in found if i.holds_resource()]
     refused: dict[str, str] = {}
     if live:
         try:
-            prov.terminate(live)  # ids this provider itself listed under our tags
+            prov.terminate(live)  # ids this provider listed, each launched by the job
         except SpotwiseError:
             for iid in live:  # one refusal must not hold up the others
                 try:

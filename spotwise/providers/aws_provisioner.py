@@ -6,7 +6,9 @@ Money safety first:
   ``ClientToken`` is the launch id the orchestrator recorded *before* the call. EC2 makes a
   retried ``run_instances`` with the same token return the same instance; we also look the
   launch id up by tag first, so a retry after a crash (or on moto, which ignores the token)
-  never starts a second instance;
+  never starts a second instance. Only an instance whose ``ClientToken`` is the launch id is
+  that launch's (:attr:`~spotwise.providers.base.Instance.launch_identity`): a copy made with
+  "Launch more like this" carries our tags, never our token, and is never adopted;
 * ``describe`` filters on ``spotwise:managed=true`` (plus the caller's tags), and
   ``terminate`` checks every id first: one that is not ours (or does not exist) refuses the
   whole call with :class:`~spotwise.errors.ProviderError`.
@@ -193,6 +195,7 @@ class AwsProvisioner:
             ) from None
         inst = self._to_instance(resp["Instances"][0], region)
         inst.tags = {**inst.tags, **tags}  # RunInstances may answer before tags show
+        inst.launch_identity = inst.launch_identity or request.client_token  # this call's own
         inst.offer = offer
         self._track_files(inst, request.env)
         self._cache.clear()
@@ -336,6 +339,8 @@ class AwsProvisioner:
             {"Name": f"tag:{TAG_LAUNCH}", "Values": [launch_id]},
         ]
         for raw in self._describe_raw(region, filters):
+            if raw.get("ClientToken") != launch_id:
+                continue  # our launch tag, but another request made it (a copy): not adopted
             inst = self._to_instance(raw, region)
             self._track(inst)
             return inst
@@ -370,7 +375,13 @@ class AwsProvisioner:
         launched = raw.get("LaunchTime")
         t0 = launched.timestamp() if isinstance(launched, datetime) else float(self._clock())
         return Instance(
-            instance_id=iid, offer=offer, state=state, tags=tags, launched_at=t0, ended_at=ended_at
+            instance_id=iid,
+            offer=offer,
+            state=state,
+            tags=tags,
+            launched_at=t0,
+            ended_at=ended_at,
+            launch_identity=raw.get("ClientToken") or None,  # the launch id spotwise sent
         )
 
 

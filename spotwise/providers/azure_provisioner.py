@@ -20,7 +20,10 @@
   its agent wrote to the artifacts folder (:class:`~spotwise.providers.trialfiles.TrialFiles`;
   the folder and the attempt are read back from the ``spotwise:artifacts`` /
   ``spotwise:attempt`` tags after a restart: for the VMs of the job a describe filters by
-  ``spotwise:job``, never for other jobs' VMs in the resource group).
+  ``spotwise:job``, never for other jobs' VMs in the resource group). Each VM's
+  ``launch_identity`` is its ``spotwise:launch`` tag only when its name is the one
+  :func:`~spotwise.providers.azure_launch.vm_name` gives that launch: a VM someone else made
+  and tagged as ours is never taken for one of the job's.
 * ``notices``: Azure announces an eviction only inside the VM (Scheduled Events ``Preempt``,
   read by the agent, which writes it to its status in the artifacts folder with the event's
   ``NotBefore`` as deadline); the controller also reports evictions it observes itself: a Spot
@@ -257,6 +260,7 @@ class AzureProvisioner:
             od or 0.0,
         )
         created = getattr(raw, "time_created", None)
+        launch = str(tags.get(TAG_LAUNCH) or "")
         return Instance(
             instance_id=raw.name,
             offer=offer,
@@ -264,6 +268,10 @@ class AzureProvisioner:
             tags={str(k): str(v) for k, v in tags.items()},
             launched_at=created.timestamp() if created else 0.0,
             exists=True,  # listed: even a stopped or deallocated VM holds billed resources
+            # the launch that made it by ARM's own identity of it: its launch tag when its name
+            # is the one spotwise gives that launch's VM (a name is set at create and unique in
+            # the resource group; tags can be copied or set by anyone with tag rights)
+            launch_identity=launch if launch and raw.name == vm_name(launch) else None,
         )
 
     # ---- terminate ------------------------------------------------------------------------

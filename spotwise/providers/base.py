@@ -9,7 +9,9 @@ do-everything ``Cloud`` class):
   the progress a trial reports from its instance.
 
 Every launch carries tags that mark the instance as ours (:data:`TAG_MANAGED` and friends);
-``describe`` and ``terminate`` only ever see instances carrying them. An instance in a terminal
+``describe`` and ``terminate`` only ever see instances carrying them. Tags alone do not make
+an instance a job's: :func:`launched_by` also asks that the cloud's own identity of it
+(:attr:`Instance.launch_identity`) be the launch its tag names. An instance in a terminal
 state may still hold a billed resource (a VM stopped from inside, a Spot VM preempted with
 ``STOP``): :meth:`Instance.holds_resource` says whether it is still there to terminate.
 """
@@ -17,7 +19,7 @@ state may still hold a billed resource (a VM stopped from inside, a Spot VM pree
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
@@ -118,6 +120,13 @@ class Instance:
     # Azure VM is still billed), False once it is gone or its deletion was requested; None:
     # the provider does not say (see :meth:`holds_resource`).
     exists: bool | None = None
+    # The launch the cloud's own identity of this instance says made it, as its provider reads
+    # it (AWS: the ``ClientToken`` of the RunInstances call that created it, which spotwise
+    # sets to the launch id; GCP / Azure: the ``spotwise:launch`` tag when the instance's name
+    # is the one spotwise derives from that launch id); None when the provider cannot tell.
+    # Tags alone prove nothing: anyone with tag rights can set them, and EC2's "Launch more
+    # like this" copies them (see :func:`launched_by`).
+    launch_identity: str | None = None
 
     def holds_resource(self) -> bool:
         """Whether something of this instance is still there to terminate (and may be billed),
@@ -185,4 +194,49 @@ def our_tags(job_id: str, trial_id: str, launch_id: str) -> dict[str, str]:
 
 
 def is_ours(tags: Mapping[str, str]) -> bool:
+    """Whether ``tags`` are spotwise's (some job's): what a launch must carry, and a listing
+    filters on. Not proof that an instance is a given job's: see :func:`launched_by`."""
     return tags.get(TAG_MANAGED) == "true" and bool(tags.get(TAG_JOB))
+
+
+def launched_by(
+    inst: Instance,
+    job_id: str,
+    launch_ids: Collection[str],
+    instance_ids: Collection[str] = (),
+) -> bool:
+    """Whether ``inst`` is an instance job ``job_id`` launched, so that it may be terminated,
+    billed or adopted as the job's: it carries our tags for the job, and either the cloud's own
+    identity of it (:attr:`Instance.launch_identity`) is the launch its ``spotwise:launch`` tag
+    names and that launch is one of the job's (``launch_ids``), or its id is one a launch of
+    the job was answered with (``instance_ids``: the provider's own answer). Tags can be copied
+    (EC2's "Launch more like this"), set by anyone with tag rights, or carry a job id another
+    install with its own database also drew: such an instance is left alone
+    (:func:`not_ours_line`)."""
+    tags = inst.tags
+    if tags.get(TAG_MANAGED) != "true" or tags.get(TAG_JOB) != job_id:
+        return False
+    if inst.instance_id in instance_ids:
+        return True
+    launch = tags.get(TAG_LAUNCH, "")
+    return bool(launch) and launch in launch_ids and inst.launch_identity == launch
+
+
+def not_ours_line(inst: Instance, job_id: str, launch_ids: Collection[str]) -> str:
+    """One line for an instance listed with job ``job_id``'s tags that :func:`launched_by`
+    refused: ``i-1 carries job J's tags but was not launched by it: left alone (why)``."""
+    launch = inst.tags.get(TAG_LAUNCH, "")
+    if not launch:
+        why = "it has no spotwise:launch tag"
+    elif launch not in launch_ids:
+        why = f"its launch tag {launch} names no launch of this job"
+    else:
+        why = (
+            f"its launch tag names launch {launch}, but {inst.offer.provider or 'the cloud'} "
+            "says another request created it"
+        )
+    where = f" ({inst.offer.region})" if inst.offer.region else ""
+    return (
+        f"{inst.instance_id}{where} carries job {job_id}'s tags but was not launched by it: "
+        f"left alone ({why})"
+    )

@@ -4,9 +4,10 @@ The read-side counterpart of :mod:`spotwise.providers.gcp_launch` (what a launch
 functions that turn a ``compute_v1.Instance`` as ``get``/``aggregated_list`` return it into a
 :class:`~spotwise.providers.base.Instance`. Exact tags come back from the ``spotwise-tags``
 metadata item (else from the labels; ``spotwise:managed`` only from the ``spotwise-managed``
-label, which metadata cannot forge), the offer from ``spotwise-offer`` (else rebuilt from the
-machine type, the scheduling model and the price table), the trial's channel (artifacts
-folder, attempt) from ``spotwise-launch``. They only read attributes of the object given (no
+label, which metadata cannot forge; the launch that made it only from its name:
+:func:`launch_identity`), the offer from ``spotwise-offer`` (else rebuilt from the machine type,
+the scheduling model and the price table), the trial's channel (artifacts folder, attempt) from
+``spotwise-launch``. They only read attributes of the object given (no
 SDK import, no API call), so they sit apart from the provisioner's launch/watch/delete logic.
 """
 
@@ -16,9 +17,16 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from spotwise.providers.base import TAG_MANAGED, Instance, InstanceState, Market, Offer
+from spotwise.providers.base import TAG_LAUNCH, TAG_MANAGED, Instance, InstanceState, Market, Offer
 from spotwise.providers.gcp import NAME, label_key, labels_to_tags, zone_region
-from spotwise.providers.gcp_launch import META_LAUNCH, META_OFFER, META_TAGS, channel_of, json_dict
+from spotwise.providers.gcp_launch import (
+    META_LAUNCH,
+    META_OFFER,
+    META_TAGS,
+    channel_of,
+    instance_name,
+    json_dict,
+)
 from spotwise.providers.gcp_prices import PriceTable
 
 _P, _R, _S, _T = (
@@ -46,6 +54,7 @@ def read_instance(raw: Any, prices: PriceTable) -> tuple[Instance, tuple[str, st
     offer = offer_of(raw, zone, json_dict(meta.get(META_OFFER)), prices)
     state = _STATE.get(raw.status, InstanceState.PENDING)
     channel = channel_of(meta.get(META_LAUNCH))
+    launch = str(tags.get(TAG_LAUNCH) or "")
     inst = Instance(
         instance_id=f"{zone}/{raw.name}",
         offer=offer,
@@ -56,8 +65,18 @@ def read_instance(raw: Any, prices: PriceTable) -> tuple[Instance, tuple[str, st
         if state.is_terminal() and raw.last_stop_timestamp
         else None,
         exists=True,  # listed: even a TERMINATED (stopped) VM keeps its disk until deleted
+        launch_identity=launch_identity(raw.name, launch),
     )
     return inst, channel
+
+
+def launch_identity(name: str, launch: str) -> str | None:
+    """The launch a VM named ``name`` is, by GCE's own identity of it: ``launch`` (its
+    ``spotwise:launch`` tag) when the name is the one spotwise gives that launch's instance
+    (:func:`~spotwise.providers.gcp_launch.instance_name`; a name is set at insert and unique
+    in its zone), else None: labels and metadata can be copied or set by anyone with the
+    rights to, a name spotwise derived cannot be chosen by accident."""
+    return launch if launch and name == instance_name(launch) else None
 
 
 def offer_of(raw: Any, zone: str, saved: Mapping[str, Any], prices: PriceTable) -> Offer:

@@ -131,7 +131,12 @@ class LocalProvisioner:
         revoke_at = self.market.next_revocation(offer.zone, now) if spot else None
         notice_at = None if revoke_at is None else max(now, revoke_at - self.notice_lead_s)
         inst = Instance(
-            instance_id, offer, InstanceState.RUNNING, dict(request.tags), launched_at=now
+            instance_id,
+            offer,
+            InstanceState.RUNNING,
+            dict(request.tags),
+            launched_at=now,
+            launch_identity=request.client_token,  # this provider made it for this launch
         )
         events = request.env.get("SPOTWISE_EVENTS_FILE")
         self._procs[instance_id] = _Proc(

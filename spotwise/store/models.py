@@ -34,8 +34,11 @@ TERMINAL_INSTANCE_STATES: frozenset[str] = frozenset(
 
 
 def new_id(prefix: str) -> str:
-    """A fresh id such as ``j-3fa2c9d1`` (``prefix`` + ``-`` + 8 hex digits)."""
-    return f"{prefix}-{secrets.token_hex(4)}"
+    """A fresh id such as ``t-3fa2c9d1`` (``prefix`` + ``-`` + 8 hex digits). A job id has 16
+    (``j-3fa2c9d1e07b5a44``): the clouds' listings filter on it, and two installs with their
+    own databases in one account must not draw the same one. Ids are never parsed: older
+    8-digit job ids work as before."""
+    return f"{prefix}-{secrets.token_hex(8 if prefix == 'j' else 4)}"
 
 
 def to_json(value: Any) -> str:

@@ -204,7 +204,7 @@ def test_cancel_bills_what_no_life_covered(tmp_path: Path, monkeypatch: pytest.M
     ids = {"l-run": "i-1", "l-left": "i-2", "l-stop": "i-3"}
 
     def settle(
-        spec: Any, job_id: str, held: list[backend.Held], spare: Any = None
+        spec: Any, job_id: str, held: list[backend.Held], spare: Any = None, **_: Any
     ) -> backend.Reconciled:
         return backend.Reconciled(
             terminated=[ids[h.launch_id] for h in held],
@@ -238,7 +238,7 @@ def test_cancel_of_a_job_running_on_another_machine_needs_force(
     monkeypatch.setattr(
         backend,
         "reconcile_records",
-        lambda spec, job_id, held, spare=None: released.append(job_id) or backend.Reconciled(),
+        lambda spec, job_id, held, spare=None, **_: released.append(job_id) or backend.Reconciled(),
     )
     with pytest.raises(ConfigError, match=rf"^job {job} runs on other-host \(pid 0\): run") as e:
         jobs.cancel(job, db=db)

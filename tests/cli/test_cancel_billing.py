@@ -57,7 +57,7 @@ def test_a_dead_jobs_instances_are_billed_by_the_aws_rule(
     created = {"l-late": now - 93}
 
     def settle(
-        spec: Any, job_id: str, held: list[backend.Held], spare: Any = None
+        spec: Any, job_id: str, held: list[backend.Held], spare: Any = None, **_: Any
     ) -> backend.Reconciled:
         out = backend.Reconciled()
         for h in held:

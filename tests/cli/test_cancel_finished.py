@@ -58,15 +58,18 @@ def ec2(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Any]:
 
 
 def _start(ec2: Any, tags: dict[str, str], started: float) -> str:
-    """An instance with ``tags`` in us-east-1, launched (as EC2 says) at ``started``."""
+    """An instance with ``tags`` in us-east-1, launched (as EC2 says) at ``started``; one with a
+    launch tag is launched as spotwise launches it: that launch id is its ``ClientToken``."""
     from moto.core import DEFAULT_ACCOUNT_ID
     from moto.ec2.models import ec2_backends
 
+    token = {"ClientToken": tags[TAG_LAUNCH]} if TAG_LAUNCH in tags else {}
     resp = ec2.run_instances(
         ImageId="ami-12c6146b",
         InstanceType="c5.xlarge",
         MinCount=1,
         MaxCount=1,
+        **token,
         TagSpecifications=[
             {"ResourceType": "instance", "Tags": [{"Key": k, "Value": v} for k, v in tags.items()]}
         ],
@@ -138,7 +141,8 @@ def test_an_instance_that_outlived_its_record_is_terminated_and_billed(
     stray = _start(ec2, _ours(job, trials["l-lost"], "l-lost"), now - HOUR)
     # and a retried create of the same launch, half an hour later: billed to the same record
     retried = _start(ec2, _ours(job, trials["l-lost"], "l-lost"), now - HOUR / 2)
-    # one with the job's tags whose launch names no record of the job: terminated, not billed
+    # one with the job's tags whose launch names no record of the job: not the job's (another
+    # install's job that drew the same id): left alone, reported, not billed
     unnamed = _start(ec2, _ours(job, trials["l-lost"], "l-nobody"), now - HOUR)
     # another job's (even naming a launch id of ours), and one without our tags: never touched
     other = _start(ec2, _ours("other-job", "t-x", "l-lost"), now - HOUR)
@@ -150,12 +154,12 @@ def test_an_instance_that_outlived_its_record_is_terminated_and_billed(
     assert res.exit_code == 0, res.output
     out = json.loads(res.stdout)
     assert (out["state"], out["cancelled"]) == ("succeeded", False)
-    assert sorted(out["terminated_instances"]) == sorted([stray, retried, unnamed])
-    assert [sorted(c) for c in calls] == [sorted([stray, retried, unnamed])]
+    assert sorted(out["terminated_instances"]) == sorted([stray, retried])
+    assert [sorted(c) for c in calls] == [sorted([stray, retried])]
     assert _states(ec2) == {
         stray: "terminated",
         retried: "terminated",
-        unnamed: "terminated",
+        unnamed: "running",
         other: "running",
         foreign: "running",
     }
@@ -163,15 +167,20 @@ def test_an_instance_that_outlived_its_record_is_terminated_and_billed(
     assert billed[stray]["billed_usd"] == pytest.approx(0.9, abs=0.005)  # 1 h at $0.90/h
     assert billed[retried]["billed_usd"] == pytest.approx(0.45, abs=0.005)  # 30 min
     assert billed[stray]["trial"] == billed[retried]["trial"] == trials["l-lost"]
-    assert (billed[unnamed]["trial"], billed[unnamed]["billed_usd"]) == (None, 0.0)
-    head = "job already succeeded; found 3 instances still running with its tags: "
+    assert unnamed not in billed
+    left_alone = (
+        f"{unnamed} (us-east-1) carries job {job}'s tags but was not launched by it: left alone "
+        "(its launch tag l-nobody names no launch of this job)"
+    )
+    assert out["not_ours"] == [left_alone]
+    head = "job already succeeded; found 2 instances still running with its tags: "
     assert out["message"].startswith(head)
     assert set(out["message"][len(head) :].split("; ")) == {
         f"{stray} terminated, billed ${billed[stray]['billed_usd']:.4f} to trial "
         f"{trials['l-lost']} (launch l-lost)",
         f"{retried} terminated, billed ${billed[retried]['billed_usd']:.4f} to trial "
         f"{trials['l-lost']} (launch l-lost)",
-        f"{unnamed} terminated (its launch tag l-nobody names no record of this job: not billed)",
+        left_alone,
     }
     with Store.open_existing(db) as s:
         rows = {r.id: r for r in s.list_instances(job)}
@@ -192,8 +201,8 @@ def test_an_instance_that_outlived_its_record_is_terminated_and_billed(
     again = CliRunner().invoke(app, ["cancel", job, "--db", db])
     assert again.exit_code == 0, again.output
     assert again.output.strip() == (
-        f"{job}: succeeded — job already succeeded; no instance with its tags is left "
-        "(looked in us-east-1)"
+        f"{job}: succeeded — job already succeeded; no instance of it is left "
+        f"(looked in us-east-1); {left_alone}"
     )
     assert len(calls) == 1
     with Store.open_existing(db) as s:

@@ -62,7 +62,9 @@ def _settling(listed: dict[str, Instance], revoked: dict[str, float] | None = No
     ``revoked`` (launch id → when): found ended, taken by the provider then."""
     gone = revoked or {}
 
-    def settle(spec: Any, job_id: str, held: list[rec.Held], spare: Any = None) -> rec.Reconciled:
+    def settle(
+        spec: Any, job_id: str, held: list[rec.Held], spare: Any = None, **_: Any
+    ) -> rec.Reconciled:
         out = rec.Reconciled(listed=list(listed.values()))
         for h in held:
             inst = listed.get(h.launch_id)

@@ -32,7 +32,7 @@ from spotwise.planner.actions import Actions
 from spotwise.planner.ledger import Ledger, Unconfirmed
 from spotwise.planner.policy import Phase, StopEarly
 from spotwise.planner.runstate import Life, TrialRun
-from spotwise.providers.base import TAG_JOB, Instance, InstanceState, Market, Offer
+from spotwise.providers.base import TAG_JOB, Instance, InstanceState, Market, Offer, our_tags
 from spotwise.providers.billing import RULES
 from spotwise.store import Store
 
@@ -86,6 +86,13 @@ class Records:
         self.job.update(fields)
 
 
+def _orphan(launched_at: float) -> Instance:
+    """The instance failed launch ``l-1`` of job ``j-1`` left, as the provider lists it: the
+    job's tags, made by that launch (its ClientToken, its name)."""
+    tags = our_tags("j-1", "t-1", "l-1")
+    return Instance("i-9", AWS, InstanceState.RUNNING, tags, launched_at, launch_identity="l-1")
+
+
 def _ledger(prov: Prov, clock: list[float], cls: type[Ledger] = Ledger) -> Any:
     led = cls.__new__(cls)
     led.job_id, led.trials, led.lives, led.unconfirmed = "j-1", [], {}, {}
@@ -112,7 +119,7 @@ def test_an_unconfirmed_failed_launch_counts_in_the_spend_until_a_retry_settles_
     wall = [1000.0]
     monkeypatch.setattr(ledger.time, "monotonic", lambda: wall[0])
     clock = [100.0]
-    orphan = Instance("i-9", AWS, InstanceState.RUNNING, launched_at=110.0)
+    orphan = _orphan(110.0)
     prov = Prov([orphan], listing_fails=1)
     led = _ledger(prov, clock)
     t = TrialRun("t-1", 0, {}, 10, 5)
@@ -152,7 +159,7 @@ def test_a_retry_whose_listing_fails_keeps_the_instance_found_before(
     before is still the one to name (in the record, and as a leftover at the drain)."""
     wall = [0.0]
     monkeypatch.setattr(ledger.time, "monotonic", lambda: wall[0])
-    orphan = Instance("i-9", AWS, InstanceState.RUNNING, launched_at=110.0)
+    orphan = _orphan(110.0)
     prov = Prov([orphan])
     prov.refuse_terminate = True
     led = _ledger(prov, [100.0])
@@ -211,7 +218,7 @@ def test_an_instance_left_by_a_failed_launch_is_billed_into_the_jobs_final_cost(
     wall = [0.0]
     monkeypatch.setattr(ledger.time, "monotonic", lambda: wall[0])
     clock = [100.0]
-    orphan = Instance("i-9", AWS, InstanceState.RUNNING, launched_at=160.0)
+    orphan = _orphan(160.0)
     prov = Prov([orphan])
     prov.refuse_terminate = True
     led = _ledger(prov, clock)

@@ -23,7 +23,14 @@ from spotwise.planner import actions
 from spotwise.planner.launch_retry import PASSED_OVER_PASSES, SameRequest
 from spotwise.planner.policy import Launch, Phase, SetCheckpointEvery
 from spotwise.planner.runstate import TrialRun, control_file
-from spotwise.providers.base import Instance, InstanceState, LaunchRequest, Market, Offer
+from spotwise.providers.base import (
+    Instance,
+    InstanceState,
+    LaunchRequest,
+    Market,
+    Offer,
+    our_tags,
+)
 from spotwise.sdk_io import read_control
 from spotwise.store import Store
 
@@ -182,7 +189,9 @@ OTHER = Offer("aws", "us-east-1", "us-east-1b", "p3.2xlarge", Market.SPOT, 1.2, 
 def _waiting(clock: list[float]) -> tuple[Any, Prov, TrialRun]:
     """An orchestrator whose trial's launch waits for a same-request retry (due since market
     time 100), the create of its first call having gone through: its instance runs."""
-    inst = Instance("i-1", OFFER, InstanceState.RUNNING, launched_at=50.0)
+    # as the provider lists it: the job's tags, and made by launch L1 (its ClientToken)
+    tags = our_tags("j-1", "t-1", "L1")
+    inst = Instance("i-1", OFFER, InstanceState.RUNNING, tags, 50.0, launch_identity="L1")
     prov = Prov([inst])
     orch = _ledger(prov, clock, cls=actions.Actions)
     orch.blocked, orch.throttled, orch.quota_full = {}, {}, {}

@@ -348,7 +348,12 @@ def test_the_drain_deletes_a_noticed_instance_that_ended_stopped() -> None:
     }
     led.job_id, led.trials, led.opts = "j-1", [], SimpleNamespace(poll_s=0.0)
     led.unconfirmed, led.leftover_ids = {}, []
-    led.store = SimpleNamespace(list_instances=lambda job_id: [])  # type: ignore[assignment]
+    # each life's launch record names its instance: the drain's stray sweep knows them
+    rows = [
+        SimpleNamespace(id=life.launch_id, provider_instance_id=iid)
+        for iid, (_, life) in led.lives.items()
+    ]
+    led.store = SimpleNamespace(list_instances=lambda job_id: rows)  # type: ignore[assignment]
     billed: list[tuple[str, InstanceState, float]] = []
     events: list[tuple[str, dict[str, Any]]] = []
 

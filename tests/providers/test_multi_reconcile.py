@@ -1,6 +1,6 @@
 """`spotwise cancel` of a job on several clouds whose orchestrator died: reconcile terminates
-what every named provider still runs with the job's tags, on the GCP and Azure fakes at once
-(the real clients, one ``responses`` mock), and nothing of another job."""
+what every named provider still runs that the job's launches made, on the GCP and Azure fakes at
+once (the real clients, one ``responses`` mock), and nothing of another job."""
 
 from __future__ import annotations
 
@@ -28,6 +28,8 @@ from spotwise.providers.base import TAG_JOB, Provisioner, our_tags
 from spotwise.spec import parse_spec
 
 TOKEN = "multi-reconcile-test-token"
+# the launch ids of job-1's records: only what one of them made is the job's to terminate
+LAUNCHES = ("launch-g1", "launch-a1", "launch-a2")
 
 
 @dataclass
@@ -87,7 +89,7 @@ def test_reconcile_terminates_the_jobs_instances_on_every_cloud(fakes: Fakes) ->
         launch(a, AZURE_LAUNCHES, "job-2", "launch-a9"),
     ]
 
-    assert sorted(reconcile(spec, "job-1")) == sorted(ours)
+    assert sorted(reconcile(spec, "job-1", LAUNCHES)) == sorted(ours)
 
     def live(job: str) -> list[str]:
         return sorted(
@@ -99,7 +101,7 @@ def test_reconcile_terminates_the_jobs_instances_on_every_cloud(fakes: Fakes) ->
 
     assert live("job-1") == []
     assert live("job-2") == sorted(other)
-    assert reconcile(spec, "job-1") == []  # nothing left: nothing to do
+    assert reconcile(spec, "job-1", LAUNCHES) == []  # nothing left: nothing to do
 
 
 def test_reconcile_deletes_the_jobs_stopped_vms_too(fakes: Fakes) -> None:
@@ -120,8 +122,9 @@ def test_reconcile_deletes_the_jobs_stopped_vms_too(fakes: Fakes) -> None:
     for name in (stopped_a, other_a):
         fakes.arm._set_power(name, "stopped")
 
-    assert sorted(reconcile(_spec(fakes), "job-1")) == sorted([stopped_g, running_a, stopped_a])
+    stopped = sorted([stopped_g, running_a, stopped_a])
+    assert sorted(reconcile(_spec(fakes), "job-1", LAUNCHES)) == stopped
 
     assert list(fakes.gce.instances) == [tuple(other_g.split("/"))]
     assert list(fakes.arm.vms) == [other_a]  # another job's, stopped or not, is never touched
-    assert reconcile(_spec(fakes), "job-1") == []
+    assert reconcile(_spec(fakes), "job-1", LAUNCHES) == []

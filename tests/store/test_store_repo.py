@@ -25,7 +25,7 @@ def _count(store: Store, table: str) -> int:
 
 def test_job_round_trip(store: Store) -> None:
     job = _job(store, created_at=100.0)
-    assert job.id.startswith("j-") and len(job.id) == 10
+    assert job.id.startswith("j-") and len(job.id) == 18  # 64 bits (review-z F1)
     assert job.state is JobState.PENDING and job.cost_usd == 0.0 and job.revocations == 0
     got = store.get_job(job.id)
     assert got.model_dump() == job.model_dump()
