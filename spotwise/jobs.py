@@ -272,7 +272,14 @@ def cancel(
             )
         if where == "here":
             assert job.pid is not None
-            os.kill(job.pid, signal.SIGTERM)
+            try:
+                os.kill(job.pid, signal.SIGTERM)
+            except PermissionError:  # its own process, run by another user (a shared database)
+                raise ConfigError(
+                    f"job {job.id}'s orchestrator (pid {job.pid}) runs as another user of this "
+                    "machine: cancel it as that user",
+                    hint="`sudo -u USER spotwise cancel JOB` with the same --db",
+                ) from None
             deadline = time.monotonic() + wait_s
             while time.monotonic() < deadline:
                 job = store.get_job(job.id)

@@ -269,6 +269,25 @@ def test_cancel_that_times_out_says_the_job_is_still_stopping(
     }
 
 
+def test_an_orchestrator_run_by_another_user_is_named_not_a_traceback(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A shared database: the recorded orchestrator is alive here but another user's process,
+    so the signal is refused. It raised a bare PermissionError; the job is left as it is."""
+    from spotwise.errors import ConfigError
+
+    db, job = _cloud_job(tmp_path, None, [])
+    monkeypatch.setattr(jobs, "orchestrator_state", lambda job: "here")
+
+    def refuse(pid: int, sig: int) -> None:
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(jobs.os, "kill", refuse)
+    with pytest.raises(ConfigError, match=r"runs as another user of this machine: cancel it as"):
+        jobs.cancel(job, db=db, wait_s=0.3)
+    assert jobs.status(job, db=db)["state"] == "running"
+
+
 @pytest.mark.parametrize("alive", [False, True])
 def test_a_dead_replay_jobs_instances_are_billed_on_the_replays_clock(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, alive: bool
