@@ -110,8 +110,9 @@ def _credential_env(spec: JobSpec) -> None:
 def secret_env_warnings(spec: JobSpec) -> list[str]:
     """One line per ``env`` entry that looks like a secret (its name matches
     :data:`SECRET_NAME`, unless it names a file or folder, or is a cloud credential variable;
-    or its value is a URL with a password), naming the key and never the value: where it can
-    be read, and what to do instead. Not refused: the user may mean it."""
+    or its value is a URL with a password), and an AWS ``setup`` with such a URL, naming the key
+    and never the value: where it can be read, and what to do instead. Not refused: the user
+    may mean it."""
     cloud = any(p.name != "local" for p in spec.providers)
     where = (
         "readable from the instance's user-data/metadata (by every process on it and anyone "
@@ -135,6 +136,10 @@ def secret_env_warnings(spec: JobSpec) -> list[str]:
             continue
         name = key.replace("\r", "\\r").replace("\n", "\\n")  # one line, even for odd keys
         lines.append(f"warning: spec field 'env.{name}' {what}: it is {where}; {instead}")
+    for i, p in enumerate(spec.providers):  # AWS's setup: shell text, often a `git clone URL`
+        if _URL_PASSWORD.search(str(p.options.get("setup", ""))):
+            what = f"'providers.{i}.options.setup' holds a URL with a password"
+            lines.append(f"warning: spec field {what}: it is {where}; {instead}")
     return lines
 
 

@@ -123,6 +123,23 @@ def test_a_cloud_spec_warns_once_per_secret_looking_entry_naming_only_the_key() 
     assert "looks like a secret" in lines[2]
 
 
+def test_an_aws_setup_with_a_password_in_a_url_is_warned_about() -> None:
+    """`options.setup` is shell text put in the instance's user-data: a `git clone
+    https://user:TOKEN@...` there is as readable as an `env` entry."""
+    from spotwise.planner.preflight import secret_env_warnings
+
+    setup = f"git clone https://me:{SECRET}@github.com/me/repo && pip install -e repo"
+    aws = [{**AWS[0], "options": {**AWS[0]["options"], "setup": setup}}]
+    (line,) = secret_env_warnings(_spec(aws, checkpoint=S3))
+    assert line.startswith(
+        "warning: spec field 'providers.0.options.setup' holds a URL with a password: it is "
+        "readable from the instance's user-data/metadata"
+    )
+    assert SECRET not in line
+    plain = [{**AWS[0], "options": {**AWS[0]["options"], "setup": "pip install torch"}}]
+    assert secret_env_warnings(_spec(plain, checkpoint=S3)) == []
+
+
 def test_a_local_spec_warns_of_the_database_only() -> None:
     from spotwise.planner.preflight import secret_env_warnings
 
