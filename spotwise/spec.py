@@ -141,6 +141,7 @@ class ReplaySpec(_Strict):
     speedup: float = Field(default=600.0, gt=0.0)  # market seconds per wall second
     notice_floor_s: float = Field(default=1.0, ge=0.0)  # shortest notice in wall seconds
     billing: Literal["aws", "gcp", "azure"] = "aws"  # which provider's billing rule to replay
+    forecast: str = "pretrained"  # pretrained | none | a revocation model (see open_backend)
 
     @model_validator(mode="before")
     @classmethod

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from spotwise.errors import ProviderError, SpecError
+from spotwise.errors import ProviderError, SpecError, did_you_mean
 from spotwise.providers.base import Catalog, Market, Offer, Provisioner
 from spotwise.providers.billing import BillingRule, rule_for
 from spotwise.providers.channel import check_reachable
@@ -121,19 +121,25 @@ def _filter(offers: list[Offer], p: ProviderSpec) -> list[Offer]:
 
 
 def replay_risk(
-    traces: TraceSet, start: float | None = None
-) -> Callable[[list[Offer], float], dict[str, float]]:
-    """Per-offer revocation probability within the hour from the shipped LSTM, per trace tick.
-
-    The model is loaded on first use (it needs torch) and asked once per tick of the trace.
-    A replay from ``start`` inside the ticks the model was fitted on is warned about: there
-    its forecasts have seen the revocations they are asked about.
-    """
+    traces: TraceSet, start: float | None = None, forecast: str = "pretrained"
+) -> Callable[[list[Offer], float], dict[str, float]] | None:
+    """Per-offer revocation probability within the hour, per trace tick, from ``forecast``:
+    ``pretrained``, the shipped LSTM (a replay from ``start`` inside the ticks it was fitted
+    on is warned about: there its forecasts have seen the revocations they are asked about);
+    ``none``, no forecast (None: every risk 0); a registered model's name, that model fitted
+    now on the trace's ticks up to ``start`` (its labels look no further: no look-ahead).
+    The model is asked once per tick of the trace."""
     from spotwise.predictors.revocation import load_pretrained
 
-    model = load_pretrained()
-    if start is not None and (note := in_sample_note(model.trained_on, traces, start)):
-        log.warning("%s", note)
+    check_forecast(forecast)
+    if forecast == "none":
+        return None
+    if forecast == "pretrained":
+        model: Any = load_pretrained()
+        if start is not None and (note := in_sample_note(model.trained_on, traces, start)):
+            log.warning("%s", note)
+    else:
+        model = _fitted_before(traces, start, forecast, _FORECAST)
     cache: dict[int, dict[str, float]] = {}
 
     def risk(offers: list[Offer], t: float) -> dict[str, float]:
@@ -146,6 +152,38 @@ def replay_risk(
         return {o.key: by_zone.get(o.zone, 0.0) for o in offers if o.market is Market.SPOT}
 
     return risk
+
+
+_FORECAST = "spec field 'providers.0.replay.forecast'"
+
+
+def check_forecast(name: str) -> None:
+    """An unknown ``replay.forecast`` is a SpecError listing the valid ones."""
+    from spotwise.predictors.revocation import MODEL_NAMES
+
+    valid = ("pretrained", "none", *MODEL_NAMES)
+    if name not in valid:
+        raise SpecError(
+            f"{_FORECAST}: unknown {name!r}{did_you_mean(name, list(valid))}; "
+            f"valid: {', '.join(valid)}"
+        )
+
+
+def _fitted_before(traces: TraceSet, start: float | None, name: str, field: str) -> Any:
+    """Revocation model ``name`` fitted on the ticks of ``traces`` up to ``start`` (1 h ahead)."""
+    from spotwise.errors import PredictorError
+    from spotwise.predictors.revocation import get_revocation_model
+
+    upto = traces.tick_at(start if start is not None else float(traces.times[0])) + 1
+    model = get_revocation_model(name)
+    try:
+        model.fit(traces.slice(0, upto), 3600.0)
+    except (PredictorError, SpecError, ValueError) as e:
+        raise SpecError(
+            f"{field}: {name} cannot be fitted on the {upto} trace ticks before the replay's "
+            f"start ({e}); set providers.0.replay.start later, or forecast: pretrained"
+        ) from None
+    return model
 
 
 def in_sample_note(rec: dict[str, Any] | None, traces: TraceSet, start: float) -> str:
@@ -164,8 +202,9 @@ def in_sample_note(rec: dict[str, Any] | None, traces: TraceSet, start: float) -
     return (
         f"warning: the revocation forecast was fitted on this trace up to {until}, after this "
         "replay's start: its placements are in-sample and the job's savings overstate what it "
-        f"does on unseen data; set providers.0.replay.start above {hours:.0f} (hours) for an "
-        "honest measure"
+        f"does on unseen data; set providers.0.replay.start above {hours:.0f} (hours), or "
+        "replay.forecast to a model fitted before the start (base-rate, logistic, lstm), for "
+        "an honest measure"
     )
 
 
@@ -177,10 +216,12 @@ def open_backend(
     if p.name == "local":
         if len(spec.providers) != 1:  # the spec refuses it too; never trade on two clocks
             raise SpecError(_MIXED_LOCAL)
+        check_forecast((p.replay or ReplaySpec()).forecast)  # a typo: refused, used or not
         backend = _local(p, p.replay or ReplaySpec(), base_dir, run_dir)
         if forecast:
             assert isinstance(backend.catalog, ReplayMarket)
-            backend.risk = replay_risk(backend.catalog.traces, backend.now())
+            r = p.replay or ReplaySpec()
+            backend.risk = replay_risk(backend.catalog.traces, backend.now(), r.forecast)
         return backend
     # A cloud trial checkpoints to, and reports through, folders its instance can reach (see
     # spotwise.providers.channel): a checkpoint on the instance's own disk goes with it (a

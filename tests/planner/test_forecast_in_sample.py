@@ -4,6 +4,8 @@ it from hour 360 in the examples, so its placements there had seen those revocat
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from spotwise.planner.backend import in_sample_note
@@ -32,3 +34,60 @@ def test_a_replay_after_them_or_on_another_trace_is_not(shipped: TraceSet) -> No
     other = shipped.slice(1, shipped.n_ticks)  # other ticks: the record is not found there
     assert in_sample_note(dict(SHIPPED_RECORD), other, float(other.times[0])) == ""
     assert in_sample_note(None, shipped, float(shipped.times[0])) == ""
+
+
+# ---- replay.forecast: choose the forecast, or fit one on the trace before the start ---------
+def test_a_model_fitted_before_the_start_is_used_and_sees_nothing_after_it(
+    shipped: TraceSet,
+) -> None:
+    from spotwise.planner.backend import replay_risk
+    from spotwise.providers.base import Market, Offer
+
+    start = float(shipped.times[0]) + 200 * 3600.0
+    risk = replay_risk(shipped, start, "base-rate")
+    assert risk is not None
+    offers = [Offer("aws", z[:-1], z, "p3.2xlarge", Market.SPOT, 1.0, 3.0) for z in shipped.zones]
+    p = risk(offers, start)
+    assert set(p) == {o.key for o in offers} and all(0.0 <= v <= 1.0 for v in p.values())
+    # the same model fitted on the trace cut at the start: what came after cannot move it
+    cut = shipped.slice(0, shipped.tick_at(start) + 1)
+    again = replay_risk(cut, start, "base-rate")
+    assert again is not None and again(offers, start) == p
+
+
+def test_none_means_no_forecast_and_a_typo_names_the_field(shipped: TraceSet) -> None:
+    from spotwise.errors import SpecError
+    from spotwise.planner.backend import replay_risk
+
+    assert replay_risk(shipped, float(shipped.times[0]), "none") is None
+    with pytest.raises(SpecError, match=r"^spec field 'providers.0.replay.forecast': unknown "):
+        replay_risk(shipped, float(shipped.times[0]), "base_rate")
+
+
+def test_a_model_with_no_trace_before_the_start_is_refused(shipped: TraceSet) -> None:
+    from spotwise.errors import SpecError
+    from spotwise.planner.backend import replay_risk
+
+    with pytest.raises(SpecError, match=r"logistic cannot be fitted on the 1 trace ticks"):
+        replay_risk(shipped, float(shipped.times[0]), "logistic")
+
+
+def test_a_mistyped_forecast_is_refused_when_the_market_opens_whatever_the_policy(
+    tmp_path: Path,
+) -> None:
+    from spotwise.errors import SpecError
+    from spotwise.planner.backend import open_backend
+    from spotwise.spec import parse_spec
+
+    spec = parse_spec(
+        {
+            "name": "f",
+            "command": ["python", "train.py"],
+            "metric": {"name": "acc"},
+            "steps": 2,
+            "search_space": {"lr": {"type": "real", "low": 0.01, "high": 0.1}},
+            "providers": [{"name": "local", "replay": {"forecast": "logistc"}}],
+        }
+    )
+    with pytest.raises(SpecError, match=r"unknown 'logistc' \(did you mean 'logistic'\?\)"):
+        open_backend(spec, tmp_path, tmp_path / "runs")  # spot-greedy: no forecast used
