@@ -35,6 +35,7 @@ from pydantic import (
 )
 
 from spotwise.errors import SpecError
+from spotwise.spec_options import _check_options, _check_policy_options
 from spotwise.spec_yaml import INF, error_line, read_spec_yaml, yaml_text
 
 PROVIDERS = ("local", "aws", "gcp", "azure")
@@ -313,19 +314,6 @@ def parse_spec(data: Any, source: str = "spec") -> JobSpec:
     return spec
 
 
-def _check_policy_options(spec: JobSpec, source: str) -> None:
-    """``policy_options`` against those ``policy`` takes (names, types, values); `tune
-    --policy OTHER` checks them against OTHER."""
-    if not spec.policy_options:
-        return
-    from spotwise.planner.policy import make_policy
-
-    try:
-        make_policy(spec.policy, spec.policy_options)
-    except SpecError as e:
-        raise SpecError(f"{source}: {e.message}", hint=e.hint) from None
-
-
 def space_points(
     space: Mapping[str, RealParam | IntParam | CategoricalParam],
 ) -> dict[str, int] | None:
@@ -355,19 +343,6 @@ def _check_space_size(spec: JobSpec, source: str) -> None:
             f"distinct point{'s' if size > 1 else ''} ({parts}); set trials <= {size}, or widen "
             "the space"
         )
-
-
-def _check_options(spec: JobSpec, source: str) -> None:
-    """Each provider's options against those it reads (unknown names, bad values). Done here
-    rather than in the model: a job stored by an older spotwise, read back by `cancel`, must
-    still load, whatever options it named."""
-    from spotwise.providers.registry import check_options
-
-    for i, p in enumerate(spec.providers):
-        try:
-            check_options(p.name, p.options, field=f"providers.{i}.options")
-        except SpecError as e:
-            raise SpecError(f"{source}: {e.message}", hint=e.hint) from None
 
 
 def load_spec(path: str | Path) -> JobSpec:

@@ -6,10 +6,11 @@ launch is recorded in the store *before* the provider is called (so a crash can 
 by tags); every instance life is billed by its own provider's rule when it ends (a job may trade on
 several clouds: :mod:`spotwise.providers.multi`).
 
-Three mixins keep this file readable: :class:`~spotwise.planner.trialbook.TrialBook` (progress
+Mixins keep this file readable: :class:`~spotwise.planner.trialbook.TrialBook` (progress
 intake, how a trial attempt ends), :class:`~spotwise.planner.ledger.Ledger` (billing,
-releasing noticed instances, draining at the end) and :class:`~spotwise.planner.actions.Actions`
-(carrying out the policy's actions: launch, stop, checkpoint interval).
+releasing noticed instances, draining at the end), :class:`~spotwise.planner.actions.Actions`
+(carrying out the policy's actions: launch, stop, checkpoint interval) and
+:class:`~spotwise.planner.job_summary.JobSummary` (the job's totals, summary and snapshot).
 """
 
 from __future__ import annotations
@@ -22,8 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from spotwise.errors import SpotwiseError
-from spotwise.planner.actions import Actions
 from spotwise.planner.backend import NoOfferWatch, open_backend
+from spotwise.planner.job_summary import JobSummary
 from spotwise.planner.ledger import Unconfirmed
 from spotwise.planner.policy import (
     Event,
@@ -35,13 +36,7 @@ from spotwise.planner.policy import (
     make_policy,
 )
 from spotwise.planner.preflight import preflight
-from spotwise.planner.report import (
-    best_trial,
-    end_state,
-    resumable,
-    snapshot,
-    summary,
-)
+from spotwise.planner.report import end_state
 from spotwise.planner.resume import ResumePlan
 from spotwise.planner.runstate import (
     Life,
@@ -76,7 +71,7 @@ class RunOptions:
     update_every_s: float = 0.25
 
 
-class Orchestrator(Actions):
+class Orchestrator(JobSummary):
     def __init__(
         self,
         spec: JobSpec,
@@ -313,64 +308,6 @@ class Orchestrator(Actions):
         if found is not None:  # unread this pass: nothing is known to have ended
             events += self._settle_lives({i.instance_id: i for i in found}, now)
         return events
-
-    def _totals(self) -> dict[str, float]:
-        return {
-            "cost_usd": self.spent_usd,
-            "on_demand_cost_usd": self.on_demand_usd,
-            "revocations": self.revocations,
-            "migrations": self.migrations,
-            "early_stopped": self.early_stopped,
-        }
-
-    def summary(self, wall_seconds: float) -> dict[str, Any]:
-        job = self.store.get_job(self.job_id)
-        state = job.state.value if hasattr(job.state, "value") else str(job.state)
-        direction = self.spec.metric.direction
-        out = summary(
-            self.job_id,
-            state,
-            self.policy.name,
-            self.trials,
-            direction,
-            self._totals(),
-            wall_seconds,
-        )
-        out["trials_planned"] = self.spec.trials
-        out["resumable"] = resumable(self.trials, self.spec.trials)
-        if self.resume:
-            out["resumed"] = {
-                "previous_state": self.resume.from_state.value,
-                "requeued_trials": [t.trial_id for t in self.resume.requeued],
-            }
-        if job.error:
-            out["error"] = job.error
-        if self.leftover_ids:  # the drain could not terminate them: `tune` exits non-zero
-            out["leftover_instances"] = self.leftovers()
-        return out
-
-    def snapshot(self, now: float) -> dict[str, Any]:
-        cost = self.spent_usd + self._running_cost(now)
-        total = self.spec.trials * self.spec.steps
-        return snapshot(
-            self.job_id, self.policy.name, self.trials, now, cost, self._totals(), total
-        )
-
-    def _finish_job(self, state: str, error: str | None) -> None:
-        best = best_trial(self.trials, self.spec.metric.direction)
-        self.store.update_job(
-            self.job_id,
-            state=state,
-            ended_at=time.time(),
-            error=error,
-            best_trial_id=best.trial_id if best else None,
-            best_metric=best.final_metric if best else None,
-            cost_usd=self.spent_usd,
-            on_demand_cost_usd=self.on_demand_usd,
-            revocations=self.revocations,
-            migrations=self.migrations,
-            early_stopped=self.early_stopped,
-        )
 
     # ---- helpers ------------------------------------------------------------------------
     def _checkpoint_root(self) -> str:

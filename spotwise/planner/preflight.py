@@ -14,7 +14,8 @@ only find out after :meth:`Store.create_job` — some of it only after instances
   no price, zone or market matches (a machine type the price catalog has no price for, a zone
   that does not sell the types, ``markets: [spot]`` for a type without a spot price). Such a
   job would be recorded and then poll for ever, buying nothing;
-* a checkpoint location the orchestrator cannot write (:func:`probe_checkpoint_root`);
+* a checkpoint location the orchestrator cannot write
+  (:func:`~spotwise.planner.checkpoint_probe.probe_checkpoint_root`);
 * on a cloud, an ``env`` entry named as a cloud credential variable
   (:data:`~spotwise.providers.channel.SECRET_ENV`), which every launch would refuse.
 
@@ -31,30 +32,20 @@ and is raised as the provider's error (exit 1), saying to try again.
 
 from __future__ import annotations
 
-import contextlib
 import difflib
 import logging
 import re
-import uuid
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 
-from spotwise.errors import (
-    CheckpointError,
-    NotFoundError,
-    ProviderError,
-    SpecError,
-    SpotwiseError,
-    TransientError,
-)
+from spotwise.errors import NotFoundError, SpecError, SpotwiseError
 from spotwise.planner.backend import Backend, provider_config
+from spotwise.planner.checkpoint_probe import probe_checkpoint_root
 from spotwise.providers.base import Catalog, Market
 from spotwise.providers.channel import SECRET_ENV
 from spotwise.providers.registry import cloud_module, missing_required
 from spotwise.spec import JobSpec, ProviderSpec
 
 log = logging.getLogger("spotwise.planner")
-PROBE_PREFIX = ".spotwise-probe-"  # a dot name: never listed as a checkpoint
 #: ``env`` names that look like a secret (``TOKENIZERS_PARALLELISM`` and ``MAX_TOKENS`` do not)
 SECRET_NAME = re.compile(
     r"(?i)secret|passw|credential|api_?key|private_?key|access_?key|(?:^|_)token(?:_|$)"
@@ -298,106 +289,3 @@ def _priced_names(catalog: Catalog, region: str | None) -> list[str]:
 def _few(names: Sequence[str]) -> str:
     shown = ", ".join(names[:_SHOWN])
     return f"{shown} and {len(names) - _SHOWN} more" if len(names) > _SHOWN else shown
-
-
-def probe_checkpoint_root(root: str, location: str = "", aws_profile: str | None = None) -> None:
-    """Write, read back and delete one small object under the job's checkpoint ``root``
-    (:meth:`~spotwise.checkpoint.base.ManifestCheckpointStore.probe`); SpecError naming
-    ``checkpoint.location`` (as written: ``location``) with the reason when the write or the
-    read fails: a read-only folder, a path through a file, a missing bucket; the provider's
-    TransientError (exit 1, "try again") when it failed for a reason that passes: a 5xx, a
-    timeout, throttling. (A delete that fails is let be: the orchestrator never deletes there,
-    and no reader lists a dot-named object as a checkpoint.)
-
-    This proves the *orchestrator's* access, from this machine with its credentials. It does
-    not prove the instances': on a cloud they write with their own identity (an instance
-    profile, a service account, a managed identity), which may be allowed less. Local folders
-    this probe had to create are removed again, so a refused job leaves nothing behind. An
-    ``s3://`` root is written with ``aws_profile`` (the AWS provider's ``profile`` option), as
-    the orchestrator reads the trials' files there."""
-    from spotwise.checkpoint.base import ManifestCheckpointStore
-    from spotwise.checkpoint.local import LocalCheckpointStore
-    from spotwise.checkpoint.registry import open_checkpoint_store
-
-    where = location or root
-    try:
-        if aws_profile and root.lower().startswith("s3://"):
-            from spotwise.checkpoint.blobstore import BlobCheckpointStore
-            from spotwise.providers.s3_blobs import S3Blobs
-
-            store: object = BlobCheckpointStore(S3Blobs.from_uri(root, profile=aws_profile))
-        else:
-            store = open_checkpoint_store(root)
-    except (CheckpointError, ProviderError) as e:
-        raise _unwritable(where, e) from None
-    if not isinstance(store, ManifestCheckpointStore):
-        return  # a store registered by someone else: it has no probe
-    created = _missing_folders(store.root) if isinstance(store, LocalCheckpointStore) else []
-    try:
-        store.probe(f"{PROBE_PREFIX}{uuid.uuid4().hex[:12]}")
-    except (CheckpointError, ProviderError) as e:
-        folder = created[-1].parent if created else getattr(store, "root", None)
-        raise _unwritable(where, e, folder) from None
-    finally:
-        for folder in created:  # deepest first; one that is not empty is left alone
-            with contextlib.suppress(OSError):
-                folder.rmdir()
-
-
-def _missing_folders(folder: Path) -> list[Path]:
-    """``folder`` and its ancestors that do not exist yet, deepest first."""
-    out: list[Path] = []
-    for f in [folder, *folder.parents]:
-        if f.exists() or f.is_symlink():
-            break
-        out.append(f)
-    return out
-
-
-def _transient(e: BaseException) -> TransientError | None:
-    """``e`` or the error it was raised from or while handling (a checkpoint store re-raises a
-    provider's error as a CheckpointError ``from None``, which keeps it as the context), when
-    that is a TransientError."""
-    seen: set[int] = set()
-    cur: BaseException | None = e
-    while cur is not None and id(cur) not in seen:
-        if isinstance(cur, TransientError):
-            return cur
-        seen.add(id(cur))
-        cur = cur.__cause__ or cur.__context__
-    return None
-
-
-def _could_not_check(where: str, e: SpotwiseError, transient: TransientError) -> TransientError:
-    """The checkpoint location could not be checked for a reason that passes: the provider's
-    error (its class, exit 1), naming the field and saying to try again."""
-    reason = e.message.removeprefix("checkpoint store: ")
-    lasts = (transient.hint or "").partition("if it lasts, ")[2]  # where to look: the provider's
-    return type(transient)(
-        f"checkpoint.location: could not reach {where!r} to check that spotwise can write "
-        f"checkpoints there ({reason}): try again".replace("\n", " "),
-        hint="nothing to fix if it passes: run the same command again"
-        + (f"; if it lasts, {lasts}" if lasts else ""),
-    )
-
-
-def _unwritable(
-    where: str, e: CheckpointError | ProviderError, folder: Path | None = None
-) -> SpotwiseError:
-    """``folder``: for a local store, the deepest folder (or file) of the path that exists,
-    the one the system refused to write into. A failure that passes (a TransientError, also
-    when the checkpoint store wrapped it in a CheckpointError) is not the spec's fault: it
-    becomes the TransientError :func:`_could_not_check` returns."""
-    transient = _transient(e)
-    if transient is not None:
-        return _could_not_check(where, e, transient)
-    cause = e.__cause__
-    if isinstance(cause, OSError) and cause.strerror:  # a local folder: the system's reason
-        reason = f"{folder}: {cause.strerror}" if folder else cause.strerror
-    else:  # an object store: the provider's one line (object, action, reason)
-        reason = e.message.removeprefix("checkpoint store: ")
-    return SpecError(
-        f"spec field 'checkpoint.location': spotwise cannot write checkpoints under {where!r} "
-        f"({reason})".replace("\n", " "),
-        hint=e.hint or "choose a location this machine can write, or fix its permissions",
-    )

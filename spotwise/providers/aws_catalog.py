@@ -18,7 +18,6 @@ On-demand prices unknown for a type leave ``Offer.on_demand_price_per_hour`` at 
 
 from __future__ import annotations
 
-import os
 import re
 import time
 from collections.abc import Iterable, Sequence
@@ -27,6 +26,7 @@ from typing import Any
 
 from spotwise.errors import NotFoundError, ProviderError, ProviderUnavailable, did_you_mean
 from spotwise.providers import aws
+from spotwise.providers.aws_listings import RegionListings
 from spotwise.providers.aws_offline import (
     API_SOURCE,
     OFFLINE_SOURCE,
@@ -40,13 +40,10 @@ from spotwise.providers.base import InstanceType, Market, Offer, PricePoint
 from spotwise.providers.registry import ProviderConfig
 
 PRODUCT_DESCRIPTIONS = ("Linux/UNIX", "Linux/UNIX (Amazon VPC)")
-LISTING_TTL_S = 3600.0
 PRICING_FILTERS = {
     "operatingSystem": "Linux", "tenancy": "Shared", "preInstalledSw": "NA",
     "capacitystatus": "Used", "licenseModel": "No License required",
 }  # fmt: skip
-_FULL_LISTINGS: dict[tuple[str, str, str], tuple[float, dict[str, Hardware]]] = {}
-_OFFERED_NAMES: dict[tuple[str, str, str], tuple[float, frozenset[str]]] = {}
 
 
 def _epoch(ts: Any) -> float:
@@ -63,7 +60,7 @@ def zone_region(zone: str) -> str:
     return zone[:-1]
 
 
-class AwsCatalog:
+class AwsCatalog(RegionListings):
     """A :class:`~spotwise.providers.base.Catalog` over EC2 (see the module docstring)."""
 
     name = "aws"
@@ -243,57 +240,6 @@ class AwsCatalog:
 
     def _region(self, region: str | None) -> str:
         return aws.check_region(region or aws.default_region(self.config))
-
-    def _listing_key(self, region: str) -> tuple[str, str, str]:
-        return (os.environ.get("AWS_ENDPOINT_URL", ""), self.profile or "", region)
-
-    def _offered_names(self, region: str) -> frozenset[str] | None:
-        """The name of every instance type offered in a region (None when EC2 cannot be
-        reached), for "did you mean": ``describe_instance_type_offerings`` by region, names
-        only (up to 1,000 a page), not the full hardware listing (~9 pages of 100 records).
-        A full listing this process already holds answers without a call. Cached for the
-        process, as the full listing is."""
-        key = self._listing_key(region)
-        full = _FULL_LISTINGS.get(key)
-        if full is not None and time.monotonic() - full[0] <= LISTING_TTL_S:
-            return frozenset(full[1])
-        hit = _OFFERED_NAMES.get(key)
-        if hit is None or time.monotonic() - hit[0] > LISTING_TTL_S:
-            names: set[str] = set()
-            try:
-                pages = self._client("ec2", region).get_paginator(
-                    "describe_instance_type_offerings"
-                )
-                for page in pages.paginate(
-                    LocationType="region", PaginationConfig={"PageSize": 1000}
-                ):
-                    names.update(o["InstanceType"] for o in page.get("InstanceTypeOfferings", []))
-            except Exception as e:
-                if not aws.is_sdk_error(e):
-                    raise
-                return None
-            hit = _OFFERED_NAMES[key] = (time.monotonic(), frozenset(names))
-        return hit[1]
-
-    def _dit(self, region: str) -> dict[str, Hardware] | None:
-        """Every instance type of a region (``describe_instance_types``; None when EC2 cannot
-        be reached). Cached for the process: the list changes a few times a year."""
-        key = self._listing_key(region)
-        hit = _FULL_LISTINGS.get(key)
-        if hit is None or time.monotonic() - hit[0] > LISTING_TTL_S:
-            out: dict[str, Hardware] = {}
-            try:
-                pages = self._client("ec2", region).get_paginator("describe_instance_types")
-                for page in pages.paginate(PaginationConfig={"PageSize": 100}):
-                    for it in page.get("InstanceTypes", []):
-                        out[it["InstanceType"]] = hardware_of(it)
-            except Exception as e:
-                if not aws.is_sdk_error(e):
-                    raise
-                return None
-            hit = _FULL_LISTINGS[key] = (time.monotonic(), out)
-        self._hw(region).update(hit[1])
-        return hit[1]
 
     def _hw(self, region: str) -> dict[str, Hardware]:
         return self._hardware.setdefault(region, {})

@@ -17,7 +17,7 @@ from typer.testing import CliRunner, Result
 
 from spotwise.cli.app import app
 from spotwise.errors import ProviderUnavailable, TransientError
-from spotwise.providers import aws, aws_catalog
+from spotwise.providers import aws, aws_listings
 from spotwise.providers.aws_catalog import AwsCatalog
 from spotwise.providers.aws_offline import offline_prices
 from spotwise.providers.base import Market
@@ -65,8 +65,8 @@ def db(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[str]:
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
     monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-aws-config"))
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-aws-credentials"))
-    monkeypatch.setattr(aws_catalog, "_FULL_LISTINGS", {})
-    monkeypatch.setattr(aws_catalog, "_OFFERED_NAMES", {})
+    monkeypatch.setattr(aws_listings, "_FULL_LISTINGS", {})
+    monkeypatch.setattr(aws_listings, "_OFFERED_NAMES", {})
     yield f"sqlite:///{tmp_path / 'prices.db'}"
 
 

@@ -16,7 +16,7 @@ import pytest
 from shared_helpers import preflight_spec, tune_cli_refused, tune_refused, write_job_yaml
 
 from spotwise.errors import SpecError
-from spotwise.planner.preflight import PROBE_PREFIX, probe_checkpoint_root
+from spotwise.planner.checkpoint_probe import PROBE_PREFIX, probe_checkpoint_root
 from spotwise.store import Store
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
@@ -211,7 +211,7 @@ def test_the_probe_writes_with_the_aws_profile_option(
 ) -> None:
     """Credentials only in the `work` profile that the spec names: the probe used the default
     chain and refused a job whose orchestrator can write there."""
-    from spotwise.planner.preflight import probe_checkpoint_root
+    from spotwise.planner.checkpoint_probe import probe_checkpoint_root
 
     (tmp_path / "credentials").write_text(
         "[work]\naws_access_key_id = AKIAPREFLIGHTWORK001\naws_secret_access_key = work-fake\n"

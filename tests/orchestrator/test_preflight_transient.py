@@ -19,7 +19,7 @@ import pytest
 from shared_helpers import preflight_spec, run_cli, tune_refused, write_job_yaml
 
 from spotwise.errors import ProviderError, SpecError, ThrottledError, TransientError
-from spotwise.planner.preflight import probe_checkpoint_root
+from spotwise.planner.checkpoint_probe import probe_checkpoint_root
 from spotwise.store import Store
 
 pytest.importorskip("botocore", reason="boto3 is not installed (spotwise[aws])")

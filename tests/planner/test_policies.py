@@ -8,7 +8,7 @@ from plan_helpers import T0, last_value_predictor
 
 from spotwise.errors import SpecError
 from spotwise.planner.policies.asha import rungs
-from spotwise.planner.policies.ours import p_beat
+from spotwise.planner.policies.odds import p_beat
 from spotwise.planner.policy import get_policy, policy_names
 from spotwise.planner.simulator import Engine, RunResult, SimSettings
 from spotwise.providers.billing import rule_for

@@ -140,10 +140,10 @@ def test_did_you_mean_lists_the_regions_names_not_every_types_hardware(
     ``describe_instance_type_offerings`` by region (names, up to 1,000 a page), not
     ``describe_instance_types`` of every type (~9 pages of hardware records on EC2, 6 s a call
     on moto), which `spotwise tune` of a mistyped spec read before saying so. Once per process."""
-    from spotwise.providers import aws, aws_catalog
+    from spotwise.providers import aws, aws_listings
 
-    monkeypatch.setattr(aws_catalog, "_FULL_LISTINGS", {})
-    monkeypatch.setattr(aws_catalog, "_OFFERED_NAMES", {}, raising=False)
+    monkeypatch.setattr(aws_listings, "_FULL_LISTINGS", {})
+    monkeypatch.setattr(aws_listings, "_OFFERED_NAMES", {}, raising=False)
     calls: list[tuple[str, dict[str, Any]]] = []
     real = aws.client
 

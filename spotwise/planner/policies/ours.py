@@ -32,7 +32,6 @@
 
 from __future__ import annotations
 
-import itertools
 import math
 from dataclasses import replace
 
@@ -55,6 +54,7 @@ from spotwise.planner.policies._common import (
 )
 from spotwise.planner.policies.asha import judged_reports, mark_judged, report_judged_at
 from spotwise.planner.policies.deadline import JobClock, job_clock
+from spotwise.planner.policies.odds import _noise, p_beat
 from spotwise.planner.policies.spottune import crosses_first_hour
 from spotwise.planner.policy import (
     Action,
@@ -385,22 +385,3 @@ class Spotwise:
         then = replace(t, curve=tuple((k, v) for k, v in t.reported if k <= s))
         self.latest[t.trial_id] = self._judged(view, then, check, s)
         return self.latest[t.trial_id]
-
-
-def _noise(t: TrialView, last: int = 5) -> float:
-    """Step-to-step noise of the recent curve: a floor under EarlyCurve's band."""
-    vals = [v for _, v in t.curve[-last:]]
-    if len(vals) < 3:
-        return 0.0
-    diffs = [b - a for a, b in itertools.pairwise(vals)]
-    mean = sum(diffs) / len(diffs)
-    return math.sqrt(sum((d - mean) ** 2 for d in diffs) / (len(diffs) - 1)) / math.sqrt(2.0)
-
-
-def p_beat(
-    final: float, lo: float, hi: float, bar: float, direction: str, noise: float = 0.0
-) -> float:
-    """P(the final metric ends better than ``bar``) under a normal with EarlyCurve's band."""
-    sigma = max((hi - lo) / (2.0 * BAND_Z), noise, 1e-12)
-    z = (bar - final) / sigma if direction == "maximize" else (final - bar) / sigma
-    return 0.5 * math.erfc(z / math.sqrt(2.0))
