@@ -137,6 +137,7 @@ def process_start(pid: int) -> str | None:
     try:
         out = subprocess.run(
             ["ps", "-o", "stat=,lstart=", "-p", str(pid)],
+            env={**os.environ, "TZ": "UTC", "LC_ALL": "C"},  # the same text for every caller
             capture_output=True,
             text=True,
             timeout=10,
