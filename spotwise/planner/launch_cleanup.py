@@ -199,14 +199,20 @@ class LaunchCleanup(TrialBook):
         except ProviderError as e:
             self._event("error", now, t, error=f"looking for the failed launch's instance: {e}")
             return False, [], 0.0, 0.0
-        found = self._ours(found, {launch_id}, now, t)  # a copy with its tag is not its own
-        held = [i for i in found if i.holds_resource()]
+        ours = self._ours(found, {launch_id}, now, t)  # a copy with its tag is not its own
+        mine = {i.instance_id for i in ours}
+        # its tag on an instance whose cloud does not say which request made it: not clean
+        clean = not any(
+            i.holds_resource() and i.instance_id not in mine and i.launch_identity is None
+            for i in found
+        )
+        held = [i for i in ours if i.holds_resource()]
         if not held:
-            return True, [], 0.0, 0.0
+            return clean, [], 0.0, 0.0
         left = [i.instance_id for i in held]
         if not self._terminate_quietly(t, left, now, "the failed launch's instance"):
             return False, held, 0.0, 0.0
-        return True, held, *self._bill_discarded(t, held, asked_at, now, offer)
+        return clean, held, *self._bill_discarded(t, held, asked_at, now, offer)
 
     def _bill_discarded(
         self, t: TrialRun, held: list[Instance], asked_at: float, ended_at: float, offer: Offer

@@ -226,6 +226,13 @@ def _settle(
         for i in found
         if i.instance_id not in kept and i.holds_resource()
     ]
+    # a launch's tag on an instance whose cloud does not say which request made it: the record
+    # stays open (it may be the launch's own instance; closing the record would lose it)
+    doubtful = {
+        i.tags.get(TAG_LAUNCH, ""): i.instance_id
+        for i in found
+        if i.instance_id not in kept and i.holds_resource() and i.launch_identity is None
+    }
     found = ours  # what no launch of the job made is never terminated, billed or matched
     out.listed += found
     live = [i.instance_id for i in found if i.holds_resource()]
@@ -245,6 +252,15 @@ def _settle(
     by_launch = {i.tags[TAG_LAUNCH]: i for i in found if i.tags.get(TAG_LAUNCH)}
     for h in held:
         inst = by_id.get(h.instance_id or "") or by_launch.get(h.launch_id)
+        if inst is None and h.launch_id in doubtful:
+            why = (
+                f"{name}: {doubtful[h.launch_id]} carries launch {h.launch_id}'s tag but {name} "
+                "does not confirm that launch made it: left alone and the record kept open; "
+                "check it by hand (terminate it if it is the job's), then run the cancel again"
+            )
+            out.errors.append(why)
+            out.records.append(Settled(h, OPEN, doubtful[h.launch_id], error=why))
+            continue
         if inst is None:
             young = _too_young(name, prov, h)
             if young:  # a create the listing may not show yet: not confirmed gone

@@ -271,7 +271,7 @@ class AzureProvisioner:
             # the launch that made it by ARM's own identity of it: its launch tag when its name
             # is the one spotwise gives that launch's VM (a name is set at create and unique in
             # the resource group; tags can be copied or set by anyone with tag rights)
-            launch_identity=launch if launch and raw.name == vm_name(launch) else None,
+            launch_identity=launch if launch and raw.name == vm_name(launch) else "",
         )
 
     # ---- terminate ------------------------------------------------------------------------

@@ -123,7 +123,8 @@ class Instance:
     # The launch the cloud's own identity of this instance says made it, as its provider reads
     # it (AWS: the ``ClientToken`` of the RunInstances call that created it, which spotwise
     # sets to the launch id; GCP / Azure: the ``spotwise:launch`` tag when the instance's name
-    # is the one spotwise derives from that launch id); None when the provider cannot tell.
+    # is the one spotwise derives from that launch id, else ""); None when the provider cannot
+    # tell (an instance EC2 lists without a ClientToken).
     # Tags alone prove nothing: anyone with tag rights can set them, and EC2's "Launch more
     # like this" copies them (see :func:`launched_by`).
     launch_identity: str | None = None
@@ -230,6 +231,8 @@ def not_ours_line(inst: Instance, job_id: str, launch_ids: Collection[str]) -> s
         why = "it has no spotwise:launch tag"
     elif launch not in launch_ids:
         why = f"its launch tag {launch} names no launch of this job"
+    elif inst.launch_identity is None:
+        why = f"{inst.offer.provider or 'the cloud'} does not say which request created it"
     else:
         why = (
             f"its launch tag names launch {launch}, but {inst.offer.provider or 'the cloud'} "

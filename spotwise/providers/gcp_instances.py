@@ -74,9 +74,10 @@ def launch_identity(name: str, launch: str) -> str | None:
     """The launch a VM named ``name`` is, by GCE's own identity of it: ``launch`` (its
     ``spotwise:launch`` tag) when the name is the one spotwise gives that launch's instance
     (:func:`~spotwise.providers.gcp_launch.instance_name`; a name is set at insert and unique
-    in its zone), else None: labels and metadata can be copied or set by anyone with the
-    rights to, a name spotwise derived cannot be chosen by accident."""
-    return launch if launch and name == instance_name(launch) else None
+    in its zone), else "" (GCE says: no launch of ours; None would be "cannot tell"): labels
+    and metadata can be copied or set by anyone with the rights to, a name spotwise derived
+    cannot be chosen by accident."""
+    return launch if launch and name == instance_name(launch) else ""
 
 
 def offer_of(raw: Any, zone: str, saved: Mapping[str, Any], prices: PriceTable) -> Offer:

@@ -430,8 +430,8 @@ def test_gcp_a_vm_with_the_jobs_labels_it_did_not_name_is_left_alone(fakes: Any)
     listed = {i.instance_id: i.launch_identity for i in prov.describe({"spotwise:job": job})}
     assert listed == {
         ours: "launch-g1",
-        "us-central1-a/copy-of-ours": None,
-        "us-central1-a/theirs": None,
+        "us-central1-a/copy-of-ours": "",  # GCE says: not a launch of ours
+        "us-central1-a/theirs": "",
     }
 
     spec = _cloud_spec({"name": "gcp", "options": dict(gcp_config().options)})
@@ -468,7 +468,7 @@ def test_azure_a_vm_with_the_jobs_tags_it_did_not_name_is_left_alone(fakes: Any)
     fakes.arm.add_foreign("copy-of-ours", our_tags(job, "t1", "launch-a1"))
     fakes.arm.add_foreign("theirs", our_tags(job, "t1", "launch-x"))
     listed = {i.instance_id: i.launch_identity for i in prov.describe({"spotwise:job": job})}
-    assert listed == {ours: "launch-a1", "copy-of-ours": None, "theirs": None}
+    assert listed == {ours: "launch-a1", "copy-of-ours": "", "theirs": ""}  # "": not a launch
 
     spec = _cloud_spec({"name": "azure", "options": dict(azure_config(fakes.arm).options)})
     out = reconcile_records(spec, job, [], launches={"launch-a1"})
@@ -486,3 +486,46 @@ def test_azure_a_vm_with_the_jobs_tags_it_did_not_name_is_left_alone(fakes: Any)
             "theirs", job, "its launch tag launch-x names no launch of this job", " (eastus)"
         ),
     ]
+
+
+# ---- review-aa F4: a cloud that does not say which request made an instance -----------------
+def _hide_token_of(monkeypatch: pytest.MonkeyPatch, iid: str) -> None:
+    """EC2 answers DescribeInstances for ``iid`` without a ClientToken (documented "if
+    applicable"): spotwise cannot confirm which launch made it."""
+    from spotwise.providers.aws_provisioner import AwsProvisioner
+
+    real = AwsProvisioner._to_instance
+
+    def to_instance(self: Any, raw: dict[str, Any], region: str) -> Any:
+        if raw.get("InstanceId") == iid:
+            raw = {k: v for k, v in raw.items() if k != "ClientToken"}
+        return real(self, raw, region)
+
+    monkeypatch.setattr(AwsProvisioner, "_to_instance", to_instance)
+
+
+def test_an_unconfirmed_instance_with_a_launchs_tag_keeps_its_record_open(
+    bucket: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The orchestrator died in the launch call; the instance it made is listed with that
+    launch's tag but no ClientToken. Its record was closed `not found` at $0 and the instance
+    left running, with nothing left to find it by: now the record stays open, the answer says
+    why, and nothing is terminated on an unconfirmed identity."""
+    job = AwsJob(tmp_path, bucket)
+    now = time.time()
+    unanswered = job.record(requested_at=now - 3600.0)
+    made = job.launch(unanswered, now - 3600.0)
+    _hide_token_of(monkeypatch, made)
+    with Store.open_existing(job.db) as s:
+        s.update_job(job.id, state="running", pid=0)
+
+    out = jobs.cancel(job.id, db=job.db)
+
+    assert _states() == {made: "running"}  # not terminated on an unconfirmed identity
+    (rec,) = out["records"]
+    assert (rec["outcome"], rec["instance_id"]) == ("open", made)
+    assert "does not confirm that launch made it" in rec["error"]
+    assert out["open_instances"] == [made]  # the CLI exits 1 and says to run it again
+    assert "aws does not say which request created it" in out["not_ours"][0]
+    with Store.open_existing(job.db) as s:
+        assert s.get_instance(unanswered).state == "requested"  # kept open
