@@ -17,6 +17,8 @@ Every error carries an optional ``hint``: the next command to run or the fix to 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 
 class SpotwiseError(Exception):
     """Root of every error spotwise raises on purpose."""
@@ -97,6 +99,14 @@ class PredictorError(SpotwiseError):
 
 class BudgetError(SpotwiseError):
     """An action would exceed the job's budget or deadline."""
+
+
+def check_choice(field: str, name: str, valid: Sequence[str]) -> None:
+    """An unknown ``name`` for ``field`` is a SpecError in one line listing every valid one."""
+    if name not in valid:
+        raise SpecError(
+            f"{field}: unknown {name!r}{did_you_mean(name, list(valid))}; valid: {', '.join(valid)}"
+        )
 
 
 def did_you_mean(value: str, choices: list[str] | tuple[str, ...]) -> str:

@@ -34,7 +34,7 @@ from pydantic import (
     model_validator,
 )
 
-from spotwise.errors import SpecError
+from spotwise.errors import SpecError, did_you_mean
 from spotwise.spec_options import _check_options, _check_policy_options
 from spotwise.spec_yaml import INF, error_line, read_spec_yaml, yaml_text
 
@@ -152,6 +152,19 @@ class ReplaySpec(_Strict):
         if stored(info) and isinstance(data, dict):
             return {k: v for k, v in data.items() if k != "seed"}
         return data
+
+    @field_validator("forecast")
+    @classmethod
+    def _forecast(cls, v: str, info: ValidationInfo) -> str:
+        """A misspelt forecast is refused when the spec is read, whatever the policy (one that
+        reads no forecast would run, and the mistake surface on the next job). A stored spec
+        is read back as recorded: opening its market checks it again."""
+        from spotwise.predictors.revocation import FORECAST_NAMES
+
+        if not stored(info) and v not in FORECAST_NAMES:
+            valid = ", ".join(FORECAST_NAMES)
+            raise ValueError(f"unknown {v!r}{did_you_mean(v, FORECAST_NAMES)}; valid: {valid}")
+        return v
 
 
 _BOTH_MARKETS: list[Literal["spot", "on-demand"]] = ["spot", "on-demand"]

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from spotwise.errors import ProviderError, SpecError, did_you_mean
+from spotwise.errors import ProviderError, SpecError, check_choice
 from spotwise.providers.base import Catalog, Market, Offer, Provisioner
 from spotwise.providers.billing import BillingRule, rule_for
 from spotwise.providers.channel import check_reachable
@@ -159,14 +159,9 @@ _FORECAST = "spec field 'providers.0.replay.forecast'"
 
 def check_forecast(name: str) -> None:
     """An unknown ``replay.forecast`` is a SpecError listing the valid ones."""
-    from spotwise.predictors.revocation import MODEL_NAMES
+    from spotwise.predictors.revocation import FORECAST_NAMES
 
-    valid = ("pretrained", "none", *MODEL_NAMES)
-    if name not in valid:
-        raise SpecError(
-            f"{_FORECAST}: unknown {name!r}{did_you_mean(name, list(valid))}; "
-            f"valid: {', '.join(valid)}"
-        )
+    check_choice(_FORECAST, name, FORECAST_NAMES)
 
 
 def _fitted_before(traces: TraceSet, start: float | None, name: str, field: str) -> Any:

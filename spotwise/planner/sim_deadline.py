@@ -32,7 +32,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from spotwise.errors import SpecError
+from spotwise.errors import SpecError, check_choice
 from spotwise.planner.policy import (
     Checkpoint,
     Event,
@@ -48,7 +48,7 @@ from spotwise.planner.policy import (
     TrialView,
 )
 from spotwise.planner.sim_state import frozen
-from spotwise.planner.sim_suite import check, check_choice, check_prices
+from spotwise.planner.sim_suite import check, check_prices
 from spotwise.providers.base import Market, Offer
 from spotwise.providers.billing import BillingRule
 from spotwise.providers.replay import CBL_SPOT_PRICE

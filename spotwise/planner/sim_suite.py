@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from spotwise.errors import SpecError, did_you_mean
+from spotwise.errors import SpecError, check_choice
 from spotwise.planner.policy import Policy, get_policy, policy_names
 from spotwise.planner.sim_curves import DEFAULT_STEP_SECONDS, CurvePool
 from spotwise.planner.sim_summary import summarize
@@ -57,14 +57,6 @@ def check(ok: bool, flag: str, rule: str, value: float) -> None:
     """The one-line ``FLAG must be RULE, got VALUE`` unless ``ok`` (and ``value`` is finite)."""
     if not ok or not math.isfinite(value):
         raise SpecError(f"{flag} must be {rule}, got {value:g}")
-
-
-def check_choice(flag: str, name: str, valid: Sequence[str]) -> None:
-    """An unknown name gets one line listing every valid one."""
-    if name not in valid:
-        raise SpecError(
-            f"{flag}: unknown {name!r}{did_you_mean(name, list(valid))}; valid: {', '.join(valid)}"
-        )
 
 
 def check_sampling(starts: int, seed: int, start_from: float) -> None:
@@ -147,15 +139,10 @@ class Risk:
         return None if self.p is None else self.p[:, tick]
 
 
-def revocation_model_names() -> tuple[str, ...]:
-    """Every valid ``--revocation-model``: ``pretrained``, ``none`` and the registered models."""
-    from spotwise.predictors.revocation import MODEL_NAMES
-
-    return ("pretrained", "none", *MODEL_NAMES)
-
-
 def check_revocation_model(name: str) -> None:
-    check_choice("--revocation-model", name, revocation_model_names())
+    from spotwise.predictors.revocation import FORECAST_NAMES
+
+    check_choice("--revocation-model", name, FORECAST_NAMES)
 
 
 def revocation_risk(

@@ -337,6 +337,9 @@ _REGISTRY: dict[str, Callable[[], type[_TraceModel]]] = {
     "logistic": lambda: LogisticModel,
 }
 MODEL_NAMES = tuple(_REGISTRY)
+# what a job's ``replay.forecast`` and simulate's ``--revocation-model`` may name: the shipped
+# model, no forecast, or a registered model fitted on the trace before it is used
+FORECAST_NAMES = ("pretrained", "none", *MODEL_NAMES)
 
 
 def get_revocation_model(name: str, **options: Any) -> RevocationModel:

@@ -72,22 +72,39 @@ def test_a_model_with_no_trace_before_the_start_is_refused(shipped: TraceSet) ->
         replay_risk(shipped, float(shipped.times[0]), "logistic")
 
 
-def test_a_mistyped_forecast_is_refused_when_the_market_opens_whatever_the_policy(
+def test_a_mistyped_forecast_is_refused_when_the_spec_is_read_and_when_the_market_opens(
     tmp_path: Path,
 ) -> None:
+    """Read from a file: refused at once, naming the field, whatever the policy (spot-greedy
+    reads no forecast: the typo would surface only on a later job). A stored spec reads back as
+    recorded, and opening its market refuses it."""
+    import json
+
     from spotwise.errors import SpecError
     from spotwise.planner.backend import open_backend
-    from spotwise.spec import parse_spec
+    from spotwise.spec import load_stored_spec, parse_spec
 
-    spec = parse_spec(
-        {
-            "name": "f",
-            "command": ["python", "train.py"],
-            "metric": {"name": "acc"},
-            "steps": 2,
-            "search_space": {"lr": {"type": "real", "low": 0.01, "high": 0.1}},
-            "providers": [{"name": "local", "replay": {"forecast": "logistc"}}],
-        }
-    )
+    data = {
+        "name": "f",
+        "command": ["python", "train.py"],
+        "metric": {"name": "acc"},
+        "steps": 2,
+        "search_space": {"lr": {"type": "real", "low": 0.01, "high": 0.1}},
+        "providers": [{"name": "local", "replay": {"forecast": "logistc"}}],
+    }
+    with pytest.raises(
+        SpecError,
+        match=r"^spec: spec field 'providers.0.replay.forecast': unknown 'logistc' "
+        r"\(did you mean 'logistic'\?\); valid: pretrained, none, lstm, base-rate, persistence, "
+        r"logistic$",
+    ):
+        parse_spec(data)
+    spec = load_stored_spec(json.dumps(data))
+    assert spec.providers[0].replay is not None
+    assert spec.providers[0].replay.forecast == "logistc"
     with pytest.raises(SpecError, match=r"unknown 'logistc' \(did you mean 'logistic'\?\)"):
         open_backend(spec, tmp_path, tmp_path / "runs")  # spot-greedy: no forecast used
+    for name in ("pretrained", "none", "lstm", "base-rate", "persistence", "logistic"):
+        data["providers"] = [{"name": "local", "replay": {"forecast": name}}]
+        replay = parse_spec(data).providers[0].replay
+        assert replay is not None and replay.forecast == name
