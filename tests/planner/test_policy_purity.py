@@ -79,6 +79,14 @@ FORBIDDEN = (
     "spotwise.planner.backend",
     "spotwise.planner.simulator",
     "spotwise.planner.search",
+    "spotwise.planner.job_summary",
+    "spotwise.planner.checkpoint_probe",
+    "spotwise.planner.reconcile",
+    "spotwise.planner.launch_cleanup",
+    "spotwise.planner.runstate",
+    "spotwise.planner.preflight",
+    "spotwise.planner.resume",
+    "spotwise.planner.launch_retry",
 )
 # lazily imported, pure computation by contract (EarlyCurve's fitting functions)
 LAZY_ALLOWED = ("spotwise.predictors.earlycurve",)
