@@ -25,7 +25,8 @@ Events, one JSON object per line, each line flushed and fsynced (``time`` is epo
 
     {"type": "report", "step": 3, "metric": 0.91, "time": 1.7e9}
     {"type": "report", "step": 4, "metric": null, "invalid": true, "time": ...}   NaN / inf
-    {"type": "checkpoint", "step": 5, "uri": "/ckpt/trial-3/ckpt-00000005.pt", "time": ...}
+    {"type": "checkpoint", "step": 5, "uri": "/ckpt/trial-3/ckpt-00000005.pt", "seconds": 1.234,
+     "time": ...}
     {"type": "stopping", "reason": "signal" | "stop_file", "step": 7, "time": ...}
     {"type": "done", "step": 40, "time": ...}
     {"type": "checkpoint_rejected", "step": 10, "file": ".../ckpt-00000010.pt", "reason": "...",
@@ -34,6 +35,10 @@ Events, one JSON object per line, each line flushed and fsynced (``time`` is epo
     {"type": "checkpoint_behind", "step": 5, "latest": 10, "uri": "...", "time": ...}
     {"type": "checkpoint_cleanup_failed", "step": 15, "what": "latest" | "retention",
      "reason": "...", "uri": "...", "time": ...}
+
+A ``checkpoint`` event's ``seconds``: the wall time the save kept the script waiting (from
+serialising to the store's put returning: what a save on a notice must fit in); an older SDK's
+events lack it.
 
 Stopping: the orchestrator asks a trial to checkpoint and exit (a spot interruption notice, a
 migration, an early stop) by creating the stop file or sending SIGTERM. The SDK's SIGTERM
@@ -120,6 +125,7 @@ import math
 import os
 import signal
 import threading
+import time
 from typing import Any
 
 from spotwise.checkpoint.base import (
@@ -177,6 +183,7 @@ class _Runtime:
 
 
 _runtime = _Runtime()
+_clock = time.monotonic  # times a save (tests inject a fake one)
 
 
 # -- configuration -------------------------------------------------------------------------
@@ -336,14 +343,16 @@ def save_checkpoint(state: dict[str, Any], step: int) -> str:
         raise TypeError(f"state must be a dict, got {type(state).__name__}")
     import torch
 
+    started = _clock()  # the wait a notice's save must fit in: serialising to the put's end
     check_loadable(state, "state", torch)
     buf = io.BytesIO()
     torch.save(state, buf)
     meta = {"step": step, "attempt": attempt(), "job_id": job_id(), "trial_id": trial_id()}
     store = checkpoint_store()
     uri = store.put(checkpoint_name(step), buf.getvalue(), meta)
+    seconds = round(max(_clock() - started, 0.0), 3)
     _runtime.last_step = step
-    _emit({"type": "checkpoint", "step": step, "uri": uri})
+    _emit({"type": "checkpoint", "step": step, "uri": uri, "seconds": seconds})
     problems = getattr(store, "put_problems", None)  # failed after the save: said, not raised
     if problems:
         warn_put_problems(store, step, problems, _runtime.cleanup_warned, _emit)

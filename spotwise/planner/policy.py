@@ -126,7 +126,10 @@ class PlannerView:
     free_if_revoked_within_s: float = 0.0
     # optional, added for the cost-aware policies (defaults keep older callers valid):
     tick_s: float = 60.0  # longest market time between two decide() calls (guards use it)
-    checkpoint_s: float = 30.0  # market seconds one checkpoint write takes
+    # market seconds one checkpoint write takes; the orchestrator's: the slowest of the job's
+    # newest timed saves (:func:`~spotwise.planner.runstate.checkpoint_seconds`), 30 until one
+    # is timed; the simulator's: its setting
+    checkpoint_s: float = 30.0
     # the longest checkpoint interval a policy may set (a job's spec: checkpoint.every); None:
     # up to the trial's length (the simulator: notices are always delivered, nothing crashes)
     checkpoint_every_max: int | None = None

@@ -5,6 +5,7 @@ The only I/O here is :func:`write_control`."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import sys
@@ -19,6 +20,7 @@ from spotwise.providers.base import Offer
 from spotwise.providers.billing import BillingRule
 
 LIMITS = ("budget", "deadline")  # the stop reasons that are the job's limits, not a policy's
+CHECKPOINT_SAVES_KEPT = 5  # a job's newest timed saves that its checkpoint_s is judged on
 
 
 def runs_again(state: str, stop_reason: str | None) -> bool:
@@ -95,6 +97,8 @@ class TrialRun:
     step_s: dict[str, float] = field(default_factory=dict)
     restart_overhead_s: float | None = None  # launch → first report, its steps included
     restart_steps: int = 0  # the steps that first report covered (timed into the overhead)
+    # its newest timed checkpoint saves: (market time read, market seconds the save took)
+    checkpoint_saves: list[tuple[float, float]] = field(default_factory=list)
 
     @property
     def final_metric(self) -> float | None:
@@ -167,6 +171,7 @@ def build_view(
         for t in trials
         if t.restart_overhead_s is not None
     ]
+    measured_s = checkpoint_seconds(trials)  # None: none timed yet, the view's default stands
     return PlannerView(
         now=now,
         offers=tuple(
@@ -192,6 +197,7 @@ def build_view(
         tick_s=tick_s,
         checkpoint_every_max=checkpoint_every_max,
         speed_measured=speed_measured(trials),
+        checkpoint_s=PlannerView.checkpoint_s if measured_s is None else measured_s,
     )
 
 
@@ -204,6 +210,33 @@ def startup_s(t: TrialRun, seconds_per_step: float | None) -> float:
     if seconds_per_step is None:
         return raw
     return max(raw - t.restart_steps * seconds_per_step, 0.0)
+
+
+def note_checkpoint_save(t: TrialRun, seconds: object, speedup: float, now: float) -> None:
+    """Keep a ``checkpoint`` event's ``seconds`` (wall seconds the save took, see
+    :mod:`spotwise.sdk`) as market seconds: the market clock runs ``speedup`` times the wall
+    clock (a replay's; 1 on a cloud), as it does for every duration the orchestrator times.
+    Anything but a finite number >= 0 (an older SDK's event has none) is ignored."""
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float):
+        return
+    market_s = float(seconds) * speedup
+    if not math.isfinite(market_s) or market_s < 0:
+        return
+    t.checkpoint_saves.append((now, market_s))
+    del t.checkpoint_saves[:-CHECKPOINT_SAVES_KEPT]
+
+
+def checkpoint_seconds(trials: list[TrialRun]) -> float | None:
+    """The market seconds a checkpoint is planned to take: the slowest of the job's newest
+    ``CHECKPOINT_SAVES_KEPT`` timed saves (any trial's); None before one was timed.
+
+    The slowest, not the mean: a save that does not fit in an interruption notice loses every
+    step since the last checkpoint, so underrating it costs far more than overrating it (the
+    policy only checkpoints a little more often). The saves also vary with the trial (a
+    larger model's state) and the store (a slow or throttled upload), and the view has one
+    figure for them all. Only the newest few count, so one slow upload long ago is forgotten."""
+    saves = sorted(s for t in trials for s in t.checkpoint_saves)[-CHECKPOINT_SAVES_KEPT:]
+    return max(s for _, s in saves) if saves else None
 
 
 def speed_measured(trials: list[TrialRun]) -> bool:

@@ -33,7 +33,7 @@ from spotwise.planner.policy import (
     TrialExited,
 )
 from spotwise.planner.report import best_of, last_reported, reported_final, unreported_final
-from spotwise.planner.runstate import Life, TrialRun
+from spotwise.planner.runstate import Life, TrialRun, note_checkpoint_save
 from spotwise.planner.search import Search
 from spotwise.providers.base import InstanceState
 from spotwise.spec import JobSpec
@@ -161,6 +161,7 @@ class TrialBook:
                     self._event("invalid_metric", now, t, step=step, metric=repr(metric))
                 events.append(Progress(t.trial_id, step, value))
             elif kind == "checkpoint":
+                note_checkpoint_save(t, rec.get("seconds"), self.backend.speedup, now)
                 t.checkpoint_step = max(t.checkpoint_step, step)
                 self.store.update_trial(
                     t.trial_id, checkpoint_step=t.checkpoint_step, checkpoint_uri=t.checkpoint_uri
