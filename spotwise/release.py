@@ -8,6 +8,7 @@ from :mod:`spotwise.jobs` so that each file stays readable.
 
 from __future__ import annotations
 
+import socket
 import time
 from collections.abc import Callable
 from typing import Any
@@ -71,11 +72,15 @@ def _release(store: Any, job: Any, orchestrator_died: bool = False) -> dict[str,
                 "the job's last report" if last else "their start (no report was recorded)"
             ) + ", as their trial processes died with the orchestrator"
     else:
-        held = [
-            rec.Held(r.id, r.provider, r.region, r.provider_instance_id, r.requested_at)
-            for r in rows
-        ]
+        here = socket.gethostname()
+        # its orchestrator wrote each request time on its machine's clock (an open record
+        # holds up `resume`, so the machine the job names wrote every open one)
+        there = job.host if job.host and job.host != here else ""
+        absent = rec.unlisted_since(store.events(job.id, kind=rec.UNLISTED), here)
+        cols = [(r.id, r.provider, r.region, r.provider_instance_id, r.requested_at) for r in rows]
+        held = [rec.Held(*one, there, absent.get(one[0])) for one in cols]
         every = store.list_instances(job.id)  # a closed record's instance is the job's too
+        looked = wall_now()
         res = rec.reconcile_records(
             spec,
             job.id,
@@ -83,7 +88,13 @@ def _release(store: Any, job: Any, orchestrator_died: bool = False) -> dict[str,
             _resumed_since(store, job.id),
             launches={r.id for r in every},
             instance_ids={r.provider_instance_id for r in every if r.provider_instance_id},
+            now=looked,
         )
+        for one in res.records:
+            if one.unlisted:  # the next cancel here counts the listing lag from this one
+                store.add_event(
+                    job.id, rec.UNLISTED, looked, instance_id=one.held.launch_id, host=here
+                )
         terminated, errors, not_ours = res.terminated, res.errors, res.not_ours
         listed = {i.instance_id: i for i in res.listed}
         for one in res.records:
@@ -100,7 +111,7 @@ def _release(store: Any, job: Any, orchestrator_died: bool = False) -> dict[str,
                     **({"error": one.error} if one.error else {}),
                 }
             )
-    now = time.time()
+    now = wall_now()
     speedup = (first.replay or ReplaySpec()).speedup if first.name == "local" else 1.0
     extra_by_trial: dict[str, float] = {}  # what the lives ran after the job's own bill
     od_price = OnDemandReference(store, spec, job, speedup)
@@ -166,6 +177,11 @@ def _release(store: Any, job: Any, orchestrator_died: bool = False) -> dict[str,
         **({"on_demand_unknown": od_price.unknown} if od_price.unknown else {}),
         **({"not_ours": not_ours} if not_ours else {}),
     }
+
+
+def wall_now() -> float:
+    """This machine's wall time (a test replaces it to run a later cancel without waiting)."""
+    return time.time()
 
 
 def not_ours_text(lines: list[str]) -> str:

@@ -22,6 +22,7 @@ from spotwise.providers.base import (
     Offer,
     launched_by,
     not_ours_line,
+    unconfirmed_launch,
 )
 
 RELEASE_RETRY_WALL_S = 5.0  # a refused terminate is retried this long after
@@ -200,11 +201,9 @@ class LaunchCleanup(TrialBook):
             self._event("error", now, t, error=f"looking for the failed launch's instance: {e}")
             return False, [], 0.0, 0.0
         ours = self._ours(found, {launch_id}, now, t)  # a copy with its tag is not its own
-        mine = {i.instance_id for i in ours}
         # its tag on an instance whose cloud does not say which request made it: not clean
         clean = not any(
-            i.holds_resource() and i.instance_id not in mine and i.launch_identity is None
-            for i in found
+            i.holds_resource() and unconfirmed_launch(i, self.job_id, {launch_id}) for i in found
         )
         held = [i for i in ours if i.holds_resource()]
         if not held:

@@ -9,8 +9,9 @@ confirmed gone (:func:`reconcile_records`).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from spotwise.errors import ProviderError, SpecError
 from spotwise.planner.backend import _MIXED_LOCAL, provider_config
@@ -58,6 +59,13 @@ class Held:
     region: str
     instance_id: str | None = None
     requested_at: float | None = None  # wall time of the launch request (the record's)
+    # the machine whose clock wrote ``requested_at`` when it is not this one (the job's
+    # orchestrator ran there): its age is then not read against this machine's clock
+    # (:func:`_too_young`); "" for this machine's, or a record that does not say where
+    recorded_on: str = ""
+    # when a cancel on this machine (its clock) first found the launch absent from a listing
+    # that succeeded, while its age could not be read: it is closed once absent that long
+    unlisted_since: float | None = None
 
 
 #: How a record was settled by :func:`reconcile_records`. The first three close it.
@@ -80,6 +88,9 @@ class Settled:
     error: str = ""
     launched_at: float | None = None
     found: bool = False  # the provider listed an instance for this record
+    # ``open``: absent from a listing that succeeded, its age not readable on this machine's
+    # clock and no earlier absence known (:attr:`Held.unlisted_since`): the caller keeps when
+    unlisted: bool = False
     revoked: bool = False  # ``ended``: the provider took it (AWS: free in its first hour)
 
 
@@ -108,6 +119,7 @@ def reconcile_records(
     *,
     launches: Collection[str] | None = None,
     instance_ids: Collection[str] = (),
+    now: float | None = None,
 ) -> Reconciled:
     """:func:`reconcile` for a cloud job, settling each of its open records ``held``.
 
@@ -118,7 +130,9 @@ def reconcile_records(
     terminated (one refusal does not hold up the others). A record is closed only when its
     instance (found by its id, or by its launch tag if the launch never answered) is confirmed:
     terminated here, listed as ended, or not listed by a listing of its region that succeeded.
-    A record whose region could not be listed, or whose terminate was refused, stays ``open``.
+    A record whose region could not be listed, or whose terminate was refused, stays ``open``;
+    so does one absent from a listing whose launch may be younger than the provider's listing
+    lag (:func:`_too_young`: ``unlisted`` asks the caller to keep when it was first absent).
     ``spare``: told each listing, it names instances to leave alone and unlisted (a resumed
     run's).
 
@@ -127,7 +141,11 @@ def reconcile_records(
     (None: those of ``held``), ``instance_ids`` the instance ids its launches were answered
     with (with those of ``held``). Anything else listed with the job's tags (a copy of one of
     its instances, tags set by hand, another install's job that drew the same id) is left
-    alone: never terminated nor matched to a record, and named in ``not_ours``."""
+    alone: never terminated nor matched to a record, and named in ``not_ours``.
+
+    ``now``: this machine's wall time (None: read now), against which a record absent from a
+    listing is judged too young to close (:func:`_too_young`)."""
+    now = time.time() if now is None else now
     out = Reconciled()
     job = _Launches(
         set(launches if launches is not None else ()) | {h.launch_id for h in held},
@@ -145,7 +163,7 @@ def reconcile_records(
     for q in spec.providers:
         mine = [h for h in held if h.provider == q.name]
         for config, rows in _scopes(q, mine):
-            _settle(q.name, config, rows, job_id, job, out, spare)
+            _settle(q.name, config, rows, job_id, job, out, now, spare)
     return out
 
 
@@ -174,21 +192,85 @@ def _scopes(q: ProviderSpec, held: list[Held]) -> list[tuple[ProviderConfig, lis
     return scopes
 
 
-def _too_young(name: str, prov: object, h: Held) -> str:
-    """Why a record absent from a listing is not yet confirmed gone: its launch was requested
-    within the provider's listing lag (EC2's listings are eventually consistent: a create of
-    seconds ago may not be listed yet, and closing its record would leave the instance running
-    with nothing to find it by). "" once the lag has passed, or for a provider without one."""
+#: A launch request time this far ahead of this machine's clock is clock skew (a request
+#: cannot be in the future): its age cannot be read from it (:func:`_too_young`).
+CLOCK_SKEW_TOLERANCE_S = 60.0
+
+
+def _one_clock(h: Held, now: float) -> bool:
+    """Whether ``h``'s request time can be compared with ``now``: it was written on this
+    machine (or its record does not say where) and does not lie ahead of this clock by more
+    than :data:`CLOCK_SKEW_TOLERANCE_S` (this clock was not set back since)."""
+    assert h.requested_at is not None
+    return not h.recorded_on and h.requested_at - now <= CLOCK_SKEW_TOLERANCE_S
+
+
+#: The event a cancel writes, with its machine's time and name, when a launch whose request
+#: time it cannot read (:func:`_too_young`) is first found absent from a listing that
+#: succeeded: a later cancel on the same machine closes the record once the provider's
+#: listing lag has passed since.
+UNLISTED = "unlisted"
+
+
+def unlisted_since(events: Iterable[Any], host: str) -> dict[str, float]:
+    """Launch id → when a cancel on ``host`` first found it absent, of the job's
+    :data:`UNLISTED` events: only that machine's, whose clock the cancel reads
+    (:attr:`Held.unlisted_since`)."""
+    first: dict[str, float] = {}
+    for e in events:
+        if e.kind == UNLISTED and e.instance_id and e.detail.get("host") == host:
+            first[e.instance_id] = min(first.get(e.instance_id, e.time), e.time)
+    return first
+
+
+def _too_young(name: str, prov: object, h: Held, now: float) -> str:
+    """Why a record absent from a listing is not yet confirmed gone: its launch may have been
+    requested within the provider's listing lag (EC2's listings are eventually consistent: a
+    create of seconds ago may not be listed yet, and closing its record would leave the
+    instance running with nothing to find it by). "" once the lag has passed, or for a
+    provider without one.
+
+    The age is read on one clock. A request written on this machine: ``now`` less its time.
+    One written on another machine (:attr:`Held.recorded_on`), or ahead of this clock (clock
+    skew): its time says nothing here, so the lag is counted on this machine's clock from the
+    first cancel here that found it absent (:attr:`Held.unlisted_since`): running the cancel
+    again from this machine once the lag has passed closes it (a request cannot be later than
+    the first cancel that read its record)."""
     from spotwise.planner.launch_cleanup import listing_lag_s
 
     lag = listing_lag_s(prov)
-    age = time.time() - h.requested_at if h.requested_at is not None else lag
-    if age >= lag:
+    if h.requested_at is None or lag <= 0:
         return ""
+    if _one_clock(h, now):
+        age = now - h.requested_at
+        if age >= lag:
+            return ""
+        return (
+            f"{name}: launch {h.launch_id} was requested {max(age, 0):.0f} s ago and {name}'s "
+            f"listing can lag {lag:.0f} s behind a create, so its absence proves nothing yet; "
+            f"run the cancel again in {lag - max(age, 0):.0f} s"
+        )
+    absent = 0.0 if h.unlisted_since is None else max(now - h.unlisted_since, 0.0)
+    if absent >= lag:
+        return ""
+    ahead = h.requested_at - now
+    there = f"on {h.recorded_on}" if h.recorded_on else "here"
+    if ahead > CLOCK_SKEW_TOLERANCE_S:
+        why = (
+            f"its request time, written {there}, is {ahead:.0f} s ahead of this machine's "
+            "clock (clock skew: set the clocks right, e.g. with NTP), so its age is not known"
+        )
+    else:
+        why = (
+            f"it was requested on {h.recorded_on}, whose clock this machine's cannot be "
+            "compared with, so its age is not known"
+        )
+    seen = "now" if h.unlisted_since is None else f"{absent:.0f} s ago"
     return (
-        f"{name}: launch {h.launch_id} was requested {max(age, 0):.0f} s ago and {name}'s "
-        f"listing can lag {lag:.0f} s behind a create, so its absence proves nothing yet; "
-        f"run the cancel again in {lag - max(age, 0):.0f} s"
+        f"{name}: launch {h.launch_id} is not listed, but {why}; {name}'s listing can lag "
+        f"{lag:.0f} s behind a create and this machine first found it absent {seen}: run the "
+        f"cancel again from this machine in {lag - absent:.0f} s (a launch absent that long "
+        "is closed)"
     )
 
 
@@ -199,10 +281,17 @@ def _settle(
     job_id: str,
     job: _Launches,
     out: Reconciled,
+    now: float,
     spare: Callable[[list[Instance]], set[str]] | None = None,
 ) -> None:
     from spotwise.errors import SpotwiseError
-    from spotwise.providers.base import TAG_JOB, TAG_LAUNCH, launched_by, not_ours_line
+    from spotwise.providers.base import (
+        TAG_JOB,
+        TAG_LAUNCH,
+        launched_by,
+        not_ours_line,
+        unconfirmed_launch,
+    )
     from spotwise.providers.registry import cloud_module
 
     def line(e: SpotwiseError) -> str:  # one line naming the provider (its errors mostly do)
@@ -229,9 +318,10 @@ def _settle(
     # a launch's tag on an instance whose cloud does not say which request made it: the record
     # stays open (it may be the launch's own instance; closing the record would lose it)
     doubtful = {
-        i.tags.get(TAG_LAUNCH, ""): i.instance_id
+        launch: i.instance_id
         for i in found
-        if i.instance_id not in kept and i.holds_resource() and i.launch_identity is None
+        if i.holds_resource()
+        and (launch := unconfirmed_launch(i, job_id, job.launch_ids, job.instance_ids))
     }
     found = ours  # what no launch of the job made is never terminated, billed or matched
     out.listed += found
@@ -262,11 +352,18 @@ def _settle(
             out.records.append(Settled(h, OPEN, doubtful[h.launch_id], error=why))
             continue
         if inst is None:
-            young = _too_young(name, prov, h)
+            young = _too_young(name, prov, h, now)
             if young:  # a create the listing may not show yet: not confirmed gone
                 out.errors.append(young)
+            first = bool(young) and h.unlisted_since is None and not _one_clock(h, now)
             out.records.append(
-                Settled(h, OPEN if young else NOT_FOUND, h.instance_id or h.launch_id, error=young)
+                Settled(
+                    h,
+                    OPEN if young else NOT_FOUND,
+                    h.instance_id or h.launch_id,
+                    error=young,
+                    unlisted=first,
+                )
             )
             continue
         since = inst.launched_at or None  # 0.0: the provider does not say

@@ -223,23 +223,45 @@ def launched_by(
     return bool(launch) and launch in launch_ids and inst.launch_identity == launch
 
 
+def unconfirmed_launch(
+    inst: Instance,
+    job_id: str,
+    launch_ids: Collection[str],
+    instance_ids: Collection[str] = (),
+) -> str:
+    """The launch of job ``job_id`` that ``inst``'s ``spotwise:launch`` tag names when the
+    cloud cannot tell whether that launch made it (:attr:`Instance.launch_identity` is None:
+    an instance EC2 lists without a ClientToken), else "". :func:`launched_by` refuses such an
+    instance (it is never terminated, billed or adopted on its tags alone), but it may be the
+    launch's own instance: the launch's record is not closed, nor its cleanup confirmed, on a
+    listing that shows it (:func:`~spotwise.planner.reconcile.reconcile_records`, a failed
+    launch's cleanup)."""
+    tags = inst.tags
+    launch = tags.get(TAG_LAUNCH, "")
+    if tags.get(TAG_MANAGED) != "true" or tags.get(TAG_JOB) != job_id:
+        return ""
+    if inst.launch_identity is not None or not launch or launch not in launch_ids:
+        return ""
+    return "" if launched_by(inst, job_id, launch_ids, instance_ids) else launch
+
+
 def not_ours_line(inst: Instance, job_id: str, launch_ids: Collection[str]) -> str:
     """One line for an instance listed with job ``job_id``'s tags that :func:`launched_by`
-    refused: ``i-1 carries job J's tags but was not launched by it: left alone (why)``."""
+    refused: ``i-1 carries job J's tags but was not launched by it: left alone (why)``; one
+    whose cloud does not say which request made it (:func:`unconfirmed_launch`) is not said
+    to be another's: ``i-1 carries job J's tags but aws does not confirm that the job launched
+    it: left alone (aws does not say which request created it)``."""
     launch = inst.tags.get(TAG_LAUNCH, "")
+    cloud = inst.offer.provider or "the cloud"
+    head = "was not launched by it"
     if not launch:
         why = "it has no spotwise:launch tag"
     elif launch not in launch_ids:
         why = f"its launch tag {launch} names no launch of this job"
     elif inst.launch_identity is None:
-        why = f"{inst.offer.provider or 'the cloud'} does not say which request created it"
+        head = f"{cloud} does not confirm that the job launched it"
+        why = f"{cloud} does not say which request created it"
     else:
-        why = (
-            f"its launch tag names launch {launch}, but {inst.offer.provider or 'the cloud'} "
-            "says another request created it"
-        )
+        why = f"its launch tag names launch {launch}, but {cloud} says another request created it"
     where = f" ({inst.offer.region})" if inst.offer.region else ""
-    return (
-        f"{inst.instance_id}{where} carries job {job_id}'s tags but was not launched by it: "
-        f"left alone ({why})"
-    )
+    return f"{inst.instance_id}{where} carries job {job_id}'s tags but {head}: left alone ({why})"
