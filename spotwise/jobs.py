@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from spotwise.errors import ConfigError, NotFoundError, SpecError
-from spotwise.liveness import orchestrator_state
+from spotwise.liveness import hidden_text, orchestrator_state, where_text
 from spotwise.release import _release, _unknown_text, not_ours_text, sweep_finished
 
 
@@ -95,9 +95,12 @@ def _not_finished_text(job: Any) -> str:
         return f"job {job.id} is still running (pid {job.pid}): `spotwise status {job.id}` shows it"
     if where == "elsewhere":
         return (
-            f"job {job.id} runs on {job.host} (pid {job.pid}): resume it once it has stopped "
-            f"(if that machine is lost, `spotwise cancel --force {job.id}` closes it first)"
+            f"job {job.id} runs on {where_text(job)} (pid {job.pid}): resume it once it has "
+            f"stopped (if that machine is lost, `spotwise cancel --force {job.id}` closes it "
+            "first)"
         )
+    if where == "hidden":
+        return hidden_text(job) + ": resume it once it has stopped"
     return (
         f"job {job.id}'s orchestrator exited without closing it: run `spotwise cancel {job.id}` "
         "first (it releases the job's instances and closes its records), then resume it"
@@ -265,13 +268,22 @@ def cancel(
         where = orchestrator_state(job)
         if where == "elsewhere" and not force:
             raise ConfigError(
-                f"job {job.id} runs on {job.host} (pid {job.pid}): run `spotwise cancel "
+                f"job {job.id} runs on {where_text(job)} (pid {job.pid}): run `spotwise cancel "
                 f"{job.id}` there",
                 hint=f"if that machine is lost, `spotwise cancel --force {job.id}` releases "
                 "the job's instances from here",
             )
+        if where == "hidden" and not force:  # one line: no hint
+            raise ConfigError(
+                hidden_text(job) + f": cancel it as the user who started it, or `spotwise "
+                f"cancel --force {job.id}` if it is not the orchestrator (that releases the "
+                "job's instances)"
+            )
         if where == "here":
             assert job.pid is not None
+            from spotwise.planner.job_summary import not_ours_since
+
+            seen, _ = not_ours_since(store, job.id)  # what the drain adds is its answer's
             try:
                 os.kill(job.pid, signal.SIGTERM)
             except PermissionError:  # its own process, run by another user (a shared database)
@@ -294,11 +306,14 @@ def cancel(
                     "message": f"asked the orchestrator (pid {job.pid}) to stop; it is still "
                     f"stopping after {wait_s:g} s: see `spotwise status {job.id}`",
                 }
+            _, left = not_ours_since(store, job.id, after=seen)
             return {
                 "job_id": job.id,
                 "state": job.state.value,
                 "cancelled": True,
-                "message": "the orchestrator checkpointed and stopped every trial",
+                **({"not_ours": left} if left else {}),
+                "message": "the orchestrator checkpointed and stopped every trial"
+                + not_ours_text(left),
             }
         # a trial that reported its last step's metric finished (its orchestrator died before
         # it saw the exit): completed with that metric, as its orchestrator would have recorded

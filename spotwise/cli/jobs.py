@@ -18,6 +18,9 @@ SpecArg = Annotated[
         show_default=False,
     ),
 ]
+#: `tune`, `resume` and `cancel`: done, but instances carrying the job's tags that it did not
+#: launch were left running (they may be billed to someone): each is named in the output
+EXIT_NOT_OURS = 4
 _JOB_ID = typer.Argument(help="Job id (or a unique prefix).", show_default=False)
 JobArg = Annotated[str | None, _JOB_ID]
 
@@ -41,7 +44,9 @@ def tune(
     Exits 2 for a bad spec (nothing written); 1 when every trial failed, when no trial has a
     final metric (a budget or deadline left none; trials never reported their last step, or
     ended on NaN), or when an instance could not be terminated at the end (it may still be
-    billed: `spotwise cancel JOB` retries); 130 when the job was cancelled.
+    billed: `spotwise cancel JOB` retries); 130 when the job was cancelled; otherwise 4 when
+    instances carrying the job's tags that it did not launch were left running (listed as
+    not launched by it: left alone).
 
     Examples:
       spotwise tune examples/digits/job.yaml
@@ -102,7 +107,8 @@ def resume(
 
 def _run_live(run: Any, json_out: bool) -> None:
     """Run a job (``run(on_update=…)``): a live table, then its summary, or its JSON; exits
-    non-zero when it failed or left something billed (1) or was cancelled (130)."""
+    non-zero when it failed or left something billed (1), was cancelled (130), or else left
+    instances with its tags that it did not launch running (4)."""
     from spotwise.cli.render import LiveJob, print_summary
 
     if json_out:
@@ -117,6 +123,8 @@ def _run_live(run: Any, json_out: bool) -> None:
         raise typer.Exit(1)
     if summary["state"] == "cancelled":  # Ctrl-C or `spotwise cancel`: not a finished run
         raise typer.Exit(130)
+    if summary.get("not_ours"):  # its tags on instances it did not launch: left running
+        raise typer.Exit(EXIT_NOT_OURS)
 
 
 def status(
@@ -174,8 +182,9 @@ def cancel(
         bool,
         typer.Option(
             "--force",
-            help="The job's orchestrator is recorded on another machine that is lost: release "
-            "its instances from here anyway.",
+            help="The job's orchestrator is recorded on another machine (or pid namespace) "
+            "that is lost, or its pid is held by a process this user cannot inspect that is "
+            "not it: release its instances from here anyway.",
         ),
     ] = False,
     db: DbOpt = None,
@@ -185,9 +194,14 @@ def cancel(
 
     Also releases what a finished job's record still holds, and a job whose orchestrator died.
     A finished cloud job is looked for on its cloud too: an instance left with its tags is
-    terminated and billed to its launch. Exits 1 when an instance could not be confirmed
-    released (its region could not be listed, or its terminate was refused): it may still be
-    billed; run it again to retry.
+    terminated and billed to its launch.
+
+    Exit codes: 0 done. 1: an instance could not be confirmed released (its region could
+    not be listed, or its terminate was refused): it may still be billed; run it again to
+    retry. 2: refused, nothing done (its orchestrator runs on another machine or in another
+    pid namespace, or its pid is held by a process this user cannot inspect: see --force).
+    3: no such job, or no database. 4: done, but instances carrying the job's tags that it
+    did not launch were left running, each named in the answer (1 wins over 4).
 
     Examples:
       spotwise cancel JOB
@@ -199,6 +213,8 @@ def cancel(
     emit(out, json_out, lambda o: typer.echo(f"{o['job_id']}: {o['state']} — {o['message']}"))
     if out.get("open_instances"):  # not confirmed released: may still be billed
         raise typer.Exit(1)
+    if out.get("not_ours"):  # done; instances with its tags it did not launch run on
+        raise typer.Exit(EXIT_NOT_OURS)
 
 
 def register(app: typer.Typer) -> None:

@@ -7,6 +7,7 @@ from typing import Any
 
 from rich.console import Console, Group
 from rich.live import Live
+from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -155,6 +156,8 @@ def print_summary(s: dict[str, Any]) -> None:
         console.print(f"[yellow]{limit}: {n['stopped']} trial(s) stopped{before}{more}[/]")
     for iid in s.get("leftover_instances") or []:
         console.print(f"[red]still held, may be billed: {iid}[/] (`spotwise cancel {s['job_id']}`)")
+    for line in s.get("not_ours") or []:  # its tags, not its launch: left running
+        console.print(f"[yellow]{escape(line)}[/]")
     console.print(
         f"cost ${s['cost_usd']:.4f} vs ${s['on_demand_cost_usd']:.4f} on demand "
         f"({versus})\nnext: spotwise trials {s['job_id']}"

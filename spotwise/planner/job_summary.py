@@ -7,6 +7,7 @@ snapshot while it runs, and the job row's last write (:class:`JobSummary`, a mix
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from typing import Any
 
 from spotwise.planner.actions import Actions
@@ -52,7 +53,18 @@ class JobSummary(Actions):
             out["error"] = job.error
         if self.leftover_ids:  # the drain could not terminate them: `tune` exits non-zero
             out["leftover_instances"] = self.leftovers()
+        if left := self._left_alone():  # `tune` exits 4 when nothing else went wrong
+            out["not_ours"] = left
         return out
+
+    def _left_alone(self) -> list[str]:
+        """The lines of this run's ``not_ours`` events: instances listed with the job's tags
+        that it did not launch, left alone (and maybe billed to someone) by its cleanups and
+        its drain. This run's: recorded since it started on the market clock (a replayed
+        market's clock starts again on a resume, so an earlier run's may be named again)."""
+        since = getattr(self, "started_at", None)
+        rows = self.store.events(self.job_id, "not_ours")
+        return not_ours_lines(r for r in rows if since is None or r.time >= since)
 
     def snapshot(self, now: float) -> dict[str, Any]:
         cost = self.spent_usd + self._running_cost(now)
@@ -76,3 +88,21 @@ class JobSummary(Actions):
             migrations=self.migrations,
             early_stopped=self.early_stopped,
         )
+
+
+def not_ours_lines(events: Iterable[Any]) -> list[str]:
+    """One line per instance named by ``not_ours`` events (the latest event's line wins),
+    in the order the instances were first named."""
+    lines: dict[str, str] = {}
+    for ev in events:
+        d = ev.detail
+        lines[str(d.get("instance") or ev.id)] = str(d.get("message") or d.get("instance"))
+    return list(lines.values())
+
+
+def not_ours_since(store: Any, job_id: str, after: int = 0) -> tuple[int, list[str]]:
+    """The id of the job's last ``not_ours`` event (``after`` when none came since), and the
+    lines (:func:`not_ours_lines`) of those recorded after event ``after``: what `spotwise
+    cancel` reads before it signals a running orchestrator, and again once its drain is done."""
+    rows = store.events(job_id, "not_ours", after_id=after)
+    return (rows[-1].id or after if rows else after), not_ours_lines(rows)

@@ -111,10 +111,11 @@ def read_records(root: Path, job_id: str) -> list[tuple[Path, ProcRecord]]:
 
 # ---- processes ----------------------------------------------------------------------------
 def _stat_fields(pid: int) -> list[str] | None:
-    """Fields 3.. of ``/proc/<pid>/stat`` (state first), or None if there is no such process."""
+    """Fields 3.. of ``/proc/<pid>/stat`` (state first), or None if it cannot be read: no such
+    process, or one this user cannot see (``/proc`` mounted ``hidepid``)."""
     try:
         text = (_PROC / str(pid) / "stat").read_text()
-    except OSError:  # no such process (any more)
+    except OSError:  # no such process (any more), or not ours to see
         return None
     return text[text.rfind(")") + 2 :].split()
 
@@ -126,14 +127,36 @@ def _boot_id() -> str:
         return ""
 
 
-def process_start(pid: int) -> str | None:
-    """When ``pid``'s process started, as an opaque token; None if none is running (a zombie
-    counts as gone). Linux: ``<boot id>:<start time in clock ticks>``; else ``ps``'s lstart."""
+def pid_namespace() -> str:
+    """The pid namespace this process reads pids in (Linux: ``pid:[4026531836]``), "" where it
+    cannot be read or there is none (off Linux): a pid means a process only within one."""
+    if not LINUX:
+        return ""
+    try:
+        return os.readlink(_PROC / "self/ns/pid")
+    except OSError:
+        return ""
+
+
+#: What :func:`read_start` answers for a process the process table shows ended (a zombie).
+ENDED = ""
+_NS_SEP = "|"  # namespace|token: no namespace part in tokens written before it was recorded
+_LINUX_TOKEN = re.compile(r"([0-9A-Za-z-]*):(\d+)")  # <boot id>:<start time in clock ticks>
+
+
+def read_start(pid: int) -> str | None:
+    """:func:`process_start`'s reading of ``pid``: its token, :data:`ENDED` for a zombie, or
+    None when no process could be read: none runs, or this user cannot see it (Linux ``/proc``
+    mounted ``hidepid``; only ``os.kill(pid, 0)`` can tell those apart)."""
     if LINUX:
         fields = _stat_fields(pid)
-        if fields is None or fields[0] in ("Z", "X", "x"):
+        if fields is None:
             return None
-        return f"{_boot_id()}:{fields[19]}"  # field 22: starttime
+        if fields[0] in ("Z", "X", "x"):
+            return ENDED
+        ns = pid_namespace()
+        token = f"{_boot_id()}:{fields[19]}"  # field 22: starttime
+        return f"{ns}{_NS_SEP}{token}" if ns else token
     try:
         out = subprocess.run(
             ["ps", "-o", "stat=,lstart=", "-p", str(pid)],
@@ -145,7 +168,40 @@ def process_start(pid: int) -> str | None:
     except (OSError, subprocess.SubprocessError):
         return None
     stat, _, start = out.partition(" ")
-    return None if not start or stat.startswith("Z") else start.strip()
+    if not start:
+        return None
+    return ENDED if stat.startswith("Z") else start.strip()
+
+
+def process_start(pid: int) -> str | None:
+    """When ``pid``'s process started, as an opaque token; None if none is running (a zombie
+    counts as gone) or it cannot be read. Linux: ``<pid namespace>|<boot id>:<start time in
+    clock ticks>`` (the namespace the pid was read in; none where it cannot be read); else
+    ``ps``'s lstart. Compare tokens with :func:`same_start`, never ``==``."""
+    return read_start(pid) or None
+
+
+def token_namespace(token: str) -> str:
+    """The pid namespace a :func:`process_start` token was read in; "" for a token without
+    one (written before namespaces were recorded, off Linux, or none could be read)."""
+    ns, sep, _ = token.partition(_NS_SEP)
+    return ns if sep else ""
+
+
+def same_start(recorded: str, now: str) -> bool:
+    """Whether two :func:`process_start` tokens name the same process start. Tokens read in
+    two known pid namespaces that differ never match (the pid names another process there); a
+    side without a namespace part (the previous format) or without a boot id (it could not be
+    read) is compared on what both sides have: the start time at least."""
+    ns_a, ns_b = token_namespace(recorded), token_namespace(now)
+    if ns_a and ns_b and ns_a != ns_b:
+        return False
+    a, b = recorded.partition(_NS_SEP)[2] or recorded, now.partition(_NS_SEP)[2] or now
+    la, lb = _LINUX_TOKEN.fullmatch(a), _LINUX_TOKEN.fullmatch(b)
+    if la is None or lb is None:
+        return a == b
+    boots = (la.group(1), lb.group(1))
+    return la.group(2) == lb.group(2) and (boots[0] == boots[1] or "" in boots)
 
 
 def _carries_marker(pid: int, instance_id: str) -> bool | None:
@@ -193,7 +249,7 @@ def is_ours_now(rec: ProcRecord) -> bool:
         except ProcessLookupError:
             return False
         return (
-            start == rec.start
+            same_start(rec.start, start)
             and same_group
             and _carries_marker(rec.pid, rec.instance_id) is not False
         )
