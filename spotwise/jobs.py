@@ -17,7 +17,8 @@ from typing import Any
 
 from spotwise.errors import ConfigError, NotFoundError, SpecError
 from spotwise.liveness import hidden_text, orchestrator_state, where_text
-from spotwise.release import _release, _unknown_text, not_ours_text, sweep_finished
+from spotwise.release import _release, sweep_finished
+from spotwise.release_text import not_ours_text, released_text
 
 
 def tune(
@@ -263,7 +264,7 @@ def cancel(
                 **out,
                 **released,
                 "message": f"job already {state}; its record still held instances: "
-                + _released_text(job.id, released),
+                + released_text(job.id, released),
             }
         where = orchestrator_state(job)
         if where == "elsewhere" and not force:
@@ -303,16 +304,27 @@ def cancel(
                     "job_id": job.id,
                     "state": job.state.value,
                     "cancelled": False,
+                    "stopping": True,  # not done yet: the CLI exits non-zero
                     "message": f"asked the orchestrator (pid {job.pid}) to stop; it is still "
                     f"stopping after {wait_s:g} s: see `spotwise status {job.id}`",
                 }
             _, left = not_ours_since(store, job.id, after=seen)
+            # what its drain could not terminate keeps its record open: may still be billed
+            held = [r.provider_instance_id or r.id for r in store.list_instances(job.id, True)]
+            still = (
+                f"; {len(held)} instance(s) its drain could not confirm released, may still be "
+                f"billed: {', '.join(held)} (run `spotwise cancel {job.id}` again)"
+                if held
+                else ""
+            )
             return {
                 "job_id": job.id,
                 "state": job.state.value,
                 "cancelled": True,
                 **({"not_ours": left} if left else {}),
+                **({"open_instances": held} if held else {}),
                 "message": "the orchestrator checkpointed and stopped every trial"
+                + still
                 + not_ours_text(left),
             }
         # a trial that reported its last step's metric finished (its orchestrator died before
@@ -342,42 +354,10 @@ def cancel(
             "cancelled": True,
             **released,
             "message": "orchestrator was not running; job marked cancelled, "
-            + _released_text(job.id, released),
+            + released_text(job.id, released),
         }
     finally:
         store.close()
-
-
-def _released_text(job_id: str, released: dict[str, Any]) -> str:
-    """``2 tagged instance(s) terminated, 2 instance record(s) closed and billed up to now
-    (2 terminated now)``, then which instances stay open and how to retry, and which records
-    were billed at an unknown on-demand price."""
-    text = (
-        f"{len(released['terminated_instances'])} tagged instance(s) terminated, "
-        f"{released['closed_records']} instance record(s) closed and billed up to "
-        f"{released.get('billed_to', 'now')}"
-    )
-    how: dict[tuple[int, str], int] = {}
-    for r in released["records"]:
-        key = {"terminated": (0, "terminated now"), "ended": (1, "already ended")}.get(
-            r["outcome"], (2, f"not found in {r['region']}")
-        )
-        if r["outcome"] != "open":
-            how[key] = how.get(key, 0) + 1
-    if how:
-        text += f" ({', '.join(f'{n} {k}' for (_, k), n in sorted(how.items()))})"
-    why = "; ".join(dict.fromkeys(released["errors"]))
-    held = released["open_instances"]
-    if held:
-        text += (
-            f"; {len(held)} still open and may still be billed: {', '.join(held)}"
-            + (f" ({why})" if why else "")
-            + f"; run `spotwise cancel {job_id}` again to retry"
-        )
-    elif why:
-        text += f"; no record of the job was there, but {why}"
-    text += not_ours_text(released.get("not_ours", []))  # listed with its tags, not its own
-    return text + _unknown_text(released.get("on_demand_unknown", []))
 
 
 def _complete_finished_trials(store: Any, job: Any) -> None:

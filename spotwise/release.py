@@ -16,7 +16,7 @@ from typing import Any
 from spotwise.errors import ProviderError
 from spotwise.release_reference import OnDemandReference
 from spotwise.release_reference import _unknown_text as _unknown_text  # jobs.py's
-from spotwise.release_text import _found_text, _looked_in
+from spotwise.release_text import _found_text, _looked_in, not_ours_text
 
 
 def _release(store: Any, job: Any, orchestrator_died: bool = False) -> dict[str, Any]:
@@ -182,13 +182,6 @@ def _release(store: Any, job: Any, orchestrator_died: bool = False) -> dict[str,
 def wall_now() -> float:
     """This machine's wall time (a test replaces it to run a later cancel without waiting)."""
     return time.time()
-
-
-def not_ours_text(lines: list[str]) -> str:
-    """``; i-1 carries job J's tags but was not launched by it: left alone (why)``, one part
-    per instance :func:`~spotwise.providers.base.launched_by` refused ("" for none): what a
-    cancel's message adds for them."""
-    return "".join(f"; {line}" for line in lines)
 
 
 def _sum_job(store: Any, job_id: str) -> None:

@@ -1,10 +1,14 @@
-"""The words of a `spotwise cancel` of a finished job (:func:`~spotwise.release.sweep_finished`):
-what it found with the job's tags and did with each, and where it looked.
+"""The words of a `spotwise cancel`: what a finished job's sweep
+(:func:`~spotwise.release.sweep_finished`) found with the job's tags and did with each, and
+where it looked; what a release of a dead orchestrator's records did
+(:func:`released_text`); the instances left alone (:func:`not_ours_text`).
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+from spotwise.release_reference import _unknown_text
 
 
 def _found_text(found: list[dict[str, Any]], where: list[str], others: bool = False) -> str:
@@ -50,3 +54,42 @@ def _looked_in(spec: Any, held: list[Any]) -> list[str]:
         else:
             out.append(q.name)
     return out
+
+
+def not_ours_text(lines: list[str]) -> str:
+    """``; i-1 carries job J's tags but was not launched by it: left alone (why)``, one part
+    per instance :func:`~spotwise.providers.base.launched_by` refused ("" for none): what a
+    cancel's message adds for them."""
+    return "".join(f"; {line}" for line in lines)
+
+
+def released_text(job_id: str, released: dict[str, Any]) -> str:
+    """``2 tagged instance(s) terminated, 2 instance record(s) closed and billed up to now
+    (2 terminated now)``, then which instances stay open and how to retry, and which records
+    were billed at an unknown on-demand price."""
+    text = (
+        f"{len(released['terminated_instances'])} tagged instance(s) terminated, "
+        f"{released['closed_records']} instance record(s) closed and billed up to "
+        f"{released.get('billed_to', 'now')}"
+    )
+    how: dict[tuple[int, str], int] = {}
+    for r in released["records"]:
+        key = {"terminated": (0, "terminated now"), "ended": (1, "already ended")}.get(
+            r["outcome"], (2, f"not found in {r['region']}")
+        )
+        if r["outcome"] != "open":
+            how[key] = how.get(key, 0) + 1
+    if how:
+        text += f" ({', '.join(f'{n} {k}' for (_, k), n in sorted(how.items()))})"
+    why = "; ".join(dict.fromkeys(released["errors"]))
+    held = released["open_instances"]
+    if held:
+        text += (
+            f"; {len(held)} still open and may still be billed: {', '.join(held)}"
+            + (f" ({why})" if why else "")
+            + f"; run `spotwise cancel {job_id}` again to retry"
+        )
+    elif why:
+        text += f"; no record of the job was there, but {why}"
+    text += not_ours_text(released.get("not_ours", []))  # listed with its tags, not its own
+    return text + _unknown_text(released.get("on_demand_unknown", []))

@@ -198,10 +198,11 @@ def cancel(
 
     Exit codes: 0 done. 1: an instance could not be confirmed released (its region could
     not be listed, or its terminate was refused): it may still be billed; run it again to
-    retry. 2: refused, nothing done (its orchestrator runs on another machine or in another
-    pid namespace, or its pid is held by a process this user cannot inspect: see --force).
-    3: no such job, or no database. 4: done, but instances carrying the job's tags that it
-    did not launch were left running, each named in the answer (1 wins over 4).
+    retry; or the orchestrator was still stopping when the wait ended. 2: refused, nothing
+    done (its orchestrator runs on another machine or in another pid namespace, or its pid
+    is held by a process this user cannot inspect: see --force). 3: no such job, or no
+    database. 4: done, but instances carrying the job's tags that it did not launch were
+    left running, each named in the answer (1 wins over 4).
 
     Examples:
       spotwise cancel JOB
@@ -211,7 +212,7 @@ def cancel(
 
     out: dict[str, Any] = jobs.cancel(job, db=db, force=force)
     emit(out, json_out, lambda o: typer.echo(f"{o['job_id']}: {o['state']} — {o['message']}"))
-    if out.get("open_instances"):  # not confirmed released: may still be billed
+    if out.get("open_instances") or out.get("stopping"):  # may still be billed, or running
         raise typer.Exit(1)
     if out.get("not_ours"):  # done; instances with its tags it did not launch run on
         raise typer.Exit(EXIT_NOT_OURS)

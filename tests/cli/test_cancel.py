@@ -264,6 +264,7 @@ def test_cancel_that_times_out_says_the_job_is_still_stopping(
         "job_id": job,
         "state": "running",
         "cancelled": False,
+        "stopping": True,
         "message": f"asked the orchestrator (pid 0) to stop; it is still stopping after 0.3 s: "
         f"see `spotwise status {job}`",
     }

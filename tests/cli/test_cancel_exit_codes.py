@@ -7,6 +7,7 @@ only the store held."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import socket
 from pathlib import Path
@@ -191,3 +192,63 @@ def test_tunes_text_summary_shows_each_line(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setattr(render, "console", console)
     render.print_summary(SUMMARY)
     assert SUMMARY["not_ours"][0] in console.export_text()  # markup in it printed as is
+
+
+def test_cancel_of_a_running_orchestrator_names_what_its_drain_could_not_release(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The drain could not terminate an instance (its record stays open, it may be billed):
+    cancel said "checkpointed and stopped every trial" and exited 0."""
+    db = f"sqlite:///{tmp_path / 's.db'}"
+    job = _job(db)
+    with Store.open_existing(db) as s:
+        trial = s.add_trial(job, 0, {"lr": 0.1})
+        for launch, state in (("l-held", "running"), ("l-done", "terminated")):
+            s.record_launch(
+                job_id=job,
+                trial_id=trial.id,
+                provider="aws",
+                region="us-east-1",
+                zone="us-east-1a",
+                instance_type="p3.2xlarge",
+                market="spot",
+                offer_key="k",
+                price_per_hour=1.0,
+                id=launch,
+            )
+            s.update_instance(launch, state=state, provider_instance_id=f"i-{launch}")
+
+    def orchestrator_drains(pid: int, sig: int) -> None:
+        with Store.open_existing(db) as s:
+            s.update_job(job, state="cancelled")
+
+    monkeypatch.setattr(jobs, "orchestrator_state", lambda job: "here")
+    monkeypatch.setattr(jobs.os, "kill", orchestrator_drains)
+
+    out = jobs.cancel(job, db=db, wait_s=5)
+    assert out["cancelled"] is True and out["open_instances"] == ["i-l-held"]
+    assert out["message"] == (
+        "the orchestrator checkpointed and stopped every trial; 1 instance(s) its drain could "
+        f"not confirm released, may still be billed: i-l-held (run `spotwise cancel {job}` again)"
+    )
+    with Store.open_existing(db) as s:
+        s.update_job(job, state="running")
+    assert CliRunner().invoke(app, ["cancel", job, "--db", db]).exit_code == 1
+
+
+def test_cancel_that_gave_up_waiting_exits_1(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The orchestrator was still stopping when the wait ended: not done, yet it exited 0."""
+    db = f"sqlite:///{tmp_path / 's.db'}"
+    job = _job(db)
+    monkeypatch.setattr(jobs, "orchestrator_state", lambda job: "here")
+    monkeypatch.setattr(jobs.os, "kill", lambda pid, sig: None)  # it never stops
+    monkeypatch.setattr(jobs.time, "sleep", lambda s: None)
+    clock = itertools.count(0.0, 60.0)  # a minute per read: the wait ends on its second
+    monkeypatch.setattr(jobs.time, "monotonic", lambda: next(clock))
+    res = CliRunner().invoke(app, ["cancel", job, "--db", db, "--json"])
+    assert res.exit_code == 1, res.output
+    out = json.loads(res.output)
+    assert (out["cancelled"], out["stopping"]) == (False, True)
+    assert "is still stopping after" in out["message"]
