@@ -26,7 +26,7 @@ Events, one JSON object per line, each line flushed and fsynced (``time`` is epo
     {"type": "report", "step": 3, "metric": 0.91, "time": 1.7e9}
     {"type": "report", "step": 4, "metric": null, "invalid": true, "time": ...}   NaN / inf
     {"type": "checkpoint", "step": 5, "uri": "/ckpt/trial-3/ckpt-00000005.pt", "seconds": 1.234,
-     "time": ...}
+     "time": ...}   seconds: the save's wall time, serialising to the put (older SDKs: none)
     {"type": "stopping", "reason": "signal" | "stop_file", "step": 7, "time": ...}
     {"type": "done", "step": 40, "time": ...}
     {"type": "checkpoint_rejected", "step": 10, "file": ".../ckpt-00000010.pt", "reason": "...",
@@ -35,10 +35,6 @@ Events, one JSON object per line, each line flushed and fsynced (``time`` is epo
     {"type": "checkpoint_behind", "step": 5, "latest": 10, "uri": "...", "time": ...}
     {"type": "checkpoint_cleanup_failed", "step": 15, "what": "latest" | "retention",
      "reason": "...", "uri": "...", "time": ...}
-
-A ``checkpoint`` event's ``seconds``: the wall time the save kept the script waiting (from
-serialising to the store's put returning: what a save on a notice must fit in); an older SDK's
-events lack it.
 
 Stopping: the orchestrator asks a trial to checkpoint and exit (a spot interruption notice, a
 migration, an early stop) by creating the stop file or sending SIGTERM. The SDK's SIGTERM
