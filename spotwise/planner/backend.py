@@ -141,13 +141,19 @@ def replay_risk(
     else:
         model = _fitted_before(traces, start, forecast, _FORECAST)
     cache: dict[int, dict[str, float]] = {}
+    # the policies read p within the hour (OfferView.horizon_s): a model of another horizon's
+    # p is carried over at its constant hazard, 1 - (1 - p) ** (1 h / its horizon)
+    per_hour = HOUR_S / float(model.horizon_s)
 
     def risk(offers: list[Offer], t: float) -> dict[str, float]:
         tick = traces.tick_at(t)
         if tick not in cache:
             p = model.predict_proba(traces, tick)
             cache.clear()
-            cache[tick] = {z: float(p[i]) for i, z in enumerate(traces.zones)}
+            cache[tick] = {
+                z: float(p[i]) if per_hour == 1.0 else 1.0 - (1.0 - float(p[i])) ** per_hour
+                for i, z in enumerate(traces.zones)
+            }
         by_zone = cache[tick]
         return {o.key: by_zone.get(o.zone, 0.0) for o in offers if o.market is Market.SPOT}
 
@@ -155,6 +161,7 @@ def replay_risk(
 
 
 _FORECAST = "spec field 'providers.0.replay.forecast'"
+HOUR_S = 3600.0  # the horizon of every risk the policies read (OfferView.horizon_s)
 
 
 def check_forecast(name: str) -> None:
@@ -172,7 +179,7 @@ def _fitted_before(traces: TraceSet, start: float | None, name: str, field: str)
     upto = traces.tick_at(start if start is not None else float(traces.times[0])) + 1
     model = get_revocation_model(name)
     try:
-        model.fit(traces.slice(0, upto), 3600.0)
+        model.fit(traces.slice(0, upto), HOUR_S)
     except (PredictorError, SpecError, ValueError) as e:
         raise SpecError(
             f"{field}: {name} cannot be fitted on the {upto} trace ticks before the replay's "

@@ -108,3 +108,29 @@ def test_a_mistyped_forecast_is_refused_when_the_spec_is_read_and_when_the_marke
         data["providers"] = [{"name": "local", "replay": {"forecast": name}}]
         replay = parse_spec(data).providers[0].replay
         assert replay is not None and replay.forecast == name
+
+
+def test_a_forecast_of_another_horizon_is_read_within_the_hour(
+    shipped: TraceSet, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The policies read every risk within the hour (OfferView.horizon_s = 3600): a model of a
+    30-minute horizon's p was passed on as an hour's (review-y F7)."""
+    import numpy as np
+
+    from spotwise.planner import backend
+    from spotwise.predictors import revocation
+    from spotwise.providers.base import Market, Offer
+
+    class HalfHour:
+        horizon_s = 1800.0
+        trained_on = None
+
+        def predict_proba(self, traces: TraceSet, tick: int) -> np.ndarray:
+            return np.full(len(traces.zones), 0.19)
+
+    monkeypatch.setattr(revocation, "load_pretrained", HalfHour)
+    risk = backend.replay_risk(shipped, float(shipped.times[0]), "pretrained")
+    assert risk is not None
+    offers = [Offer("aws", z[:-1], z, "p3.2xlarge", Market.SPOT, 1.0, 3.0) for z in shipped.zones]
+    p = risk(offers, float(shipped.times[0]))
+    assert list(p.values()) == [pytest.approx(1.0 - 0.81**2)] * len(offers)  # 2 × 30 min at 19 %
