@@ -109,6 +109,7 @@ def _release(store: Any, job: Any, orchestrator_died: bool = False) -> dict[str,
                     "region": one.held.region,
                     "outcome": one.outcome,
                     **({"error": one.error} if one.error else {}),
+                    **({"note": one.note} if one.note else {}),  # ended, billed, unconfirmed
                 }
             )
     now = wall_now()
@@ -250,6 +251,7 @@ def sweep_finished(store: Any, job: Any, state: str) -> dict[str, Any]:
     from spotwise.planner import reconcile as rec
     from spotwise.providers.base import TAG_LAUNCH
     from spotwise.spec import load_stored_spec
+    from spotwise.store.models import TERMINAL_INSTANCE_STATES as shut
 
     spec = load_stored_spec(job.spec_json)
     if spec.providers[0].name == "local":
@@ -259,7 +261,7 @@ def sweep_finished(store: Any, job: Any, state: str) -> dict[str, Any]:
     # every record, the closed ones too: a launch is recorded with its region before the cloud
     # call, so their regions are everywhere the job can have started something
     held = [
-        rec.Held(r.id, r.provider, r.region, r.provider_instance_id)
+        rec.Held(r.id, r.provider, r.region, r.provider_instance_id, closed=r.state in shut)
         for r in rows.values()
         if r.provider in named
     ]

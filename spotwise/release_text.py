@@ -91,5 +91,7 @@ def released_text(job_id: str, released: dict[str, Any]) -> str:
         )
     elif why:
         text += f"; no record of the job was there, but {why}"
+    # an ended instance its cloud does not confirm the launch made, billed as the launch's
+    text += "".join(f"; {r['note']}" for r in released["records"] if r.get("note"))
     text += not_ours_text(released.get("not_ours", []))  # listed with its tags, not its own
     return text + _unknown_text(released.get("on_demand_unknown", []))

@@ -46,6 +46,20 @@ def listing_lag_s(provisioner: object) -> float:
     return float(getattr(provisioner, "LISTING_LAG_S", 0.0))
 
 
+def _gone(inst: Instance) -> str:
+    """A failed launch's ended instance whose cloud does not say which request made it: ``i-1
+    (us-east-1) carries launch L's tag and has ended; aws does not say which request created
+    it: nothing of the launch runs, and it is not billed (a failed launch's cleanup bills only
+    what it terminates)``."""
+    where = f" ({inst.offer.region})" if inst.offer.region else ""
+    return (
+        f"{inst.instance_id}{where} carries launch {inst.tags.get(TAG_LAUNCH, '')}'s tag and has "
+        f"ended; {inst.offer.provider or 'the cloud'} does not say which request created it: "
+        "nothing of the launch runs, and it is not billed (a failed launch's cleanup bills "
+        "only what it terminates)"
+    )
+
+
 def launch_leftover(launch_id: str) -> str:
     """How a leftover known only by its launch is named to the user: `spotwise cancel` finds
     its instance by the launch's ``spotwise:launch`` tag."""
@@ -205,6 +219,9 @@ class LaunchCleanup(TrialBook):
         clean = not any(
             i.holds_resource() and unconfirmed_launch(i, self.job_id, {launch_id}) for i in found
         )
+        for i in found:  # ended: holds nothing (clean); said, not billed, as a confirmed one
+            if not i.holds_resource() and unconfirmed_launch(i, self.job_id, {launch_id}):
+                self._event("unconfirmed_ended", now, t, instance=i.instance_id, message=_gone(i))
         held = [i for i in ours if i.holds_resource()]
         if not held:
             return clean, [], 0.0, 0.0

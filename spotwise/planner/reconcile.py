@@ -66,6 +66,7 @@ class Held:
     # when a cancel on this machine (its clock) first found the launch absent from a listing
     # that succeeded, while its age could not be read: it is closed once absent that long
     unlisted_since: float | None = None
+    closed: bool = False  # already closed (a finished job's sweep): none is kept open for it
 
 
 #: How a record was settled by :func:`reconcile_records`. The first three close it.
@@ -92,6 +93,7 @@ class Settled:
     # clock and no earlier absence known (:attr:`Held.unlisted_since`): the caller keeps when
     unlisted: bool = False
     revoked: bool = False  # ``ended``: the provider took it (AWS: free in its first hour)
+    note: str = ""  # ``ended``: why an instance its cloud does not confirm is billed all the same
 
 
 @dataclass
@@ -323,6 +325,14 @@ def _settle(
         if i.holds_resource()
         and (launch := unconfirmed_launch(i, job_id, job.launch_ids, job.instance_ids))
     }
+    # one that has ended (terminated by hand as advised, revoked, powered off): its record is
+    # settled on it, billed as the launch's, its answer saying the cloud did not confirm it
+    ended_doubt = {
+        launch: i
+        for i in reversed(found)  # the first listed of a launch's
+        if not i.holds_resource()
+        and (launch := unconfirmed_launch(i, job_id, job.launch_ids, job.instance_ids))
+    }
     found = ours  # what no launch of the job made is never terminated, billed or matched
     out.listed += found
     live = [i.instance_id for i in found if i.holds_resource()]
@@ -343,14 +353,24 @@ def _settle(
     for h in held:
         inst = by_id.get(h.instance_id or "") or by_launch.get(h.launch_id)
         if inst is None and h.launch_id in doubtful:
+            again = ", then run the cancel again (once it has ended, it is billed as the job's)"
             why = (
                 f"{name}: {doubtful[h.launch_id]} carries launch {h.launch_id}'s tag but {name} "
-                "does not confirm that launch made it: left alone and the record kept open; "
-                "check it by hand (terminate it if it is the job's), then run the cancel again"
+                "does not confirm that launch made it: left alone"
+                + ("" if h.closed else " and the record kept open")
+                + "; check it by hand (terminate it if it is the job's)"
+                + ("" if h.closed else again)
             )
             out.errors.append(why)
             out.records.append(Settled(h, OPEN, doubtful[h.launch_id], error=why))
             continue
+        note = ""
+        if inst is None and h.instance_id is None and h.launch_id in ended_doubt:
+            inst = ended_doubt[h.launch_id]  # no instance of the launch is confirmed: this one
+            note = (
+                f"{inst.instance_id} billed as the job's: it carries launch {h.launch_id}'s "
+                f"tag and has ended; {name} does not say which request created it"
+            )
         if inst is None:
             young = _too_young(name, prov, h, now)
             if young:  # a create the listing may not show yet: not confirmed gone
@@ -374,4 +394,4 @@ def _settle(
         else:
             revoked = inst.state is InstanceState.REVOKED
             one = Settled(h, ENDED, inst.instance_id, ended_at=inst.ended_at, revoked=revoked)
-        out.records.append(replace(one, launched_at=since, found=True))
+        out.records.append(replace(one, launched_at=since, found=True, note=note))

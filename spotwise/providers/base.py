@@ -233,9 +233,12 @@ def unconfirmed_launch(
     cloud cannot tell whether that launch made it (:attr:`Instance.launch_identity` is None:
     an instance EC2 lists without a ClientToken), else "". :func:`launched_by` refuses such an
     instance (it is never terminated, billed or adopted on its tags alone), but it may be the
-    launch's own instance: the launch's record is not closed, nor its cleanup confirmed, on a
-    listing that shows it (:func:`~spotwise.planner.reconcile.reconcile_records`, a failed
-    launch's cleanup)."""
+    launch's own instance: while it holds a resource, the launch's record is not closed, nor
+    its cleanup confirmed, on a listing that shows it
+    (:func:`~spotwise.planner.reconcile.reconcile_records`, a failed launch's cleanup). Once
+    it has ended (terminated by hand as cancel advises, revoked, powered off), a record of the
+    launch with no instance confirmed is closed ``ended`` on it and billed as the launch's,
+    its answer saying the cloud did not confirm it; a failed launch's cleanup names it."""
     tags = inst.tags
     launch = tags.get(TAG_LAUNCH, "")
     if tags.get(TAG_MANAGED) != "true" or tags.get(TAG_JOB) != job_id:
