@@ -83,6 +83,30 @@ def record_life(
 
 
 # ---- a job refused before it is recorded --------------------------------------------------------
+def running_local_job(db: str, pid: int = 4242, **fields: Any) -> str:
+    """A small local job recorded in the store at ``db`` as running under orchestrator ``pid``
+    on this host (``fields``: other job columns, e.g. ``pid_start``): what the cancel and
+    liveness tests of ``tests/cli`` judge."""
+    import socket
+
+    from spotwise.spec import parse_spec
+
+    spec = parse_spec(
+        {
+            "name": "a",
+            "command": ["python", "t.py"],
+            "metric": {"name": "m"},
+            "steps": 1,
+            "search_space": {"lr": {"type": "real", "low": 0.1, "high": 0.2}},
+            "providers": [{"name": "local"}],
+        }
+    )
+    with Store.open(db) as s:
+        job = s.create_job("a", spec.model_dump_json(), "job.yaml", "spot-greedy", "maximize")
+        s.update_job(job.id, state="running", pid=pid, host=socket.gethostname(), **fields)
+    return job.id
+
+
 def preflight_spec(tmp_path: Path, **changes: Any) -> dict[str, Any]:
     """A replayed job of two trials, checkpointed under ``tmp_path / "ckpt"``; ``changes``
     replace its top-level fields."""

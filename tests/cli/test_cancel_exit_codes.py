@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import itertools
 import json
-import socket
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -24,27 +24,18 @@ from spotwise.cli import jobs as cli_jobs
 from spotwise.cli import render
 from spotwise.cli.app import app
 from spotwise.planner.job_summary import JobSummary
-from spotwise.spec import parse_spec
 from spotwise.store import Store
+
+TESTS = str(Path(__file__).resolve().parents[1])
+if TESTS not in sys.path:
+    sys.path.insert(0, TESTS)
+from shared_helpers import running_local_job  # noqa: E402 (needs the path above)
 
 LINE = "i-0c0c carries job {job}'s tags but was not launched by it: left alone (copied tags)"
 
 
 def _job(db: str) -> str:
-    spec = parse_spec(
-        {
-            "name": "a",
-            "command": ["python", "t.py"],
-            "metric": {"name": "m"},
-            "steps": 1,
-            "search_space": {"lr": {"type": "real", "low": 0.1, "high": 0.2}},
-            "providers": [{"name": "local"}],
-        }
-    )
-    with Store.open(db) as s:
-        job = s.create_job("a", spec.model_dump_json(), "job.yaml", "spot-greedy", "maximize")
-        s.update_job(job.id, state="running", pid=4242, host=socket.gethostname())
-    return job.id
+    return running_local_job(db)
 
 
 def _cli_cancel(monkeypatch: pytest.MonkeyPatch, out: dict[str, Any]) -> Any:

@@ -19,8 +19,12 @@ import yaml
 
 from spotwise import jobs
 from spotwise.providers.local_records import LINUX, process_start
-from spotwise.spec import parse_spec
 from spotwise.store import Store
+
+TESTS = str(Path(__file__).resolve().parents[1])
+if TESTS not in sys.path:
+    sys.path.insert(0, TESTS)
+from shared_helpers import running_local_job  # noqa: E402 (needs the path above)
 
 # a process that says when its SIGTERM handler is set, and writes the signal to argv[1]
 CHILD = (
@@ -63,22 +67,7 @@ def children() -> Iterator[list[subprocess.Popen[str]]]:
 
 
 def _running_job(db: str, pid: int, **fields: Any) -> str:
-    spec = parse_spec(
-        {
-            "name": "a",
-            "command": ["python", "t.py"],
-            "metric": {"name": "m"},
-            "steps": 1,
-            "search_space": {"lr": {"type": "real", "low": 0.1, "high": 0.2}},
-            "providers": [{"name": "local"}],
-        }
-    )
-    import socket
-
-    with Store.open(db) as s:
-        job = s.create_job("a", spec.model_dump_json(), "job.yaml", "spot-greedy", "maximize")
-        s.update_job(job.id, state="running", pid=pid, host=socket.gethostname(), **fields)
-    return job.id
+    return running_local_job(db, pid, **fields)
 
 
 def _earlier_start(pid: int) -> str:

@@ -9,8 +9,8 @@ id one side could not read does not by itself make a live process gone either.""
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,8 +21,12 @@ from spotwise import jobs, liveness
 from spotwise.errors import ConfigError
 from spotwise.providers import local_records
 from spotwise.providers.local_records import LINUX, process_start
-from spotwise.spec import parse_spec
 from spotwise.store import Store
+
+TESTS = str(Path(__file__).resolve().parents[1])
+if TESTS not in sys.path:
+    sys.path.insert(0, TESTS)
+from shared_helpers import running_local_job  # noqa: E402 (needs the path above)
 
 pytestmark = pytest.mark.skipif(not LINUX, reason="/proc and its hidepid are Linux's")
 
@@ -42,20 +46,7 @@ def orchestrator() -> Iterator[subprocess.Popen[bytes]]:
 
 
 def _running_job(db: str, pid: int, token: str | None) -> str:
-    spec = parse_spec(
-        {
-            "name": "a",
-            "command": ["python", "t.py"],
-            "metric": {"name": "m"},
-            "steps": 1,
-            "search_space": {"lr": {"type": "real", "low": 0.1, "high": 0.2}},
-            "providers": [{"name": "local"}],
-        }
-    )
-    with Store.open(db) as s:
-        job = s.create_job("a", spec.model_dump_json(), "job.yaml", "spot-greedy", "maximize")
-        s.update_job(job.id, state="running", pid=pid, host=socket.gethostname(), pid_start=token)
-    return job.id
+    return running_local_job(db, pid, pid_start=token)
 
 
 def _hidepid(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

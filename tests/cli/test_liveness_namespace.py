@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,8 +24,12 @@ from spotwise import jobs, liveness
 from spotwise.errors import ConfigError
 from spotwise.providers import local_records
 from spotwise.providers.local_records import LINUX, MARKER_ENV, ProcRecord, process_start
-from spotwise.spec import parse_spec
 from spotwise.store import Store
+
+TESTS = str(Path(__file__).resolve().parents[1])
+if TESTS not in sys.path:
+    sys.path.insert(0, TESTS)
+from shared_helpers import running_local_job  # noqa: E402 (needs the path above)
 
 pytestmark = pytest.mark.skipif(not LINUX, reason="pid namespaces are Linux's")
 
@@ -55,20 +60,8 @@ def _bare_token(pid: int) -> str:
 
 
 def _job(db: str, pid: int, token: str | None) -> Any:
-    spec = parse_spec(
-        {
-            "name": "a",
-            "command": ["python", "t.py"],
-            "metric": {"name": "m"},
-            "steps": 1,
-            "search_space": {"lr": {"type": "real", "low": 0.1, "high": 0.2}},
-            "providers": [{"name": "local"}],
-        }
-    )
     with Store.open(db) as s:
-        job = s.create_job("a", spec.model_dump_json(), "job.yaml", "spot-greedy", "maximize")
-        s.update_job(job.id, state="running", pid=pid, host=socket.gethostname(), pid_start=token)
-        return s.get_job(job.id)
+        return s.get_job(running_local_job(db, pid, pid_start=token))
 
 
 def test_the_token_records_the_pid_namespace_it_was_read_in() -> None:
