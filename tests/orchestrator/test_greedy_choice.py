@@ -217,3 +217,18 @@ def test_notice_makes_the_running_trial_checkpoint() -> None:
     # asked already: no second checkpoint
     asked = trial(0, Phase.RUNNING, offer_key=MARKET[1].key, instance_id="i-0", stopping=True)
     assert get_policy("spot-greedy").decide(view(MARKET, [asked]), event) == []
+
+
+@pytest.mark.parametrize(
+    "name", ["spot-greedy", "asha", "spottune", "spotwise", "greedy", "uniform-progress"]
+)
+def test_a_notice_for_an_instance_the_trial_has_left_stops_nothing(name: str) -> None:
+    """Two notices in one pass: handling the first relaunched t0 on a fresh instance (its own
+    instance is being taken); t0's notice, decided next, stopped the fresh one (review-ab: the
+    stop file 2 ms after the launch, a life billed for nothing, a migration with no cause)."""
+    relaunched = trial(0, Phase.RUNNING, offer_key=MARKET[1].key, instance_id="i-fresh")
+    stale = NoticeReceived("t0", "i-taken", deadline=NOW + 120)
+    actions = get_policy(name).decide(view(MARKET, [relaunched]), stale)
+    assert not [a for a in actions if isinstance(a, Checkpoint)]
+    own = NoticeReceived("t0", "i-fresh", deadline=NOW + 120)
+    assert Checkpoint("t0", "notice") in get_policy(name).decide(view(MARKET, [relaunched]), own)

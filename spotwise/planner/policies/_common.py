@@ -141,8 +141,14 @@ def place(
 
 
 def checkpoint_on_notice(view: PlannerView, event: object) -> list[Action]:
+    """A notice asks its trial to checkpoint and leave, if the trial still runs on the noticed
+    instance: two notices of one pass are decided one after the other, and handling the first
+    can relaunch the second's trial elsewhere (its instance is being taken); its own notice is
+    then stale, and stopping the fresh instance would bill a life for nothing (review-ab)."""
     if isinstance(event, NoticeReceived):
         t = view.trial(event.trial_id)
+        if t.instance_id not in (None, event.instance_id):
+            return []  # the notice is for an instance the trial has already left
         if t.phase is Phase.RUNNING and not t.stopping:
             return [Checkpoint(t.trial_id, "notice")]
     return []
