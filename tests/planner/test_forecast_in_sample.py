@@ -134,3 +134,38 @@ def test_a_forecast_of_another_horizon_is_read_within_the_hour(
     offers = [Offer("aws", z[:-1], z, "p3.2xlarge", Market.SPOT, 1.0, 3.0) for z in shipped.zones]
     p = risk(offers, float(shipped.times[0]))
     assert list(p.values()) == [pytest.approx(1.0 - 0.81**2)] * len(offers)  # 2 × 30 min at 19 %
+
+
+def test_the_forecast_runs_on_one_torch_thread_and_puts_the_pool_back(
+    shipped: TraceSet, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The LSTM's forward pass ran on torch's default pool (a thread per core) inside the
+    orchestrator's loop, competing with the trials for the cores (review-ab)."""
+    import numpy as np
+    import torch
+
+    from spotwise.planner import backend
+    from spotwise.predictors import revocation
+    from spotwise.providers.base import Market, Offer
+
+    seen: list[int] = []
+
+    class Hour:
+        horizon_s = 3600.0
+        trained_on = None
+
+        def predict_proba(self, traces: TraceSet, tick: int) -> np.ndarray:
+            seen.append(torch.get_num_threads())
+            return np.full(len(traces.zones), 0.1)
+
+    monkeypatch.setattr(revocation, "load_pretrained", Hour)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        risk = backend.replay_risk(shipped, float(shipped.times[0]), "pretrained")
+        assert risk is not None
+        offer = Offer("aws", "us-east-1", "us-east-1a", "p3.2xlarge", Market.SPOT, 1.0, 3.0)
+        assert risk([offer], float(shipped.times[0])) == {offer.key: pytest.approx(0.1)}
+        assert seen == [1] and torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
