@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import IO
 
 from spotwise.errors import CapacityError, ProviderError
-from spotwise.providers import local_exec
+from spotwise.providers import event_lines, local_exec
 from spotwise.providers.base import (
     TAG_JOB,
     Instance,
@@ -72,6 +72,9 @@ class _Proc:
     record: Path | None = None  # see local_records; removed once the process has ended
     events_pos: int = 0
     pending: list[Notice] = field(default_factory=list)
+    done_pos: int = 0  # how far _done_at has read the events file (progress reads its own way)
+    done_market: float | None = None  # market time the trial wrote its `done` event
+    done_seen: float | None = None  # monotonic wall time _done_at first saw it
 
 
 class LocalProvisioner:
@@ -89,6 +92,7 @@ class LocalProvisioner:
         logs_dir: Path | None = None,
         kill_grace_s: float = 5.0,
         records_dir: Path | None = None,
+        done_grace_wall_s: float = 10.0,
     ) -> None:
         self.market = market
         self.clock = clock
@@ -96,6 +100,7 @@ class LocalProvisioner:
         self.notice_floor_wall_s = notice_floor_wall_s
         self.logs_dir = logs_dir
         self.kill_grace_s = kill_grace_s
+        self.done_grace_wall_s = done_grace_wall_s  # see _done_before
         self.records_dir = records_dir or records_root()  # where each trial's pid is recorded
         self._procs: dict[str, _Proc] = {}
         self._by_token: dict[str, str] = {}
@@ -182,23 +187,9 @@ class LocalProvisioner:
 
     def progress(self, instance_id: str) -> list[dict[str, object]]:
         p = self._procs.get(instance_id)
-        if p is None or p.events_file is None or not p.events_file.exists():
+        if p is None or p.events_file is None:
             return []
-        with open(p.events_file, "rb") as fh:
-            fh.seek(p.events_pos)
-            data = fh.read()
-        end = data.rfind(b"\n")
-        if end < 0:
-            return []
-        p.events_pos += end + 1
-        out: list[dict[str, object]] = []
-        for line in data[: end + 1].splitlines():
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if isinstance(rec, dict):
-                out.append(rec)
+        p.events_pos, out = event_lines.read_new(p.events_file, p.events_pos)
         return out
 
     # ---- starting a process ---------------------------------------------------------------
@@ -275,15 +266,17 @@ class LocalProvisioner:
             if inst.state.is_terminal():
                 continue
             code = p.popen.poll() if p.popen is not None else 0
-            # a trial that exited before a poll saw its notice is due gets none: a cloud
-            # orchestrator would have seen the exit and ended the life (billed), where the
-            # replay's long market passes let the provider take it, free, after the work ended
+            # a trial that exited (or wrote `done`: _done_before) before a poll saw its notice
+            # is due gets none: a cloud orchestrator would have seen the exit and ended the
+            # life (billed), where the replay's long market passes let the provider take it,
+            # free, after the work ended
             exited = code is not None or inst.exit_code is not None
             if (
                 not exited
                 and p.notice_at is not None
                 and p.noticed_wall is None
                 and now >= p.notice_at
+                and not self._done_before(p, p.notice_at, now)
             ):
                 assert p.revoke_at is not None
                 p.noticed_wall = wall
@@ -300,6 +293,34 @@ class LocalProvisioner:
                 self._stop_process(p, graceful=False)
                 inst.state = InstanceState.REVOKED
                 inst.ended_at = p.revoke_at
+
+    def _done_before(self, p: _Proc, market_time: float, now: float) -> bool:
+        """Whether the trial wrote its ``done`` event before ``market_time`` and is winding down.
+
+        The interpreter's teardown after ``done`` (torch's above all) lasts a fraction of a wall
+        second: minutes of market time at 300x, where a cloud's agent sees the exit in seconds.
+        A notice due in that window would let the market take a finished life free, so ``done``
+        counts as the exit; a process still there ``done_grace_wall_s`` after it is hung, and
+        the market takes it as any other."""
+        if p.done_market is None and p.events_file is not None:
+            self._read_done(p, now)
+        if p.done_market is None or p.done_seen is None:
+            return False
+        return p.done_market < market_time and time.monotonic() - p.done_seen < (
+            self.done_grace_wall_s
+        )
+
+    def _read_done(self, p: _Proc, now: float) -> None:
+        """Look for the ``done`` event in what the trial appended since the last look."""
+        assert p.events_file is not None
+        p.done_pos, new = event_lines.read_new(p.events_file, p.done_pos)
+        for rec in new:
+            if rec.get("type") == "done":
+                written = rec.get("time")  # the SDK's time.time() when it wrote the line
+                ago = time.time() - written if isinstance(written, int | float) else 0.0
+                p.done_market = now - self.clock.speedup * max(0.0, ago)
+                p.done_seen = time.monotonic()
+                return
 
     def revoke_now(self, instance_id: str) -> None:
         """Bring an instance's revocation forward to now + notice lead (tests, fault injection)."""

@@ -341,3 +341,63 @@ def test_a_trial_that_exited_before_its_notice_was_seen_gets_none(
     assert (state.state, state.exit_code) == (InstanceState.RUNNING, 0)
     prov.terminate([inst.instance_id])  # the orchestrator ends the life: billed, not revoked
     assert state_of(prov, inst.instance_id).state is InstanceState.TERMINATED
+
+
+TEARDOWN = """
+import sys, time
+from spotwise import sdk
+sdk.done(3)
+while True:  # the interpreter's teardown after done, stretched: only a signal ends it
+    time.sleep(0.05)
+"""
+SLEEPER = "import time\nwhile True:\n    time.sleep(0.05)\n"
+
+
+def _done_line(path: Path, written: float) -> None:
+    with open(path, "a") as fh:
+        fh.write(f'{{"type":"done","step":3,"time":{written!r}}}\n')
+
+
+def test_a_trial_that_wrote_done_before_its_notice_gets_none_while_it_winds_down(
+    prov: LocalProvisioner, market: ReplayMarket, wall: FakeWall, tmp_path: Path
+) -> None:
+    """review-ab F3: the exit check read the process's exit only; the teardown after `done`
+    (a fraction of a wall second, minutes at 300x) let a notice due in it take the finished
+    life free. The SDK's own `done` line counts as the exit."""
+    req = request(offer(market, ZONE_A, Market.SPOT), tmp_path)
+    inst = prov.launch(dataclasses.replace(req, argv=(sys.executable, "-c", TEARDOWN)))
+    events = Path(req.env["SPOTWISE_EVENTS_FILE"])
+    wait_for(lambda: events.exists() and b'"done"' in events.read_bytes(), "the trial's done")
+    wall.at_market(REVOKE_AT - LEAD)  # the notice falls due after the work ended
+    assert prov.notices() == []
+    assert state_of(prov, inst.instance_id).state is InstanceState.RUNNING
+    prov.terminate([inst.instance_id])  # the orchestrator ends the life: billed, not revoked
+    final = state_of(prov, inst.instance_id)
+    assert (final.state, final.ended_at) == (InstanceState.TERMINATED, REVOKE_AT - LEAD)
+
+
+def test_a_done_written_after_the_notice_was_due_does_not_hold_it_back(
+    prov: LocalProvisioner, market: ReplayMarket, wall: FakeWall, tmp_path: Path
+) -> None:
+    req = request(offer(market, ZONE_A, Market.SPOT), tmp_path)
+    inst = prov.launch(dataclasses.replace(req, argv=(sys.executable, "-c", SLEEPER)))
+    wall.at_market(T0 + 330.0)  # the notice was due at T0 + 30
+    _done_line(Path(req.env["SPOTWISE_EVENTS_FILE"]), time.time() - 0.1)  # ~T0 + 320
+    (notice,) = prov.notices()
+    assert (notice.instance_id, notice.deadline) == (inst.instance_id, REVOKE_AT)
+
+
+def test_a_trial_hung_after_done_is_taken_by_the_market_as_any_other(
+    prov: LocalProvisioner, market: ReplayMarket, wall: FakeWall, tmp_path: Path
+) -> None:
+    prov.done_grace_wall_s = 0.0  # its teardown has lasted longer than the grace
+    req = request(offer(market, ZONE_A, Market.SPOT), tmp_path)
+    inst = prov.launch(dataclasses.replace(req, argv=(sys.executable, "-c", SLEEPER)))
+    _done_line(Path(req.env["SPOTWISE_EVENTS_FILE"]), time.time() - 1.0)  # ~100 market s ago
+    wall.at_market(REVOKE_AT - LEAD)
+    (notice,) = prov.notices()
+    assert notice.instance_id == inst.instance_id
+    revoked = wait_for(
+        lambda: state_of(prov, inst.instance_id).state is InstanceState.REVOKED, "revocation"
+    )
+    assert revoked and state_of(prov, inst.instance_id).ended_at == REVOKE_AT
