@@ -172,6 +172,20 @@ def _gone(job: dict[str, Any]) -> bool:
     return job.get("orchestrator") == "gone"
 
 
+_HIDDEN = (
+    "its orchestrator may still run: a live process holds its pid, and this user cannot read "
+    "it (another user's process, or /proc mounted hidepid)"
+)
+
+
+def _job_state(job: dict[str, Any]) -> str:
+    if _gone(job):
+        return f"[red]{job['state']} (orchestrator gone)[/]"
+    if job.get("orchestrator") == "hidden":
+        return f"[yellow]{job['state']} (orchestrator hidden)[/]"
+    return _state(job["state"])
+
+
 def print_jobs(rows: list[dict[str, Any]], total: int | None = None) -> None:
     """The listed jobs; ``total``: how many the store holds (more than listed: say so)."""
     if not rows:
@@ -189,7 +203,7 @@ def print_jobs(rows: list[dict[str, Any]], total: int | None = None) -> None:
         t.add_row(
             j["job_id"],
             j["name"],
-            f"[red]{j['state']} (orchestrator gone)[/]" if _gone(j) else _state(j["state"]),
+            _job_state(j),
             j["policy"],
             _fmt(j["best_metric"]),
             f"{j['cost_usd']:.4f}",
@@ -202,6 +216,8 @@ def print_jobs(rows: list[dict[str, Any]], total: int | None = None) -> None:
                 f"[red]{j['job_id']}: its orchestrator is no longer running[/] (it crashed or was "
                 f"killed): `spotwise cancel {j['job_id']}` releases what it still holds"
             )
+        elif j.get("orchestrator") == "hidden":
+            console.print(f"[yellow]{j['job_id']}: {_HIDDEN}[/]")
     if total is not None and total > len(rows):
         console.print(f"[dim]{len(rows)} of {total} jobs; --limit 0 for all[/]")
 
@@ -228,6 +244,8 @@ def print_status(j: dict[str, Any]) -> None:
             f"[red]its orchestrator is no longer running[/] (it crashed or was killed): "
             f"`spotwise cancel {j['job_id']}` releases what it still holds"
         )
+    elif j.get("orchestrator") == "hidden":
+        console.print(f"[yellow]{_HIDDEN}[/]")
     if j["instances"]:
         t = listing(
             "instances", caption=f"launch ids and more: spotwise status {j['job_id']} --json"

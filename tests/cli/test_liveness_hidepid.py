@@ -166,3 +166,30 @@ def test_a_job_recorded_before_revision_0003_keeps_its_old_rule(
 
     monkeypatch.setattr(liveness.os, "kill", refuse)
     assert liveness.orchestrator_state(_job(db, 4242, token=None)) == "gone"
+
+
+def test_status_text_says_a_hidden_orchestrator_may_still_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, orchestrator: subprocess.Popen[bytes]
+) -> None:
+    """The text showed a hidden orchestrator's job as plainly running (only --json said
+    "hidden"); it now says what cancel will say: it may still run, and why it cannot tell."""
+    from rich.console import Console
+    from typer.testing import CliRunner
+
+    from spotwise.cli import render
+    from spotwise.cli.app import app
+
+    db = f"sqlite:///{tmp_path / 's.db'}"
+    job = _running_job(db, orchestrator.pid, process_start(orchestrator.pid))
+    _hidepid(tmp_path, monkeypatch)
+    saved = render.console
+    render.console = Console(width=200, highlight=False, color_system=None)
+    try:
+        listing = CliRunner().invoke(app, ["status", "--db", db]).stdout
+        one = CliRunner().invoke(app, ["status", job, "--db", db]).stdout
+    finally:
+        render.console = saved
+    why = "its orchestrator may still run: a live process holds its pid, and this user cannot"
+    assert "running (orchestrator hidden)" in listing
+    assert f"{job}: {why}" in " ".join(listing.split())
+    assert why in " ".join(one.split())
