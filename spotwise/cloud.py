@@ -6,8 +6,9 @@ SkyNomad p3.2xlarge trace; its "now" is the trace's last tick, as for ``predicto
 the clouds go through :mod:`spotwise.providers.registry`, so a cloud SDK is imported only when
 that cloud is asked for. Current prices are cached in the store with the time they were
 fetched; when the provider cannot be reached, ``prices`` falls back to that cache (marked
-``source: cache``). The rows' shape, order and limit, and that cache, are
-:mod:`spotwise.price_rows`'s.
+``source: cache``); otherwise ``source`` says where the prices were read (``live``,
+``offline``, ``mixed`` or ``replay``: :func:`spotwise.price_rows.price_source`). The rows'
+shape, order and limit, and that cache, are :mod:`spotwise.price_rows`'s.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from spotwise.errors import (
 from spotwise.price_rows import (  # re-exported: spotwise.cloud.price_order and so on
     CACHE_MAX_AGE_S,  # noqa: F401 (re-exported)
     price_order,
+    price_source,
 )
 from spotwise.price_rows import cache_rows as _cache
 from spotwise.price_rows import cached_rows as _from_cache
@@ -282,7 +284,11 @@ def _prices(
     zones = getattr(cat, "zones_known", None)  # AWS: False for on-demand without credentials
     zones_known = bool(zones(region)) if callable(zones) else True
     # rows whose zone is the region are not cached: they would sit beside the per-zone rows
-    out.update(source="live", prices=rows, cached=_cache(rows, db, now) if zones_known else 0)
+    out.update(
+        source=price_source(cat, region, market),
+        prices=rows,
+        cached=_cache(rows, db, now) if zones_known else 0,
+    )
     if callable(zones):
         out["zones_known"] = zones_known
     if not zones_known:
@@ -314,7 +320,7 @@ def _history(
     ]
     rows.sort(key=lambda r: (r["observed_at"], r["zone"]))
     return {
-        "source": "live",
+        "source": price_source(cat, region, Market.SPOT),  # Azure's: both markets, one source
         "history": {"start": end - window, "end": end},
         "prices": rows,
         "cached": 0,

@@ -18,12 +18,14 @@ CACHE_MAX_AGE_S = 24 * 3600.0
 
 
 def offer_row(provider: str, o: Offer, observed_at: float) -> dict[str, Any]:
-    """One current price, its on-demand price joined (None when unknown) and the spot
-    ``savings`` against it."""
+    """One current price, its on-demand price joined (None when unknown) and the spot saving
+    against it: ``savings`` a fraction (0.6624, kept as it was: scripts read it) and
+    ``savings_pct`` the same in percent (66.24), as ``report``'s ``saved_pct``."""
     od = o.on_demand_price_per_hour if o.on_demand_price_per_hour > 0 else None
-    savings = None
+    savings = savings_pct = None
     if od and o.market is Market.SPOT:
         savings = round(1.0 - o.price_per_hour / od, 4)
+        savings_pct = round((1.0 - o.price_per_hour / od) * 100.0, 2)
     return {
         "provider": provider,
         "region": o.region,
@@ -33,6 +35,7 @@ def offer_row(provider: str, o: Offer, observed_at: float) -> dict[str, Any]:
         "price_per_hour": o.price_per_hour,
         "on_demand_price_per_hour": od,
         "savings": savings,
+        "savings_pct": savings_pct,
         "vcpus": o.vcpus,
         "memory_gb": o.memory_gb,
         "gpus": o.gpus,
@@ -40,6 +43,37 @@ def offer_row(provider: str, o: Offer, observed_at: float) -> dict[str, Any]:
         "available": o.available,
         "observed_at": observed_at,
     }
+
+
+# Where ``prices`` read the prices it lists (its ``source``; ``cache`` is :mod:`spotwise.cloud`'s)
+LIVE, OFFLINE, MIXED, REPLAY = "live", "offline", "mixed", "replay"
+
+
+def price_source(cat: Any, region: str | None, market: Market | None) -> str:
+    """Where the prices of ``market`` (None: both) that ``cat`` just gave came from: ``live``
+    (asked of the provider now), ``offline`` (a price catalog file: AWS's 2017 on-demand list,
+    the GCP and Azure catalogs, shipped or given as an option), ``mixed`` (spot prices live,
+    on-demand ones offline: ``on_demand_source`` names them) or ``replay`` (the local replay
+    market: the shipped trace, at its last tick). Asks the provider nothing more."""
+    if isinstance(cat, ReplayMarket):
+        return REPLAY
+    name = getattr(cat, "name", "")
+    if name == "gcp":  # GCP has no price API spotwise reads: its prices are a catalog's
+        return OFFLINE
+    if name == "azure":  # the Retail Prices API, or the catalog it falls back to
+        regions = [region] if region else list(cat.regions())
+        offline = any(cat.prices(r) is cat.fallback for r in regions)
+        return OFFLINE if offline else LIVE
+    spot = LIVE  # AWS's spot prices are read from EC2 (else no prices at all)
+    od_source = getattr(cat, "on_demand_source", None)
+    od = LIVE
+    if callable(od_source) and str(od_source(region)).startswith("offline"):
+        od = OFFLINE
+    if market is Market.SPOT:
+        return spot
+    if market is Market.ON_DEMAND:
+        return od
+    return spot if spot == od else MIXED
 
 
 def history_row(provider: str, p: PricePoint, region: str) -> dict[str, Any]:
