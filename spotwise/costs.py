@@ -116,13 +116,14 @@ def tally(
     (a replay's; absent or None: each life's provider's)."""
     rows = list(rows)
     rules = billing or {}
-    cost = sum(r.cost_usd for r in rows)
-    od = sum(r.on_demand_cost_usd for r in rows)
+    # floats from 0.0: with no lives a total is 0.0 like any other, never an int 0
+    cost = sum((r.cost_usd for r in rows), 0.0)
+    od = sum((r.on_demand_cost_usd for r in rows), 0.0)
     return {
         "lives": len(rows),
         "revoked": sum(1 for r in rows if r.end_reason == "revoked"),
         # instance time, refunded seconds included (kept as it was: scripts read it)
-        "hours": sum(r.market_seconds for r in rows) / 3600.0,
+        "hours": sum((r.market_seconds for r in rows), 0.0) / 3600.0,
         # the time charged for: what $ / hours must be divided by to get a price
         "billed_hours": sum(billed_seconds(r, rules.get(r.job_id)) for r in rows) / 3600.0,
         "cost_usd": cost,
@@ -168,7 +169,7 @@ def summarize(
     billing = {j: info.billing for j, info in jobs.items()}
     real = section((r for r in ended if r.job_id not in sim), by, False, billing)
     replay = section((r for r in ended if r.job_id in sim), by, True, billing)
-    held_rows = []
+    held_rows: list[dict[str, Any]] = []
     for r in sorted(held, key=lambda r: (r.requested_at, r.id)):
         info = jobs.get(r.job_id, JobInfo("unknown", running=False, simulated=False))
         leftover = info.state in FINISHED_JOB_STATES or not info.running
@@ -202,8 +203,10 @@ def summarize(
         "replay": replay,
         "held": held_rows,
         # what real clouds charge now for what is still held; the replay's, apart (not money)
-        "held_usd_per_hour": sum(h["usd_per_hour"] for h in held_rows if not h["simulated"]),
-        "held_simulated_usd_per_hour": sum(h["usd_per_hour"] for h in held_rows if h["simulated"]),
+        "held_usd_per_hour": sum((h["usd_per_hour"] for h in held_rows if not h["simulated"]), 0.0),
+        "held_simulated_usd_per_hour": sum(
+            (h["usd_per_hour"] for h in held_rows if h["simulated"]), 0.0
+        ),
         "leftovers": sum(1 for h in held_rows if h["leftover"]),
     }
 
