@@ -41,10 +41,12 @@ def tune(
 ) -> None:
     """Run a tuning job to the end: live table of trials, then a summary ($ vs on-demand).
 
-    Exits 2 for a bad spec (nothing written); 1 when every trial failed, when no trial has a
-    final metric (a budget or deadline left none; trials never reported their last step, or
-    ended on NaN), or when an instance could not be terminated at the end (it may still be
-    billed: `spotwise cancel JOB` retries); 130 when the job was cancelled; otherwise 4 when
+    Exits 2 for a bad spec (nothing written); 1 when a provider cannot be used at the start
+    (e.g. no cloud account or credentials: refused with one line before anything is
+    recorded), when every trial failed, when no trial has a final metric (a budget or deadline
+    left none; trials never reported their last step, or ended on NaN), or when an instance
+    could not be terminated at the end (it may still be billed: `spotwise cancel JOB`
+    retries); 130 when the job was cancelled; otherwise 4 when
     instances carrying the job's tags that it did not launch were left running (listed as
     not launched by it: left alone).
 

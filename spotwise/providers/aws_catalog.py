@@ -80,6 +80,7 @@ class AwsCatalog(RegionListings):
         self._zones: dict[str, dict[str, set[str]]] = {}
         self._zones_known: dict[str, bool] = {}
         self._clients: dict[tuple[str, str], Any] = {}
+        self._failed: dict[str, BaseException] = {}  # region → the last EC2 call's error
 
     # ---- Catalog -----------------------------------------------------------------------
     def regions(self) -> list[str]:
@@ -221,6 +222,14 @@ class AwsCatalog(RegionListings):
         if name in self._hardware_of_types(region, [name]):
             return name
         if self._offered_names(region) is None:  # only the 2017 offline list: cannot tell
+            if _no_credentials(self._failed.get(region)):  # the cause first, and its fix
+                raise ProviderUnavailable(
+                    "aws: no AWS credentials found: configure them through the standard chain "
+                    "(AWS_PROFILE, `aws configure`, SSO or an instance role); without them "
+                    f"EC2 cannot check instance type {name!r} in {region}, which the offline "
+                    "catalog (2017) does not list",
+                    hint="`spotwise check` then says which credentials AWS finds",
+                )
             raise ProviderUnavailable(
                 f"aws: cannot check instance type {name!r} in {region}: EC2 cannot be reached "
                 "and the offline catalog (2017) does not list it",
@@ -257,12 +266,14 @@ class AwsCatalog(RegionListings):
                 except Exception as e:
                     if not aws.is_sdk_error(e):
                         raise
+                    self._failed[region] = e  # why EC2 did not answer, for the error path
                     bad = _invalid_types(e) if aws.error_code(e) == "InvalidInstanceType" else set()
                     if not bad & set(chunk):
                         break  # EC2 unreachable or an unexpected answer: use what we have
                     self._unknown.update(bad)
                     chunk = [t for t in chunk if t not in bad]
                     continue
+                self._failed.pop(region, None)
                 for it in resp.get("InstanceTypes", []):
                     known[it["InstanceType"]] = hardware_of(it)
                 break
@@ -357,7 +368,9 @@ class NoCredentials(ProviderUnavailable):
     """No AWS credentials were found (credentials AWS rejected are a ProviderUnavailable)."""
 
 
-def _no_credentials(exc: BaseException) -> bool:
+def _no_credentials(exc: BaseException | None) -> bool:
+    if exc is None:
+        return False
     from botocore.exceptions import NoCredentialsError, PartialCredentialsError
 
     return isinstance(exc, NoCredentialsError | PartialCredentialsError)
