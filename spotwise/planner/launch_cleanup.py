@@ -9,7 +9,7 @@ A mixin of :class:`~spotwise.planner.ledger.Ledger` (over
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from spotwise.errors import ProviderError
 from spotwise.planner.runstate import TrialRun
@@ -18,6 +18,7 @@ from spotwise.providers.base import (
     TAG_JOB,
     TAG_LAUNCH,
     Instance,
+    InstanceState,
     Market,
     Offer,
     launched_by,
@@ -46,17 +47,15 @@ def listing_lag_s(provisioner: object) -> float:
     return float(getattr(provisioner, "LISTING_LAG_S", 0.0))
 
 
-def _gone(inst: Instance) -> str:
+def _gone(inst: Instance, what: str) -> str:
     """A failed launch's ended instance whose cloud does not say which request made it: ``i-1
     (us-east-1) carries launch L's tag and has ended; aws does not say which request created
-    it: nothing of the launch runs, and it is not billed (a failed launch's cleanup bills only
-    what it terminates)``."""
+    it: <what>`` (what the cleanup did with it)."""
     where = f" ({inst.offer.region})" if inst.offer.region else ""
     return (
         f"{inst.instance_id}{where} carries launch {inst.tags.get(TAG_LAUNCH, '')}'s tag and has "
         f"ended; {inst.offer.provider or 'the cloud'} does not say which request created it: "
-        "nothing of the launch runs, and it is not billed (a failed launch's cleanup bills "
-        "only what it terminates)"
+        + what
     )
 
 
@@ -90,6 +89,19 @@ class Unconfirmed:
     def since(self) -> float:
         """Where its running cost starts: the instance found, else the launch request."""
         return self.started_at if self.started_at is not None else self.asked_at
+
+
+@dataclass
+class Discarded:
+    """What a failed launch's cleanup found and did (:meth:`LaunchCleanup._discard`)."""
+
+    clean: bool  # nothing of the launch is left: listed, and what it found terminated
+    held: list[Instance]  # its instances found still holding a resource
+    cost: float = 0.0  # what those it terminated cost (:meth:`LaunchCleanup._bill_discarded`)
+    seconds: float = 0.0  # and ran, in market seconds
+    # ended ones with its tag whose cloud does not confirm it (unconfirmed_launch), as listed
+    gone: list[Instance] = field(default_factory=list)
+    own: str = ""  # an instance of the launch the cloud confirms (listed): its id
 
 
 class LaunchCleanup(TrialBook):
@@ -145,7 +157,8 @@ class LaunchCleanup(TrialBook):
         leftover of the job, `spotwise report` lists it as held and `spotwise cancel` finds it
         by its launch tag. ``now`` (market clock): when the launch was asked for; ``offer``:
         what it was for."""
-        confirmed, held, cost, seconds = self._discard_launch(t, launch_id, now, offer)
+        d = self._discard(t, launch_id, now, offer)
+        confirmed, held, cost, seconds = d.clean, d.held, d.cost, d.seconds
         ids = [i.instance_id for i in held]
         before = self.unconfirmed.pop(launch_id, None)
         trust_wall = before.trust_wall if before is not None else 0.0
@@ -156,19 +169,18 @@ class LaunchCleanup(TrialBook):
         if confirmed:
             # an instance it started and we terminated is a billed life: `spotwise report`
             # counts it by its cost and market seconds, `cancel`/support find it by its id
+            # (an ended one its cloud does not confirm is billed too, once: :meth:`_bill_gone`)
             bill = {"cost_usd": cost, "on_demand_cost_usd": 0.0} if cost else {}
             if seconds:
                 bill["market_seconds"] = seconds
             found = {"provider_instance_id": ids[0]} if len(ids) == 1 else {}
+            close = {"state": "failed", "end_reason": "failed", "ended_at": time.time()}
             self.store.update_instance(
-                launch_id,
-                state="failed",
-                end_reason="failed",
-                ended_at=time.time(),
-                **bill,
-                **found,
+                launch_id, **close, **bill, **found, **self._bill_gone(t, d, now, offer)
             )
             return
+        if final:  # the last try: its record stays open, a leftover of the job
+            self._bill_gone(t, d, now, offer, closed=False)
         starts = [i.launched_at for i in held if i.launched_at > 0]
         started = min(starts) if starts else None
         if not ids and before is not None:
@@ -201,49 +213,93 @@ class LaunchCleanup(TrialBook):
     def _discard_launch(
         self, t: TrialRun, launch_id: str, asked_at: float, offer: Offer
     ) -> tuple[bool, list[Instance], float, float]:
+        """:meth:`_discard`'s ``clean``, ``held``, ``cost`` and ``seconds``."""
+        d = self._discard(t, launch_id, asked_at, offer)
+        return d.clean, d.held, d.cost, d.seconds
+
+    def _discard(self, t: TrialRun, launch_id: str, asked_at: float, offer: Offer) -> Discarded:
         """Terminate whatever a failed launch left running: the instances carrying its tag
         (the cloud may have accepted it before the call failed). Errors become events.
 
-        Returns whether nothing of the launch is left (the listing succeeded, and so did the
-        terminate of what it found), the instances it found still holding a resource, and what
-        the instances it terminated cost and ran, in market seconds (:meth:`_bill_discarded`)."""
+        Clean: the listing succeeded, the terminate of what it found did too, and no instance
+        whose cloud does not say which request made it holds a resource with its tag (left
+        alone: never terminated on its tags alone). Such an instance that has ended is in
+        ``gone``, billed only when its record is closed (:meth:`_bill_gone`)."""
         prov = self.backend.provisioner
         now = self.backend.now()
         try:
             found = prov.describe({TAG_JOB: self.job_id, TAG_LAUNCH: launch_id})
         except ProviderError as e:
             self._event("error", now, t, error=f"looking for the failed launch's instance: {e}")
-            return False, [], 0.0, 0.0
+            return Discarded(False, [])
         ours = self._ours(found, {launch_id}, now, t)  # a copy with its tag is not its own
+        doubt = [i for i in found if unconfirmed_launch(i, self.job_id, {launch_id})]
         # its tag on an instance whose cloud does not say which request made it: not clean
-        clean = not any(
-            i.holds_resource() and unconfirmed_launch(i, self.job_id, {launch_id}) for i in found
-        )
-        for i in found:  # ended: holds nothing (clean); said, not billed, as a confirmed one
-            if not i.holds_resource() and unconfirmed_launch(i, self.job_id, {launch_id}):
-                self._event("unconfirmed_ended", now, t, instance=i.instance_id, message=_gone(i))
+        clean = not any(i.holds_resource() for i in doubt)
+        gone = [i for i in doubt if not i.holds_resource()]
+        own = ours[0].instance_id if ours else ""
         held = [i for i in ours if i.holds_resource()]
         if not held:
-            return clean, [], 0.0, 0.0
+            return Discarded(clean, [], gone=gone, own=own)
         left = [i.instance_id for i in held]
         if not self._terminate_quietly(t, left, now, "the failed launch's instance"):
-            return False, held, 0.0, 0.0
-        return clean, held, *self._bill_discarded(t, held, asked_at, now, offer)
+            return Discarded(False, held, gone=gone, own=own)
+        cost, seconds = self._bill_discarded(t, held, asked_at, now, offer)
+        return Discarded(clean, held, cost, seconds, gone, own)
+
+    def _bill_gone(
+        self, t: TrialRun, d: Discarded, asked_at: float, offer: Offer, closed: bool = True
+    ) -> dict[str, object]:
+        """Close a failed launch on an ended instance its cloud does not confirm it made, as
+        `spotwise cancel` does: with no instance of the launch confirmed, the first listed is
+        billed as the launch's (its life, from its start, else the request, to its end, under
+        the offer's rule: :meth:`_bill_discarded`); returns its record's fields. Each is named
+        once (an ``unconfirmed_ended`` event), when the record is ``closed`` or, at the last
+        try, left open (`spotwise cancel` settles it)."""
+        now, first = self.backend.now(), ""
+        out: dict[str, object] = {}
+        for inst in d.gone:
+            what = "its launch's cleanup is not confirmed: left to `spotwise cancel`"
+            if closed and d.own:
+                what = f"not billed (the launch's own instance {d.own} is confirmed)"
+            elif closed and first:
+                what = f"not billed ({first}, listed first, is billed as the launch's)"
+            elif closed:
+                first = inst.instance_id
+                end = inst.ended_at if inst.ended_at is not None else now
+                revoked = inst.state is InstanceState.REVOKED
+                cost, s = self._bill_discarded(t, [inst], asked_at, end, offer, revoked)
+                what = (
+                    f"no instance of the launch is confirmed: billed as the launch's (${cost:.4f})"
+                )
+                out = {"provider_instance_id": first, "cost_usd": cost, "market_seconds": s}
+                out["on_demand_cost_usd"] = 0.0
+                out |= {"launched_at": inst.launched_at} if inst.launched_at > 0 else {}
+            self._event(
+                "unconfirmed_ended", now, t, instance=inst.instance_id, message=_gone(inst, what)
+            )
+        return out
 
     def _bill_discarded(
-        self, t: TrialRun, held: list[Instance], asked_at: float, ended_at: float, offer: Offer
+        self,
+        t: TrialRun,
+        held: list[Instance],
+        asked_at: float,
+        ended_at: float,
+        offer: Offer,
+        revoked: bool = False,
     ) -> tuple[float, float]:
         """What instances a failed launch left running cost, and how many market seconds they
-        ran, from their start (else the launch request) to the terminate request, at the price
-        of the offer launched on, under its provider's rule. Counted in the trial's and the
-        job's spend (the budget sees it). An instance found only at the end of the job may
-        have run all along."""
+        ran, from their start (else the launch request) to the terminate request (an ended
+        one: to its end), at the price of the offer launched on, under its provider's rule
+        (``revoked``: the provider took it). Counted in the trial's and the job's spend (the
+        budget sees it). An instance found only at the end of the job may have run all along."""
         rule = self.backend.rule_of(offer)
         cost = seconds = 0.0
         for inst in held:
             start = inst.launched_at if inst.launched_at > 0 else asked_at
             segs = self.backend.segments(offer, min(start, ended_at), ended_at)
-            cost += rule.charge(segs, revoked_by_provider=False)
+            cost += rule.charge(segs, revoked_by_provider=revoked)
             seconds += sum(s for s, _ in segs)
         if cost:
             t.cost_usd += cost
