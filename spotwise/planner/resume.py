@@ -31,7 +31,7 @@ from typing import Any
 
 from spotwise.errors import ConfigError, SpecError
 from spotwise.planner.policy import INVALID_METRIC, Phase
-from spotwise.planner.runstate import TrialRun, runs_again
+from spotwise.planner.runstate import LIMITS, TrialRun, runs_again
 from spotwise.spec import SEEDS, JobSpec, SearchSpec, load_stored_spec
 from spotwise.states import JobState, TrialState
 
@@ -179,9 +179,17 @@ def plan_resume(
         stopped=stopped,
         totals={
             **{k: float(getattr(job, k)) for k in TOTALS},
-            # a limit's stop is undone: the trial runs again (and may be stopped again)
+            # the policy's stops that stand (a limit's stop is undone: the trial runs again,
+            # and may be stopped again), counted from the trials: a job recorded before the
+            # count left out the limits' stops had counted them in its total
             "early_stopped": float(
-                job.early_stopped - sum(1 for t in requeued if t.trial_id in was_stopped)
+                sum(
+                    1
+                    for t in trials
+                    if t.trial_id in was_stopped
+                    and t.phase is not Phase.QUEUED
+                    and t.stop_reason not in LIMITS
+                )
             ),
         },
         spec_changed=bool(new),

@@ -33,7 +33,7 @@ from spotwise.planner.policy import (
     TrialExited,
 )
 from spotwise.planner.report import best_of, last_reported, reported_final, unreported_final
-from spotwise.planner.runstate import Life, TrialRun, note_checkpoint_save
+from spotwise.planner.runstate import LIMITS, Life, TrialRun, note_checkpoint_save
 from spotwise.planner.search import Search
 from spotwise.providers.base import InstanceState
 from spotwise.spec import JobSpec
@@ -366,8 +366,8 @@ class TrialBook:
     def _close_trial(self, t: TrialRun, state: str, now: float) -> None:
         t.phase, t.state = Phase.DONE, state
         final = t.final_metric if state == "completed" else None
-        if state == "stopped_early":
-            self.early_stopped += 1
+        if state == "stopped_early" and t.stop_reason not in LIMITS:  # the policy's own
+            self.early_stopped += 1  # (a limit's stops are counted apart: the summary's limits)
         # the record first: should the search raise, the trial is not left "running" in the
         # store (the drain only closes trials that are not done)
         self.store.update_trial(

@@ -125,6 +125,25 @@ def test_a_trial_a_limit_stopped_runs_again_one_the_policy_stopped_does_not(
     assert store.get_job(job_id).early_stopped == 2  # in the claim: never counted twice
 
 
+def test_the_resumed_count_of_early_stops_is_the_policys_whatever_the_job_counted(
+    tmp_path: Path,
+) -> None:
+    """Since review-ac F1 a limit's stop is not counted as early-stopped; a job recorded before
+    counted it. The resume counts the policy's stops that stand from the trials: 2 either way
+    (it subtracted the requeued trials from the job's count: 1 for a job counted the new way)."""
+    for counted in (2, 3):
+        (tmp_path / str(counted)).mkdir()
+        store = _store(tmp_path / str(counted))
+        job_id = _job(store, tmp_path, state="failed")
+        store.update_job(job_id, early_stopped=counted)
+        for n, why in enumerate(("budget", "asha", "invalid metric")):
+            tid = _trial(store, job_id, n, "stopped_early", step=3, metric=0.2)
+            store.add_event(job_id, "stop_early", 1.0, trial_id=tid, reason=why)
+        plan = plan_resume(store, store.get_job(job_id))
+        assert plan.totals["early_stopped"] == 2, counted
+        store.close()
+
+
 def test_refusals_name_the_fix_and_write_nothing(tmp_path: Path) -> None:
     store = _store(tmp_path)
 
