@@ -78,7 +78,8 @@ ModelOpt = Annotated[
         "--revocation-model",
         help="pretrained (the shipped model), none (no forecast), or a model fitted here on the "
         "trace before --start-from (the first 70% if --start-from is below 0.2): lstm, "
-        "logistic, persistence, base-rate.",
+        "logistic, persistence, base-rate. Only spottune and spotwise read it: for other "
+        "policies none is computed.",
     ),
 ]
 StartFromOpt = Annotated[
@@ -226,7 +227,7 @@ def simulate(
     ts = _load(traces, load_traces)
     pool = load_curve_pool(curves, metric=metric, direction=direction)
     check_time_scale(pool, time_scale)
-    risk = _risk(ts, revocation_model, start_from)
+    risk = _risk(ts, revocation_model, start_from, names)
     result = run_suite(
         ts,
         pool,
@@ -304,7 +305,7 @@ def deadline(
         traces,
         lambda p: load_cbl_folder(p) if p.is_dir() and find_json(p) else load_traces(p),
     )
-    risk = _risk(ts, revocation_model, start_from) if "spotwise" in names else None
+    risk = _risk(ts, revocation_model, start_from, names) if "spotwise" in names else None
     with _spec_errors("simulate deadline"):
         result = run_deadline_suite(
             ts,
@@ -324,13 +325,14 @@ def deadline(
 # ---- helpers ------------------------------------------------------------------------------
 
 
-def _risk(ts: TraceSet, model: str, start_from: float) -> Risk:
-    """Revocation risk from the first start point on.
+def _risk(ts: TraceSet, model: str, start_from: float, names: list[str]) -> Risk:
+    """Revocation risk from the first start point on, if a policy of ``names`` reads it (a
+    model fitted here trains on the trace before the first start, 0.7 if that is tiny)."""
+    from spotwise.planner.policy import get_policy
+    from spotwise.planner.sim_suite import Risk, revocation_risk
 
-    A model fitted here trains on the trace before the first start (0.7 if that is tiny).
-    """
-    from spotwise.planner.sim_suite import revocation_risk
-
+    if not any(getattr(get_policy(n), "uses_forecast", False) for n in names):
+        return Risk(None, 3600.0, "none (no policy chosen reads a forecast)")  # review-ac F5
     train_fraction = start_from if start_from >= 0.2 else 0.7
     return revocation_risk(ts, model, train_fraction, from_tick=int(start_from * ts.n_ticks))
 

@@ -142,3 +142,38 @@ def test_plot_draws_cost_vs_regret(tmp_path: Path) -> None:
     ])  # fmt: skip
     assert res.exit_code == 0, res.output
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_no_forecast_is_computed_when_no_chosen_policy_reads_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """review-ac F5: `--policy asha` fitted (or loaded) the default forecast, minutes for
+    `--revocation-model lstm`, then said it had used it; only spottune and spotwise read it."""
+    from spotwise.planner import sim_suite
+
+    traces = write_skynomad(tmp_path / "trace.csv.gz")
+    curves = write_curves(tmp_path / "curves.csv")
+    fitted: list[str] = []
+    real = sim_suite.revocation_risk
+
+    def spy(ts: object, model: str = "pretrained", *a: object, **k: object) -> object:
+        fitted.append(model)
+        return real(ts, model, *a, **k)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(sim_suite, "revocation_risk", spy)
+    docs = {}
+    for policies in ("on-demand,spot-greedy,asha", "asha,spottune"):
+        res = runner.invoke(app, [
+            "--traces", str(traces), "--curves", str(curves), "--policy", policies,
+            "--trials", "4", "--parallel", "2", "--seeds", "1", "--revocation-model",
+            "base-rate", "--start-from", "0.3", "--window-hours", "72", "--time-scale", "1",
+            "--workers", "1", "--json",
+        ])  # fmt: skip
+        assert res.exit_code == 0, res.output
+        docs[policies] = json.loads(res.output)
+    assert fitted == ["base-rate"]  # for the second list only: spottune reads it
+    first = docs["on-demand,spot-greedy,asha"]
+    assert first["revocation_model"] == "none (no policy chosen reads a forecast)"
+    assert docs["asha,spottune"]["revocation_model"].startswith("base-rate fitted on")
+    # what asha does does not depend on it
+    assert first["policies"]["asha"] == docs["asha,spottune"]["policies"]["asha"]
