@@ -98,12 +98,14 @@ def billed_seconds(row: LifeRow, billing: str | None = None) -> float:
     from spotwise.providers.billing import rule_for
 
     seconds = max(row.market_seconds, 0.0)
-    if seconds == 0 or (row.cost_usd <= 0 and row.price_per_hour > 0):
+    if (seconds == 0 and row.cost_usd <= 0) or (row.cost_usd <= 0 and row.price_per_hour > 0):
         return 0.0
     try:
         rule = rule_for(billing or row.provider)
     except SpecError:
         return seconds
+    if seconds == 0:  # billed, never timed: a life that started pays its minimum (release.py)
+        return rule.minimum_s
     # the rule's dollars at $3600/h are its billed seconds (its minimum and rounding included)
     return float(rule.charge([(seconds, 3600.0)], revoked_by_provider=row.end_reason == "revoked"))
 

@@ -145,7 +145,10 @@ def _release(store: Any, job: Any, orchestrator_died: bool = False) -> dict[str,
             extra_s = max((end - start) * speedup - row.market_seconds, 0.0)
         revoked = found is not None and found.revoked
         cost = row.cost_usd
-        if extra_s or revoked:
+        # a life that started is billed at least the rule's minimum, even when nothing
+        # measured how long it ran (a dead local job's trial that never reported: review-ac F3)
+        unbilled = start is not None and row.launched_at is not None and not row.market_seconds
+        if extra_s or revoked or (unbilled and row.end_reason != "not deleted"):
             cost = _whole_life_cost(row, extra_s, revoked, _rule(spec, row.provider))
         extra_usd = cost - row.cost_usd
         # a launch that never answered was no life of the trial to its orchestrator either
@@ -215,6 +218,8 @@ def _whole_life_cost(row: Any, extra_s: float, revoked: bool, rule: Any) -> floa
     billed0 = rule.charge([(s0, 3600.0)], revoked_by_provider=False) if s0 > 0 else 0.0
     p0 = row.cost_usd * 3600.0 / billed0 if billed0 and row.cost_usd else row.price_per_hour
     segments = [(s, p) for s, p in ((s0, p0), (extra_s, row.price_per_hour)) if s > 0]
+    if not segments and not revoked:  # it started: at least the minimum (0 s billed nothing)
+        segments = [(rule.minimum_s, row.price_per_hour)] if rule.minimum_s > 0 else []
     return float(rule.charge(segments, revoked_by_provider=revoked)) if segments else 0.0
 
 

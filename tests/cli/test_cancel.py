@@ -404,3 +404,37 @@ def test_cancel_of_a_dead_job_completes_a_trial_that_reported_its_last_step(
         assert s.get_trial(invalid.id).state.value == "cancelled"
         after = s.get_job(job)
         assert (after.best_trial_id, after.best_metric) == (finished, 0.95)
+
+
+def test_a_dead_replay_jobs_life_that_never_reported_is_billed_its_minimum(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """review-ac F3: a trial process that died with its orchestrator before its first report
+    is billed up to its start, 0 s: it was closed at $0 although the life started, and AWS
+    (whose rule the replay bills by) charges a started instance at least 60 s."""
+    from spotwise import costs
+    from spotwise.planner import reconcile as backend
+
+    now = time.time()
+    db, job_id = _cloud_job(
+        tmp_path,
+        None,
+        [{"id": "l-1", "state": "running", "launched_at": now - 3.0,
+          "provider_instance_id": "local-1"}],
+        provider={"name": "local", "replay": {"speedup": 300}},
+    )  # fmt: skip
+    monkeypatch.setattr(backend, "reconcile", lambda spec, job_id: [])  # died with it
+    out = jobs.cancel(job_id, db=db)
+    assert out["billed_to"] == (
+        "their start (no report was recorded), as their trial processes died with the orchestrator"
+    )
+    minimum_usd = 60 * 0.9 / 3600
+    with Store.open_existing(db) as s:
+        row = s.get_instance("l-1")
+        assert (row.market_seconds, row.end_reason) == (0.0, "reconciled")
+        assert row.cost_usd == pytest.approx(minimum_usd)  # was $0
+        assert s.get_job(job_id).cost_usd == pytest.approx(minimum_usd)
+        (trial,) = s.list_trials(job_id)
+        assert trial.cost_usd == pytest.approx(minimum_usd)
+    report = costs.report(db=db, since="all")  # $ and the hours it is for agree
+    assert report["replay"]["totals"]["billed_hours"] == pytest.approx(60 / 3600)
