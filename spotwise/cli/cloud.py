@@ -23,7 +23,8 @@ RegionOpt = Annotated[
     typer.Option(
         "--region",
         "-r",
-        help="Region (default: the provider's default region).",
+        help="Region (default: for aws its configured region, else us-east-1; every "
+        "region for the other providers).",
         show_default=False,
     ),
 ]
