@@ -369,8 +369,9 @@ def load_spec(path: str | Path) -> JobSpec:
 
 def _check_local(spec: JobSpec, path: Path) -> None:
     """What a local job names on this machine: its ``workdir`` (a cloud's is on the
-    instance), and the regions and zones of its replayed trace; refused here, before the
-    job is recorded, rather than when its trials cannot start."""
+    instance), and its replayed trace with the start, regions, zones and instance types it
+    names there; refused here, before the job is recorded, rather than when its trials
+    cannot start."""
     base = spec.base_dir(path)
     if spec.workdir and not base.is_dir():
         what = "is not a folder" if base.exists() else "does not exist"
@@ -379,11 +380,14 @@ def _check_local(spec: JobSpec, path: Path) -> None:
             "(a relative one is from the spec's folder)"
         )
     for i, q in enumerate(spec.providers):
-        if q.name == "local" and (q.regions or q.zones):
+        if q.name == "local":
             from spotwise.providers.replay import check_replay_filters
 
+            r = q.replay or ReplaySpec()
             try:
-                trace = (q.replay or ReplaySpec()).trace
-                check_replay_filters(trace, base, q.regions, q.zones, i)
+                check_replay_filters(
+                    r.trace, base, q.regions, q.zones, i,
+                    instance_types=q.instance_types, start_h=r.start,
+                )  # fmt: skip
             except SpecError as e:
                 raise SpecError(f"{path}: {e.message}", hint=e.hint) from None

@@ -274,18 +274,15 @@ def _local(p: ProviderSpec, r: ReplaySpec, base_dir: Path, run_dir: Path) -> Bac
     from spotwise.providers.local import LocalProvisioner
     from spotwise.providers.replay import MarketClock, check_replay_filters, load_market_traces
 
-    traces = load_market_traces(r.trace, base_dir)
+    # the trace, a start past its end, an unknown region, zone or instance type: a SpecError
+    # naming the field (load_spec checks it first, with the spec's path; a spec parsed by
+    # other means, e.g. a resumed job's, is checked here)
+    check_replay_filters(
+        r.trace, base_dir, p.regions, p.zones, instance_types=p.instance_types, start_h=r.start
+    )
+    traces = load_market_traces(r.trace, base_dir, "spec field 'providers.0.replay.trace'")
     market = ReplayMarket(traces, provider=r.billing)
     start = market.start_time + r.start * 3600.0
-    if start >= market.end_time:
-        hours = (market.end_time - market.start_time) / 3600
-        raise SpecError(
-            f"spec field 'providers.0.replay.start': {r.start} h is past the trace end "
-            f"({hours:.0f} h)"
-        )
-    # an unknown region or zone: SpecError naming the field, with "did you mean" (load_spec
-    # checks it first; a spec parsed by other means is checked here)
-    check_replay_filters(r.trace, base_dir, p.regions, p.zones)
     clock = MarketClock(start, r.speedup)
     rule = rule_for(r.billing)
     prov = LocalProvisioner(

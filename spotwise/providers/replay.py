@@ -13,6 +13,7 @@ the trace says spot is no longer obtainable in z.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Sequence
 from functools import cache
@@ -39,13 +40,14 @@ CBL_SPOT_PRICE = 0.9731  # Can't Be Late paper's p3.2xlarge spot price (traces c
 CBL_ON_DEMAND_PRICE = 3.06
 
 
-def resolve_trace(ref: str, base: Path | None = None) -> Path:
-    """``builtin:<name>`` → the shipped copy; anything else is a path (relative to ``base``)."""
+def resolve_trace(ref: str, base: Path | None = None, field: str = "replay.trace") -> Path:
+    """``builtin:<name>`` → the shipped copy; anything else is a path (relative to ``base``).
+    Errors start with ``field`` (a job spec's is ``spec field 'providers.0.replay.trace'``)."""
     if ref.startswith("builtin:"):
         name = ref.split(":", 1)[1]
         if name not in BUILTIN_TRACES:
             raise SpecError(
-                f"replay.trace: unknown builtin trace {name!r}"
+                f"{field}: unknown builtin trace {name!r}"
                 f"{did_you_mean(name, list(BUILTIN_TRACES))}; "
                 f"valid: {', '.join('builtin:' + n for n in BUILTIN_TRACES)}"
             )
@@ -55,7 +57,7 @@ def resolve_trace(ref: str, base: Path | None = None) -> Path:
         p = base / p
     if not p.exists():
         raise SpecError(
-            f"replay.trace: {p} does not exist; use builtin:skynomad-v100-2023 or a trace path"
+            f"{field}: {p} does not exist; use builtin:skynomad-v100-2023 or a trace path"
         )
     return p
 
@@ -65,27 +67,66 @@ def _load_cached(path: str) -> TraceSet:
     return load_traces(path)
 
 
-def load_market_traces(ref: str, base: Path | None = None) -> TraceSet:
-    return _load_cached(str(resolve_trace(ref, base)))
+def load_market_traces(ref: str, base: Path | None = None, field: str = "replay.trace") -> TraceSet:
+    """The trace ``ref`` names (cached); a missing or unreadable one is a SpecError naming
+    ``field``."""
+    path = str(resolve_trace(ref, base, field))
+    try:
+        return _load_cached(path)
+    except SpecError as e:  # load_traces names its --traces option: name the spec's field
+        raise SpecError(field + e.message.removeprefix("--traces"), hint=e.hint) from None
 
 
 def check_replay_filters(
-    trace: str, base: Path | None, regions: Sequence[str], zones: Sequence[str], i: int = 0
+    trace: str,
+    base: Path | None,
+    regions: Sequence[str],
+    zones: Sequence[str],
+    i: int = 0,
+    *,
+    instance_types: Sequence[str] = (),
+    start_h: float = 0.0,
 ) -> None:
-    """Refuse (:class:`SpecError`, exit 2) a region or zone that the local provider ``i``
-    names and its replayed ``trace`` does not have, naming the spec field (``providers.0.zones.1``)
-    with the closest name the trace has. Called when the spec loads, before anything is
-    recorded; loading the trace here costs nothing later (it is cached)."""
-    traces = load_market_traces(trace, base)
-    known = {"regions": sorted({zone_region(z) for z in traces.zones}), "zones": traces.zones}
-    for field, names in (("regions", regions), ("zones", zones)):
+    """Refuse (:class:`SpecError`, exit 2) what the local provider ``i`` names and its
+    replayed ``trace`` does not have: the trace itself, a ``replay.start`` past its end, a
+    region, zone or instance type (with the closest name the trace has), or regions and zones
+    that share no zone. Each names the spec field (``providers.0.zones.1``). Called when the
+    spec loads, before anything is recorded, and when the market opens; the trace is read
+    only when something is to be checked against it (then cached)."""
+    at = f"spec field 'providers.{i}"
+    resolve_trace(trace, base, f"{at}.replay.trace'")
+    if not (regions or zones or instance_types or start_h):
+        return
+    traces = load_market_traces(trace, base, f"{at}.replay.trace'")
+    first, end = float(traces.times[0]), float(traces.times[-1]) + traces.gap_seconds
+    if first + start_h * 3600.0 >= end:
+        hours = math.floor((end - first) / 360.0) / 10  # rounded down: "below" it is inside
+        raise SpecError(
+            f"{at}.replay.start': {start_h} h is past the trace end ({hours} h); set it "
+            f"below {hours} (hours into the trace)"
+        )
+    known = {
+        "regions": sorted({zone_region(z) for z in traces.zones}),
+        "zones": traces.zones,
+        "instance_types": [_instance_type_name(traces.instance_type)],
+    }
+    for field, names in (
+        ("regions", regions),
+        ("zones", zones),
+        ("instance_types", instance_types),
+    ):
+        what = "instance type" if field == "instance_types" else field[:-1]
         for j, name in enumerate(names):
             if name not in known[field]:
                 raise SpecError(
-                    f"spec field 'providers.{i}.{field}.{j}': {field[:-1]} {name!r} is not in "
-                    f"the replayed trace{did_you_mean(name, known[field])}; "
-                    f"valid: {', '.join(known[field])}"
+                    f"{at}.{field}.{j}': {what} {name!r} is not in the replayed "
+                    f"trace{did_you_mean(name, known[field])}; valid: {', '.join(known[field])}"
                 )
+    if regions and zones and not any(zone_region(z) in regions for z in zones):
+        raise SpecError(
+            f"{at}.zones': none of {', '.join(zones)} is in its regions ({', '.join(regions)}), "
+            "so no offer matches; name zones of those regions, or drop one of the two"
+        )
 
 
 def zone_region(zone: str) -> str:
