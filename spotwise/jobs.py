@@ -7,6 +7,7 @@ for ``--json``).
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import signal
@@ -49,6 +50,8 @@ def tune(
             hint=f"the spec's policy_options are for {spec.policy}: drop --policy {policy}, "
             f"or change policy_options for {policy}",
         ) from None
+    if note := deadline_note(policy or spec.policy, spec.budget.deadline_hours):
+        logging.getLogger(__name__).warning("%s", note)
     store = Store.open(db)
     try:
         return run_job(
@@ -59,6 +62,17 @@ def tune(
         )
     finally:
         store.close()
+
+
+def deadline_note(policy: str, deadline_hours: float | None) -> str:
+    """A warning for a deadline policy run without a deadline (review-ac F6: it placed trials
+    by price alone, and nothing said so)."""
+    if policy not in ("greedy", "uniform-progress") or deadline_hours is not None:
+        return ""
+    return (
+        f"policy {policy} plans for a deadline (budget.deadline_hours) and the spec sets none: "
+        "it places each trial on the cheapest spot offer, as spot-greedy does"
+    )
 
 
 def resume(
