@@ -94,9 +94,11 @@ def check_replay_filters(
     spec loads, before anything is recorded, and when the market opens; the trace is read
     only when something is to be checked against it (then cached)."""
     at = f"spec field 'providers.{i}"
-    resolve_trace(trace, base, f"{at}.replay.trace'")
-    if not (regions or zones or instance_types or start_h):
-        return
+    filters = bool(regions or zones or instance_types or start_h)
+    if filters or trace.startswith("builtin:"):  # a builtin's name costs no file
+        resolve_trace(trace, base, f"{at}.replay.trace'")
+    if not filters:
+        return  # nothing to check against it: a missing file is refused when the market opens
     traces = load_market_traces(trace, base, f"{at}.replay.trace'")
     first, end = float(traces.times[0]), float(traces.times[-1]) + traces.gap_seconds
     if first + start_h * 3600.0 >= end:
