@@ -153,7 +153,15 @@ def print_summary(s: dict[str, Any]) -> None:
     for limit, n in (s.get("limits") or {}).items():  # the budget or deadline bound
         before = f" ({n['never_started']} before starting)" if n["never_started"] else ""
         more = f"; {unmade} of {planned} planned never created" if unmade > 0 else ""
-        console.print(f"[yellow]{limit}: {n['stopped']} trial(s) stopped{before}{more}[/]")
+        if n["stopped"] or more:
+            console.print(f"[yellow]{limit}: {n['stopped']} trial(s) stopped{before}{more}[/]")
+        if over := n.get("exceeded_usd"):  # the cost ended above max_cost_usd: never silent
+            usd = f"{over:.{4 if over >= 1e-4 else 6}f}"
+            console.print(
+                f"[red]budget exceeded by ${usd}: its lives cost more than projected when they "
+                "were admitted (billed longer past a trial's last step than measured: README, "
+                "Budget)[/]"
+            )
     for iid in s.get("leftover_instances") or []:
         console.print(f"[red]still held, may be billed: {iid}[/] (`spotwise cancel {s['job_id']}`)")
     for line in s.get("not_ours") or []:  # its tags, not its launch: left running

@@ -43,6 +43,11 @@ class JobSummary(Actions):
             wall_seconds,
         )
         out["trials_planned"] = self.spec.trials
+        cap = getattr(getattr(self.spec, "budget", None), "max_cost_usd", None)
+        over = round(self.spent_usd - cap, 6) if cap is not None else 0.0
+        if over > 0:  # never silent: lives billed past their last step longer than projected
+            row = out["limits"].setdefault("budget", {"stopped": 0, "never_started": 0})
+            row["exceeded_usd"] = over
         out["resumable"] = resumable(self.trials, self.spec.trials)
         if self.resume:
             out["resumed"] = {

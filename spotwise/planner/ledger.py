@@ -26,7 +26,7 @@ from spotwise.planner.launch_cleanup import (
 )
 from spotwise.planner.policy import Event
 from spotwise.planner.report import life_cost, release_is_cheaper, running_reference
-from spotwise.planner.runstate import Life, TrialRun
+from spotwise.planner.runstate import Life, TrialRun, note_wind_down
 from spotwise.providers.base import TAG_JOB, Instance, InstanceState
 
 __all__ = [
@@ -89,6 +89,8 @@ class Ledger(LaunchCleanup):
         kept = t.checkpoint_step if revoked or released else t.step
         rule = self.backend.rule_of(life.offer)  # each life by its own provider's rule
         cost, od, seconds = life_cost(life, segs, rule, revoked, kept, t.seconds_per_step)
+        if not (revoked or released or state is InstanceState.RUNNING):
+            note_wind_down(t, life, ended_at)  # billed past its last step: the next projections
         t.cost_usd += cost
         t.on_demand_cost_usd += od
         self.spent_usd += cost

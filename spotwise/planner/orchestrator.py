@@ -39,6 +39,8 @@ from spotwise.planner.preflight import preflight
 from spotwise.planner.report import end_state
 from spotwise.planner.resume import ResumePlan
 from spotwise.planner.runstate import (
+    WIND_DOWN_S,
+    WIND_DOWN_WALL_S,
     Life,
     TrialRun,
     build_view,
@@ -221,6 +223,7 @@ class Orchestrator(JobSummary):
                     rules=b.rules,
                     tick_s=max(now - prev_now, self.opts.poll_s * b.speedup, 1.0),
                     checkpoint_every_max=spec.checkpoint.every,
+                    wind_down_default_s=max(WIND_DOWN_S, WIND_DOWN_WALL_S * b.speedup),
                 )
                 for action in self.policy.decide(view, ev):
                     self._execute(action, offers, now)

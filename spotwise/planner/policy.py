@@ -41,6 +41,7 @@ class OfferView:
     # the view's (single-market) values apply; read them through PlannerView.lead_of/refund_of
     notice_lead_s: float | None = None
     free_if_revoked_within_s: float | None = None
+    minimum_s: float = 0.0  # the shortest life its provider bills (AWS: 60 s); 0: none
 
     @property
     def key(self) -> str:
@@ -88,6 +89,7 @@ class TrialView:
     # by hardware, or the hardware prior: :mod:`spotwise.planner.speeds`); empty: every offer
     # runs at ``seconds_per_step`` (a view built by hand, the simulator's one-type market)
     step_seconds: tuple[tuple[str, float], ...] = ()
+    done_at: float | None = None  # market time its last step was seen on its current instance
 
     def seconds_on(self, offer: OfferView | None) -> float:
         """Market seconds per step on ``offer``'s instance type (``seconds_per_step`` when the
@@ -138,6 +140,9 @@ class PlannerView:
     # (:func:`~spotwise.planner.policies._common.free_slots`). The orchestrator and the
     # simulator set it; a view built by hand keeps ``seconds_per_step`` as measured.
     speed_measured: bool = True
+    # market seconds a life is billed past its trial's last step (its exit, the orchestrator
+    # seeing it, the terminate): the orchestrator's is measured (runstate.wind_down_seconds)
+    wind_down_s: float = 0.0  # the simulator's: 0, its lives end at their last step
 
     def trial(self, trial_id: str) -> TrialView:
         for t in self.trials:

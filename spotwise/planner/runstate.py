@@ -21,6 +21,10 @@ from spotwise.providers.billing import BillingRule
 
 LIMITS = ("budget", "deadline")  # the stop reasons that are the job's limits, not a policy's
 CHECKPOINT_SAVES_KEPT = 5  # a job's newest timed saves that its checkpoint_s is judged on
+WIND_DOWNS_KEPT = 5  # a job's newest measured wind-downs that its wind_down_s is judged on
+# the wind-down planned until one is measured: market seconds, and wall seconds at the market's
+# speedup (a replay's: the trial's exit after `done`, a fraction of a wall second, is minutes)
+WIND_DOWN_S, WIND_DOWN_WALL_S = 60.0, 1.0
 
 
 def runs_again(state: str, stop_reason: str | None) -> bool:
@@ -52,6 +56,7 @@ class Life:
     release_failures: int = 0  # terminate calls the provider refused (retried, then reported)
     release_retry_wall: float = 0.0  # wall time before which no terminate is retried
     release_asked: bool = False  # a terminate was accepted: never asked again
+    done_at: float | None = None  # market time its trial's last step was seen on it
 
 
 @dataclass
@@ -99,6 +104,8 @@ class TrialRun:
     restart_steps: int = 0  # the steps that first report covered (timed into the overhead)
     # its newest timed checkpoint saves: (market time read, market seconds the save took)
     checkpoint_saves: list[tuple[float, float]] = field(default_factory=list)
+    # its newest lives' wind-downs: (market time billed to, market seconds past its last step)
+    wind_downs: list[tuple[float, float]] = field(default_factory=list)
 
     @property
     def final_metric(self) -> float | None:
@@ -139,6 +146,7 @@ def trial_view(
         start_step=t.start_step,
         reported=tuple(sorted(t.reported.items())),
         step_seconds=step_seconds,
+        done_at=life.done_at if life else None,
     )
 
 
@@ -158,9 +166,12 @@ def build_view(
     rules: Mapping[str, BillingRule],
     tick_s: float = 60.0,
     checkpoint_every_max: int | None = None,
+    wind_down_default_s: float = WIND_DOWN_S,
 ) -> PlannerView:
     """The policy's view; ``rules``: the billing rule of each provider, by ``Offer.provider``
-    (each offer carries its own provider's notice lead and refund window)."""
+    (each offer carries its own provider's notice lead, refund window and minimum);
+    ``wind_down_default_s``: the wind-down planned until one is measured
+    (:func:`wind_down_seconds`)."""
     observed = [t.seconds_per_step for t in trials if t.seconds_per_step]
     default_sps = sum(observed) / len(observed) if observed else 60.0
     # each live trial's speed on each instance type offered (a finished one needs none)
@@ -172,6 +183,7 @@ def build_view(
         if t.restart_overhead_s is not None
     ]
     measured_s = checkpoint_seconds(trials)  # None: none timed yet, the view's default stands
+    wound_s = wind_down_seconds(trials)  # None: no life ended after its last step yet
     return PlannerView(
         now=now,
         offers=tuple(
@@ -180,6 +192,7 @@ def build_view(
                 risk.get(o.key, 0.0),
                 notice_lead_s=rules[o.provider].notice_lead_s,
                 free_if_revoked_within_s=rules[o.provider].free_if_revoked_within_s,
+                minimum_s=rules[o.provider].minimum_s,
             )
             for o in offers
         ),
@@ -198,6 +211,7 @@ def build_view(
         checkpoint_every_max=checkpoint_every_max,
         speed_measured=speed_measured(trials),
         checkpoint_s=PlannerView.checkpoint_s if measured_s is None else measured_s,
+        wind_down_s=wind_down_default_s if wound_s is None else wound_s,
     )
 
 
@@ -237,6 +251,43 @@ def checkpoint_seconds(trials: list[TrialRun]) -> float | None:
     figure for them all. Only the newest few count, so one slow upload long ago is forgotten."""
     saves = sorted(s for t in trials for s in t.checkpoint_saves)[-CHECKPOINT_SAVES_KEPT:]
     return max(s for _, s in saves) if saves else None
+
+
+def note_report(t: TrialRun, life: Life, step: int, now: float) -> None:
+    """Time a report of ``step`` seen at market time ``now`` on ``life``: the first one times
+    the trial's start-up, a later one its seconds per step (on the life's instance type); the
+    first one at its last step starts the life's wind-down (:func:`note_wind_down`)."""
+    if life.first_report_at is None:
+        life.first_report_at, life.first_report_step = now, step
+        t.restart_overhead_s = now - life.launched_at
+        t.restart_steps = max(step - life.start_step, 0)
+    elif step > life.first_report_step:
+        t.seconds_per_step = (now - life.first_report_at) / (step - life.first_report_step)
+        t.step_s[life.offer.instance_type] = t.seconds_per_step
+    life.max_step = max(life.max_step, step)
+    if step >= t.steps_total and life.done_at is None:
+        life.done_at = now
+
+
+def note_wind_down(t: TrialRun, life: Life, ended_at: float) -> None:
+    """Keep the wind-down of a life billed to ``ended_at`` that ended because its trial made
+    its last step (completed, or stopped after it): market seconds from that step seen
+    (``done_at``) to the end it was billed to. A life under a notice ended when the market
+    took it or we released it, not when its trial left: not kept (the caller leaves out a
+    revoked life, and one released on a notice, too)."""
+    if life.done_at is None or life.notice_deadline is not None:
+        return
+    t.wind_downs.append((ended_at, max(ended_at - life.done_at, 0.0)))
+    del t.wind_downs[:-WIND_DOWNS_KEPT]
+
+
+def wind_down_seconds(trials: list[TrialRun]) -> float | None:
+    """The market seconds a life is planned to be billed past its trial's last step: the
+    slowest of the job's newest ``WIND_DOWNS_KEPT`` measured wind-downs (any trial's; the
+    slowest, as for :func:`checkpoint_seconds`: an underrated one lets the budget be
+    exceeded); None before one was measured."""
+    ends = sorted(w for t in trials for w in t.wind_downs)[-WIND_DOWNS_KEPT:]
+    return max(s for _, s in ends) if ends else None
 
 
 def speed_measured(trials: list[TrialRun]) -> bool:

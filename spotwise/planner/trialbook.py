@@ -33,7 +33,7 @@ from spotwise.planner.policy import (
     TrialExited,
 )
 from spotwise.planner.report import best_of, last_reported, reported_final, unreported_final
-from spotwise.planner.runstate import LIMITS, Life, TrialRun, note_checkpoint_save
+from spotwise.planner.runstate import LIMITS, Life, TrialRun, note_checkpoint_save, note_report
 from spotwise.planner.search import Search
 from spotwise.providers.base import InstanceState
 from spotwise.spec import JobSpec
@@ -133,16 +133,7 @@ class TrialBook:
                 value = float(metric) if isinstance(metric, int | float) else None
                 if value is not None and not math.isfinite(value):
                     value = None  # NaN/inf (the SDK sends null, marked invalid): no usable value
-                if life.first_report_at is None:
-                    life.first_report_at, life.first_report_step = now, step
-                    t.restart_overhead_s = now - life.launched_at
-                    t.restart_steps = max(step - life.start_step, 0)
-                elif step > life.first_report_step:
-                    t.seconds_per_step = (now - life.first_report_at) / (
-                        step - life.first_report_step
-                    )
-                    t.step_s[life.offer.instance_type] = t.seconds_per_step
-                life.max_step = max(life.max_step, step)
+                note_report(t, life, step, now)  # its start-up, its speed, its last step
                 t.step = max(t.step, step)
                 t.furthest = max(t.furthest, step)
                 t.metric_invalid = value is None  # the latest report: NaN/inf shows as none

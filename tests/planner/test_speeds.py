@@ -119,4 +119,6 @@ def test_a_running_trials_projection_uses_its_speed_on_its_own_instance() -> Non
     view = _view([t], [T4, V100])
     cost = finish_cost(view, view.trial("t0"))
     boot = view.restart_overhead_s  # launched at 0, now 0: its whole start-up is still to come
-    assert cost == pytest.approx((boot + 50 * (40.0 / 0.45)) * 0.30 / 3600.0)
+    # and its wind-down after its last step (the default until one is measured)
+    assert view.wind_down_s == 60.0
+    assert cost == pytest.approx((boot + 50 * (40.0 / 0.45) + view.wind_down_s) * 0.30 / 3600.0)

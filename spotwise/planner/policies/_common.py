@@ -29,27 +29,41 @@ def price_per_step(view: PlannerView, trial: TrialView, offer: OfferView) -> flo
 
 def launch_cost(view: PlannerView, trial: TrialView, offer: OfferView) -> float:
     """What launching ``trial`` on ``offer`` will cost to its end: the start-up paid before its
-    first step (``restart_overhead_s``, measured from this job's launches) and its remaining
-    steps, at the offer's price and at its speed on the offer's instance type."""
+    first step (``restart_overhead_s``, measured from this job's launches), its remaining
+    steps and the life's wind-down after its last step (``wind_down_s``), at the offer's
+    price and at its speed on the offer's instance type; at least the shortest life the offer's
+    provider bills (``minimum_s``)."""
     busy_s = view.restart_overhead_s + trial.remaining_steps * trial.seconds_on(offer)
-    return busy_s * offer.price / 3600.0
+    extra_s = max(busy_s + view.wind_down_s, offer.minimum_s) - busy_s
+    return busy_s * offer.price / 3600.0 + extra_s * offer.price / 3600.0
+
+
+def wind_down_left(view: PlannerView, t: TrialView) -> float:
+    """Market seconds a running trial's life is still billed past its last step: the view's
+    ``wind_down_s``, less what of it has passed once the last step was seen (``done_at``)."""
+    if t.remaining_steps > 0 or t.done_at is None:
+        return view.wind_down_s
+    return max(t.done_at + view.wind_down_s - view.now, 0.0)
 
 
 def finish_cost(view: PlannerView, t: TrialView) -> float:
-    """What a running trial will cost from now to its last step at its current price, the rest
-    of its start-up included (0 for a trial that is not running)."""
+    """What a running trial will cost from now to the end of its life at its current price:
+    the rest of its start-up, its remaining steps and the rest of its wind-down after its last
+    step (0 for a trial that is not running). The billing minimum of a life already running is
+    in ``spent_usd`` (it counts the life as if it ended now)."""
     o = view.offer(t.offer_key) if t.phase is Phase.RUNNING and t.offer_key else None
     if o is None:
         return 0.0
     boot = 0.0
     if t.launched_at is not None:
         boot = max(t.launched_at + view.restart_overhead_s - view.now, 0.0)
-    return boot * o.price / 3600.0 + t.remaining_steps * price_per_step(view, t, o)
+    steps = boot * o.price / 3600.0 + t.remaining_steps * price_per_step(view, t, o)
+    return steps + wind_down_left(view, t) * o.price / 3600.0
 
 
 def projected_spend(view: PlannerView) -> float:
     """Spent so far plus what the running trials will cost to finish at their current price,
-    the rest of their start-up included."""
+    the rest of their start-up and their wind-down included."""
     return view.spent_usd + sum(finish_cost(view, t) for t in view.trials)
 
 
@@ -62,14 +76,16 @@ def within_budget(
     alone is over the cap).
 
     Before any step is timed (``speed_measured`` False) the steps' cost is a guess (60 s a
-    step): a trial is launched when what is spent plus its start-up fits, and never stopped on
-    the guess (a $0.30 budget refused trials of 10 fast steps that cost $0.10 each);
+    step): a trial is launched when what is spent plus its start-up and wind-down (at least
+    its provider's minimum) fits, and never stopped on the guess (a $0.30 budget refused
+    trials of 10 fast steps that cost $0.10 each);
     :func:`free_slots` keeps that to one trial, and :func:`over_budget` guards the real spend.
     """
     extra = launch_cost(view, trial, offer)
     cap = view.max_cost_usd
     if cap is not None and not view.speed_measured:
-        boot = view.restart_overhead_s * offer.price / 3600.0
+        boot_s = max(view.restart_overhead_s + view.wind_down_s, offer.minimum_s)
+        boot = boot_s * offer.price / 3600.0
         if view.spent_usd + boot <= cap:
             return Launch(trial.trial_id, offer.key), spend + extra
         return StopEarly(trial.trial_id, "budget"), spend
@@ -117,8 +133,8 @@ def place(
 
     Respects ``parallel`` (running trials count against it), the deadline (no launch that
     could not make a step before it) and the budget: a launch is made only when the projected
-    spend of the running trials plus this trial's start-up and remaining steps at the offer's
-    price stays within ``max_cost_usd``; one that fits only once they are done waits
+    spend of the running trials plus this trial's start-up, remaining steps and wind-down at
+    the offer's price stays within ``max_cost_usd``; one that fits only once they are done waits
     (:func:`within_budget`); until a step has been timed, one trial at a time (:func:`free_slots`).
     """
     slots = free_slots(view)
@@ -162,15 +178,21 @@ def over_budget(view: PlannerView) -> list[Action]:
     that reaches ``max_cost_usd`` every trial still alive that is not running is stopped, and
     the running ones furthest from done (the most cost still to go; ties: the later trial)
     until what the others burn fits: those nearest their end keep going. A trial that has made
-    its last step is leaving with its result: it is never stopped and its instance not counted.
+    its last step is leaving with its result: it is never stopped, and its instance counts
+    only for the rest of its wind-down (``wind_down_s``).
     """
     cap = view.max_cost_usd
     if cap is None:
         return []
     window = view.tick_s + 60.0
     running = [t for t in view.trials if t.phase is Phase.RUNNING and t.remaining_steps > 0]
+    spent = view.spent_usd + sum(  # the lives winding down after their last step
+        _price_of(view, t) * min(window, wind_down_left(view, t)) / 3600.0
+        for t in view.trials
+        if t.phase is Phase.RUNNING and t.remaining_steps == 0
+    )
     rate = sum(_price_of(view, t) for t in running) / 3600.0
-    if view.spent_usd + rate * window < cap:
+    if spent + rate * window < cap:
         return []
     stop = {
         t.trial_id
@@ -178,7 +200,7 @@ def over_budget(view: PlannerView) -> list[Action]:
         if not t.phase.is_terminal() and t.phase is not Phase.RUNNING and not t.stopping
     }
     for t in sorted(running, key=lambda t: (-finish_cost(view, t), -t.number)):
-        if view.spent_usd + rate * window < cap:
+        if spent + rate * window < cap:
             break
         stop.add(t.trial_id)
         rate -= _price_of(view, t) / 3600.0
@@ -207,7 +229,8 @@ def shed_for_budget(view: PlannerView) -> list[Action]:
     cap = view.max_cost_usd
     if cap is None or not view.speed_measured:
         return []
-    running = [t for t in view.trials if finish_cost(view, t) > 0.0]
+    # a trial that has made its last step is winding down with its result: never shed
+    running = [t for t in view.trials if finish_cost(view, t) > 0.0 and t.remaining_steps > 0]
     if any(t.notice_deadline is not None for t in running):
         return []
     burn = sum(_price_of(view, t) for t in running) / 3600.0 * (view.tick_s + 60.0)
