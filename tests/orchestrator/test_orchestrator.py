@@ -257,18 +257,20 @@ def test_after_the_free_first_hour_a_noticed_instance_is_released_at_once(tmp_pa
     the rest of the notice: the orchestrator must do that (the simulator's rule).
 
     At 120x, us-east-1a is taken 140 ticks (4,200 market s, 35 wall s) after the start: past
-    the first hour, while the trial (400 steps x 0.125 wall s) still runs. The notice comes 120
-    market s = 1 wall s before, time for the trial to checkpoint and leave and for the
-    orchestrator to release the instance before the provider's deadline (it took ~5 market s
-    here, quiet). The trial is ``revocation_trial.py``: it leaves at once when stopped (tearing
-    down an interpreter with torch loaded took a wall second, under load), and its relaunch on
-    us-east-1b steps fast. At 60x this test took 75 s.
+    the first hour, while the trial (200 steps x 0.25 wall s: 50 s) still runs. The notice comes
+    120 market s = 1 wall s before, time for the trial to checkpoint and leave and for the
+    orchestrator to release the instance before the provider's deadline (it took ~7 market s
+    here, quiet; ~36 with two busy loops on the 2 cores, so a faster market would leave too
+    little of that window). The trial is ``revocation_trial.py``: it leaves at once when stopped
+    (tearing down an interpreter with torch loaded took a wall second, under load), and its
+    relaunch on us-east-1b steps fast: the ~85 steps left after the revocation (it was ~190 at
+    400 x 0.125 s, 4 more wall s for nothing checked here). At 60x this test took 75 s.
     """
-    avail, steps = 140, 400
+    avail, steps = 140, 200
     write_trace(tmp_path / "trace.csv", avail_ticks=avail, ticks=avail + 900)
     spec = spec_dict(tmp_path, steps=steps, command=["python", str(REVOCATION_TRIAL)])
     spec["providers"][0]["replay"]["speedup"] = 120.0
-    spec["env"]["STEADY_TRIAL_STEP_S"] = "0.125"
+    spec["env"]["STEADY_TRIAL_STEP_S"] = "0.25"
     db = f"sqlite:///{tmp_path / 'spotwise.db'}"
     summary = jobs.tune(write_spec(tmp_path, spec), db=db, run_root=tmp_path / "runs")
 
