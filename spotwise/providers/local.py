@@ -73,8 +73,9 @@ class _Proc:
     events_pos: int = 0
     pending: list[Notice] = field(default_factory=list)
     done_pos: int = 0  # how far _done_at has read the events file (progress reads its own way)
-    done_market: float | None = None  # market time the trial wrote its `done` event
+    done_market: float | None = None  # market time the trial's work ended (_read_done)
     done_seen: float | None = None  # monotonic wall time _done_at first saw it
+    steps: int | None = None  # its total steps (SPOTWISE_STEPS), if the request says
 
 
 class LocalProvisioner:
@@ -147,6 +148,8 @@ class LocalProvisioner:
         self._procs[instance_id] = _Proc(
             inst, popen, log, Path(events) if events else None, revoke_at, notice_at, record=record
         )
+        with contextlib.suppress(KeyError, ValueError):
+            self._procs[instance_id].steps = int(request.env["SPOTWISE_STEPS"])
         self._by_token[request.client_token] = instance_id
         return inst
 
@@ -295,13 +298,15 @@ class LocalProvisioner:
                 inst.ended_at = p.revoke_at
 
     def _done_before(self, p: _Proc, market_time: float, now: float) -> bool:
-        """Whether the trial wrote its ``done`` event before ``market_time`` and is winding down.
+        """Whether the trial's work ended before ``market_time`` and it is winding down: it
+        reported its last step (``SPOTWISE_STEPS``) or wrote its ``done`` event.
 
-        The interpreter's teardown after ``done`` (torch's above all) lasts a fraction of a wall
-        second: minutes of market time at 300x, where a cloud's agent sees the exit in seconds.
-        A notice due in that window would let the market take a finished life free, so ``done``
-        counts as the exit; a process still there ``done_grace_wall_s`` after it is hung, and
-        the market takes it as any other."""
+        What a trial does after that (a checkpoint at its last step, the interpreter's teardown,
+        torch's above all) lasts a fraction of a wall second: minutes of market time at 300x,
+        where a cloud's agent sees the exit in seconds. A notice due in that window would let
+        the market take a finished life free, so the end of the work counts as the exit; a
+        process still there ``done_grace_wall_s`` after it is hung, and the market takes it as
+        any other."""
         if p.done_market is None and p.events_file is not None:
             self._read_done(p, now)
         if p.done_market is None or p.done_seen is None:
@@ -311,11 +316,14 @@ class LocalProvisioner:
         )
 
     def _read_done(self, p: _Proc, now: float) -> None:
-        """Look for the ``done`` event in what the trial appended since the last look."""
+        """Look for the end of the trial's work in what it appended since the last look: its
+        ``done``, or a report of its last step."""
         assert p.events_file is not None
         p.done_pos, new = event_lines.read_new(p.events_file, p.done_pos)
         for rec in new:
-            if rec.get("type") == "done":
+            step, steps = rec.get("step"), p.steps
+            last = isinstance(step, int) and steps is not None and step >= steps
+            if rec.get("type") == "done" or (rec.get("type") == "report" and last):
                 written = rec.get("time")  # the SDK's time.time() when it wrote the line
                 ago = time.time() - written if isinstance(written, int | float) else 0.0
                 p.done_market = now - self.clock.speedup * max(0.0, ago)
