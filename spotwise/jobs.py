@@ -245,8 +245,12 @@ def trials(job_id: str | None, *, db: str | None = None) -> dict[str, Any]:
         job = store.get_job(job_id) if job_id else store.latest_job()
         if job is None:
             raise NotFoundError("no job in the database yet; run `spotwise tune SPEC` first")
-        order = _spec_order(job)
+        from spotwise.planner.resume import stop_reasons
+
+        order, why = _spec_order(job), stop_reasons(store, job.id)
         rows = [_trial_dict(t, order) for t in store.list_trials(job.id)]
+        for r in rows:  # a limit's stop is no judgement of the trial: say which it was
+            r["stop_reason"] = why.get(r["trial"]) if r["state"] == "stopped_early" else None
         return {"job_id": job.id, "trials": rows}
     finally:
         store.close()

@@ -295,7 +295,7 @@ def print_trials(out: dict[str, Any]) -> None:
             _params(r["params"]),
             str(r["step"]),
             _fmt(r["final_metric"] if r["final_metric"] is not None else r["metric"]),
-            _state(r["state"]),
+            _state(r["state"]) + (f" ({r['stop_reason']})" if r.get("stop_reason") else ""),
             str(r["revocations"]),
             f"{r['cost_usd']:.4f}",
         )

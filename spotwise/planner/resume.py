@@ -230,6 +230,12 @@ def _read_trials(
     return trials, ended, stopped, was_stopped
 
 
+def stop_reasons(store: Any, job_id: str) -> dict[str, str]:
+    """Why each trial stopped early stands stopped: the policy's name, ``budget``, ``deadline``
+    or ``invalid metric`` (:func:`_endings`), for `spotwise trials`."""
+    return _endings(store, job_id)[0]
+
+
 def _endings(store: Any, job_id: str) -> tuple[dict[str, str], set[str]]:
     """From the job's events: why each trial was stopped early, by its first stop in the run
     that stopped it (a limit reaching it later does not count; a resume that queued it again

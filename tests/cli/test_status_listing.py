@@ -112,3 +112,26 @@ def test_trials_and_status_show_params_in_the_spec_order(tmp_path: Path) -> None
         assert code == 0, text
         flat = " ".join(text.split())
         assert "lr=0.3 hidden=128 weight_decay=1e-06 dropout=0.1" in flat, text
+
+
+def test_trials_say_why_a_trial_was_stopped_early(tmp_path: Path) -> None:
+    """review-ac F1: a budget's stop showed as `stopped_early` like a policy's judgement; the
+    reason is now beside it (text and --json), the first stop of the run that stopped it."""
+    db = _store(tmp_path, n=2)
+    with Store.open(db) as s:
+        for n, why in ((1, "budget"), (2, "asha")):
+            t = s.add_trial(
+                "j-0000", n, {"lr": 0.1, "hidden": 64, "weight_decay": 1e-4, "dropout": 0.2}
+            )
+            s.update_trial(t.id, state="stopped_early", step=3)
+            s.add_event("j-0000", "stop_early", 1.0, trial_id=t.id, reason=why)
+            s.add_event("j-0000", "stop_early", 2.0, trial_id=t.id, reason="deadline")  # later
+    rows = json.loads(_run("trials", "j-0000", "--db", db, "--json")[1])["trials"]
+    assert [(r["number"], r["state"], r["stop_reason"]) for r in rows] == [
+        (0, "completed", None),
+        (1, "stopped_early", "budget"),
+        (2, "stopped_early", "asha"),
+    ]
+    code, text = _run("trials", "j-0000", "--db", db, width=120)
+    assert code == 0
+    assert "stopped_early (budget)" in text and "stopped_early (asha)" in text
