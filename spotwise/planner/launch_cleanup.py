@@ -23,6 +23,7 @@ from spotwise.providers.base import (
     Offer,
     launched_by,
     not_ours_line,
+    unconfirmed_ended_line,
     unconfirmed_launch,
 )
 
@@ -45,18 +46,6 @@ def listing_lag_s(provisioner: object) -> float:
     instance yet (EC2's API is eventually consistent): a provisioner's optional
     ``LISTING_LAG_S``, 0 for one whose listing is read-after-write."""
     return float(getattr(provisioner, "LISTING_LAG_S", 0.0))
-
-
-def _gone(inst: Instance, what: str) -> str:
-    """A failed launch's ended instance whose cloud does not say which request made it: ``i-1
-    (us-east-1) carries launch L's tag and has ended; aws does not say which request created
-    it: <what>`` (what the cleanup did with it)."""
-    where = f" ({inst.offer.region})" if inst.offer.region else ""
-    return (
-        f"{inst.instance_id}{where} carries launch {inst.tags.get(TAG_LAUNCH, '')}'s tag and has "
-        f"ended; {inst.offer.provider or 'the cloud'} does not say which request created it: "
-        + what
-    )
 
 
 def launch_leftover(launch_id: str) -> str:
@@ -102,6 +91,7 @@ class Discarded:
     # ended ones with its tag whose cloud does not confirm it (unconfirmed_launch), as listed
     gone: list[Instance] = field(default_factory=list)
     own: str = ""  # an instance of the launch the cloud confirms (listed): its id
+    ended: Instance | None = None  # that one, when it has ended and none of them holds anything
 
 
 class LaunchCleanup(TrialBook):
@@ -240,7 +230,8 @@ class LaunchCleanup(TrialBook):
         own = ours[0].instance_id if ours else ""
         held = [i for i in ours if i.holds_resource()]
         if not held:
-            return Discarded(clean, [], gone=gone, own=own)
+            ended = next((i for i in ours if not i.holds_resource()), None)
+            return Discarded(clean, [], gone=gone, own=own, ended=ended)
         left = [i.instance_id for i in held]
         if not self._terminate_quietly(t, left, now, "the failed launch's instance"):
             return Discarded(False, held, gone=gone, own=own)
@@ -258,6 +249,8 @@ class LaunchCleanup(TrialBook):
         try, left open (`spotwise cancel` settles it)."""
         now, first = self.backend.now(), ""
         out: dict[str, object] = {}
+        if closed and d.ended is not None:  # its own instance, ended: that life is the launch's
+            out = self._bill_ended(t, d.ended, asked_at, offer)
         for inst in d.gone:
             what = "its launch's cleanup is not confirmed: left to `spotwise cancel`"
             if closed and d.own:
@@ -265,20 +258,24 @@ class LaunchCleanup(TrialBook):
             elif closed and first:
                 what = f"not billed ({first}, listed first, is billed as the launch's)"
             elif closed:
-                first = inst.instance_id
-                end = inst.ended_at if inst.ended_at is not None else now
-                revoked = inst.state is InstanceState.REVOKED
-                cost, s = self._bill_discarded(t, [inst], asked_at, end, offer, revoked)
-                what = (
-                    f"no instance of the launch is confirmed: billed as the launch's (${cost:.4f})"
-                )
-                out = {"provider_instance_id": first, "cost_usd": cost, "market_seconds": s}
-                out["on_demand_cost_usd"] = 0.0
-                out |= {"launched_at": inst.launched_at} if inst.launched_at > 0 else {}
-            self._event(
-                "unconfirmed_ended", now, t, instance=inst.instance_id, message=_gone(inst, what)
-            )
+                first, out = inst.instance_id, self._bill_ended(t, inst, asked_at, offer)
+                what = "no instance of the launch is confirmed: billed as the launch's"
+                what += f" (${out['cost_usd']:.4f})"
+            line = unconfirmed_ended_line(inst, what)
+            self._event("unconfirmed_ended", now, t, instance=inst.instance_id, message=line)
         return out
+
+    def _bill_ended(
+        self, t: TrialRun, inst: Instance, asked_at: float, offer: Offer
+    ) -> dict[str, object]:
+        """Bill an ended instance's life to a failed launch (:meth:`_bill_discarded`, to its
+        end; free when its provider took it in its refund window): its record's fields."""
+        end = inst.ended_at if inst.ended_at is not None else self.backend.now()
+        revoked = inst.state is InstanceState.REVOKED
+        cost, s = self._bill_discarded(t, [inst], asked_at, end, offer, revoked)
+        out = {"provider_instance_id": inst.instance_id, "cost_usd": cost, "market_seconds": s}
+        out |= {"launched_at": inst.launched_at} if inst.launched_at > 0 else {}
+        return {**out, "on_demand_cost_usd": 0.0}
 
     def _bill_discarded(
         self,

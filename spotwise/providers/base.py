@@ -248,6 +248,18 @@ def unconfirmed_launch(
     return "" if launched_by(inst, job_id, launch_ids, instance_ids) else launch
 
 
+def unconfirmed_ended_line(inst: Instance, what: str) -> str:
+    """A failed launch's ended instance whose cloud does not say which request made it: ``i-1
+    (us-east-1) carries launch L's tag and has ended; aws does not say which request created
+    it: <what>`` (what the cleanup did with it)."""
+    where = f" ({inst.offer.region})" if inst.offer.region else ""
+    return (
+        f"{inst.instance_id}{where} carries launch {inst.tags.get(TAG_LAUNCH, '')}'s tag and has "
+        f"ended; {inst.offer.provider or 'the cloud'} does not say which request created it: "
+        + what
+    )
+
+
 def not_ours_line(inst: Instance, job_id: str, launch_ids: Collection[str]) -> str:
     """One line for an instance listed with job ``job_id``'s tags that :func:`launched_by`
     refused: ``i-1 carries job J's tags but was not launched by it: left alone (why)``; one

@@ -159,3 +159,30 @@ def test_a_launch_whose_own_instance_is_confirmed_is_closed_on_it(
     why = f"not billed (the launch's own instance {own} is confirmed)"
     assert _named(led) == [(copy, _said(copy, failed, why))]
     led.store.close()
+
+
+def test_a_launch_whose_own_confirmed_instance_has_ended_is_billed_its_life(
+    bucket: str, tmp_path: Path
+) -> None:
+    """Helper B's note: the cleanup billed only what it terminated, so the launch's own
+    instance (its ClientToken confirms it) found already ended closed the record at $0, no id,
+    although it had run an hour. It is now the launch's life, billed once, as an unconfirmed one
+    is."""
+    job = AwsJob(tmp_path, bucket)
+    now = time.time()
+    failed = job.record()
+    own = job.launch(failed, now - HOUR)  # its ClientToken says this launch made it
+    _terminate_by_hand(own)  # it ran an hour, then ended
+    led = _ledger(job, now)
+    t = led.trials[0]
+
+    led._close_failed_launch(t, failed, now - HOUR, OFFER)
+
+    row = led.store.get_instance(failed)
+    assert (row.state, row.end_reason, row.provider_instance_id) == ("failed", "failed", own)
+    assert row.market_seconds == pytest.approx(HOUR, abs=30)
+    assert row.cost_usd == pytest.approx(0.9, abs=0.01)  # its hour at the offer's $0.9
+    assert t.cost_usd == pytest.approx(row.cost_usd)
+    assert led.spent_usd == pytest.approx(row.cost_usd)
+    assert _named(led) == [] and failed not in led.unconfirmed  # closed: never looked at again
+    led.store.close()
