@@ -32,11 +32,13 @@ from spotwise.errors import (
 )
 from spotwise.planner.launch_retry import SAME_REQUEST_RETRIES, LaunchRetry, SameRequest
 from spotwise.planner.policy import Action, Checkpoint, Launch, Phase, SetCheckpointEvery, StopEarly
+from spotwise.planner.report import reported_final
 from spotwise.planner.runstate import (
     LIMITS,
     Life,
     TrialRun,
     control_file,
+    linger_limit_s,
     trial_argv,
     trial_env,
     write_control,
@@ -162,6 +164,31 @@ class Actions(LaunchRetry):
             and (life.notice_deadline is None or self._release_is_cheaper(life, now))
         ]
         self._release_all(live, now, "the instance of a budget stop")
+
+    def _release_lingering(self, now: float, default_s: float) -> None:
+        """Terminate the instances of trials whose result is in (their last step reported)
+        and which still run :func:`~spotwise.planner.runstate.linger_limit_s` after their
+        `done`: a stuck thread after it kept a life billed, past the budget, until the market
+        took it (review-ad F3). Nothing is lost (the trial completes with its result and its
+        last checkpoint); a life under a notice is left to its provider when that is cheaper."""
+        limit = linger_limit_s(self.trials, default_s, self.backend.speedup)
+        late = [
+            (t, t.life)
+            for t in self.trials
+            if t.life is not None
+            and not t.life.exited
+            and not t.life.release_asked
+            and t.life.finished_at is not None
+            and now - t.life.finished_at > limit
+            and reported_final(t)
+            and (t.life.notice_deadline is None or self._release_is_cheaper(t.life, now))
+        ]
+        for t, life in late:
+            if not life.lingered:
+                life.lingered = True
+                ran = now - (life.finished_at or now)
+                self._event("lingered", now, t, seconds_after_done=ran, limit_s=limit)
+        self._release_all(late, now, "the instance of a finished trial still running")
 
     def _request_stop(self, t: TrialRun, reason: str) -> None:
         assert t.life is not None

@@ -228,6 +228,7 @@ class Orchestrator(JobSummary):
                 for action in self.policy.decide(view, ev):
                     self._execute(action, offers, now)
             self._release_budget_stops(now)  # one terminate call for all of this pass's stops
+            self._release_lingering(now, max(WIND_DOWN_S, WIND_DOWN_WALL_S * b.speedup))
             self._retry_unconfirmed()  # a failed launch's instance may be running, billed
             done = self._finished()  # the last picture is drawn too, not one a poll before
             due = time.monotonic() - last_update >= self.opts.update_every_s

@@ -25,6 +25,9 @@ WIND_DOWNS_KEPT = 5  # a job's newest measured wind-downs that its wind_down_s i
 # the wind-down planned until one is measured: market seconds, and wall seconds at the market's
 # speedup (a replay's: the trial's exit after `done`, a fraction of a wall second, is minutes)
 WIND_DOWN_S, WIND_DOWN_WALL_S = 60.0, 1.0
+# a finished trial still running this many wind-downs past its last step is hung (a stuck
+# worker thread after `done`): its instance is terminated (:func:`linger_limit_s`)
+LINGER_FACTOR, LINGER_MIN_WALL_S = 3.0, 5.0
 
 
 def runs_again(state: str, stop_reason: str | None) -> bool:
@@ -57,6 +60,8 @@ class Life:
     release_retry_wall: float = 0.0  # wall time before which no terminate is retried
     release_asked: bool = False  # a terminate was accepted: never asked again
     done_at: float | None = None  # market time its trial's last step was seen on it
+    finished_at: float | None = None  # market time its trial's `done` was seen (then teardown)
+    lingered: bool = False  # terminated for running on after `done` (linger_limit_s)
 
 
 @dataclass
@@ -275,8 +280,8 @@ def note_wind_down(t: TrialRun, life: Life, ended_at: float) -> None:
     (``done_at``) to the end it was billed to. A life under a notice ended when the market
     took it or we released it, not when its trial left: not kept (the caller leaves out a
     revoked life, and one released on a notice, too)."""
-    if life.done_at is None or life.notice_deadline is not None:
-        return
+    if life.done_at is None or life.notice_deadline is not None or life.lingered:
+        return  # a hung one ended by the limit: its length is the limit's, not a wind-down's
     t.wind_downs.append((ended_at, max(ended_at - life.done_at, 0.0)))
     del t.wind_downs[:-WIND_DOWNS_KEPT]
 
@@ -288,6 +293,17 @@ def wind_down_seconds(trials: list[TrialRun]) -> float | None:
     exceeded); None before one was measured."""
     ends = sorted(w for t in trials for w in t.wind_downs)[-WIND_DOWNS_KEPT:]
     return max(s for _, s in ends) if ends else None
+
+
+def linger_limit_s(trials: list[TrialRun], default_s: float, speedup: float) -> float:
+    """How long past its `done` (seen) a trial's life may run before the orchestrator ends it
+    (its result and last checkpoint are in: nothing is lost): ``LINGER_FACTOR`` times the job's
+    wind-down (measured from its last step, so longer than a teardown; else ``default_s``), and
+    at least that plus ``LINGER_MIN_WALL_S`` of the market's wall clock (a slow exit on a
+    loaded machine is not a hang). A life ended so is not measured (:func:`note_wind_down`)."""
+    wind = wind_down_seconds(trials)
+    wind = default_s if wind is None else wind
+    return max(LINGER_FACTOR * wind, wind + LINGER_MIN_WALL_S * speedup)
 
 
 def speed_measured(trials: list[TrialRun]) -> bool:

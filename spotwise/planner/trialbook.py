@@ -157,6 +157,8 @@ class TrialBook:
                 self.store.update_trial(
                     t.trial_id, checkpoint_step=t.checkpoint_step, checkpoint_uri=t.checkpoint_uri
                 )
+            elif kind == "done" and life.finished_at is None:  # only its teardown is left
+                life.finished_at = now
         if events:
             self.store.update_trial(
                 t.trial_id,
