@@ -22,6 +22,7 @@ from spotwise.providers.base import (
     Market,
     Offer,
     launched_by,
+    listing_lag_s,
     not_ours_line,
     unconfirmed_ended_line,
     unconfirmed_launch,
@@ -39,13 +40,6 @@ RELAUNCH_HOLD_MAX_WALL_S = 300.0
 #: The end reason of an open record of a failed launch that may have left an instance: its
 #: tagged instances could not be listed, or terminated (see ``LaunchCleanup._discard_launch``).
 UNCONFIRMED = "unconfirmed"
-
-
-def listing_lag_s(provisioner: object) -> float:
-    """Wall seconds after a create during which the provider's listing may not show the
-    instance yet (EC2's API is eventually consistent): a provisioner's optional
-    ``LISTING_LAG_S``, 0 for one whose listing is read-after-write."""
-    return float(getattr(provisioner, "LISTING_LAG_S", 0.0))
 
 
 def launch_leftover(launch_id: str) -> str:
@@ -69,6 +63,9 @@ class Unconfirmed:
     # throttled retry): an empty listing proves nothing before ``trust_wall`` (monotonic)
     trust_wall: float = 0.0
     hold_wall: float = 0.0  # its trial is not launched again before this (monotonic)
+    cost: float = 0.0  # what the instances its tries terminated cost (billed), and ran
+    seconds: float = 0.0
+    billed_id: str = ""  # the instance(s) found holding a resource, billed when terminated
 
     def pause(self) -> float:
         """How long to wait before the next try: doubling, capped (a cloud that keeps refusing
@@ -156,18 +153,18 @@ class LaunchCleanup(TrialBook):
             trust_wall = time.monotonic() + listing_lag_s(self.backend.provisioner)
         if confirmed and not held and not final and time.monotonic() < trust_wall:
             confirmed = False  # not listed yet, perhaps: look again once the lag has passed
-        if confirmed:
-            # an instance it started and we terminated is a billed life: `spotwise report`
-            # counts it by its cost and market seconds, `cancel`/support find it by its id
-            # (an ended one its cloud does not confirm is billed too, once: :meth:`_bill_gone`)
-            bill = {"cost_usd": cost, "on_demand_cost_usd": 0.0} if cost else {}
-            if seconds:
-                bill["market_seconds"] = seconds
+        # what any try terminated is a billed life, on the record as in the spend (review-ad
+        # F4: an unconfirmed try's was left off it); `cancel`/support find it by its id
+        if before is not None:
+            cost, seconds = cost + before.cost, seconds + before.seconds
+        bill = {"cost_usd": cost, "market_seconds": seconds, "on_demand_cost_usd": 0.0}
+        bill = bill if cost or seconds else {}
+        if confirmed:  # an ended one is billed once, unless a try billed its own (_bill_gone)
             found = {"provider_instance_id": ids[0]} if len(ids) == 1 else {}
             close = {"state": "failed", "end_reason": "failed", "ended_at": time.time()}
-            self.store.update_instance(
-                launch_id, **close, **bill, **found, **self._bill_gone(t, d, now, offer)
-            )
+            earlier = before.billed_id if before and before.seconds else ""
+            ended = self._bill_gone(t, d, now, offer, billed=earlier)
+            self.store.update_instance(launch_id, **close, **bill, **found, **ended)
             return
         if final:  # the last try: its record stays open, a leftover of the job
             self._bill_gone(t, d, now, offer, closed=False)
@@ -178,9 +175,11 @@ class LaunchCleanup(TrialBook):
             started = before.started_at
         # one instance found (its terminate refused): its id lets `cancel` match the record
         found = {"provider_instance_id": ids[0]} if len(ids) == 1 else {}
-        self.store.update_instance(launch_id, end_reason=UNCONFIRMED, **found)
+        self.store.update_instance(launch_id, end_reason=UNCONFIRMED, **found, **bill)
         u = Unconfirmed(t, ids, now, offer, tries=before.tries + 1 if before else 1)
         u.started_at, u.trust_wall = started, trust_wall
+        u.cost, u.seconds = cost, seconds  # what its tries terminated, billed (on the record)
+        u.billed_id = before.billed_id if before and before.billed_id else ",".join(ids)
         u.hold_wall = before.hold_wall if before else time.monotonic() + RELAUNCH_HOLD_MAX_WALL_S
         u.retry_wall = time.monotonic() + u.pause()
         if ids == [] and time.monotonic() < trust_wall:  # nothing refused: only the lag to wait
@@ -239,7 +238,13 @@ class LaunchCleanup(TrialBook):
         return Discarded(clean, held, cost, seconds, gone, own)
 
     def _bill_gone(
-        self, t: TrialRun, d: Discarded, asked_at: float, offer: Offer, closed: bool = True
+        self,
+        t: TrialRun,
+        d: Discarded,
+        at: float,
+        offer: Offer,
+        closed: bool = True,
+        billed: str = "",
     ) -> dict[str, object]:
         """Close a failed launch on an ended instance its cloud does not confirm it made, as
         `spotwise cancel` does: with no instance of the launch confirmed, the first listed is
@@ -249,16 +254,17 @@ class LaunchCleanup(TrialBook):
         try, left open (`spotwise cancel` settles it)."""
         now, first = self.backend.now(), ""
         out: dict[str, object] = {}
-        if closed and d.ended is not None:  # its own instance, ended: that life is the launch's
-            out = self._bill_ended(t, d.ended, asked_at, offer)
+        own = d.own or billed  # ``billed``: its own instance, billed by an earlier try
+        if closed and d.ended is not None and not billed:  # its own, ended: the launch's life
+            out = self._bill_ended(t, d.ended, at, offer)
         for inst in d.gone:
             what = "its launch's cleanup is not confirmed: left to `spotwise cancel`"
-            if closed and d.own:
-                what = f"not billed (the launch's own instance {d.own} is confirmed)"
+            if closed and own:
+                what = f"not billed (the launch's own instance {own} is confirmed)"
             elif closed and first:
                 what = f"not billed ({first}, listed first, is billed as the launch's)"
             elif closed:
-                first, out = inst.instance_id, self._bill_ended(t, inst, asked_at, offer)
+                first, out = inst.instance_id, self._bill_ended(t, inst, at, offer)
                 what = "no instance of the launch is confirmed: billed as the launch's"
                 what += f" (${out['cost_usd']:.4f})"
             line = unconfirmed_ended_line(inst, what)

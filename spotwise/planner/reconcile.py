@@ -238,7 +238,7 @@ def _too_young(name: str, prov: object, h: Held, now: float) -> str:
     first cancel here that found it absent (:attr:`Held.unlisted_since`): running the cancel
     again from this machine once the lag has passed closes it (a request cannot be later than
     the first cancel that read its record)."""
-    from spotwise.planner.launch_cleanup import listing_lag_s
+    from spotwise.providers.base import listing_lag_s
 
     lag = listing_lag_s(prov)
     if h.requested_at is None or lag <= 0:

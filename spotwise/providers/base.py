@@ -248,6 +248,13 @@ def unconfirmed_launch(
     return "" if launched_by(inst, job_id, launch_ids, instance_ids) else launch
 
 
+def listing_lag_s(provisioner: object) -> float:
+    """Wall seconds after a create during which the provider's listing may not show the
+    instance yet (EC2's API is eventually consistent): a provisioner's optional
+    ``LISTING_LAG_S``, 0 for one whose listing is read-after-write."""
+    return float(getattr(provisioner, "LISTING_LAG_S", 0.0))
+
+
 def unconfirmed_ended_line(inst: Instance, what: str) -> str:
     """A failed launch's ended instance whose cloud does not say which request made it: ``i-1
     (us-east-1) carries launch L's tag and has ended; aws does not say which request created

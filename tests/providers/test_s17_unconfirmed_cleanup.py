@@ -186,3 +186,48 @@ def test_a_launch_whose_own_confirmed_instance_has_ended_is_billed_its_life(
     assert led.spent_usd == pytest.approx(row.cost_usd)
     assert _named(led) == [] and failed not in led.unconfirmed  # closed: never looked at again
     led.store.close()
+
+
+def test_the_own_instance_a_try_terminated_is_on_the_record_and_billed_once(
+    bucket: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """review-ad F4: a try that terminated the launch's own instance while a tag copy still ran
+    (not confirmed clean) billed it to the spend and the trial but not to the record, which the
+    next try closed at $0: `report` showed less than `status`, and a later cancel, re-summing
+    the records, dropped it. The record carries it now; the next try, finding it ended, does
+    not bill it again, nor the copy."""
+    job = AwsJob(tmp_path, bucket)
+    now = time.time()
+    failed = job.record()
+    own = job.launch(failed, now - HOUR)  # its ClientToken says this launch made it
+    copy = job.copy_of(failed, now - HOUR / 2)  # its tags, no ClientToken
+    _hide_token_of(monkeypatch, copy)
+    led = _ledger(job, now)
+    t = led.trials[0]
+
+    led._close_failed_launch(t, failed, now - HOUR, OFFER)  # terminates its own; the copy runs
+
+    assert _states() == {own: "terminated", copy: "running"}
+    row = led.store.get_instance(failed)
+    assert (row.state, row.end_reason, row.provider_instance_id) == (
+        "requested",
+        "unconfirmed",
+        own,
+    )
+    assert row.cost_usd == pytest.approx(0.9, abs=0.01)  # its hour, on the record now
+    assert led.spent_usd == pytest.approx(row.cost_usd) and t.cost_usd == pytest.approx(
+        row.cost_usd
+    )
+
+    _terminate_by_hand(copy)  # checked by hand
+    led._close_failed_launch(t, failed, now - HOUR, OFFER)
+
+    row = led.store.get_instance(failed)
+    assert (row.state, row.provider_instance_id) == ("failed", own)
+    assert row.cost_usd == pytest.approx(0.9, abs=0.01)  # once: not its hour again
+    assert led.spent_usd == pytest.approx(row.cost_usd) and t.cost_usd == pytest.approx(
+        row.cost_usd
+    )
+    why = f"not billed (the launch's own instance {own} is confirmed)"
+    assert _named(led) == [(copy, _said(copy, failed, why))]
+    led.store.close()
