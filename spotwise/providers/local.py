@@ -74,7 +74,7 @@ class _Proc:
     pending: list[Notice] = field(default_factory=list)
     done_pos: int = 0  # how far _done_at has read the events file (progress reads its own way)
     done_market: float | None = None  # market time the trial's work ended (_read_done)
-    done_seen: float | None = None  # monotonic wall time _done_at first saw it
+    done_wall: float | None = None  # wall time (epoch) the trial wrote it, as it says
     steps: int | None = None  # its total steps (SPOTWISE_STEPS), if the request says
 
 
@@ -309,11 +309,11 @@ class LocalProvisioner:
         any other."""
         if p.done_market is None and p.events_file is not None:
             self._read_done(p, now)
-        if p.done_market is None or p.done_seen is None:
+        if p.done_market is None or p.done_wall is None:
             return False
-        return p.done_market < market_time and time.monotonic() - p.done_seen < (
-            self.done_grace_wall_s
-        )
+        # the grace runs from when the trial wrote it, not from when it was first read
+        # (review-ad F1: read only once a notice was due, an old line got a fresh grace)
+        return p.done_market < market_time and time.time() - p.done_wall < self.done_grace_wall_s
 
     def _read_done(self, p: _Proc, now: float) -> None:
         """Look for the end of the trial's work in what it appended since the last look: its
@@ -324,10 +324,9 @@ class LocalProvisioner:
             step, steps = rec.get("step"), p.steps
             last = isinstance(step, int) and steps is not None and step >= steps
             if rec.get("type") == "done" or (rec.get("type") == "report" and last):
-                written = rec.get("time")  # the SDK's time.time() when it wrote the line
-                ago = time.time() - written if isinstance(written, int | float) else 0.0
-                p.done_market = now - self.clock.speedup * max(0.0, ago)
-                p.done_seen = time.monotonic()
+                wall, at = time.time(), rec.get("time")  # the SDK's time.time() then
+                p.done_wall = min(float(at), wall) if isinstance(at, int | float) else wall
+                p.done_market = now - self.clock.speedup * (wall - p.done_wall)
                 return
 
     def revoke_now(self, instance_id: str) -> None:

@@ -425,3 +425,17 @@ def test_a_report_of_the_last_step_ends_the_work_as_done_does(
         fh.write(json.dumps(line) + "\n")
     wall.at_market(REVOKE_AT - LEAD)
     assert [n.instance_id for n in prov.notices()] == ([inst.instance_id] if noticed else [])
+
+
+@pytest.mark.parametrize("written_ago", [60.0, 1e9])  # a minute; a bogus time of ~0
+def test_the_grace_after_done_runs_from_when_it_was_written(
+    prov: LocalProvisioner, market: ReplayMarket, wall: FakeWall, tmp_path: Path, written_ago: float
+) -> None:
+    """review-ad F1: the line is read only once a notice is due, and the 10 s grace ran from
+    that read: a process hung a minute after its `done` (or one whose line says it was written
+    at time 0) held its notice back 10 s more. The grace runs from the line's own time."""
+    req = request(offer(market, ZONE_A, Market.SPOT), tmp_path)
+    inst = prov.launch(dataclasses.replace(req, argv=(sys.executable, "-c", SLEEPER)))
+    _done_line(Path(req.env["SPOTWISE_EVENTS_FILE"]), max(time.time() - written_ago, 0.0))
+    wall.at_market(REVOKE_AT - LEAD)
+    assert [n.instance_id for n in prov.notices()] == [inst.instance_id]
