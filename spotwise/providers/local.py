@@ -72,7 +72,7 @@ class _Proc:
     record: Path | None = None  # see local_records; removed once the process has ended
     events_pos: int = 0
     pending: list[Notice] = field(default_factory=list)
-    done_pos: int = 0  # how far _done_at has read the events file (progress reads its own way)
+    done_pos: int = 0  # how far _read_done has read the events file (progress reads its own way)
     done_market: float | None = None  # market time the trial's work ended (_read_done)
     done_wall: float | None = None  # wall time (epoch) the trial wrote it, as it says
     steps: int | None = None  # its total steps (SPOTWISE_STEPS), if the request says
@@ -269,7 +269,7 @@ class LocalProvisioner:
             if inst.state.is_terminal():
                 continue
             code = p.popen.poll() if p.popen is not None else 0
-            # a trial that exited (or wrote `done`: _done_before) before a poll saw its notice
+            # a trial that exited (or ended its work: _done_before) before a poll saw its notice
             # is due gets none: a cloud orchestrator would have seen the exit and ended the
             # life (billed), where the replay's long market passes let the provider take it,
             # free, after the work ended
