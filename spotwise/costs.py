@@ -25,6 +25,7 @@ Written for cron jobs: one call reads the store, the rest is arithmetic on its r
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -86,6 +87,19 @@ def group_key(row: LifeRow, by: str, simulated: bool = False) -> str:
     if by == "day":
         return datetime.fromtimestamp(row.ended_at or 0.0, UTC).strftime("%Y-%m-%d")
     raise SpecError(f"--by: {by!r} is not a grouping; use one of {', '.join(GROUPS)}")
+
+
+def budget_of(spec_json: str, cost_usd: float) -> dict[str, float] | None:
+    """A job's budget cap (its stored spec's ``budget.max_cost_usd``) and, when ``cost_usd``
+    ended above it, by how much; None without a cap or for a spec that cannot be read."""
+    try:
+        cap = json.loads(spec_json)["budget"]["max_cost_usd"]
+    except (TypeError, ValueError, KeyError, AttributeError):
+        return None
+    if isinstance(cap, bool) or not isinstance(cap, int | float):
+        return None
+    over = round(cost_usd - cap, 6)
+    return {"max_cost_usd": float(cap), **({"exceeded_usd": over} if over > 0 else {})}
 
 
 def billed_seconds(row: LifeRow, billing: str | None = None) -> float:

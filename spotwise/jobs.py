@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from spotwise.costs import budget_of
 from spotwise.errors import ConfigError, NotFoundError, SpecError
 from spotwise.liveness import hidden_text, orchestrator_state, where_text
 from spotwise.release import _release, sweep_finished
@@ -206,6 +207,8 @@ def status(job_id: str | None, *, db: str | None = None, limit: int = 20) -> dic
         trials = store.list_trials(job.id)
         order = _spec_order(job)
         out = _with_orchestrator(job)  # here, elsewhere, or gone (a crash)
+        if (budget := budget_of(job.spec_json, job.cost_usd)) is not None:
+            out["budget"] = budget  # its cap, and an overrun (only tune's summary said it)
         out["trials"] = len(trials)
         out["completed"] = sum(1 for t in trials if _trial_dict(t)["state"] == "completed")
         best = next((t for t in trials if t.id == job.best_trial_id), None)

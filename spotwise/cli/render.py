@@ -245,6 +245,9 @@ def print_status(j: dict[str, Any]) -> None:
         f"migrations {j['migrations']} · early-stopped {j['early_stopped']}"
     )
     console.print(f"cost ${j['cost_usd']:.4f} vs ${j['on_demand_cost_usd']:.4f} on demand")
+    if over := (j.get("budget") or {}).get("exceeded_usd"):
+        cap = j["budget"]["max_cost_usd"]
+        console.print(f"[red]budget exceeded by ${over:.4f} (max_cost_usd {cap:g})[/]")
     if j.get("error"):
         console.print(f"[red]error:[/] {j['error']}")
     if j.get("orchestrator") == "gone":

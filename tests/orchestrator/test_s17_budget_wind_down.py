@@ -151,3 +151,43 @@ def _printed(summary: dict[str, Any]) -> list[str]:
     finally:
         render.console = saved
     return [ln for ln in console.export_text().splitlines() if ln.startswith("budget")]
+
+
+def test_status_shows_the_cap_and_an_overrun(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """review-ad: only tune's summary said the cap was exceeded; `status JOB` (text and --json)
+    now shows the cap, and the overrun when there is one."""
+    from rich.console import Console
+
+    from spotwise import jobs
+    from spotwise.cli import render
+
+    cap = _cap(900.0)
+    summary, db = run_scripted(
+        tmp_path, monkeypatch, WindingMarket(wind_s=600.0), budget={"max_cost_usd": cap}
+    )
+    status = jobs.status(summary["job_id"], db=db)
+    over = summary["limits"]["budget"]["exceeded_usd"]
+    assert status["budget"] == {"max_cost_usd": pytest.approx(cap), "exceeded_usd": over}
+    console = Console(width=200, record=True, color_system=None)
+    render.console, saved = console, render.console
+    try:
+        render.print_status(status)
+    finally:
+        render.console = saved
+    assert f"budget exceeded by ${over:.4f} (max_cost_usd {cap:g})" in console.export_text()
+
+
+def test_status_of_a_job_within_its_cap_shows_the_cap_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from spotwise import jobs
+
+    summary, db = run_scripted(
+        tmp_path, monkeypatch, WindingMarket(wind_s=60.0), budget={"max_cost_usd": 1.0}
+    )
+    assert jobs.status(summary["job_id"], db=db)["budget"] == {"max_cost_usd": 1.0}
+    (tmp_path / "nocap").mkdir()
+    summary, db = run_scripted(tmp_path / "nocap", monkeypatch, WindingMarket(wind_s=60.0))
+    assert "budget" not in jobs.status(summary["job_id"], db=db)
