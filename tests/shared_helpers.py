@@ -178,3 +178,30 @@ def tune_cli_refused(tmp_path: Path, path: Path) -> list[str]:
     assert lines[0].startswith("error: ")
     assert len(lines) == 1 or (len(lines) == 2 and lines[1].startswith("hint: "))
     return lines
+
+
+def no_aws_credentials(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """No AWS credentials anywhere in the SDK's chain (the instance metadata service is never
+    asked; config and credentials files point at nothing) and no EC2 listing cached by an
+    earlier test: what a machine without an account sees."""
+    from spotwise.providers import aws_listings
+
+    for var in (
+        "AWS_ACCESS_KEY_ID",
+        "AWS_SECRET_ACCESS_KEY",
+        "AWS_SESSION_TOKEN",
+        "AWS_SECURITY_TOKEN",
+        "AWS_PROFILE",
+        "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+        "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+        "AWS_WEB_IDENTITY_TOKEN_FILE",
+        "AWS_ENDPOINT_URL",
+        "AWS_REGION",
+    ):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-aws-config"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-aws-credentials"))
+    monkeypatch.setattr(aws_listings, "_FULL_LISTINGS", {})
+    monkeypatch.setattr(aws_listings, "_OFFERED_NAMES", {})

@@ -13,11 +13,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from shared_helpers import no_aws_credentials
 from typer.testing import CliRunner, Result
 
 from spotwise.cli.app import app
 from spotwise.errors import ProviderUnavailable, TransientError
-from spotwise.providers import aws, aws_listings
+from spotwise.providers import aws
 from spotwise.providers.aws_catalog import AwsCatalog
 from spotwise.providers.aws_offline import offline_prices
 from spotwise.providers.base import Market
@@ -48,25 +49,7 @@ def _cached(db: str) -> int:
 def db(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[str]:
     """No AWS credentials anywhere (botocore never asks the instance metadata service), no
     listing cached by an earlier test, and a store of its own."""
-    for var in (
-        "AWS_ACCESS_KEY_ID",
-        "AWS_SECRET_ACCESS_KEY",
-        "AWS_SESSION_TOKEN",
-        "AWS_SECURITY_TOKEN",
-        "AWS_PROFILE",
-        "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
-        "AWS_CONTAINER_CREDENTIALS_FULL_URI",
-        "AWS_WEB_IDENTITY_TOKEN_FILE",
-        "AWS_ENDPOINT_URL",
-        "AWS_REGION",
-    ):
-        monkeypatch.delenv(var, raising=False)
-    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
-    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-aws-config"))
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-aws-credentials"))
-    monkeypatch.setattr(aws_listings, "_FULL_LISTINGS", {})
-    monkeypatch.setattr(aws_listings, "_OFFERED_NAMES", {})
+    no_aws_credentials(monkeypatch, tmp_path)
     yield f"sqlite:///{tmp_path / 'prices.db'}"
 
 

@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from shared_helpers import no_aws_credentials
 from typer.testing import CliRunner
 
 from spotwise.cli.app import app
-from spotwise.providers import aws_listings
 from spotwise.providers.base import Market
 
 
@@ -29,25 +29,7 @@ def _json(*args: str) -> dict[str, Any]:
 @pytest.fixture
 def db(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[str]:
     """No AWS credentials anywhere (the instance metadata service is never asked)."""
-    for var in (
-        "AWS_ACCESS_KEY_ID",
-        "AWS_SECRET_ACCESS_KEY",
-        "AWS_SESSION_TOKEN",
-        "AWS_SECURITY_TOKEN",
-        "AWS_PROFILE",
-        "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
-        "AWS_CONTAINER_CREDENTIALS_FULL_URI",
-        "AWS_WEB_IDENTITY_TOKEN_FILE",
-        "AWS_ENDPOINT_URL",
-        "AWS_REGION",
-    ):
-        monkeypatch.delenv(var, raising=False)
-    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
-    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-aws-config"))
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-aws-credentials"))
-    monkeypatch.setattr(aws_listings, "_FULL_LISTINGS", {})
-    monkeypatch.setattr(aws_listings, "_OFFERED_NAMES", {})
+    no_aws_credentials(monkeypatch, tmp_path)
     yield f"sqlite:///{tmp_path / 'prices.db'}"
 
 
