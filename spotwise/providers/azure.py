@@ -13,7 +13,8 @@ Options (``providers[].options``): ``subscription_id`` (else ``$AZURE_SUBSCRIPTI
 launch also ``resource_group``, ``subnet_id`` (a subnet resource id), ``image`` (URN
 ``Publisher:Offer:Sku:Version`` or an image resource id), ``ssh_public_key``; optional
 ``admin_username`` (``spotwise``), ``eviction_policy`` (``Delete`` or ``Deallocate``),
-``max_price`` (``-1``: up to the on-demand price), ``os_disk_size_gb`` (``64``),
+``max_price`` (``-1``: up to the on-demand price; Spot offers above it are not offered),
+``os_disk_size_gb`` (``64``),
 ``public_ip`` (``false``), ``prices_source`` (``live``: Retail Prices API, or ``catalog``),
 ``prices`` (a catalog CSV), ``offline`` (``true``: the catalog without ARM calls),
 ``retail_prices_url`` (the Retail Prices API's address, for a fake server), ``base_url`` (an
@@ -83,6 +84,14 @@ _CAPACITY = {
     "SpotVMCapacityNotAvailable",
     "AllocationTimedOut",
 }
+# ARM's refusal of a Spot price above options.max_price: SpotPriceGreaterThanProvidedMaxPrice,
+# or OperationNotAllowed "... the provided max price '0.05 USD' is lower than the current spot
+# price ..."; with AzureSpotIsNotSupportedForThisVMSize, a refusal of the offer, not the trial.
+_MAX_PRICE_TEXT = re.compile(r"max price\b.*\blower than the current spot price", re.I | re.S)
+MAX_PRICE_HINT = (
+    "the Spot price is above providers[].options.max_price: spotwise tries another offer; "
+    "raise max_price (or set -1: up to the on-demand price) to use this one"
+)
 
 
 @dataclass(frozen=True)
@@ -115,6 +124,16 @@ def settings_from(config: ProviderConfig) -> AzureSettings:
     return AzureSettings(
         sub, tuple(config.regions), tuple(config.zones), tuple(config.instance_types), markets, opts
     )
+
+
+def max_price(settings: AzureSettings) -> float | None:
+    """Option ``max_price``: the most USD/h a Spot VM may cost (ARM's ``billingProfile``), or
+    None for ``-1`` / unset (up to the on-demand price). SpecError if not a number."""
+    try:
+        cap = float(settings.opt("max_price", "-1"))
+    except ValueError:
+        raise SpecError("providers[].options.max_price: a number (USD/h), or -1") from None
+    return None if cap < 0 else cap
 
 
 def api_deadline_s(settings: AzureSettings) -> float:
@@ -228,9 +247,11 @@ def _connection_failure(e: Exception) -> str:
 def api_error(prefix: str, e: Exception) -> ProviderError:
     """An azure-core HttpResponseError (or a credential failure) as one line: throttling →
     ThrottledError, a 500/502/503/504 or a connection that failed or timed out →
-    TransientError, capacity → CapacityError, credentials → ``az login``, quota → the quota to
-    raise, 403 → the role to grant; a call out of its deadline (CallDeadlineExceeded) → its last
-    retried failure that passes, else a TransientError naming the deadline. Never a token."""
+    TransientError, capacity, a Spot price above ``max_price`` or a size without Spot →
+    CapacityError (the offer is refused, not the trial), credentials → ``az login``, quota →
+    the quota to raise, 403 → the role to grant; a call out of its deadline
+    (CallDeadlineExceeded) → its last retried failure that passes, else a TransientError naming
+    the deadline. Never a token."""
     if isinstance(e, CallDeadlineExceeded):
         last = api_error(prefix, e.last) if e.last is not None else None
         if isinstance(last, TransientError):  # ThrottledError too
@@ -256,6 +277,11 @@ def api_error(prefix: str, e: Exception) -> ProviderError:
         )
     if code in _CAPACITY:
         return CapacityError(text)
+    spot_price = code == "SpotPriceGreaterThanProvidedMaxPrice"
+    if spot_price or (code == "OperationNotAllowed" and _MAX_PRICE_TEXT.search(msg)):
+        return CapacityError(text, hint=MAX_PRICE_HINT)  # this offer, now: not the trial
+    if code == "AzureSpotIsNotSupportedForThisVMSize":
+        return CapacityError(text, hint="this VM size has no Spot: spotwise tries another offer")
     if status == 401 or code in _TOKEN_CODES:
         return ProviderUnavailable(
             f"{prefix}: the credentials were rejected ({status or 401} {code or 'Unauthorized'})"
@@ -319,10 +345,7 @@ def open_provisioner(config: ProviderConfig, *, credential: Any | None = None) -
     settings.require("ssh_public_key", "ssh-ed25519 AAAA... you@host")
     if settings.opt("eviction_policy", "Delete") not in ("Delete", "Deallocate"):
         raise SpecError("providers[].options.eviction_policy: must be Delete or Deallocate")
-    try:
-        float(settings.opt("max_price", "-1"))
-    except ValueError:
-        raise SpecError("providers[].options.max_price: a number (USD/h), or -1") from None
+    max_price(settings)  # a number, or SpecError before anything is launched
     client = compute_client(credential or default_credential(), settings)
     return AzureProvisioner(settings, client, load(settings.opt("prices") or None))
 

@@ -4,7 +4,8 @@ Hardware (vCPUs, memory, GPUs, zones, Spot capability, subscription restrictions
 resource SKUs of a region. Prices come live from the public Retail Prices API (cached per region
 for the catalog's life) or, offline / on failure, from the shipped dated catalog. An Azure
 "zone" in an :class:`Offer` is ``<region>-<n>`` for zonal placement, or the region name itself
-where a size has no zones. Sizes without a price are never offered.
+where a size has no zones. Sizes without a price are never offered, nor, with
+``options.max_price``, a Spot offer priced above it (ARM would refuse it).
 
 Names a job gets wrong are refused before it starts (:mod:`spotwise.planner.preflight`):
 :meth:`AzureCatalog.check_instance_type` and :meth:`AzureCatalog.check_region` (regions from
@@ -22,7 +23,13 @@ from typing import Any
 
 from spotwise.errors import NotFoundError, ProviderError, SpecError, did_you_mean
 from spotwise.providers import azure_prices
-from spotwise.providers.azure import NAME, AzureSettings, api_deadline_s, api_error
+from spotwise.providers.azure import (
+    NAME,
+    AzureSettings,
+    api_deadline_s,
+    api_error,
+    max_price,
+)
 from spotwise.providers.base import InstanceType, Market, Offer, PricePoint
 from spotwise.providers.bounded import CallDeadlineExceeded, call_within
 from spotwise.providers.gcp_prices import PriceRow, PriceTable
@@ -256,6 +263,8 @@ class AzureCatalog:
         market: Market | None = None,
     ) -> list[Offer]:
         markets = [market] if market else list(self.settings.markets)
+        cap = max_price(self.settings)
+        above: list[str] = []  # Spot offers above options.max_price: ARM refuses them
         out: list[Offer] = []
         for reg in [region] if region else self.regions():
             prices = self.prices(reg)
@@ -271,6 +280,9 @@ class AzureCatalog:
                 for m in markets:
                     price = row.price(m)
                     if price is None or (m is Market.SPOT and not s.spot_capable):
+                        continue
+                    if m is Market.SPOT and cap is not None and price > cap:
+                        above.append(f"{s.name} in {reg} ({price:g} $/h)")
                         continue
                     out += [
                         Offer(
@@ -288,6 +300,13 @@ class AzureCatalog:
                         )
                         for z in zones
                     ]
+        if above:
+            log.debug(
+                "azure: %d Spot offer(s) above options.max_price %g $/h not offered: %s",
+                len(above),
+                cap,
+                ", ".join(above),
+            )
         return sorted(out, key=lambda o: (o.price_per_hour, o.key))
 
     def price_history(

@@ -2,8 +2,9 @@
 
 With ``options.offline: true`` (no clients) the hardware comes from the price CSV and zones
 from ``providers[].zones``. Machine types without a price are never offered (a wrong price is
-worse than none). GCP has no spot price history API: :meth:`GcpCatalog.price_history` returns
-the catalog's dated point.
+worse than none), nor is one whose listing has GPUs its price row does not count (a catalog
+row with the host part only: an 8-GPU VM would be billed at a fraction of its price). GCP has
+no spot price history API: :meth:`GcpCatalog.price_history` returns the catalog's dated point.
 
 Names a job gets wrong are refused before it starts (:mod:`spotwise.planner.preflight`):
 :meth:`GcpCatalog.check_instance_type` and :meth:`GcpCatalog.check_region` (regions from the
@@ -12,6 +13,7 @@ prices, else from :meth:`GcpCatalog.listed_regions`).
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Sequence
 from typing import Any
@@ -20,8 +22,9 @@ from spotwise.errors import NotFoundError, ProviderError, SpecError, did_you_mea
 from spotwise.providers.base import InstanceType, Market, Offer, PricePoint
 from spotwise.providers.gcp import NAME, GcpClients, GcpSettings, zone_region
 from spotwise.providers.gcp_errors import api_error
-from spotwise.providers.gcp_prices import PriceTable
+from spotwise.providers.gcp_prices import PriceRow, PriceTable
 
+log = logging.getLogger(__name__)
 _MACHINE_TYPE = re.compile(r"^[a-z][a-z0-9-]{0,62}$")
 _GPU_NAMES = {
     "nvidia-l4": "L4",
@@ -172,8 +175,8 @@ class GcpCatalog:
             return sorted(out.values(), key=lambda t: (t.region, t.name))
         for zone, mt in self._machine_types(region, names):
             reg = zone_region(zone)
-            row = self.prices.lookup(mt.name, reg, zone)
             gpus, gpu_name = _gpus(mt)
+            row = _priced(self.prices.lookup(mt.name, reg, zone), gpus, zone)
             out.setdefault(
                 (mt.name, reg),
                 InstanceType(
@@ -220,7 +223,7 @@ class GcpCatalog:
                 )
         out = []
         for zone, itype, cpus, mem, gpus, gpu_name in hardware:
-            row = self.prices.lookup(itype, zone_region(zone), zone)
+            row = _priced(self.prices.lookup(itype, zone_region(zone), zone), gpus, zone)
             if row is None:
                 continue  # unpriced: never offer a wrong price
             for m in markets:
@@ -260,6 +263,23 @@ class GcpCatalog:
             for m in (Market.SPOT, Market.ON_DEMAND)
             if (p := row.price(m)) is not None
         ]
+
+
+def _priced(row: PriceRow | None, gpus: int, zone: str) -> PriceRow | None:
+    """``row`` if it prices the ``gpus`` the listing gives the machine type, else None: a row
+    that counts fewer GPUs (a refreshed catalog's host-only price, a hand-written row) would
+    offer and bill the VM below its price."""
+    if row is None or row.gpus >= gpus:
+        return row
+    log.debug(
+        "gcp: %s in %s not offered: the listing gives it %d GPUs, its price row (%s) counts %d",
+        row.instance_type,
+        zone,
+        gpus,
+        row.source,
+        row.gpus,
+    )
+    return None
 
 
 def _gpus(mt: Any) -> tuple[int, str]:

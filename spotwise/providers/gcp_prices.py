@@ -16,12 +16,17 @@ The same CSV format (and this module's loader) serves Azure: see
 how old it is). :func:`refresh` rebuilds a catalog from the
 public SkyPilot catalog CSV (``vms.csv``, schema v7), which SkyPilot regenerates every few
 hours from Google's Cloud Billing Catalog; pass a local path to refresh offline.
+SkyPilot's file prices the GPUs of an accelerator-optimized family (a2, a3, a4, g2, g4, ...) on
+rows of their own, its machine rows carry the host part only: a machine type of such a family
+whose GPUs have no price row is dropped (never written at the host price), and :func:`refresh`
+logs what it dropped.
 """
 
 from __future__ import annotations
 
 import csv
 import io
+import logging
 import re
 import time
 from collections.abc import Iterable, Sequence
@@ -32,6 +37,7 @@ from pathlib import Path
 from spotwise.errors import ConfigError, ProviderError
 from spotwise.providers.base import Market
 
+log = logging.getLogger(__name__)
 SHIPPED = Path(__file__).resolve().parent.parent / "data" / "gcp-prices" / "prices.csv"
 SKYPILOT_GCP_URL = (
     "https://raw.githubusercontent.com/skypilot-org/skypilot-catalog/master/catalogs/v7/gcp/vms.csv"
@@ -62,6 +68,11 @@ _BUNDLED: tuple[tuple[re.Pattern[str], str, int | None], ...] = (
     (re.compile(r"^a2-ultragpu-(\d+)g$"), "A100-80GB", None),
     (re.compile(r"^a3-highgpu-(\d+)g$"), "H100", None),
 )
+# Accelerator-optimized families (a2, a3, a4, a4x, g2, g4, ... and any later one): their GPUs
+# come with the machine type, and SkyPilot's machine row is the host part only. A type of such a
+# family that _BUNDLED does not join with a GPU row is dropped. g1 (g1-small) is a legacy
+# shared-core type without a GPU.
+_ACCELERATOR_FAMILY = re.compile(r"^(?:a\d+|g(?:[2-9]|\d{2,}))[a-z]*-")
 
 
 @dataclass(frozen=True)
@@ -189,10 +200,15 @@ def from_skypilot_csv(
     instance_types: Sequence[str] | None = None,
     as_of: str | None = None,
     source: str = "skypilot-catalog-v7",
+    dropped: list[str] | None = None,
 ) -> list[PriceRow]:
     """Turn a SkyPilot v7 GCP ``vms.csv`` into region-level rows, GPUs of bundled families added.
 
-    Machine types whose bundled GPU has no price row are dropped rather than under-priced.
+    Machine types whose bundled GPU has no price row are dropped rather than under-priced, and
+    so is every machine type of an accelerator-optimized family (a2/a3/a4/g2/g4..., see
+    ``_ACCELERATOR_FAMILY``) that ``_BUNDLED`` cannot join with its GPUs' row: its machine row
+    is the host part only (an 8-GPU a3-edgegpu-8g at ~1/9 of its price). ``dropped``, when
+    given, receives ``"<type> in <region>"`` for each one.
     """
     day = as_of or datetime.fromtimestamp(time.time(), UTC).date().isoformat()
     machines: dict[tuple[str, str], dict[str, str]] = {}
@@ -216,11 +232,17 @@ def from_skypilot_csv(
             continue
         gpu_name, gpu_count = "", 0
         bundled = _bundled_gpu(itype)
+        if bundled is None and _ACCELERATOR_FAMILY.match(itype):
+            if dropped is not None:
+                dropped.append(f"{itype} in {region}")  # GPUs of a family we cannot price
+            continue
         if bundled is not None:
             gpu_name, gpu_count = bundled
             g = gpus.get((gpu_name, gpu_count, region))
             g_od = _num(g.get("Price")) if g else None
             if g is None or g_od is None:
+                if dropped is not None:
+                    dropped.append(f"{itype} in {region}")
                 continue
             g_spot = _num(g.get("SpotPrice"))
             od += g_od
@@ -266,10 +288,22 @@ def refresh(
         text = resp.text
     else:
         text = Path(source).read_text(encoding="utf-8")
-    rows = from_skypilot_csv(text, regions=regions, instance_types=instance_types)
+    dropped: list[str] = []
+    rows = from_skypilot_csv(text, regions=regions, instance_types=instance_types, dropped=dropped)
+    why = f"; {_said(dropped)} dropped: their GPUs have no price row" if dropped else ""
     if not rows:
-        raise ProviderError(f"gcp: no prices matched in {source} for {regions=} {instance_types=}")
+        raise ProviderError(
+            f"gcp: no prices matched in {source} for {regions=} {instance_types=}{why}"
+        )
+    if dropped:
+        log.warning("gcp: prices refreshed from %s%s", source, why)
     return write(rows, dest)
+
+
+def _said(dropped: Sequence[str]) -> str:
+    """``3 machine-type rows (a3-edgegpu-8g in us-central1, ...)``, at most 5 named."""
+    shown = ", ".join(dropped[:5]) + (", ..." if len(dropped) > 5 else "")
+    return f"{len(dropped)} machine-type row{'s' * (len(dropped) != 1)} ({shown})"
 
 
 def _bundled_gpu(itype: str) -> tuple[str, int] | None:
