@@ -69,6 +69,8 @@ class JobInfo:
     simulated: bool
     speedup: float = 1.0  # market seconds per wall second (the replay's; 1 on a cloud)
     billing: str | None = None  # the billing rule a replay bills by (None: the life's provider)
+    # its budget cap and, when its whole cost ended above it, by how much (:func:`budget_of`)
+    budget: Mapping[str, float] | None = None
 
 
 def group_key(row: LifeRow, by: str, simulated: bool = False) -> str:
@@ -155,15 +157,24 @@ def section(
     by: str,
     simulated: bool,
     billing: Mapping[str, str | None] | None = None,
+    budgets: Mapping[str, Mapping[str, float] | None] | None = None,
 ) -> dict[str, Any]:
-    """``totals`` and ``groups`` of ended lives that are all real or all replayed."""
+    """``totals`` and ``groups`` of ended lives that are all real or all replayed. By job,
+    a job's group with a budget cap (``budgets``: job id → :func:`budget_of`) carries it as
+    ``budget_usd``, and ``exceeded_usd`` when the job's whole cost ended above it."""
     rows = list(rows)
     groups: dict[str, list[LifeRow]] = {}
     for r in rows:
         groups.setdefault(group_key(r, by, simulated), []).append(r)
+    out = [{"key": k, **tally(v, billing)} for k, v in sorted(groups.items())]
+    for g in out if by == "job" else []:
+        if budget := (budgets or {}).get(g["key"]):
+            g["budget_usd"] = budget["max_cost_usd"]
+            if "exceeded_usd" in budget:
+                g["exceeded_usd"] = budget["exceeded_usd"]
     return {
         "totals": {**tally(rows, billing), "jobs": len({r.job_id for r in rows})},
-        "groups": [{"key": k, **tally(v, billing)} for k, v in sorted(groups.items())],
+        "groups": out,
     }
 
 
@@ -183,8 +194,9 @@ def summarize(
     lo = float("-inf") if since is None else since
     ended = [r for r in ended if r.ended_at is not None and lo < r.ended_at <= now]
     billing = {j: info.billing for j, info in jobs.items()}
-    real = section((r for r in ended if r.job_id not in sim), by, False, billing)
-    replay = section((r for r in ended if r.job_id in sim), by, True, billing)
+    budgets = {j: info.budget for j, info in jobs.items()}
+    real = section((r for r in ended if r.job_id not in sim), by, False, billing, budgets)
+    replay = section((r for r in ended if r.job_id in sim), by, True, billing, budgets)
     held_rows: list[dict[str, Any]] = []
     for r in sorted(held, key=lambda r: (r.requested_at, r.id)):
         info = jobs.get(r.job_id, JobInfo("unknown", running=False, simulated=False))
@@ -267,6 +279,7 @@ def report(
                 # the spec's defaults, as the job ran them (no replay block: 600x, not 1x)
                 speedup=1.0 if replayed is None else replayed.speedup,
                 billing=None if replayed is None else replayed.billing,  # as its lives were billed
+                budget=budget_of(job.spec_json, job.cost_usd),  # the whole job's, as `status`
             )
     finally:
         store.close()

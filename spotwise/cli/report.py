@@ -61,6 +61,10 @@ def report_cmd(
     is the time charged for under each provider's rule (AWS refunds a spot instance it revokes
     in its first hour): divide $ by it for the average price paid.
 
+    By job, a job whose whole cost ended above its budget cap is shown in red with a line
+    saying by how much (`budget_usd`, `exceeded_usd` in --json); --check does not fail on it:
+    that money is spent, nothing is left to release.
+
     Examples:
       spotwise report --since 7d --by day
       spotwise report --since all --by job
@@ -100,10 +104,21 @@ def _money_table(by: str, sec: dict[str, Any], title: str | None = None) -> Tabl
     t.add_column(by, overflow="fold")
     for col in ("lives", "revoked", "hours", "billed h", "$", "on-demand $", "saved"):
         t.add_column(col, justify="right", no_wrap=True)
-    for g in sec["groups"]:
-        t.add_row(g["key"], *_money(g))
+    for g in sec["groups"]:  # by job: one whose cost ended above its budget cap in red
+        t.add_row(f"[red]{g['key']}[/]" if "exceeded_usd" in g else g["key"], *_money(g))
     t.add_row("[bold]total[/]", *_money(sec["totals"]), end_section=True)
     return t
+
+
+def _overruns(sec: dict[str, Any]) -> list[str]:
+    """A line for each job of a by-job section whose whole cost ended above its budget cap
+    (the group's ``exceeded_usd``; the window may hold only some of its lives)."""
+    return [
+        f"[red]{g['key']}: budget exceeded by ${g['exceeded_usd']:.4f}: the job cost "
+        f"${g['budget_usd'] + g['exceeded_usd']:.4f} in all (max_cost_usd {g['budget_usd']:g})[/]"
+        for g in sec["groups"]
+        if "exceeded_usd" in g
+    ]
 
 
 def _print_report(out: dict[str, Any]) -> None:
@@ -118,6 +133,8 @@ def _print_report(out: dict[str, Any]) -> None:
     if real["totals"]["lives"]:
         title = "real clouds" if replay["totals"]["lives"] else None
         console.print(fit(_money_table(out["by"], real, title), console.width))
+        for line in _overruns(real):
+            console.print(line)
     elif replay["totals"]["lives"]:
         console.print("no instance life on a real cloud ended in this window")
     else:
@@ -125,6 +142,8 @@ def _print_report(out: dict[str, Any]) -> None:
     if replay["totals"]["lives"]:
         title = "replayed market: simulated dollars, not money"
         console.print(fit(_money_table(out["by"], replay, title), console.width))
+        for line in _overruns(replay):
+            console.print(line)
     if real["totals"]["lives"] or replay["totals"]["lives"]:
         console.print(f"[dim]{HOURS_NOTE}[/]")
     held = out["held"]

@@ -90,7 +90,17 @@ class Ledger(LaunchCleanup):
         rule = self.backend.rule_of(life.offer)  # each life by its own provider's rule
         cost, od, seconds = life_cost(life, segs, rule, revoked, kept, t.seconds_per_step)
         if not (revoked or released or state is InstanceState.RUNNING):
-            note_wind_down(t, life, ended_at)  # billed past its last step: the next projections
+            # billed past its last step: the next projections count it, and so does a resume
+            wound = note_wind_down(t, life, ended_at)
+            if wound is not None:
+                self.store.add_event(
+                    self.job_id,
+                    "wind_down",
+                    ended_at,
+                    trial_id=t.trial_id,
+                    instance_id=life.launch_id,
+                    seconds=wound,
+                )
         t.cost_usd += cost
         t.on_demand_cost_usd += od
         self.spent_usd += cost

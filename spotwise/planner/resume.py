@@ -31,7 +31,13 @@ from typing import Any
 
 from spotwise.errors import ConfigError, SpecError
 from spotwise.planner.policy import INVALID_METRIC, Phase
-from spotwise.planner.runstate import LIMITS, TrialRun, runs_again
+from spotwise.planner.runstate import (
+    CHECKPOINT_SAVES_KEPT,
+    LIMITS,
+    WIND_DOWNS_KEPT,
+    TrialRun,
+    runs_again,
+)
 from spotwise.spec import SEEDS, JobSpec, SearchSpec, load_stored_spec
 from spotwise.states import JobState, TrialState
 
@@ -227,7 +233,33 @@ def _read_trials(
             stopped.append((told[0], told[1]))
         elif told is not None:
             ended.append(told)
+    _measures(store, job_id, trials)
     return trials, ended, stopped, was_stopped
+
+
+def _measures(store: Any, job_id: str, trials: list[TrialRun]) -> None:
+    """The checkpoint saves and wind-downs the earlier runs measured (their
+    ``checkpoint_saved`` and ``wind_down`` events), back in the trials' lists: the newest
+    ``CHECKPOINT_SAVES_KEPT`` / ``WIND_DOWNS_KEPT`` of the job, which is all
+    :func:`~spotwise.planner.runstate.checkpoint_seconds` and
+    :func:`~spotwise.planner.runstate.wind_down_seconds` judge. Without them a resumed job
+    planned on the defaults again: a 60 s wind-down let it admit trials past its cap.
+    Their market times are the earlier runs' clocks, not this run's (a replay's starts again
+    at its ``replay.start``), so they are ordered as recorded and placed before this run
+    (times -n … -1): what this run measures is newer and pushes them out."""
+    by_id = {t.trial_id: t for t in trials}
+    for kind, kept in (("checkpoint_saved", CHECKPOINT_SAVES_KEPT), ("wind_down", WIND_DOWNS_KEPT)):
+        found: list[tuple[TrialRun, float]] = []
+        for e in store.events(job_id, kind=kind):  # in the order recorded
+            seconds, t = e.detail.get("seconds"), by_id.get(e.trial_id or "")
+            if t is None or isinstance(seconds, bool) or not isinstance(seconds, int | float):
+                continue
+            if math.isfinite(seconds) and seconds >= 0:
+                found.append((t, float(seconds)))
+        found = found[-kept:]
+        for i, (t, seconds) in enumerate(found):
+            mark = (float(i - len(found)), seconds)
+            (t.checkpoint_saves if kind == "checkpoint_saved" else t.wind_downs).append(mark)
 
 
 def stop_reasons(store: Any, job_id: str) -> dict[str, str]:

@@ -231,18 +231,20 @@ def startup_s(t: TrialRun, seconds_per_step: float | None) -> float:
     return max(raw - t.restart_steps * seconds_per_step, 0.0)
 
 
-def note_checkpoint_save(t: TrialRun, seconds: object, speedup: float, now: float) -> None:
+def note_checkpoint_save(t: TrialRun, seconds: object, speedup: float, now: float) -> float | None:
     """Keep a ``checkpoint`` event's ``seconds`` (wall seconds the save took, see
     :mod:`spotwise.sdk`) as market seconds: the market clock runs ``speedup`` times the wall
     clock (a replay's; 1 on a cloud), as it does for every duration the orchestrator times.
-    Anything but a finite number >= 0 (an older SDK's event has none) is ignored."""
+    Anything but a finite number >= 0 (an older SDK's event has none) is ignored. Returns the
+    market seconds kept (None: none), which the caller records for `spotwise resume`."""
     if isinstance(seconds, bool) or not isinstance(seconds, int | float):
-        return
+        return None
     market_s = float(seconds) * speedup
     if not math.isfinite(market_s) or market_s < 0:
-        return
+        return None
     t.checkpoint_saves.append((now, market_s))
     del t.checkpoint_saves[:-CHECKPOINT_SAVES_KEPT]
+    return market_s
 
 
 def checkpoint_seconds(trials: list[TrialRun]) -> float | None:
@@ -274,16 +276,18 @@ def note_report(t: TrialRun, life: Life, step: int, now: float) -> None:
         life.done_at = now
 
 
-def note_wind_down(t: TrialRun, life: Life, ended_at: float) -> None:
+def note_wind_down(t: TrialRun, life: Life, ended_at: float) -> float | None:
     """Keep the wind-down of a life billed to ``ended_at`` that ended because its trial made
     its last step (completed, or stopped after it): market seconds from that step seen
     (``done_at``) to the end it was billed to. A life under a notice ended when the market
     took it or we released it, not when its trial left: not kept (the caller leaves out a
-    revoked life, and one released on a notice, too)."""
+    revoked life, and one released on a notice, too). Returns the seconds kept (None: none)."""
     if life.done_at is None or life.notice_deadline is not None or life.lingered:
-        return  # a hung one ended by the limit: its length is the limit's, not a wind-down's
-    t.wind_downs.append((ended_at, max(ended_at - life.done_at, 0.0)))
+        return None  # a hung one ended by the limit: its length is the limit's, not a wind-down
+    wound = max(ended_at - life.done_at, 0.0)
+    t.wind_downs.append((ended_at, wound))
     del t.wind_downs[:-WIND_DOWNS_KEPT]
+    return wound
 
 
 def wind_down_seconds(trials: list[TrialRun]) -> float | None:

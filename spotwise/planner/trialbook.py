@@ -152,7 +152,9 @@ class TrialBook:
                     self._event("invalid_metric", now, t, step=step, metric=repr(metric))
                 events.append(Progress(t.trial_id, step, value))
             elif kind == "checkpoint":
-                note_checkpoint_save(t, rec.get("seconds"), self.backend.speedup, now)
+                saved_s = note_checkpoint_save(t, rec.get("seconds"), self.backend.speedup, now)
+                if saved_s is not None:  # kept in the job's events: `spotwise resume` reads it
+                    self._event("checkpoint_saved", now, t, step=step, seconds=saved_s)
                 t.checkpoint_step = max(t.checkpoint_step, step)
                 self.store.update_trial(
                     t.trial_id, checkpoint_step=t.checkpoint_step, checkpoint_uri=t.checkpoint_uri

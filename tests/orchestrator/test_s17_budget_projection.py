@@ -155,7 +155,10 @@ def test_a_billed_life_that_the_market_took_measures_no_wind_down() -> None:
             self.backend = dataclasses.replace(
                 WindingMarket().backend(), rules={"aws": rule_for("aws")}
             )
-            self.store = type("S", (), {"update_instance": _no, "update_trial": _no})()
+            self.job_id = "j-a"
+            self.store = type(
+                "S", (), {"update_instance": _no, "update_trial": _no, "add_event": _no}
+            )()
 
     book = Book()
     for state, released, kept in [
