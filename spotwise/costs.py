@@ -245,7 +245,7 @@ def report(
     """The cost report over the last ``since`` (a duration such as ``24h``/``7d``, or ``all``),
     grouped ``by`` one of :data:`GROUPS`, with every instance still held."""
     from spotwise.liveness import orchestrator_state
-    from spotwise.spec import ReplaySpec
+    from spotwise.spec import STORED, ReplaySpec
     from spotwise.store import Store
     from spotwise.units import parse_duration
 
@@ -270,7 +270,9 @@ def report(
             providers = job.spec.get("providers", [])
             simulated = all(p.get("name") == "local" for p in providers)
             replay = (providers[0].get("replay") or {}) if simulated and providers else None
-            replayed = None if replay is None else ReplaySpec.model_validate(replay)
+            # read back as recorded (review-af F9: a replay block from before a field was
+            # dropped, validated as a new spec, failed the whole report)
+            replayed = None if replay is None else ReplaySpec.model_validate(replay, context=STORED)
             jobs[job_id] = JobInfo(
                 state=str(getattr(job.state, "value", job.state)),
                 # on another machine it cannot be judged from here: not taken for gone
