@@ -112,13 +112,15 @@ def check_choice(field: str, name: str, valid: Sequence[str]) -> None:
 def did_you_mean(value: str, choices: list[str] | tuple[str, ...]) -> str:
     """Return ' (did you mean X?)' for the closest choice, or '' when nothing is close.
 
-    Closest: two letters swapped ("us-esat-1") first; then the best difflib score, its ties
-    broken by the fewest edits, then by the longest common start: "us-eest-1" is one edit
-    from both "us-east-1" and "us-west-1", and difflib alone (ties go to the greater
-    string) suggested "us-west-1"; a mistyped letter is more likely after the first ones."""
+    Close (:func:`_close`): a few mistyped letters, or letters left out. Closest among those:
+    two letters swapped ("us-esat-1") first; then the best difflib score, its ties broken by
+    the fewest edits, then by the longest common start: "us-eest-1" is one edit from both
+    "us-east-1" and "us-west-1", and difflib alone (ties go to the greater string) suggested
+    "us-west-1"; a mistyped letter is more likely after the first ones."""
     import difflib
 
-    close = difflib.get_close_matches(value, list(choices), n=5, cutoff=0.6)
+    found = difflib.get_close_matches(value, list(choices), n=5, cutoff=0.6)
+    close = [c for c in found if _close(value, c)]
     # two letters swapped ("us-esat-1") beat a choice that scores the same ("us-west-1")
     swapped = [c for c in close if sorted(c) == sorted(value)]
     if swapped or not close:
@@ -134,13 +136,32 @@ def did_you_mean(value: str, choices: list[str] | tuple[str, ...]) -> str:
     return f" (did you mean {best_one!r}?)"
 
 
-def _edits(a: str, b: str) -> int:
-    """Levenshtein distance: insertions, deletions and substitutions from ``a`` to ``b``."""
+def _close(typed: str, choice: str) -> bool:
+    """Whether ``choice`` is a name ``typed`` plausibly meant: at most a quarter of its letters
+    mistyped, added or dropped, two swapped neighbours counting as one (at least one edit:
+    "aw" for "aws", "A100" for "V100", "us-east-9z" for "us-east-2b"); or ``choice`` with
+    letters left out, starting as it does and at least half of it typed ("max_cost" for
+    "max_cost_usd", "sped" for "speedup"). difflib's score alone (its cutoff 0.6) let a
+    shared tail pass: "g4dn.xlarge" suggested "p3.2xlarge" (5 edits) and "m4.xlarge" (3)."""
+    if _edits(typed, choice, swaps=True) <= max(1, len(typed) // 4):
+        return True
+    rest = iter(choice)
+    left_out = all(c in rest for c in typed)  # typed's letters, in order, within choice
+    return left_out and typed[:1] == choice[:1] and 2 * len(typed) >= len(choice)
+
+
+def _edits(a: str, b: str, *, swaps: bool = False) -> int:
+    """Levenshtein distance: insertions, deletions and substitutions from ``a`` to ``b``; with
+    ``swaps``, two neighbouring letters swapped count as one edit (optimal string alignment)."""
+    before: list[int] = []  # the row two letters of ``a`` back
     row = list(range(len(b) + 1))
     for i, ca in enumerate(a, 1):
-        prev, row[0] = row[0], i
+        new = [i] + [0] * len(b)
         for j, cb in enumerate(b, 1):
-            prev, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, prev + (ca != cb))
+            new[j] = min(row[j] + 1, new[j - 1] + 1, row[j - 1] + (ca != cb))
+            if swaps and i > 1 and j > 1 and ca == b[j - 2] and a[i - 2] == cb:
+                new[j] = min(new[j], before[j - 2] + 1)
+        before, row = row, new
     return row[-1]
 
 

@@ -18,12 +18,17 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import yaml
 
 from spotwise.store import InstanceRow, Store
+
+if TYPE_CHECKING:
+    from spotwise.planner.policy import PlannerView
+    from spotwise.planner.runstate import TrialRun
+    from spotwise.providers.base import Offer
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -205,3 +210,33 @@ def no_aws_credentials(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-aws-credentials"))
     monkeypatch.setattr(aws_listings, "_FULL_LISTINGS", {})
     monkeypatch.setattr(aws_listings, "_OFFERED_NAMES", {})
+
+
+def no_aws_account_db(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> str:
+    """:func:`no_aws_credentials`, and the URL of a store of its own under ``tmp_path``."""
+    no_aws_credentials(monkeypatch, tmp_path)
+    return f"sqlite:///{tmp_path / 'prices.db'}"
+
+
+# ---- the orchestrator's planner view ----------------------------------------------------------
+def planner_view(
+    now: float, offers: list[Offer], trials: list[TrialRun], **settings: Any
+) -> PlannerView:
+    """The view the orchestrator gives its policy (``runstate.build_view``) of ``trials`` over
+    ``offers`` at ``now``: a job maximizing its metric, two trials, two at a time, capped at $10
+    with nothing spent, started at 0 with no deadline, each offer's provider's billing rule;
+    ``settings``: ``build_view``'s keywords to set otherwise (``wind_down_default_s``...)."""
+    from spotwise.planner.runstate import build_view
+    from spotwise.providers.billing import rule_for
+
+    job: dict[str, Any] = {
+        "direction": "maximize",
+        "parallel": 2,
+        "trials_total": 2,
+        "spent_usd": 0.0,
+        "max_cost_usd": 10.0,
+        "started_at": 0.0,
+        "deadline": None,
+        "rules": {o.provider: rule_for(o.provider) for o in offers},
+    }
+    return build_view(now, offers, {}, trials, **{**job, **settings})

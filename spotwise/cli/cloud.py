@@ -258,6 +258,20 @@ def _print_catalog(result: dict[str, Any]) -> None:
     console.print(f"[dim]{_count(len(rows), 'instance type')}[/]")
 
 
+def _source_mark(result: dict[str, Any]) -> str:
+    """Where the prices came from, in ``--json``'s words (``source``: live, offline, mixed,
+    replay or cache); the cache, read because the provider could not be, says why in yellow."""
+    source = result.get("source")
+    if source is None:
+        return ""
+    if source == "cache":
+        from rich.markup import escape
+
+        why = escape(str(result.get("error") or "provider unreachable"))
+        return f" [yellow](source: cache; {why})[/]"
+    return f" (source: {source})"
+
+
 def _print_prices(result: dict[str, Any]) -> None:
     """The rows of ``cloud.prices`` in its order (already cut to its ``limit``), with a footer
     that counts the whole list: ``total`` rows, of which ``left_out`` are not shown,
@@ -283,10 +297,9 @@ def _print_prices(result: dict[str, Any]) -> None:
         title = f"{result['provider']} {result['region'] or ''} prices".replace("  ", " ")
         if result.get("market_time") is not None:
             title += f" at market time {_when(result['market_time'])}"
-        if result.get("source") == "cache":
-            title += f" [yellow](cached: {result.get('error', 'provider unreachable')})[/]"
         if result.get("zones_known") is False:  # on-demand without credentials: per region
             title += " [yellow](zones unknown)[/]"
+        title += _source_mark(result)
         table = listing(title)
         for col in ("zone", "instance type"):  # whole unless too long for 80 columns: fold
             table.add_column(col, overflow="fold")

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from shared_helpers import no_aws_account_db
 from typer.testing import CliRunner, Result
 
 from spotwise.cli.app import app
@@ -23,23 +24,9 @@ def _invoke(*args: str) -> Result:
 
 @pytest.fixture
 def no_aws_credentials(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> str:
-    """botocore finds no credentials (and never asks the instance metadata service)."""
-    for var in (
-        "AWS_ACCESS_KEY_ID",
-        "AWS_SECRET_ACCESS_KEY",
-        "AWS_SESSION_TOKEN",
-        "AWS_SECURITY_TOKEN",
-        "AWS_PROFILE",
-        "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
-        "AWS_CONTAINER_CREDENTIALS_FULL_URI",
-        "AWS_WEB_IDENTITY_TOKEN_FILE",
-        "AWS_ENDPOINT_URL",
-    ):
-        monkeypatch.delenv(var, raising=False)
-    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-aws-config"))
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-aws-credentials"))
-    return f"sqlite:///{tmp_path / 'prices.db'}"
+    """botocore finds no credentials (and never asks the instance metadata service): the
+    store's URL."""
+    return no_aws_account_db(monkeypatch, tmp_path)
 
 
 class _Rejected:

@@ -15,6 +15,7 @@ import dataclasses
 from typing import Any
 
 import pytest
+from shared_helpers import planner_view
 from test_s17_budget_wind_down import WindingMarket
 
 from spotwise.planner.policies._common import finish_cost, launch_cost, within_budget
@@ -23,7 +24,6 @@ from spotwise.planner.runstate import (
     WIND_DOWN_S,
     Life,
     TrialRun,
-    build_view,
     note_report,
     note_wind_down,
     wind_down_seconds,
@@ -66,21 +66,7 @@ def test_the_wind_down_is_the_slowest_of_the_newest_five_ended_after_their_last_
 
 
 def _view(trials: list[TrialRun], speedup_default: float = WIND_DOWN_S) -> PlannerView:
-    return build_view(
-        10_000.0,
-        [AWS],
-        {},
-        trials,
-        direction="maximize",
-        parallel=2,
-        trials_total=2,
-        spent_usd=0.0,
-        max_cost_usd=10.0,
-        started_at=0.0,
-        deadline=None,
-        rules={"aws": rule_for("aws")},
-        wind_down_default_s=speedup_default,
-    )
+    return planner_view(10_000.0, [AWS], trials, wind_down_default_s=speedup_default)
 
 
 def test_the_orchestrators_view_carries_the_wind_down_and_each_offers_minimum() -> None:

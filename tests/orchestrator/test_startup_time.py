@@ -11,11 +11,11 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from shared_helpers import planner_view
 from test_lost_lives import Book, _running
 
-from spotwise.planner.runstate import TrialRun, build_view, startup_s
+from spotwise.planner.runstate import TrialRun, startup_s
 from spotwise.providers.base import Market, Offer
-from spotwise.providers.billing import rule_for
 
 SPOT = Offer("aws", "us-east-1", "us-east-1a", "p3.2xlarge", Market.SPOT, 1.0, 3.0)
 
@@ -28,20 +28,7 @@ def _book(tmp_path: Path, reports: list[dict[str, Any]]) -> Book:
 
 
 def _view(trials: list[TrialRun]) -> Any:
-    return build_view(
-        5000.0,
-        [SPOT],
-        {},
-        trials,
-        direction="maximize",
-        parallel=2,
-        trials_total=2,
-        spent_usd=0.0,
-        max_cost_usd=10.0,
-        started_at=0.0,
-        deadline=None,
-        rules={"aws": rule_for("aws")},
-    )
+    return planner_view(5000.0, [SPOT], trials)
 
 
 def test_the_first_reports_steps_are_not_counted_as_start_up(tmp_path: Path) -> None:

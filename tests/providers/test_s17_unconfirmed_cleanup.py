@@ -29,6 +29,30 @@ def _terminate_by_hand(*ids: str) -> None:
     boto3.client("ec2", region_name="us-east-1").terminate_instances(InstanceIds=list(ids))
 
 
+def _tagged_launch(
+    tmp_path: Path,
+    bucket: str,
+    monkeypatch: pytest.MonkeyPatch,
+    now: float,
+    *,
+    ran: float = HOUR,
+    confirmed: bool = False,
+    copy_ran: float | None = None,
+    **record: Any,
+) -> tuple[AwsJob, str, str, str | None]:
+    """A job on moto with one launch record (``record``: its fields) whose create went through
+    ``ran`` seconds before ``now``: the job, the launch's id, the instance it made (EC2 lists it
+    without its ClientToken unless ``confirmed``) and, with ``copy_ran``, another instance
+    started that long before ``now`` with the launch's tags and no ClientToken (else None)."""
+    job = AwsJob(tmp_path, bucket)
+    launch = job.record(**record)
+    made = job.launch(launch, now - ran)
+    copy = None if copy_ran is None else job.copy_of(launch, now - copy_ran)
+    for iid in ([] if confirmed else [made]) + ([] if copy is None else [copy]):
+        _hide_token_of(monkeypatch, iid)
+    return job, launch, made, copy
+
+
 def _said(iid: str, launch: str, what: str) -> str:
     return (
         f"{iid} (us-east-1) carries launch {launch}'s tag and has ended; aws does not say "
@@ -43,11 +67,8 @@ def _named(led: Any) -> list[tuple[str, str]]:
 def test_a_failed_launchs_cleanup_bills_its_unconfirmed_ended_instance_as_the_launchs(
     bucket: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    job = AwsJob(tmp_path, bucket)
     now = time.time()
-    failed = job.record()
-    made = job.launch(failed, now - HOUR)  # the create went through, the call failed
-    _hide_token_of(monkeypatch, made)
+    job, failed, made, _ = _tagged_launch(tmp_path, bucket, monkeypatch, now)  # the call failed
     _terminate_by_hand(made)  # it ran an hour, then ended (reclaimed, or by hand)
     led = _ledger(job, now)
     t = led.trials[0]
@@ -71,13 +92,9 @@ def test_a_failed_launchs_cleanup_bills_its_unconfirmed_ended_instance_as_the_la
 def test_it_is_named_and_billed_once_whatever_the_tries_while_another_still_runs(
     bucket: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    job = AwsJob(tmp_path, bucket)
     now = time.time()
-    failed = job.record()
-    made = job.launch(failed, now - HOUR)
-    other = job.copy_of(failed, now - HOUR / 2)  # its tags too, and no ClientToken either
-    _hide_token_of(monkeypatch, made)
-    _hide_token_of(monkeypatch, other)
+    # another instance with its tags, and no ClientToken either
+    job, failed, made, other = _tagged_launch(tmp_path, bucket, monkeypatch, now, copy_ran=HOUR / 2)
     _terminate_by_hand(made)
     led = _ledger(job, now)
     t = led.trials[0]
@@ -113,13 +130,8 @@ def test_it_is_named_and_billed_once_whatever_the_tries_while_another_still_runs
 def test_the_last_try_names_it_left_to_cancel_and_bills_nothing(
     bucket: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    job = AwsJob(tmp_path, bucket)
     now = time.time()
-    failed = job.record()
-    made = job.launch(failed, now - HOUR)
-    other = job.copy_of(failed, now - HOUR / 2)
-    _hide_token_of(monkeypatch, made)
-    _hide_token_of(monkeypatch, other)
+    job, failed, made, other = _tagged_launch(tmp_path, bucket, monkeypatch, now, copy_ran=HOUR / 2)
     _terminate_by_hand(made)
     led = _ledger(job, now)
     t = led.trials[0]
@@ -139,12 +151,11 @@ def test_the_last_try_names_it_left_to_cancel_and_bills_nothing(
 def test_a_launch_whose_own_instance_is_confirmed_is_closed_on_it(
     bucket: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    job = AwsJob(tmp_path, bucket)
     now = time.time()
-    failed = job.record()
-    own = job.launch(failed, now - 60)  # its ClientToken says this launch made it
-    copy = job.copy_of(failed, now - HOUR)
-    _hide_token_of(monkeypatch, copy)
+    # its ClientToken says this launch made `own`; the copy, with its tags, has none
+    job, failed, own, copy = _tagged_launch(
+        tmp_path, bucket, monkeypatch, now, ran=60, confirmed=True, copy_ran=HOUR
+    )
     _terminate_by_hand(copy)
     led = _ledger(job, now)
     t = led.trials[0]
@@ -162,16 +173,15 @@ def test_a_launch_whose_own_instance_is_confirmed_is_closed_on_it(
 
 
 def test_a_launch_whose_own_confirmed_instance_has_ended_is_billed_its_life(
-    bucket: str, tmp_path: Path
+    bucket: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Helper B's note: the cleanup billed only what it terminated, so the launch's own
     instance (its ClientToken confirms it) found already ended closed the record at $0, no id,
     although it had run an hour. It is now the launch's life, billed once, as an unconfirmed one
     is."""
-    job = AwsJob(tmp_path, bucket)
     now = time.time()
-    failed = job.record()
-    own = job.launch(failed, now - HOUR)  # its ClientToken says this launch made it
+    # its ClientToken says this launch made `own`
+    job, failed, own, _ = _tagged_launch(tmp_path, bucket, monkeypatch, now, confirmed=True)
     _terminate_by_hand(own)  # it ran an hour, then ended
     led = _ledger(job, now)
     t = led.trials[0]
@@ -196,12 +206,11 @@ def test_the_own_instance_a_try_terminated_is_on_the_record_and_billed_once(
     next try closed at $0: `report` showed less than `status`, and a later cancel, re-summing
     the records, dropped it. The record carries it now; the next try, finding it ended, does
     not bill it again, nor the copy."""
-    job = AwsJob(tmp_path, bucket)
     now = time.time()
-    failed = job.record()
-    own = job.launch(failed, now - HOUR)  # its ClientToken says this launch made it
-    copy = job.copy_of(failed, now - HOUR / 2)  # its tags, no ClientToken
-    _hide_token_of(monkeypatch, copy)
+    # its ClientToken says this launch made `own`; the copy, with its tags, has none
+    job, failed, own, copy = _tagged_launch(
+        tmp_path, bucket, monkeypatch, now, confirmed=True, copy_ran=HOUR / 2
+    )
     led = _ledger(job, now)
     t = led.trials[0]
 

@@ -17,9 +17,9 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-import boto3
 import pytest
-from test_ownership_identity import OFFER, AwsJob, _hide_token_of, _ledger, _states
+from test_ownership_identity import OFFER, _ledger, _states
+from test_s17_unconfirmed_cleanup import _tagged_launch, _terminate_by_hand
 
 from spotwise import jobs
 from spotwise.errors import ProviderError
@@ -29,18 +29,14 @@ pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 HOUR = 3600.0
 
 
-def _terminate_by_hand(iid: str) -> None:
-    boto3.client("ec2", region_name="us-east-1").terminate_instances(InstanceIds=[iid])
-
-
 def test_cancel_bills_an_unconfirmed_instance_ended_by_hand_as_the_launchs(
     bucket: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    job = AwsJob(tmp_path, bucket)
     now = time.time()
-    unanswered = job.record(requested_at=now - HOUR)  # the orchestrator died in the call
-    made = job.launch(unanswered, now - HOUR)
-    _hide_token_of(monkeypatch, made)
+    # the orchestrator died in the call
+    job, unanswered, made, _ = _tagged_launch(
+        tmp_path, bucket, monkeypatch, now, requested_at=now - HOUR
+    )
     with Store.open_existing(job.db) as s:
         s.update_job(job.id, state="running", pid=0)
 
@@ -77,11 +73,9 @@ def test_a_failed_launchs_discard_leaves_its_unconfirmed_ended_instance_to_the_c
     """Naming and billing it happen once, when the record is closed
     (test_s17_unconfirmed_cleanup.py): the discard itself, tried again on each retry, does
     neither."""
-    job = AwsJob(tmp_path, bucket)
     now = time.time()
-    failed = job.record()
-    made = job.launch(failed, now - 60)  # the create went through, the call failed
-    _hide_token_of(monkeypatch, made)
+    # the create went through, the call failed
+    job, failed, made, _ = _tagged_launch(tmp_path, bucket, monkeypatch, now, ran=60)
     _terminate_by_hand(made)
     led = _ledger(job, now)
 
@@ -95,11 +89,10 @@ def test_a_failed_launchs_discard_leaves_its_unconfirmed_ended_instance_to_the_c
 def test_a_finished_jobs_sweep_does_not_say_a_closed_record_is_kept_open(
     bucket: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    job = AwsJob(tmp_path, bucket)
     now = time.time()
-    lost = job.record(state="failed", end_reason="failed", ended_at=now - HOUR)
-    made = job.launch(lost, now - HOUR)
-    _hide_token_of(monkeypatch, made)
+    job, lost, made, _ = _tagged_launch(
+        tmp_path, bucket, monkeypatch, now, state="failed", end_reason="failed", ended_at=now - HOUR
+    )
     with Store.open_existing(job.db) as s:
         s.update_job(job.id, state="succeeded", ended_at=now - HOUR / 2)
 
