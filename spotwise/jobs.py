@@ -136,6 +136,8 @@ def _job_dict(job: Any) -> dict[str, Any]:
         "created_at": job.created_at,
         "started_at": job.started_at,
         "ended_at": job.ended_at,
+        # wall time its orchestrator last said it was alive (every few seconds while it runs)
+        "heartbeat_at": getattr(job, "heartbeat_at", None),
         "best_trial": job.best_trial_id,
         "best_metric": job.best_metric,
         "cost_usd": job.cost_usd,

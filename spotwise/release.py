@@ -27,8 +27,8 @@ def _release(store: Any, job: Any, orchestrator_died: bool = False) -> dict[str,
     record is closed.
 
     Each closed record is billed up to now (or up to when its provider says it ended; when
-    ``orchestrator_died``, a local job's trial processes that died with it, up to the job's
-    last report, the last time it was known alive): the
+    ``orchestrator_died``, a local job's trial processes that died with it, up to when it was
+    last known alive, :func:`_last_alive`, but not before their own start): the
     seconds no life's bill covered (an instance left by a dead orchestrator, or billed only up
     to a drain that could not terminate it) at its price, in market seconds (a replay's clock
     runs ``speedup`` times the wall clock), and the job's cost becomes the sum of its
@@ -59,17 +59,18 @@ def _release(store: Any, job: Any, orchestrator_died: bool = False) -> dict[str,
     billed_to = "now"
     if first.name == "local":
         # a local trial process dies with its orchestrator: after the orchestrator died, one
-        # found alive (and killed now) is billed up to now, the others up to the job's last
-        # recorded report, when it was last known alive (billing them up to the cancel, in
-        # replayed market seconds, grew the bill by the hour while nothing ran)
+        # found alive (and killed now) is billed up to now, the others up to when it was last
+        # known alive, not before their start (up to the cancel, in replayed market seconds,
+        # the bill grew by the hour while nothing ran)
         terminated = rec.reconcile(spec, job.id)
-        last = _last_report_wall(store, job.id) if orchestrator_died else None
+        last, which = _last_alive(store, job) if orchestrator_died else (None, "")
         for row in rows:
             dead = orchestrator_died and row.provider_instance_id not in terminated
-            ends[row.id] = (last or row.launched_at or row.requested_at) if dead else None
+            start = row.launched_at or row.requested_at
+            ends[row.id] = max(last or start, start) if dead else None
         if any(end is not None for end in ends.values()):
             billed_to = (
-                "the job's last report" if last else "their start (no report was recorded)"
+                which or "their start (no report was recorded)"
             ) + ", as their trial processes died with the orchestrator"
     else:
         here = socket.gethostname()
@@ -223,13 +224,19 @@ def _whole_life_cost(row: Any, extra_s: float, revoked: bool, rule: Any) -> floa
     return float(rule.charge(segments, revoked_by_provider=revoked)) if segments else 0.0
 
 
-def _last_report_wall(store: Any, job_id: str) -> float | None:
-    """The wall time of the job's last recorded report (its orchestrator was alive then), or
-    None for a job without one (a life is then billed no further than its own start)."""
-    return max(
-        (o.wall_time for t in store.list_trials(job_id) for o in store.observations(t.id)),
+def _last_alive(store: Any, job: Any) -> tuple[float | None, str]:
+    """When a dead local job's orchestrator (and so its trial processes) was last known alive,
+    and what says so: the later of the wall times of the job's last recorded report and of its
+    last heartbeat (``heartbeat_at``, written every few seconds: none before revision 0004);
+    (None, "") for neither (a life is then billed no further than its own start)."""
+    report = max(
+        (o.wall_time for t in store.list_trials(job.id) for o in store.observations(t.id)),
         default=None,
     )
+    beat = getattr(job, "heartbeat_at", None)
+    if beat is not None and (report is None or beat > report):
+        return beat, "the orchestrator's last heartbeat"
+    return report, "the job's last report" if report is not None else ""
 
 
 def sweep_finished(store: Any, job: Any, state: str) -> dict[str, Any]:

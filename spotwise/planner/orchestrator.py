@@ -58,6 +58,7 @@ from spotwise.providers.base import (
 from spotwise.providers.local_records import process_start
 from spotwise.spec import JobSpec
 from spotwise.store.models import new_id
+from spotwise.store.repo import HEARTBEAT_EVERY_WALL_S, Heartbeat
 
 log = logging.getLogger("spotwise.planner")
 REBALANCE_AVOID_S = 600.0  # market seconds a pool with a rebalance recommendation is avoided
@@ -159,6 +160,9 @@ class Orchestrator(JobSummary):
                 pid_start=process_start(pid),  # a reused pid is not this process: see jobs.py
                 **first_start,
             )
+            # when it was last alive: what a cancel after a kill -9 bills its lives up to
+            self.heartbeat = Heartbeat(self.store, self.job_id, HEARTBEAT_EVERY_WALL_S)
+            self.heartbeat.beat()  # a resumed run writes its own
             self._loop()
             state, error = end_state(
                 self.trials, self.cancelled, spec.budget.max_cost_usd, str(self.run_dir / "logs")
@@ -238,6 +242,7 @@ class Orchestrator(JobSummary):
             if time.monotonic() - last_saved >= SAVE_TOTALS_EVERY_WALL_S:
                 last_saved = time.monotonic()
                 self._save_totals(now)  # `spotwise status` of a running job shows its spend
+            self.heartbeat.beat()  # throttled: a write every HEARTBEAT_EVERY_WALL_S at most
             if done:
                 return
             prev_now = now

@@ -111,6 +111,9 @@ class Job(SQLModel, table=True):
     host: str | None = None  # the machine whose process ``pid`` is (NULL before revision 0002)
     # when ``pid``'s process started (local_records.process_start; NULL before revision 0003)
     pid_start: str | None = None
+    # wall time its orchestrator last said it was alive (the store's Heartbeat, every few
+    # seconds; NULL before revision 0004): a dead local job's lives ran until about then
+    heartbeat_at: float | None = None
 
     @property
     def spec(self) -> Any:

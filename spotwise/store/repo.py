@@ -4,13 +4,15 @@ No cost math and no policy here: callers compute, the store records. Every metho
 its own session scope (commit on success, rollback + StoreError on a database error) and
 returns plain, detached rows whose attributes stay readable after the session closes. Here:
 opening, and the rows whose state changes (jobs, trials, instances); the append-only records
-(observations, events, the price cache) are inherited from :mod:`spotwise.store.records`.
+(observations, events, the price cache) are inherited from :mod:`spotwise.store.records`;
+:class:`Heartbeat`, a running job's throttled write of when its orchestrator was alive.
 """
 
 from __future__ import annotations
 
+import logging
 import time as _time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Self, TypeVar
 
 from sqlalchemy.engine import Engine
@@ -46,6 +48,7 @@ from spotwise.store.rows import (
 )
 
 RowT = TypeVar("RowT", bound=SQLModel)
+_log = logging.getLogger("spotwise.store")
 
 
 class Store(Records):
@@ -182,6 +185,15 @@ class Store(Records):
         if "state" in fields:
             fields["state"] = coerce_state(JobState, fields["state"], "job")
         return self._update(Job, job_id, "job", fields)
+
+    def heartbeat(self, job_id: str, at: float) -> None:
+        """Record that the job's orchestrator was alive at wall time ``at`` (``heartbeat_at``;
+        one UPDATE, nothing read): see :class:`Heartbeat`."""
+        from sqlalchemy import update
+
+        stmt = update(Job).where(col(Job.id) == job_id).values(heartbeat_at=at)
+        with self._scope(f"writing job {job_id!r}'s heartbeat") as s:
+            s.exec(stmt.execution_options(synchronize_session=False))
 
     def claim_job(
         self,
@@ -344,3 +356,41 @@ class Store(Records):
                 stmt = stmt.where(col(InstanceRow.state).not_in(sorted(TERMINAL_INSTANCE_STATES)))
             stmt = stmt.order_by(col(InstanceRow.requested_at), col(InstanceRow.id))
             return list(s.exec(stmt))
+
+
+#: Wall seconds between two heartbeats of a running job (a dead local job's lives are billed
+#: up to its last one: at most this much of their run goes unbilled).
+HEARTBEAT_EVERY_WALL_S = 5.0
+
+
+class Heartbeat:
+    """A running job's orchestrator saying it is alive: :meth:`beat` writes the wall time to
+    the job (:meth:`Store.heartbeat`) at its first call and then at most once every
+    ``every_s`` (``clock``: monotonic seconds), however often it is called (once a pass of the
+    loop). A write that fails (the database locked, unreachable) is logged at debug level and
+    skipped until the next one is due: it never stops the job."""
+
+    def __init__(
+        self,
+        store: Store,
+        job_id: str,
+        every_s: float = HEARTBEAT_EVERY_WALL_S,
+        clock: Callable[[], float] = _time.monotonic,
+        wall: Callable[[], float] = _time.time,
+    ) -> None:
+        self.store, self.job_id, self.every_s = store, job_id, every_s
+        self.clock, self.wall = clock, wall
+        self.last: float | None = None  # ``clock`` at the last write tried
+
+    def beat(self) -> bool:
+        """Write the heartbeat if one is due; whether it was written."""
+        now = self.clock()
+        if self.last is not None and now - self.last < self.every_s:
+            return False
+        self.last = now
+        try:
+            self.store.heartbeat(self.job_id, self.wall())
+        except Exception as e:  # a missed heartbeat only bills a dead job's lives less
+            _log.debug("%s: no heartbeat written: %s", self.job_id, e)
+            return False
+        return True
