@@ -15,6 +15,7 @@ from typing import Any
 
 from spotwise.errors import ProviderError, SpecError
 from spotwise.planner.backend import _MIXED_LOCAL, provider_config
+from spotwise.planner.reconcile_ends import stopped_end, unlisted_ends, upper_bound_note
 from spotwise.providers.base import Instance, InstanceState, Provisioner
 from spotwise.providers.registry import ProviderConfig
 from spotwise.spec import JobSpec, ProviderSpec
@@ -75,10 +76,12 @@ TERMINATED, ENDED, NOT_FOUND, OPEN = "terminated", "ended", "not found", "open"
 
 @dataclass(frozen=True)
 class Settled:
-    """What became of one record: ``terminated`` (by this call), ``ended`` (listed in a state
-    that holds nothing; ``ended_at`` when the provider says), ``not found`` (absent from a
-    listing of its region that succeeded: gone) or ``open`` (not confirmed: ``error`` says
-    why; the record must stay open so that a later cancel retries). ``launched_at``: when the
+    """What became of one record: ``terminated`` (by this call; ``ended_at``: when one found
+    stopped stopped, :func:`~spotwise.planner.reconcile_ends.stopped_end`), ``ended`` (listed
+    in a state that holds nothing, or gone and its provider says when it ended; ``ended_at``
+    when the provider says), ``not found`` (absent from a listing of its region that
+    succeeded: gone, billed up to now) or ``open`` (not confirmed: ``error`` says why; the
+    record must stay open so that a later cancel retries). ``launched_at``: when the
     provider says the instance it matched was created (None: no instance matched, or the
     provider does not say), so that a record whose launch never answered is billed from then."""
 
@@ -92,8 +95,8 @@ class Settled:
     # ``open``: absent from a listing that succeeded, its age not readable on this machine's
     # clock and no earlier absence known (:attr:`Held.unlisted_since`): the caller keeps when
     unlisted: bool = False
-    revoked: bool = False  # ``ended``: the provider took it (AWS: free in its first hour)
-    note: str = ""  # ``ended``: why an instance its cloud does not confirm is billed all the same
+    revoked: bool = False  # the provider took it (AWS: free in its first hour)
+    note: str = ""  # what its bill rests on (an unconfirmed instance's, an unknown end's)
 
 
 @dataclass
@@ -336,6 +339,8 @@ def _settle(
     found = ours  # what no launch of the job made is never terminated, billed or matched
     out.listed += found
     live = [i.instance_id for i in found if i.holds_resource()]
+    # a stopped one's end, read before its terminate (which marks the instance terminated now)
+    stops = {i.instance_id: stopped_end(i, name) for i in found if i.holds_resource()}
     refused: dict[str, str] = {}
     if live:
         try:
@@ -350,6 +355,9 @@ def _settle(
     out.terminated += [i for i in live if i not in refused]
     by_id = {i.instance_id: i for i in found}
     by_launch = {i.tags[TAG_LAUNCH]: i for i in found if i.tags.get(TAG_LAUNCH)}
+    gone = [h for h in held if h.instance_id and h.instance_id not in by_id and not h.closed]
+    gone = [h for h in gone if h.launch_id not in by_launch and not _too_young(name, prov, h, now)]
+    ends, why = unlisted_ends(prov, name, [h.instance_id or "" for h in gone])  # if it says
     for h in held:
         inst = by_id.get(h.instance_id or "") or by_launch.get(h.launch_id)
         if inst is None and h.launch_id in doubtful:
@@ -376,22 +384,22 @@ def _settle(
             if young:  # a create the listing may not show yet: not confirmed gone
                 out.errors.append(young)
             first = bool(young) and h.unlisted_since is None and not _one_clock(h, now)
-            out.records.append(
-                Settled(
-                    h,
-                    OPEN if young else NOT_FOUND,
-                    h.instance_id or h.launch_id,
-                    error=young,
-                    unlisted=first,
-                )
-            )
+            iid = h.instance_id or h.launch_id
+            if not young and iid in ends:  # gone, and its provider says when it ended
+                at, took = ends[iid]
+                out.records.append(Settled(h, ENDED, iid, ended_at=at, revoked=took))
+                continue
+            billed = h.instance_id and not young and not h.closed
+            bound = upper_bound_note(name, iid, why) if billed else ""
+            outcome = OPEN if young else NOT_FOUND
+            out.records.append(Settled(h, outcome, iid, error=young, unlisted=first, note=bound))
             continue
         since = inst.launched_at or None  # 0.0: the provider does not say
         if inst.instance_id in refused:
             one = Settled(h, OPEN, inst.instance_id, error=refused[inst.instance_id])
-        elif inst.instance_id in live:
-            one = Settled(h, TERMINATED, inst.instance_id)
+        elif inst.instance_id in live:  # a stopped one: billed to when it stopped
+            one = Settled(h, TERMINATED, inst.instance_id, **stops[inst.instance_id])
         else:
             revoked = inst.state is InstanceState.REVOKED
             one = Settled(h, ENDED, inst.instance_id, ended_at=inst.ended_at, revoked=revoked)
-        out.records.append(replace(one, launched_at=since, found=True, note=note))
+        out.records.append(replace(one, launched_at=since, found=True, note=note or one.note))

@@ -16,7 +16,11 @@
   ``Delete`` policy removes the VM; TERMINATED otherwise). A listed VM that is ``stopped`` (powered
   off from inside: still allocated and billed) or ``deallocated`` is terminal but still
   ``exists`` until deleted; only a Spot VM deallocated without our asking is an eviction (an
-  eviction deallocates or deletes, it never merely stops). Each VM's ``exit_code`` is the one
+  eviction deallocates or deletes, it never merely stops); a deallocated VM ended when its
+  instance view's status ``time`` says (else when this object saw it down; a stopped one is
+  billed: no end), and one left ``Failed`` (an async AllocationFailed) stays ``failed``, no
+  eviction. A VM listed not ``Deleting`` after ARM accepted our delete (its operation failed)
+  is deleted again, a few times at most. Each VM's ``exit_code`` is the one
   its agent wrote to the artifacts folder (:class:`~spotwise.providers.trialfiles.TrialFiles`;
   the folder and the attempt are read back from the ``spotwise:artifacts`` /
   ``spotwise:attempt`` tags after a restart: for the VMs of the job a describe filters by
@@ -75,6 +79,7 @@ from spotwise.providers.gcp_prices import PriceTable
 from spotwise.providers.trialfiles import Tracks
 
 DEFAULT_OPERATION_TIMEOUT_S = 600.0  # as GCP's operation_timeout_s
+REDELETES = 3  # deletes sent again for a VM whose accepted delete failed
 _NAME_OK = re.compile(r"^[A-Za-z0-9][A-Za-z0-9-]{0,63}$")
 _POWER = {
     "running": InstanceState.RUNNING,
@@ -112,6 +117,7 @@ class AzureProvisioner:
         self._known: dict[str, Instance] = {}
         self._terminated: set[str] = set()
         self._evicted: dict[str, float] = {}
+        self._redeletes: dict[str, int] = {}  # deletes sent again (:meth:`_redelete`)
         self._noticed: set[str] = set()
         self._cache: dict[tuple[tuple[str, str], ...], tuple[float, list[Instance]]] = {}
 
@@ -175,8 +181,9 @@ class AzureProvisioner:
             raise api_error(f"azure: reading VM {name}", e) from None
         return self._to_instance(raw)
 
-    def _list(self) -> dict[str, tuple[Instance, str]]:
-        """Our VMs in the resource group: id → (instance, power state: ``stopped``, ...)."""
+    def _list(self) -> dict[str, tuple[Instance, str, float | None]]:
+        """Our VMs in the resource group: id → (instance, power state: ``stopped``, ...,
+        :func:`_status_time`)."""
         try:
             raws = list(self.client.virtual_machines.list(self.group, expand="instanceView"))
         except Exception as e:
@@ -185,7 +192,7 @@ class AzureProvisioner:
         for raw in raws:
             inst = self._to_instance(raw)
             if is_ours(inst.tags):
-                out[inst.instance_id] = (inst, _power(raw))
+                out[inst.instance_id] = (inst, _power(raw), _status_time(raw, inst.launched_at))
         return out
 
     def describe(self, tags: Mapping[str, str] | None = None) -> list[Instance]:
@@ -196,11 +203,15 @@ class AzureProvisioner:
             return hit[1]
         live = self._list()
         now = self.clock()
-        for iid, (inst, power) in live.items():
+        for iid, (inst, power, stamp) in live.items():
             spot = inst.offer.market is Market.SPOT
             if iid in self._terminated:
+                if inst.state is not InstanceState.STOPPING:  # not Deleting: its delete failed
+                    self._redelete(iid)
                 inst.state = InstanceState.TERMINATED
                 inst.exists = False  # its deletion, asked by us, is under way
+            elif inst.state is InstanceState.FAILED:
+                pass  # provisioningState Failed (an async AllocationFailed left it): no eviction
             elif spot and power == "deallocated":
                 inst.state = InstanceState.REVOKED  # deallocated by eviction, not by us
                 self._evicted.setdefault(iid, now)
@@ -209,7 +220,7 @@ class AzureProvisioner:
             # "stopped" / "stopping": powered off from inside (the agent's fallback shutdown, a
             # user), not evicted; still allocated and billed: TERMINATED, and it still exists
             if inst.state.is_terminal():
-                inst.ended_at = inst.ended_at or self._evicted.get(iid, now)
+                inst.ended_at = self._stopped_at(iid, power, stamp, now)
             self._known[iid] = inst
         for iid, inst in self._known.items():
             if iid in live:
@@ -231,6 +242,30 @@ class AzureProvisioner:
             self.tracks.observe(inst)
         self._cache[key] = (time.monotonic(), out)
         return out
+
+    def _redelete(self, iid: str) -> None:
+        """Send the delete again (idempotent) of a VM ARM lists as not being deleted after it
+        accepted our delete (its operation failed), at most :data:`REDELETES` times."""
+        n = self._redeletes.get(iid, 0)
+        if n < REDELETES:
+            self._redeletes[iid] = n + 1
+            with contextlib.suppress(Exception):  # tried again at the next listing
+                self.client.virtual_machines.begin_delete(self.group, iid, polling=False)
+
+    def _stopped_at(self, iid: str, power: str, stamp: float | None, now: float) -> float | None:
+        """When a listed VM in a terminal state stopped being billed for compute (None: not
+        known). Being deleted by us: now (its eviction's time if it was evicted first). Still
+        allocated (``stopped``): None, billed while it exists. Deallocated (evicted, or
+        ``Failed`` and never allocated): its instance view's time, else when this object first
+        saw it down after seeing it up, else None (a fresh process, e.g. a cancel's)."""
+        if iid in self._terminated:
+            return self._evicted.get(iid, now)
+        if power not in ("deallocated", ""):
+            return None
+        seen = self._known.get(iid)
+        if stamp is not None or seen is None:
+            return stamp
+        return seen.ended_at if seen.state.is_terminal() else self._evicted.get(iid, now)
 
     def _follow(self, inst: Instance) -> None:
         """Track a VM's trial from its tags (after a restart); only for a VM the caller names
@@ -359,6 +394,19 @@ def _power(raw: Any) -> str:
         if code.startswith("PowerState/"):
             return code.split("/", 1)[1]
     return ""
+
+
+def _status_time(raw: Any, created: float) -> float | None:
+    """When the VM's instance view says its power state, else its last provisioning operation
+    (a deallocation is one), was reached: the status's ``time``; None when it gives none, or
+    none after the VM's creation (``created``)."""
+    view = getattr(raw, "instance_view", None)
+    statuses = [s for s in (getattr(view, "statuses", None) or []) if getattr(s, "time", None)]
+    for head in ("PowerState/", "ProvisioningState/"):
+        for status in statuses:
+            if str(status.code or "").startswith(head) and status.time.timestamp() > created:
+                return float(status.time.timestamp())
+    return None
 
 
 def _state(raw: Any) -> InstanceState:

@@ -255,6 +255,19 @@ def listing_lag_s(provisioner: object) -> float:
     return float(getattr(provisioner, "LISTING_LAG_S", 0.0))
 
 
+def ended_unlisted(
+    provisioner: object, instance_ids: Collection[str]
+) -> dict[str, tuple[float, bool]]:
+    """Of ``instance_ids`` (instances of ours the provider's listing no longer shows), when each
+    ended, as far as the provider still says: instance id → ``(ended_at, revoked)``
+    (``revoked``: the provider took it). A provisioner's optional ``ended_unlisted`` method
+    (GCP: the zone operations GCE keeps of a preemption or a delete); ``{}`` for one without
+    (AWS lists a terminated instance for about an hour; ARM keeps nothing of a deleted VM).
+    An id it does not name ended at a time nobody says."""
+    method = getattr(provisioner, "ended_unlisted", None)
+    return dict(method(list(instance_ids))) if method is not None and instance_ids else {}
+
+
 def unconfirmed_ended_line(inst: Instance, what: str) -> str:
     """A failed launch's ended instance whose cloud does not say which request made it: ``i-1
     (us-east-1) carries launch L's tag and has ended; aws does not say which request created

@@ -13,7 +13,7 @@ SDK import, no API call), so they sit apart from the provisioner's launch/watch/
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -42,6 +42,22 @@ _STATE = {
 def rfc3339_ts(rfc3339: str) -> float:
     """Epoch seconds of a GCE RFC 3339 timestamp; ``0.0`` for an empty one."""
     return datetime.fromisoformat(rfc3339.replace("Z", "+00:00")).timestamp() if rfc3339 else 0.0
+
+
+def operation_times(ops: Iterable[Any], default: float, *, end: bool = False) -> dict[str, float]:
+    """Instance id (``zone/name``) → the time of the operation of ``ops`` (zone operations as
+    ``aggregated_list`` returns them) that targets it: its start (else insert) time, or with
+    ``end`` its end time where it has one (a delete has stopped the VM by then); ``default``
+    for an operation that gives none. The latest one where several target the same instance."""
+    out: dict[str, float] = {}
+    for op in ops:
+        parts = op.target_link.split("/")
+        if "zones" in parts and "instances" in parts:
+            zone, name = parts[parts.index("zones") + 1], parts[parts.index("instances") + 1]
+            stamp = (op.end_time if end else "") or op.start_time or op.insert_time
+            at = rfc3339_ts(stamp) or default
+            out[f"{zone}/{name}"] = max(out.get(f"{zone}/{name}", at), at)
+    return out
 
 
 def read_instance(raw: Any, prices: PriceTable) -> tuple[Instance, tuple[str, str] | None]:

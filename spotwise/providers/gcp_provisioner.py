@@ -33,13 +33,17 @@ cannot flood the APIs; our own launches and deletions refresh the listing at onc
 
 Every call is bounded by ``api_deadline_s`` (:func:`spotwise.providers.gcp_errors.call_bounds`; the
 ``requestId`` makes the insert's retries safe). A ``delete`` fails at once instead of retrying:
-its caller (the orchestrator, ``spotwise cancel``) deletes again. A ``wait`` on an operation
+its caller (the orchestrator, ``spotwise cancel``) deletes again; one GCE accepted whose
+operation failed is sent again by ``describe`` (:meth:`GcpProvisioner._redelete`). GCE keeps a
+gone VM's preemption and delete operations: ``ended_unlisted`` says when it ended (``spotwise
+cancel``, :func:`~spotwise.providers.base.ended_unlisted`). A ``wait`` on an operation
 (the server may hold it 2 minutes) unanswered within the per-request timeout is followed by a
 ``get`` of the operation: an answer means the operation is only slow.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import time
@@ -67,7 +71,7 @@ from spotwise.providers.gcp_errors import (
     operation_error,
     read_timed_out,
 )
-from spotwise.providers.gcp_instances import read_instance, rfc3339_ts
+from spotwise.providers.gcp_instances import operation_times, read_instance
 from spotwise.providers.gcp_launch import (
     GUEST_NAMESPACE,
     instance_body,
@@ -79,6 +83,7 @@ from spotwise.providers.gcp_prices import PriceTable
 from spotwise.providers.trialfiles import Tracks
 
 _CAPACITY = CAPACITY_CODES
+REDELETES = 3  # deletes sent again for a VM whose accepted delete failed (:meth:`_redelete`)
 _ID = re.compile(r"^([a-z]+-[a-z]+\d+-[a-z])/([a-z][-a-z0-9]{0,62})$")
 
 
@@ -111,6 +116,7 @@ class GcpProvisioner:
         self._known: dict[str, Instance] = {}
         self._channels: dict[str, tuple[str, str]] = {}  # id → (artifacts, attempt)
         self._terminated: set[str] = set()
+        self._deleting: dict[str, tuple[str, str, int]] = {}  # id → zone, delete op, attempt
         self._noticed: set[str] = set()
         self._cache: dict[tuple[tuple[str, str], ...], tuple[float, list[Instance]]] = {}
         self._last_scan = -1e18
@@ -224,6 +230,8 @@ class GcpProvisioner:
         if hit is not None and time.monotonic() - hit[0] < self.poll_s:
             return hit[1]
         live = self._list(want)
+        if self._deleting:
+            self._redelete(live)
         missing = [i for i, x in self._known.items() if i not in live and _has(x, want)]
         gone = [i for i in missing if not self._known[i].state.is_terminal()]
         stopped = [i for i, x in live.items() if x.state is InstanceState.TERMINATED]
@@ -292,24 +300,10 @@ class GcpProvisioner:
                 f"gcp: refusing to terminate {refused}: not instances launched by spotwise "
                 "(no spotwise labels) in this project"
             )
-        client = self.clients.get("InstancesClient")
         now = self.clock()
         self._cache.clear()
         for iid, zone, name in targets:
-            try:
-                client.delete(
-                    request={
-                        "project": self.settings.project,
-                        "zone": zone,
-                        "instance": name,
-                        "request_id": request_id(iid, "delete"),
-                    },
-                    retry=None,  # fails at once; the caller deletes again (module docstring)
-                    timeout=self.clients.bounds["timeout"],
-                )
-            except Exception as e:
-                if getattr(e, "code", None) != 404:
-                    raise api_error(f"gcp: deleting {iid} failed", e) from None
+            self._delete(iid, zone, name, 0)
             self._terminated.add(iid)
             known = self._known.get(iid)
             if known is not None:
@@ -317,27 +311,72 @@ class GcpProvisioner:
                 if not known.state.is_terminal():
                     known.state, known.ended_at = InstanceState.TERMINATED, now
 
+    def _delete(self, iid: str, zone: str, name: str, attempt: int) -> None:
+        """Send the delete (a ``requestId`` per ``attempt``), and keep its operation's name."""
+        rid = request_id(iid, "delete" + (f"-{attempt}" if attempt else ""))
+        where = {"project": self.settings.project, "zone": zone, "instance": name}
+        try:  # retry=None: fails at once; the caller deletes again (module docstring)
+            op = self.clients.get("InstancesClient").delete(
+                request={**where, "request_id": rid},
+                retry=None,
+                timeout=self.clients.bounds["timeout"],
+            )
+            self._deleting[iid] = (zone, str(op.name), attempt)
+        except Exception as e:
+            if getattr(e, "code", None) != 404:
+                raise api_error(f"gcp: deleting {iid} failed", e) from None
+
+    def _redelete(self, live: dict[str, Instance]) -> None:
+        """A VM listed running after the delete GCE accepted for it failed (its operation ended
+        in an error) is deleted again, at most :data:`REDELETES` times; then :meth:`describe`
+        shows it as listed (running, still there) instead of as being deleted."""
+        for iid, (zone, op_name, n) in list(self._deleting.items()):
+            inst = live.get(iid)
+            if inst is None or inst.state not in (InstanceState.RUNNING, InstanceState.PENDING):
+                continue  # gone, or its deletion under way (or not in this listing's filter)
+            where = {"project": self.settings.project, "zone": zone, "operation": op_name}
+            try:
+                op = self.clients.get("ZoneOperationsClient").get(**where, **self.clients.bounds)
+            except Exception:
+                continue  # asked again at the next listing
+            if getattr(op.status, "name", str(op.status)) != "DONE" or not op.error.errors:
+                continue
+            if n < REDELETES and is_ours(inst.tags):
+                with contextlib.suppress(ProviderError):
+                    self._delete(iid, zone, iid.split("/", 1)[1], n + 1)
+            else:
+                self._terminated.discard(iid)
+                del self._deleting[iid]
+
     # ---- notices / progress ----------------------------------------------------------------
-    def _preempted(self) -> dict[str, float]:
-        """instance id → preemption time, from ``compute.instances.preempted`` operations."""
+    def _operations(self, kind: str, *, end: bool = False) -> dict[str, float]:
+        """instance id → time of its latest zone operation of type ``kind`` (GCE keeps an
+        instance's operations after the instance is gone): :func:`operation_times`."""
         try:
             pager = self.clients.get("GlobalOperationsClient").aggregated_list(
-                request={
-                    "project": self.settings.project,
-                    "filter": 'operationType = "compute.instances.preempted"',
-                },
+                request={"project": self.settings.project, "filter": f'operationType = "{kind}"'},
                 **self.clients.bounds,
             )
             ops = [op for _, scoped in pager for op in scoped.operations]
         except Exception as e:
-            raise api_error("gcp: listing preemption operations failed", e) from None
-        out = {}
-        for op in ops:
-            parts = op.target_link.split("/")
-            if "zones" in parts and "instances" in parts:
-                zone, name = parts[parts.index("zones") + 1], parts[parts.index("instances") + 1]
-                out[f"{zone}/{name}"] = rfc3339_ts(op.start_time or op.insert_time) or self.clock()
-        return out
+            raise api_error(f"gcp: listing {kind} operations failed", e) from None
+        return operation_times(ops, self.clock(), end=end)
+
+    def _preempted(self) -> dict[str, float]:
+        """instance id → preemption time, from ``compute.instances.preempted`` operations."""
+        return self._operations("compute.instances.preempted")
+
+    def ended_unlisted(self, instance_ids: Sequence[str]) -> dict[str, tuple[float, bool]]:
+        """Of ``instance_ids`` (ours, no longer listed), when each ended, from the operations
+        GCE keeps: id → ``(its preemption's time, True)`` (a Spot VM deleted on preemption, or
+        stopped by it and deleted since: its compute stopped then), else ``(its delete's end,
+        False)``; an id with neither is left out (its operations expired, or it never was)."""
+        want = [i for i in instance_ids if _ID.match(i)]
+        taken = self._preempted() if want else {}
+        rest = [i for i in want if i not in taken]
+        deleted = self._operations("delete", end=True) if rest else {}
+        out = {i: (taken[i], True) for i in want if i in taken}
+        return out | {i: (deleted[i], False) for i in rest if i in deleted}
 
     def notices(self) -> list[Notice]:
         out: list[Notice] = []
