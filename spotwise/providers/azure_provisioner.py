@@ -53,6 +53,7 @@ from typing import Any
 from spotwise.errors import ProviderError
 from spotwise.providers.azure import NAME, AzureSettings, api_error
 from spotwise.providers.azure_catalog import split_zone, zone_name
+from spotwise.providers.azure_instances import as_float, plain, power_state, status_time, vm_state
 from spotwise.providers.azure_launch import (
     TAG_ARTIFACTS,
     TAG_ATTEMPT,
@@ -81,14 +82,6 @@ from spotwise.providers.trialfiles import Tracks
 DEFAULT_OPERATION_TIMEOUT_S = 600.0  # as GCP's operation_timeout_s
 REDELETES = 3  # deletes sent again for a VM whose accepted delete failed
 _NAME_OK = re.compile(r"^[A-Za-z0-9][A-Za-z0-9-]{0,63}$")
-_POWER = {
-    "running": InstanceState.RUNNING,
-    "starting": InstanceState.PENDING,
-    "stopping": InstanceState.STOPPING,
-    "deallocating": InstanceState.STOPPING,
-    "stopped": InstanceState.TERMINATED,
-    "deallocated": InstanceState.TERMINATED,
-}
 
 
 class AzureProvisioner:
@@ -165,7 +158,7 @@ class AzureProvisioner:
                 "the azure provider's operation_timeout_s",
             )
         inst = self._to_instance(raw)
-        if inst.state is InstanceState.PENDING and _v(raw.provisioning_state) == "Succeeded":
+        if inst.state is InstanceState.PENDING and plain(raw.provisioning_state) == "Succeeded":
             inst.state = InstanceState.RUNNING
         self._known[name] = inst
         self.tracks.add(name, artifacts, attempt, request.env)
@@ -183,7 +176,7 @@ class AzureProvisioner:
 
     def _list(self) -> dict[str, tuple[Instance, str, float | None]]:
         """Our VMs in the resource group: id → (instance, power state: ``stopped``, ...,
-        :func:`_status_time`)."""
+        :func:`~spotwise.providers.azure_instances.status_time`)."""
         try:
             raws = list(self.client.virtual_machines.list(self.group, expand="instanceView"))
         except Exception as e:
@@ -192,7 +185,7 @@ class AzureProvisioner:
         for raw in raws:
             inst = self._to_instance(raw)
             if is_ours(inst.tags):
-                out[inst.instance_id] = (inst, _power(raw), _status_time(raw, inst.launched_at))
+                out[inst.instance_id] = (inst, power_state(raw), status_time(raw, inst.launched_at))
         return out
 
     def describe(self, tags: Mapping[str, str] | None = None) -> list[Instance]:
@@ -276,11 +269,11 @@ class AzureProvisioner:
 
     def _to_instance(self, raw: Any) -> Instance:
         tags = dict(raw.tags or {})
-        price, od = _float(tags.pop(TAG_PRICE, None)), _float(tags.pop(TAG_ON_DEMAND, None))
-        size = _v(raw.hardware_profile.vm_size) if raw.hardware_profile else ""
+        price, od = as_float(tags.pop(TAG_PRICE, None)), as_float(tags.pop(TAG_ON_DEMAND, None))
+        size = plain(raw.hardware_profile.vm_size) if raw.hardware_profile else ""
         zones = list(raw.zones or [])
         region = raw.location
-        market = Market.SPOT if _v(raw.priority) == "Spot" else Market.ON_DEMAND
+        market = Market.SPOT if plain(raw.priority) == "Spot" else Market.ON_DEMAND
         if price is None:
             row = self.prices.lookup(size, region)
             price = (row.price(market) or 0.0) if row else 0.0
@@ -299,7 +292,7 @@ class AzureProvisioner:
         return Instance(
             instance_id=raw.name,
             offer=offer,
-            state=_state(raw),
+            state=vm_state(raw),
             tags={str(k): str(v) for k, v in tags.items()},
             launched_at=created.timestamp() if created else 0.0,
             exists=True,  # listed: even a stopped or deallocated VM holds billed resources
@@ -384,53 +377,6 @@ def _stop_polling(poller: Any) -> None:
 
 class _Abandoned(Exception):
     """Ends an abandoned LROPoller's thread (kept by the poller, never raised to a caller)."""
-
-
-def _power(raw: Any) -> str:
-    """The VM's power state from its instance view (``running``, ``stopped``, ...; "" if none)."""
-    view = getattr(raw, "instance_view", None)
-    for status in (getattr(view, "statuses", None) or []) if view else []:
-        code = str(status.code or "")
-        if code.startswith("PowerState/"):
-            return code.split("/", 1)[1]
-    return ""
-
-
-def _status_time(raw: Any, created: float) -> float | None:
-    """When the VM's instance view says its power state, else its last provisioning operation
-    (a deallocation is one), was reached: the status's ``time``; None when it gives none, or
-    none after the VM's creation (``created``)."""
-    view = getattr(raw, "instance_view", None)
-    statuses = [s for s in (getattr(view, "statuses", None) or []) if getattr(s, "time", None)]
-    for head in ("PowerState/", "ProvisioningState/"):
-        for status in statuses:
-            if str(status.code or "").startswith(head) and status.time.timestamp() > created:
-                return float(status.time.timestamp())
-    return None
-
-
-def _state(raw: Any) -> InstanceState:
-    prov = _v(raw.provisioning_state)
-    if prov == "Failed":
-        return InstanceState.FAILED
-    if prov == "Deleting":
-        return InstanceState.STOPPING
-    power = _power(raw)
-    if power:
-        return _POWER.get(power, InstanceState.PENDING)
-    return InstanceState.RUNNING if prov == "Succeeded" else InstanceState.PENDING
-
-
-def _v(x: Any) -> str:
-    """An SDK enum or string as its plain value (``VirtualMachinePriorityTypes.SPOT`` → Spot)."""
-    return str(getattr(x, "value", x) or "")
-
-
-def _float(v: str | None) -> float | None:
-    try:
-        return float(v) if v is not None else None
-    except ValueError:
-        return None
 
 
 __all__ = ["AzureProvisioner", "split_zone"]

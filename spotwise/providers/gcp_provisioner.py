@@ -45,7 +45,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -71,27 +70,26 @@ from spotwise.providers.gcp_errors import (
     operation_error,
     read_timed_out,
 )
-from spotwise.providers.gcp_instances import operation_times, read_instance
+from spotwise.providers.gcp_instances import read_instance
 from spotwise.providers.gcp_launch import (
-    GUEST_NAMESPACE,
     instance_body,
     instance_name,
-    json_dict,
     request_id,
 )
+from spotwise.providers.gcp_operations import INSTANCE_ID as _ID
+from spotwise.providers.gcp_operations import GcpOperations
 from spotwise.providers.gcp_prices import PriceTable
 from spotwise.providers.trialfiles import Tracks
 
 _CAPACITY = CAPACITY_CODES
 REDELETES = 3  # deletes sent again for a VM whose accepted delete failed (:meth:`_redelete`)
-_ID = re.compile(r"^([a-z]+-[a-z]+\d+-[a-z])/([a-z][-a-z0-9]{0,62})$")
 
 
 def _has(inst: Instance, want: Mapping[str, str]) -> bool:
     return all(inst.tags.get(k) == v for k, v in want.items())
 
 
-class GcpProvisioner:
+class GcpProvisioner(GcpOperations):
     """Launch, watch and delete Spot (or on-demand) instances that carry our labels."""
 
     name = NAME
@@ -349,35 +347,6 @@ class GcpProvisioner:
                 del self._deleting[iid]
 
     # ---- notices / progress ----------------------------------------------------------------
-    def _operations(self, kind: str, *, end: bool = False) -> dict[str, float]:
-        """instance id → time of its latest zone operation of type ``kind`` (GCE keeps an
-        instance's operations after the instance is gone): :func:`operation_times`."""
-        try:
-            pager = self.clients.get("GlobalOperationsClient").aggregated_list(
-                request={"project": self.settings.project, "filter": f'operationType = "{kind}"'},
-                **self.clients.bounds,
-            )
-            ops = [op for _, scoped in pager for op in scoped.operations]
-        except Exception as e:
-            raise api_error(f"gcp: listing {kind} operations failed", e) from None
-        return operation_times(ops, self.clock(), end=end)
-
-    def _preempted(self) -> dict[str, float]:
-        """instance id → preemption time, from ``compute.instances.preempted`` operations."""
-        return self._operations("compute.instances.preempted")
-
-    def ended_unlisted(self, instance_ids: Sequence[str]) -> dict[str, tuple[float, bool]]:
-        """Of ``instance_ids`` (ours, no longer listed), when each ended, from the operations
-        GCE keeps: id → ``(its preemption's time, True)`` (a Spot VM deleted on preemption, or
-        stopped by it and deleted since: its compute stopped then), else ``(its delete's end,
-        False)``; an id with neither is left out (its operations expired, or it never was)."""
-        want = [i for i in instance_ids if _ID.match(i)]
-        taken = self._preempted() if want else {}
-        rest = [i for i in want if i not in taken]
-        deleted = self._operations("delete", end=True) if rest else {}
-        out = {i: (taken[i], True) for i in want if i in taken}
-        return out | {i: (deleted[i], False) for i in rest if i in deleted}
-
     def notices(self) -> list[Notice]:
         out: list[Notice] = []
         for n in self.tracks.notices():  # what the agents wrote: the deadline they were given
@@ -405,27 +374,6 @@ class GcpProvisioner:
                 out.append(Notice(iid, NoticeKind.INTERRUPTION, at, deadline))
                 self._noticed.add(iid)
         return out
-
-    def _guest_notice(self, iid: str) -> dict[str, object] | None:
-        zone, name = iid.split("/", 1)
-        try:
-            attrs = self.clients.get("InstancesClient").get_guest_attributes(
-                request={
-                    "project": self.settings.project,
-                    "zone": zone,
-                    "instance": name,
-                    "query_path": f"{GUEST_NAMESPACE}/",
-                },
-                **self.clients.bounds,
-            )
-        except Exception as e:
-            if getattr(e, "code", None) in (400, 404):  # none written yet / attributes disabled
-                return None
-            raise api_error(f"gcp: reading guest attributes of {iid} failed", e) from None
-        for entry in attrs.query_value.items:
-            if entry.namespace == GUEST_NAMESPACE and entry.key == "notice":
-                return json_dict(entry.value) or {}
-        return None
 
     def progress(self, instance_id: str) -> list[dict[str, object]]:
         """The trial's events written to its artifacts folder since the last call."""

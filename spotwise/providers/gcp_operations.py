@@ -1,0 +1,74 @@
+"""What GCE's zone operations and guest attributes say of our instances: when one was preempted
+or deleted (kept after the instance is gone) and the notice its agent wrote. A mixin of
+:class:`~spotwise.providers.gcp_provisioner.GcpProvisioner`, split from it so that each file stays
+readable."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+
+from spotwise.providers.gcp import GcpClients, GcpSettings
+from spotwise.providers.gcp_errors import api_error
+from spotwise.providers.gcp_instances import operation_times
+from spotwise.providers.gcp_launch import GUEST_NAMESPACE, json_dict
+
+INSTANCE_ID = re.compile(r"^([a-z]+-[a-z]+\d+-[a-z])/([a-z][-a-z0-9]{0,62})$")  # zone/name
+
+
+class GcpOperations:
+    """Reads of the project's operations and an instance's guest attributes."""
+
+    settings: GcpSettings
+    clients: GcpClients
+    clock: Callable[[], float]
+
+    def _operations(self, kind: str, *, end: bool = False) -> dict[str, float]:
+        """instance id → time of its latest zone operation of type ``kind`` (GCE keeps an
+        instance's operations after the instance is gone): :func:`operation_times`."""
+        try:
+            pager = self.clients.get("GlobalOperationsClient").aggregated_list(
+                request={"project": self.settings.project, "filter": f'operationType = "{kind}"'},
+                **self.clients.bounds,
+            )
+            ops = [op for _, scoped in pager for op in scoped.operations]
+        except Exception as e:
+            raise api_error(f"gcp: listing {kind} operations failed", e) from None
+        return operation_times(ops, self.clock(), end=end)
+
+    def _preempted(self) -> dict[str, float]:
+        """instance id → preemption time, from ``compute.instances.preempted`` operations."""
+        return self._operations("compute.instances.preempted")
+
+    def ended_unlisted(self, instance_ids: Sequence[str]) -> dict[str, tuple[float, bool]]:
+        """Of ``instance_ids`` (ours, no longer listed), when each ended, from the operations
+        GCE keeps: id → ``(its preemption's time, True)`` (a Spot VM deleted on preemption, or
+        stopped by it and deleted since: its compute stopped then), else ``(its delete's end,
+        False)``; an id with neither is left out (its operations expired, or it never was)."""
+        want = [i for i in instance_ids if INSTANCE_ID.match(i)]
+        taken = self._preempted() if want else {}
+        rest = [i for i in want if i not in taken]
+        deleted = self._operations("delete", end=True) if rest else {}
+        out = {i: (taken[i], True) for i in want if i in taken}
+        return out | {i: (deleted[i], False) for i in rest if i in deleted}
+
+    def _guest_notice(self, iid: str) -> dict[str, object] | None:
+        zone, name = iid.split("/", 1)
+        try:
+            attrs = self.clients.get("InstancesClient").get_guest_attributes(
+                request={
+                    "project": self.settings.project,
+                    "zone": zone,
+                    "instance": name,
+                    "query_path": f"{GUEST_NAMESPACE}/",
+                },
+                **self.clients.bounds,
+            )
+        except Exception as e:
+            if getattr(e, "code", None) in (400, 404):  # none written yet / attributes disabled
+                return None
+            raise api_error(f"gcp: reading guest attributes of {iid} failed", e) from None
+        for entry in attrs.query_value.items:
+            if entry.namespace == GUEST_NAMESPACE and entry.key == "notice":
+                return json_dict(entry.value) or {}
+        return None
