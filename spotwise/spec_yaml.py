@@ -167,7 +167,16 @@ def error_line(err: ValidationError, model: type[BaseModel]) -> str:
         longer = [n for n in names if _within(typo, n)]  # `sped`: speedup, not seed
         close = did_you_mean(typo, longer if len(longer) == 1 else names)
         msg = "unknown field" + close
-        fix = "" if close else fix  # removing a misspelt field would drop what it sets
+        # removing a misspelt field would drop what it sets (`budget.max_cost_dollars`: the
+        # job would run without a cap): name the fields that may be meant (review-ag F1)
+        valid = ", ".join(sorted(dict.fromkeys(names)))
+        fix = (
+            ""
+            if close
+            else f"the fields here are {valid}: rename it to the one meant, or remove it"
+            if valid
+            else fix
+        )
     elif e["type"] in ("int_type", "int_parsing"):  # a strict count: `trials: true`, "8", 40.0
         msg = f"must be an integer, got {yaml_text(e['input'])}"
     elif e["type"] == "finite_number":

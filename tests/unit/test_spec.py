@@ -312,8 +312,9 @@ def test_an_empty_spec_file_says_it_is_empty(tmp_path: Path) -> None:
 def test_an_unknown_field_points_to_the_reference_that_lists_the_fields() -> None:
     message = spec_error({**copy.deepcopy(VALID), "colour": 4})
     assert message == (
-        "spec: spec field 'colour': unknown field; remove it "
-        "(the fields are listed in the README, 'Job spec reference')"
+        "spec: spec field 'colour': unknown field; the fields here are budget, checkpoint, "
+        "command, env, metric, name, parallel, policy, policy_options, providers, search, "
+        "search_space, steps, trials, workdir: rename it to the one meant, or remove it"
     )
     # a misspelt field: "remove it" would drop what it sets (tests/unit/test_spec_review.py)
     message = spec_error({**copy.deepcopy(VALID), "trails": 4})

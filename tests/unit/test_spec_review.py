@@ -114,10 +114,17 @@ def test_a_misspelt_field_gets_the_field_it_meant(path: str, value: Any, meant: 
     )
 
 
-def test_a_field_like_no_other_still_says_remove_it() -> None:
+def test_a_field_like_no_other_names_the_fields_it_may_mean() -> None:
+    """Was "remove it": for a misspelling no suggestion reaches (`budget.max_cost_dollars`),
+    following it ran the job with no cap (review-ag F1)."""
+    fields = "the fields here are deadline_hours, max_cost_usd"
     assert refused(with_("budget.colour", "red")) == (
-        "spec field 'budget.colour': unknown field; remove it (the fields are listed in the "
-        "README, 'Job spec reference')"
+        f"spec field 'budget.colour': unknown field; {fields}: rename it to the one meant, or "
+        "remove it"
+    )
+    assert refused(with_("budget.max_cost_dollars", 5)) == (
+        f"spec field 'budget.max_cost_dollars': unknown field; {fields}: rename it to the one "
+        "meant, or remove it"
     )
 
 
