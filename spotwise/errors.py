@@ -119,6 +119,9 @@ def did_you_mean(value: str, choices: list[str] | tuple[str, ...]) -> str:
     "us-west-1"; a mistyped letter is more likely after the first ones."""
     import difflib
 
+    folded = [c for c in choices if c.lower() == value.lower()]  # 'a100': 'A100', not 'V100'
+    if folded:
+        return f" (did you mean {folded[0]!r}?)"
     found = difflib.get_close_matches(value, list(choices), n=5, cutoff=0.6)
     close = [c for c in found if _close(value, c)]
     # two letters swapped ("us-esat-1") beat a choice that scores the same ("us-west-1")
@@ -137,17 +140,43 @@ def did_you_mean(value: str, choices: list[str] | tuple[str, ...]) -> str:
 
 
 def _close(typed: str, choice: str) -> bool:
-    """Whether ``choice`` is a name ``typed`` plausibly meant: at most a quarter of its letters
-    mistyped, added or dropped, two swapped neighbours counting as one (at least one edit:
-    "aw" for "aws", "A100" for "V100", "us-east-9z" for "us-east-2b"); or ``choice`` with
-    letters left out, starting as it does and at least half of it typed ("max_cost" for
-    "max_cost_usd", "sped" for "speedup"). difflib's score alone (its cutoff 0.6) let a
-    shared tail pass: "g4dn.xlarge" suggested "p3.2xlarge" (5 edits) and "m4.xlarge" (3)."""
-    if _edits(typed, choice, swaps=True) <= max(1, len(typed) // 4):
+    """Whether ``choice`` is a name ``typed`` plausibly meant (compared case-blind):
+    - at most a quarter of its letters mistyped, added or dropped, two swapped neighbours
+      counting as one (at least one edit: "aw" for "aws", "A100" for "V100"), or two when both
+      start with the same letter ("t3.micr" for "t2.micro");
+    - one the start of the other, at least 3 letters ("every_steps" for "every", "uniform" for
+      "uniform-progress"), or most of ``choice`` typed from its start ("max_cost_dollars" for
+      "max_cost_usd");
+    - ``typed`` a whole end of ``choice`` after a separator, at least half of it ("east-1" for
+      "us-east-1");
+    - letters left out of ``choice`` or added to it, starting as it does: at least a third of
+      it typed ("max_cost" for "max_cost_usd", "cmd" for "command", "sped" for "speedup"), or
+      at most half as many added ("workingdir" for "workdir").
+    difflib's score alone (its cutoff 0.6) let a shared tail pass: "g4dn.xlarge" suggested
+    "p3.2xlarge" (5 edits) and "m4.xlarge" (3, another first letter)."""
+    a, b = typed.lower(), choice.lower()
+    edits = _edits(a, b, swaps=True)
+    same_start = a[:1] == b[:1]
+    if edits <= max(1, len(a) // 4) or (edits <= 2 and same_start):
         return True
-    rest = iter(choice)
-    left_out = all(c in rest for c in typed)  # typed's letters, in order, within choice
-    return left_out and typed[:1] == choice[:1] and 2 * len(typed) >= len(choice)
+    if min(len(a), len(b)) >= 3 and (a.startswith(b) or b.startswith(a)):
+        return True
+    if _common_start(a, b) >= max(4, 0.6 * len(b)):
+        return True
+    end = len(b) - len(a)
+    if len(a) >= 3 and end > 0 and b.endswith(a) and b[end - 1] in "-_.:/" and 2 * len(a) >= len(b):
+        return True
+    if not same_start or min(len(a), len(b)) < 3:
+        return False
+    if _within(a, b):  # letters of choice left out
+        return 3 * len(a) >= len(b)
+    return _within(b, a) and 2 * len(a) <= 3 * len(b)  # letters added to choice
+
+
+def _within(short: str, long: str) -> bool:
+    """Whether ``short``'s letters appear, in order, in ``long``."""
+    rest = iter(long)
+    return all(c in rest for c in short)
 
 
 def _edits(a: str, b: str, *, swaps: bool = False) -> int:

@@ -121,3 +121,36 @@ def test_edits_count_a_swap_as_one_only_when_asked() -> None:
     )
     assert _edits("", "abc") == _edits("abc", "") == 3
     assert _edits("g4dn.xlarge", "p3.2xlarge", swaps=True) == 5
+
+
+POLICIES = [
+    "spot-greedy",
+    "on-demand",
+    "asha",
+    "spottune",
+    "spotwise",
+    "greedy",
+    "uniform-progress",
+]
+TOP = ["command", "workdir", "env", "name"]
+
+
+@pytest.mark.parametrize(
+    ("typed", "choices", "meant"),
+    [  # review-ag F1: the quarter rule alone lost these ('remove it' for a misspelt budget)
+        ("every_steps", ["every", "location"], "every"),  # the name with a word added
+        ("max_cost_dollars", ["max_cost_usd", "deadline_hours"], "max_cost_usd"),
+        ("cmd", TOP, "command"),  # letters left out: a third of it typed
+        ("workingdir", TOP, "workdir"),  # letters added
+        ("uniform", POLICIES, "uniform-progress"),  # its start
+        ("east-1", REGIONS, "us-east-1"),  # a whole end after a separator
+        ("t3.micr", ["t2.micro", "m4.large", "r4.large"], "t2.micro"),  # 2 edits, same start
+        ("r5.larg", ["t2.micro", "m4.large", "r4.large"], "r4.large"),
+        ("a100", ["V100", "A100"], "A100"),  # the case of a choice, before any edit
+        ("P3.2xlarge", ["p3.2xlarge", "r3.2xlarge"], "p3.2xlarge"),
+    ],
+)
+def test_a_name_cut_short_added_to_or_cased_otherwise_gets_the_name_meant(
+    typed: str, choices: list[str], meant: str
+) -> None:
+    assert did_you_mean(typed, choices) == f" (did you mean {meant!r}?)"

@@ -122,9 +122,12 @@ def test_a_field_like_no_other_names_the_fields_it_may_mean() -> None:
         f"spec field 'budget.colour': unknown field; {fields}: rename it to the one meant, or "
         "remove it"
     )
-    assert refused(with_("budget.max_cost_dollars", 5)) == (
-        f"spec field 'budget.max_cost_dollars': unknown field; {fields}: rename it to the one "
+    assert refused(with_("budget.cap_dollars", 5)) == (
+        f"spec field 'budget.cap_dollars': unknown field; {fields}: rename it to the one "
         "meant, or remove it"
+    )
+    assert refused(with_("budget.max_cost_dollars", 5)) == (
+        "spec field 'budget.max_cost_dollars': unknown field (did you mean 'max_cost_usd'?)"
     )
 
 
