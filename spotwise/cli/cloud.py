@@ -285,7 +285,8 @@ def _print_prices(result: dict[str, Any]) -> None:
     console = _console()
     if "history" in result:
         h = result["history"]
-        table = listing(f"{result['provider']} spot price history, {_span(h['start'], h['end'])}")
+        span = _span(h["start"], h["end"])
+        table = listing(f"{result['provider']} spot price history, {span}" + _source_mark(result))
         for col in ("time", "zone", "instance type"):
             table.add_column(col, no_wrap=True)
         table.add_column("spot $/h", justify="right", no_wrap=True)

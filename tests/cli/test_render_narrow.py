@@ -293,7 +293,8 @@ def test_price_history_fits(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> N
     hist = cloud.prices("local", instance_type="p3.2xlarge", history="1h", db="sqlite://")
     text = _render(monkeypatch, lambda: cloud_cli._print_prices(hist))
     lines = _readable(text, "2023-04-02 11:54 UTC", "us-west-2c", "p3.2xlarge")
-    assert lines[0].strip() == "local spot price history, 2023-04-02 10:54 → 11:54 UTC"
+    assert lines[0].strip().startswith("local spot price history, 2023-04-02 10:54 → 11:54 UTC")
+    assert "(source: replay)" in " ".join(lines[:2])  # as --json says it (folded if it must)
 
 
 def test_aws_catalog_fits_with_every_type_whole(monkeypatch: pytest.MonkeyPatch) -> None:
