@@ -62,8 +62,32 @@ cloud.register(app)  # check / catalog / prices
 report.register(app)  # report
 
 
+#: What a glyph the output's encoding lacks is written as (a cron under a C or latin-1 locale)
+_ASCII = {"…": "...", "—": "-", "–": "-", "·": ".", "→": "->", "←": "<-", "×": "x", "≈": "~"}
+
+
+def _ascii_stand_in(err: UnicodeError) -> tuple[str, int]:
+    if not isinstance(err, UnicodeEncodeError):
+        raise err
+    bad = err.object[err.start : err.end]
+    return "".join(_ASCII.get(c, "?") for c in bad), err.end
+
+
+def _tolerant_output() -> None:
+    """stdout and stderr write a stand-in for what their encoding cannot (review-af F11: the
+    text report died on '…' with "internal error", exit 1, under a latin-1 locale)."""
+    import codecs
+
+    codecs.register_error("spotwise-ascii", _ascii_stand_in)
+    for stream in (sys.stdout, sys.stderr):
+        encoding = str(getattr(stream, "encoding", "") or "").lower()
+        if not encoding.startswith("utf") and hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="spotwise-ascii")
+
+
 def main() -> None:
     """Entry point: one line per error (full traceback with SPOTWISE_DEBUG=1)."""
+    _tolerant_output()
     try:
         app()
     except SpotwiseError as e:
