@@ -2,9 +2,14 @@
 
 Written for cron jobs: one call reads the store, the rest is arithmetic on its rows.
 
-* Every instance life is counted once, in the window in which it **ended**: its bill is final
-  then, so a past window's numbers never change when the report is run again. Windows are
-  half-open, ``(now - since, now]``: a life that ended exactly on a boundary is in one window.
+* Every instance life is counted once, in the window in which its bill was **written**: when
+  its record closed (usually when it ended; a record `spotwise cancel` closes hours later, with
+  an end in the past, when the cancel ran), never back-dated into a window a report has
+  already printed. What a closed record is billed later (an instance found after it closed)
+  is a part of its own, counted in the window in which it was written
+  (:mod:`spotwise.store.bills`). So consecutive windows, each starting where the previous one
+  ended, count every dollar once. Windows are half-open, ``(since, until]``: a bill written
+  exactly on a boundary is in one window.
 * Lives that have not ended (a job still running, or an instance its job's drain could not
   terminate) are listed apart as **held**, with their hourly price: they are the money that is
   still flowing. One whose job has finished, or whose orchestrator has stopped, is a
@@ -25,7 +30,6 @@ Written for cron jobs: one call reads the store, the rest is arithmetic on its r
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -33,6 +37,8 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from spotwise.errors import SpecError
+from spotwise.job_facts import budget_of as budget_of  # `costs.budget_of`, as before
+from spotwise.job_facts import simulated as is_simulated
 from spotwise.states import FINISHED_JOB_STATES
 
 GROUPS = ("provider", "job", "instance-type", "zone", "market", "day")
@@ -71,10 +77,67 @@ class JobInfo:
     billing: str | None = None  # the billing rule a replay bills by (None: the life's provider)
     # its budget cap and, when its whole cost ended above it, by how much (:func:`budget_of`)
     budget: Mapping[str, float] | None = None
+    # wall time its orchestrator was last known alive (its heartbeat, else its end): a
+    # replay's market, and its trial processes, stopped with it (review-af F6)
+    alive_at: float | None = None
 
 
-def group_key(row: LifeRow, by: str, simulated: bool = False) -> str:
-    """The value of ``row`` that ``--by`` groups on."""
+@dataclass(frozen=True)
+class Piece:
+    """A part of one record's bill, counted in the window holding ``at`` (when it was
+    written): the record's bill when it closed (``life``: it counts the life), or a part billed
+    after (:func:`pieces`)."""
+
+    row: LifeRow
+    at: float
+    life: bool
+    cost_usd: float
+    on_demand_cost_usd: float
+    market_seconds: float
+    billed_s: float  # the seconds this part adds to the life's charged time
+
+
+def pieces(row: LifeRow, billing: str | None = None) -> list[Piece]:
+    """``row``'s bill as written: at its close (``billed_at``, else ``ended_at``) less what was
+    added after, then each part added after it closed at its own time. Their sums are the
+    record's columns; each part's billed seconds are what it adds to the life's
+    (:func:`billed_seconds` of the bill so far, before and after it)."""
+    from spotwise.store.bills import BILL_COLUMNS, extra_bills
+
+    parts = extra_bills(row)
+    first = getattr(row, "billed_at", None)
+    at = first if first is not None else row.ended_at
+    so_far = {k: float(getattr(row, k)) - sum(p.get(k, 0.0) for p in parts) for k in BILL_COLUMNS}
+    billed = billed_seconds(_as_billed(row, so_far), billing)
+    out = [Piece(row, at if at is not None else 0.0, True, **so_far, billed_s=billed)]
+    for p in parts:
+        so_far = {k: v + p.get(k, 0.0) for k, v in so_far.items()}
+        now = billed_seconds(_as_billed(row, so_far), billing)
+        deltas = {k: p.get(k, 0.0) for k in BILL_COLUMNS}
+        out.append(Piece(row, p["at"], False, **deltas, billed_s=now - billed))
+        billed = now
+    return out
+
+
+@dataclass(frozen=True)
+class _Billed:
+    """What :func:`billed_seconds` reads of a life, with its bill as it was at some time."""
+
+    provider: str
+    price_per_hour: float
+    end_reason: str | None
+    cost_usd: float
+    on_demand_cost_usd: float
+    market_seconds: float
+
+
+def _as_billed(row: LifeRow, bill: Mapping[str, float]) -> Any:
+    return _Billed(row.provider, row.price_per_hour, row.end_reason, **bill)
+
+
+def group_key(row: LifeRow, by: str, simulated: bool = False, at: float | None = None) -> str:
+    """The value of ``row`` that ``--by`` groups on; by day, the UTC day of ``at`` (when the
+    bill was written: the windows' clock), else of its end."""
     provider = f"{row.provider} (replay)" if simulated else row.provider
     if by == "provider":
         return provider
@@ -87,21 +150,9 @@ def group_key(row: LifeRow, by: str, simulated: bool = False) -> str:
     if by == "market":
         return row.market
     if by == "day":
-        return datetime.fromtimestamp(row.ended_at or 0.0, UTC).strftime("%Y-%m-%d")
+        when = at if at is not None else row.ended_at
+        return datetime.fromtimestamp(when or 0.0, UTC).strftime("%Y-%m-%d")
     raise SpecError(f"--by: {by!r} is not a grouping; use one of {', '.join(GROUPS)}")
-
-
-def budget_of(spec_json: str, cost_usd: float) -> dict[str, float] | None:
-    """A job's budget cap (its stored spec's ``budget.max_cost_usd``) and, when ``cost_usd``
-    ended above it, by how much; None without a cap or for a spec that cannot be read."""
-    try:
-        cap = json.loads(spec_json)["budget"]["max_cost_usd"]
-    except (TypeError, ValueError, KeyError, AttributeError):
-        return None
-    if isinstance(cap, bool) or not isinstance(cap, int | float):
-        return None
-    over = round(cost_usd - cap, 6)
-    return {"max_cost_usd": float(cap), **({"exceeded_usd": over} if over > 0 else {})}
 
 
 def billed_seconds(row: LifeRow, billing: str | None = None) -> float:
@@ -127,23 +178,25 @@ def billed_seconds(row: LifeRow, billing: str | None = None) -> float:
 
 
 def tally(
-    rows: Iterable[LifeRow], billing: Mapping[str, str | None] | None = None
+    rows: Iterable[LifeRow | Piece], billing: Mapping[str, str | None] | None = None
 ) -> dict[str, Any]:
-    """Totals of ended lives: instance and billed hours, cost, on-demand cost of the same
-    seconds, what was saved. ``billing``: job id → the billing rule its lives were charged by
-    (a replay's; absent or None: each life's provider's)."""
-    rows = list(rows)
+    """Totals of ended lives (or of parts of their bills, :class:`Piece`: a life is counted
+    with the part written when it closed): instance and billed hours, cost, on-demand cost of
+    the same seconds, what was saved. ``billing``: job id → the billing rule its lives were
+    charged by (a replay's; absent or None: each life's provider's)."""
     rules = billing or {}
+    got = [r if isinstance(r, Piece) else pieces(r, rules.get(r.job_id))[0] for r in rows]
+    lives = [p for p in got if p.life]
     # floats from 0.0: with no lives a total is 0.0 like any other, never an int 0
-    cost = sum((r.cost_usd for r in rows), 0.0)
-    od = sum((r.on_demand_cost_usd for r in rows), 0.0)
+    cost = sum((p.cost_usd for p in got), 0.0)
+    od = sum((p.on_demand_cost_usd for p in got), 0.0)
     return {
-        "lives": len(rows),
-        "revoked": sum(1 for r in rows if r.end_reason == "revoked"),
+        "lives": len(lives),
+        "revoked": sum(1 for p in lives if p.row.end_reason == "revoked"),
         # instance time, refunded seconds included (kept as it was: scripts read it)
-        "hours": sum((r.market_seconds for r in rows), 0.0) / 3600.0,
+        "hours": sum((p.market_seconds for p in got), 0.0) / 3600.0,
         # the time charged for: what $ / hours must be divided by to get a price
-        "billed_hours": sum(billed_seconds(r, rules.get(r.job_id)) for r in rows) / 3600.0,
+        "billed_hours": sum((p.billed_s for p in got), 0.0) / 3600.0,
         "cost_usd": cost,
         "on_demand_cost_usd": od,
         "saved_usd": od - cost,
@@ -153,19 +206,19 @@ def tally(
 
 
 def section(
-    rows: Iterable[LifeRow],
+    rows: Iterable[Piece],
     by: str,
     simulated: bool,
     billing: Mapping[str, str | None] | None = None,
     budgets: Mapping[str, Mapping[str, float] | None] | None = None,
 ) -> dict[str, Any]:
-    """``totals`` and ``groups`` of ended lives that are all real or all replayed. By job,
+    """``totals`` and ``groups`` of billed parts that are all real or all replayed. By job,
     a job's group with a budget cap (``budgets``: job id → :func:`budget_of`) carries it as
     ``budget_usd``, and ``exceeded_usd`` when the job's whole cost ended above it."""
     rows = list(rows)
-    groups: dict[str, list[LifeRow]] = {}
-    for r in rows:
-        groups.setdefault(group_key(r, by, simulated), []).append(r)
+    groups: dict[str, list[Piece]] = {}
+    for p in rows:
+        groups.setdefault(group_key(p.row, by, simulated, p.at), []).append(p)
     out = [{"key": k, **tally(v, billing)} for k, v in sorted(groups.items())]
     for g in out if by == "job" else []:
         if budget := (budgets or {}).get(g["key"]):
@@ -173,7 +226,7 @@ def section(
             if "exceeded_usd" in budget:
                 g["exceeded_usd"] = budget["exceeded_usd"]
     return {
-        "totals": {**tally(rows, billing), "jobs": len({r.job_id for r in rows})},
+        "totals": {**tally(rows, billing), "jobs": len({p.row.job_id for p in rows})},
         "groups": out,
     }
 
@@ -186,22 +239,36 @@ def summarize(
     by: str,
     since: float | None,
     now: float,
+    until: float | None = None,
 ) -> dict[str, Any]:
     """The report from the store's rows; ``jobs`` describes every job of those rows. Of the
-    ``ended`` lives it counts those that ended in ``(since, now]`` (``since`` None: any time):
-    the real clouds' in ``totals`` and ``groups``, the replayed market's apart in ``replay``."""
+    ``ended`` lives' bills it counts the parts written in ``(since, until]`` (``since`` None:
+    any time; ``until`` None: ``now``, when the held lives are measured; :func:`pieces`): the
+    real clouds' in ``totals`` and ``groups``, the replayed market's apart in ``replay``."""
     sim = frozenset(j for j, info in jobs.items() if info.simulated)
     lo = float("-inf") if since is None else since
-    ended = [r for r in ended if r.ended_at is not None and lo < r.ended_at <= now]
+    hi = now if until is None else until
     billing = {j: info.billing for j, info in jobs.items()}
     budgets = {j: info.budget for j, info in jobs.items()}
-    real = section((r for r in ended if r.job_id not in sim), by, False, billing, budgets)
-    replay = section((r for r in ended if r.job_id in sim), by, True, billing, budgets)
+    got = [
+        p
+        for r in ended
+        if r.ended_at is not None or getattr(r, "billed_at", None) is not None
+        for p in pieces(r, billing.get(r.job_id))
+        if lo < p.at <= hi
+    ]
+    real = section((p for p in got if p.row.job_id not in sim), by, False, billing, budgets)
+    replay = section((p for p in got if p.row.job_id in sim), by, True, billing, budgets)
     held_rows: list[dict[str, Any]] = []
     for r in sorted(held, key=lambda r: (r.requested_at, r.id)):
         info = jobs.get(r.job_id, JobInfo("unknown", running=False, simulated=False))
         leftover = info.state in FINISHED_JOB_STATES or not info.running
         start = r.launched_at if r.launched_at is not None else r.requested_at
+        # a leftover of a replay: its market stopped with its orchestrator, so its market
+        # hours stop there too, not grow at the replay's speed until `cancel` (review-af F6)
+        end = now
+        if info.simulated and leftover and info.alive_at is not None:
+            end = min(now, max(start, info.alive_at))
         held_rows.append(
             {
                 "launch_id": r.id,
@@ -216,14 +283,14 @@ def summarize(
                 "state": r.state,
                 "usd_per_hour": r.price_per_hour,
                 # market hours, as the ended lives' are (a replay's clock runs faster)
-                "held_hours": max(0.0, now - start) * info.speedup / 3600.0,
+                "held_hours": max(0.0, end - start) * info.speedup / 3600.0,
                 "leftover": leftover,
                 "next": f"spotwise cancel {r.job_id}" if leftover else None,
             }
         )
     return {
         "since": since,
-        "until": now,
+        "until": hi,
         "by": by,
         # real clouds only: money; the replayed market's simulated dollars are never added in
         "totals": real["totals"],
@@ -235,40 +302,84 @@ def summarize(
         "held_simulated_usd_per_hour": sum(
             (h["usd_per_hour"] for h in held_rows if h["simulated"]), 0.0
         ),
-        "leftovers": sum(1 for h in held_rows if h["leftover"]),
+        # held by a finished or orphaned job on a real cloud: may be billed (--check exits 1);
+        # a replay's are apart: nothing is billed (its trial processes died with its
+        # orchestrator, PR_SET_PDEATHSIG), `spotwise cancel` closes their records
+        "leftovers": sum(1 for h in held_rows if h["leftover"] and not h["simulated"]),
+        "simulated_leftovers": sum(1 for h in held_rows if h["leftover"] and h["simulated"]),
     }
 
 
+def window(since: str, until: str | None, now: float) -> tuple[float | None, float]:
+    """The report's window ``(start, end]`` from ``--since`` (``all``: None; a duration
+    before the end such as ``24h``; a time, :func:`~spotwise.units.parse_time`) and
+    ``--until`` (None: ``now``; a time, or a duration before now). An end still to come is
+    ``now``: a window never ends after the bills written so far, so the next one, starting
+    at its end, misses none."""
+    from spotwise.units import parse_duration, parse_time
+
+    def when(text: str, field: str, before: float) -> float:
+        try:
+            return before - parse_duration(text, field=field)
+        except SpecError:
+            try:
+                return parse_time(text, field=field, now=now)
+            except SpecError:
+                raise SpecError(
+                    f"{field}: {text!r} is not a duration (24h, 7d, 1h30m) nor a time "
+                    "(2026-11-24, 2026-11-24T07:00Z, today, yesterday)"
+                ) from None
+
+    end = now if until is None else min(when(until, "--until", now), now)
+    if since.strip().lower() == "all":
+        return None, end
+    start = when(since, "--since", end)
+    if start >= end:
+        raise SpecError(
+            f"--since: the window must start before it ends ({_utc(start)} is not before "
+            f"{_utc(end)})"
+        )
+    return (None if start <= 0 else start), end  # back past 1970: every bill, as `all`
+
+
+def _utc(ts: float) -> str:
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
 def report(
-    *, since: str = "24h", by: str = "provider", db: str | None = None, now: float | None = None
+    *,
+    since: str = "24h",
+    by: str = "provider",
+    db: str | None = None,
+    now: float | None = None,
+    until: str | None = None,
 ) -> dict[str, Any]:
-    """The cost report over the last ``since`` (a duration such as ``24h``/``7d``, or ``all``),
-    grouped ``by`` one of :data:`GROUPS`, with every instance still held."""
+    """The cost report of the bills written in a window (:func:`window`: ``since`` a duration
+    such as ``24h``/``7d`` before ``until``, a time, or ``all``; ``until`` a time, default
+    now), grouped ``by`` one of :data:`GROUPS`, with every instance still held."""
     from spotwise.liveness import orchestrator_state
     from spotwise.spec import STORED, ReplaySpec
     from spotwise.store import Store
-    from spotwise.units import parse_duration
 
     if by not in GROUPS:
         raise SpecError(f"--by: {by!r} is not a grouping; use one of {', '.join(GROUPS)}")
     now = time.time() if now is None else now
-    start = None if since.strip().lower() == "all" else now - parse_duration(since, field="--since")
-    if start is not None and start <= 0:  # back past 1970: every life there is, as `all`
-        start = None
+    start, end = window(since, until, now)
     store = Store.open_existing(db)
     try:
         ended = [  # lives: launches a provider accepted (a refused one is no life, no bill),
             # and a failed launch's instance that ran until we terminated it (billed)
             r
-            for r in store.list_instances(None, ended_since=start)
-            if not r.is_active() and (r.launched_at is not None or r.cost_usd > 0)
+            for r in store.list_billed(start)
+            if r.launched_at is not None or r.cost_usd > 0
         ]
         held = store.list_instances(None, active_only=True)
         jobs: dict[str, JobInfo] = {}
+        found = store.jobs_by_id(r.job_id for r in [*ended, *held])  # one query (review-af F7)
         for job_id in {r.job_id for r in [*ended, *held]}:
-            job = store.get_job(job_id)
+            job = found[job_id] if job_id in found else store.get_job(job_id)
             providers = job.spec.get("providers", [])
-            simulated = all(p.get("name") == "local" for p in providers)
+            simulated = is_simulated(job.spec_json)  # as `status`/`trials` say it
             replay = (providers[0].get("replay") or {}) if simulated and providers else None
             # read back as recorded (review-af F9: a replay block from before a field was
             # dropped, validated as a new spec, failed the whole report)
@@ -282,7 +393,8 @@ def report(
                 speedup=1.0 if replayed is None else replayed.speedup,
                 billing=None if replayed is None else replayed.billing,  # as its lives were billed
                 budget=budget_of(job.spec_json, job.cost_usd),  # the whole job's, as `status`
+                alive_at=job.heartbeat_at if job.heartbeat_at is not None else job.ended_at,
             )
     finally:
         store.close()
-    return summarize(ended, held, jobs, by=by, since=start, now=now)
+    return summarize(ended, held, jobs, by=by, since=start, now=now, until=end)

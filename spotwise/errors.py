@@ -4,7 +4,7 @@
     ├── SpecError                 a job spec (or any user input) is invalid; names the field
     ├── ConfigError               configuration / environment is unusable (bad --db URL, ...)
     ├── NotFoundError             a job, trial, region or instance type does not exist
-    ├── StoreError                the database failed (wrapped SQLAlchemy error)
+    ├── StoreError                the database failed (wrapped SQLAlchemy error): exit 5
     ├── ProviderError             a cloud or local provider call failed
     │   ├── ProviderUnavailable   its SDK is not installed or it has no credentials
     │   └── CapacityError         the offer cannot be launched now (no spot capacity)
@@ -13,6 +13,13 @@
     └── BudgetError               an action would exceed the job's budget or deadline
 
 Every error carries an optional ``hint``: the next command to run or the fix to make.
+
+Exit codes (``exit_code``; the CLI exits with it): 1 by default (a command failed, or something
+may still be billed); 2 SpecError / ConfigError (bad input, unusable --db URL: nothing done);
+3 NotFoundError (no such job; no spotwise database, or its server cannot be reached); 5
+StoreError (the database failed: unreadable or corrupt, locked past the busy timeout, a schema
+revision from a newer spotwise), apart from 1 so that `report --check`'s "an instance is held"
+never stands for a database failure. 4 and 130 are the commands' own (not errors).
 """
 
 from __future__ import annotations
@@ -53,7 +60,12 @@ class NotFoundError(SpotwiseError):
 
 
 class StoreError(SpotwiseError):
-    """The database failed."""
+    """The database failed: it exists but could not be read or written (corrupt or unreadable
+    file, a lock held past the busy timeout, a schema revision this spotwise does not know).
+    Exit 5 for every command: not 1, which `report --check` gives for "an instance is held"
+    and `tune`/`cancel` for "something may still be billed"."""
+
+    exit_code = 5
 
 
 class ProviderError(SpotwiseError):

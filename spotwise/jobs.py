@@ -16,11 +16,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from spotwise.costs import budget_of
 from spotwise.errors import ConfigError, NotFoundError, SpecError
+from spotwise.job_facts import budget_of, simulated
 from spotwise.liveness import hidden_text, orchestrator_state, where_text
 from spotwise.release import _release, sweep_finished
 from spotwise.release_text import not_ours_text, released_text
+from spotwise.states import FINISHED_JOB_STATES
 
 
 def tune(
@@ -55,7 +56,7 @@ def tune(
         logging.getLogger(__name__).warning("%s", note)
     store = Store.open(db)
     try:
-        return run_job(
+        out = run_job(
             spec,
             spec_path.resolve(),
             store,
@@ -63,6 +64,7 @@ def tune(
         )
     finally:
         store.close()
+    return {**out, "simulated": simulated(spec.model_dump(mode="json"))}
 
 
 def deadline_note(policy: str, deadline_hours: float | None) -> str:
@@ -99,7 +101,7 @@ def resume(
             raise ConfigError(_not_finished_text(job))
         plan = plan_resume(store, job, max_cost_usd=max_cost_usd, deadline_hours=deadline_hours)
         opts = RunOptions(policy=plan.policy, on_update=on_update, run_root=run_root)
-        return resume_job(plan, store, opts)
+        return {**resume_job(plan, store, opts), "simulated": simulated(job.spec_json)}
     finally:
         store.close()
 
@@ -127,10 +129,11 @@ def _job_dict(job: Any) -> dict[str, Any]:
     def v(x: Any) -> Any:
         return x.value if hasattr(x, "value") else x
 
+    state = v(job.state)
     return {
         "job_id": job.id,
         "name": job.name,
-        "state": v(job.state),
+        "state": state,
         "policy": job.policy,
         "direction": job.direction,
         "created_at": job.created_at,
@@ -142,6 +145,10 @@ def _job_dict(job: Any) -> dict[str, Any]:
         "best_metric": job.best_metric,
         "cost_usd": job.cost_usd,
         "on_demand_cost_usd": job.on_demand_cost_usd,
+        # not finished: running lives as if they ended at the orchestrator's last save (a dead
+        # one's is stale: `spotwise cancel` bills them); the end writes the billed totals
+        "cost_is_estimate": state not in FINISHED_JOB_STATES,
+        "simulated": simulated(job.spec_json),  # the replayed market's dollars: not money
         "revocations": job.revocations,
         "migrations": job.migrations,
         "early_stopped": job.early_stopped,
@@ -256,7 +263,7 @@ def trials(job_id: str | None, *, db: str | None = None) -> dict[str, Any]:
         rows = [_trial_dict(t, order) for t in store.list_trials(job.id)]
         for r in rows:  # a limit's stop is no judgement of the trial: say which it was
             r["stop_reason"] = why.get(r["trial"]) if r["state"] == "stopped_early" else None
-        return {"job_id": job.id, "trials": rows}
+        return {"job_id": job.id, "simulated": simulated(job.spec_json), "trials": rows}
     finally:
         store.close()
 

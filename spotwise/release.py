@@ -161,6 +161,7 @@ def _release(store: Any, job: Any, orchestrator_died: bool = False) -> dict[str,
             state="terminated",
             end_reason="reconciled",
             ended_at=end,
+            billed_at=now,  # `report` counts it now, not in a past window (review-af F4)
             cost_usd=cost,
             on_demand_cost_usd=row.on_demand_cost_usd + od,
             market_seconds=row.market_seconds + extra_s,
@@ -370,8 +371,8 @@ def _bill_outlived(
     known: nothing to bill. Only the record's own life gets an on-demand reference
     (``od_price``), for those of the seconds that fall in its useful window (up to its last
     report: an instance outliving a bill that the orchestrator already referenced adds none);
-    a failed launch's instance none, as the drain's sweep bills a stray. Returns the dollars
-    added."""
+    a failed launch's instance none, as the drain's sweep bills a stray. What is added is a part
+    of the record's bill dated ``now`` (:mod:`spotwise.store.bills`); returns its dollars."""
     row = store.get_instance(row.id)  # as billed so far (a launch may have left two)
     own = row.provider_instance_id == inst.instance_id
     start = (row.launched_at if own else None) or inst.launched_at or None
@@ -388,13 +389,14 @@ def _bill_outlived(
     od = 0.0
     if own and row.state != "failed":
         od = od_price.reference(row, inst, start, extra_s)
+    billed = {} if not (usd or od or extra_s) else {"ended_at": max(row.ended_at or end, end)}
     store.update_instance(
         row.id,
         cost_usd=row.cost_usd + usd,
         on_demand_cost_usd=row.on_demand_cost_usd + od,
         market_seconds=row.market_seconds + extra_s,
-        # the record's bill runs to here now: `spotwise report` counts it in today's window
-        ended_at=max(row.ended_at or end, end),
+        billed_at=now,  # a part of its bill dated now: counted once (review-af F10)
+        **billed,
         **({"launched_at": start} if row.launched_at is None and start else {}),
         **known,
     )

@@ -49,3 +49,34 @@ def format_duration(seconds: float) -> str:
             n, s = divmod(s, size)
             out.append(f"{n}{unit}")
     return "".join(out)
+
+
+#: The words a time on the command line may be besides a date: whole UTC days back from now.
+_DAYS_BACK = {"today": 0, "yesterday": 1}
+
+
+def parse_time(text: str, *, field: str, now: float) -> float:
+    """Epoch seconds of ``text``: ``now``, ``today`` / ``yesterday`` (00:00 UTC of that day),
+    an ISO date (``2026-11-24``: 00:00 UTC) or date-time (``2026-11-24T07:00``, ``07:00:30``,
+    with ``Z`` or an offset such as ``+02:00``; none: UTC). :class:`SpecError` naming
+    ``field`` otherwise.
+
+    >>> parse_time("2026-11-24T07:00Z", field="--until", now=0.0)
+    1795503600.0
+    """
+    from datetime import UTC, datetime
+
+    s = text.strip()
+    word = s.lower()
+    if word == "now":
+        return now
+    if word in _DAYS_BACK:
+        return (now // 86400.0 - _DAYS_BACK[word]) * 86400.0
+    try:
+        when = datetime.fromisoformat(s)
+    except ValueError:
+        raise SpecError(
+            f"{field}: {text!r} is not a time; use a UTC date (2026-11-24), a date-time "
+            "(2026-11-24T07:00, with Z or an offset such as +02:00), today or yesterday"
+        ) from None
+    return (when if when.tzinfo is not None else when.replace(tzinfo=UTC)).timestamp()

@@ -49,7 +49,9 @@ def tune(
     could not be terminated at the end (it may still be billed: `spotwise cancel JOB`
     retries); 130 when the job was cancelled; otherwise 4 when
     instances carrying the job's tags that it did not launch were left running (listed as
-    not launched by it: left alone).
+    not launched by it: left alone). 5 when the database failed (corrupt, locked past 30 s,
+    a schema from a newer spotwise): the job tries to release what it launched, but check
+    `spotwise report --check` once the database works.
 
     Examples:
       spotwise tune examples/digits/job.yaml
@@ -147,7 +149,16 @@ def status(
     """Show one job (cost, best trial, instances), or the recent jobs when no id is given.
 
     A job whose orchestrator is no longer running (it crashed or was killed) is flagged, with
-    the `spotwise cancel JOB` that closes it.
+    the `spotwise cancel JOB` that closes it. A replay's dollars (the local provider) are
+    simulated, marked `*` (`simulated` in --json); a job not finished shows an estimate,
+    marked `~` (`cost_is_estimate`): its running instances as if they ended at its
+    orchestrator's last save.
+
+    Exit codes: 0 shown. 2: a --db URL it cannot use. 3: no such job, or no spotwise database
+    (a missing or empty file, an in-memory URL such as sqlite:/// with an unset variable, a
+    database without spotwise's tables: never created here) or its server cannot be reached.
+    5: the database failed (unreadable or corrupt, locked past 30 s, a schema revision from a
+    newer spotwise).
 
     Examples:
       spotwise status                 # the 20 newest jobs
@@ -167,6 +178,8 @@ def status(
 
 def trials(job: JobArg = None, db: DbOpt = None, json_out: JsonOpt = False) -> None:
     """List the trials of a job (default: the latest job) with params, step, metric, cost.
+
+    Exit codes as for `status` (3: no such job, no job yet, or no spotwise database).
 
     Examples:
       spotwise trials                 # the latest job
@@ -205,7 +218,8 @@ def cancel(
     done (its orchestrator runs on another machine or in another pid namespace, or its pid
     is held by a process this user cannot inspect: see --force). 3: no such job, or no
     database. 4: done, but instances carrying the job's tags that it did not launch were
-    left running, each named in the answer (1 wins over 4).
+    left running, each named in the answer (1 wins over 4). 5: the database failed
+    (corrupt, locked past 30 s, a schema from a newer spotwise): run it again once it works.
 
     Examples:
       spotwise cancel JOB

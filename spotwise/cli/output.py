@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import typer
@@ -69,35 +70,95 @@ def fit(table: Table, width: int) -> Table:
     their full width; each other column gets at most its longest line and at least its longest
     word, so a word, a number or a ``name=value`` pair is never cut in two (an
     ``overflow="fold"`` column at least 8 columns, then folds a longer word onto more lines).
-    Only where even that does not fit (a terminal far narrower than 80) does rich shrink every
-    column."""
+
+    Where that does not fit (an 80-column cron log: no terminal, no COLUMNS), the ``no_wrap``
+    columns give way rather than let rich crop them with "…" (review-af F6: job ids, states
+    and held hours were cut): first those whose values have spaces wrap between words (a date
+    and its time), then the text ones (ids) fold onto more lines, the widest first, then the
+    numbers (right-justified) fold. Nothing is ever cropped; only a terminal too narrow for
+    even that (each such column 8 wide, numbers 4) leaves it to rich to shrink every column."""
     from rich.text import Text
 
     def lines(cell: object) -> list[str]:
         text = Text.from_markup(cell) if isinstance(cell, str) else cell
         return text.plain.splitlines() if isinstance(text, Text) else [""]
 
-    flexible: list[tuple[Any, int, int]] = []  # (column, narrowest, widest)
-    fixed = 0
+    cols: list[_Col] = []
     for column in table.columns:
         rows = [line for cell in (column.header, *column.cells) for line in lines(cell)]
         widest = max((Text(line).cell_len for line in rows), default=0)
-        if column.no_wrap:
-            fixed += widest
-            continue
         words = [w for line in rows for w in line.split()]
-        narrowest = max((Text(w).cell_len for w in words), default=1)
-        if column.overflow == "fold":  # a long word may fold (a name), not squeeze the rest
+        longest = max((Text(w).cell_len for w in words), default=1)
+        narrowest = widest if column.no_wrap else longest
+        if column.overflow == "fold" and not column.no_wrap:  # a long word may fold (a name)
             narrowest = min(narrowest, max(Text(str(column.header)).cell_len, 8))
-        flexible.append((column, narrowest, widest))
-    room = width - fixed - 2 * (len(table.columns) - 1)  # two spaces between columns
-    spare = max(0, room - sum(narrowest for _, narrowest, _ in flexible))
-    want = [widest - narrowest for _, narrowest, widest in flexible]
+        cols.append(_Col(column, narrowest, widest, longest))
+    room = width - 2 * (len(table.columns) - 1)  # two spaces between columns
+    _give_way(cols, room)
+    flexible = [c for c in cols if not c.column.no_wrap]
+    spare = max(0, room - sum(c.narrowest for c in cols))
+    want = [c.widest - c.narrowest for c in flexible]
     give = [0] * len(want)
     order = sorted(range(len(want)), key=lambda i: want[i])
     for n, i in enumerate(order):  # fair shares, the columns that want least served first
         give[i] = min(want[i], spare // (len(order) - n))
         spare -= give[i]
-    for (column, narrowest, _), extra in zip(flexible, give, strict=True):
-        column.width = narrowest + extra
+    for c, extra in zip(flexible, give, strict=True):
+        c.column.width = c.narrowest + extra
     return table
+
+
+@dataclass
+class _Col:
+    """A column of a table :func:`fit` sizes: the fewest cells it may take, the most it
+    wants, and its longest word."""
+
+    column: Any
+    narrowest: int
+    widest: int
+    longest: int
+
+
+def _give_way(cols: list[_Col], room: int) -> None:
+    """Turn ``no_wrap`` columns into wrapping ones until the narrowest table fits ``room``:
+    those with spaces wrap between words (largest saving first); then text columns fold,
+    then numbers (right-justified) fold, the widest cut first (no column below 8, numbers
+    4). A turned column never crops: it wraps or folds."""
+
+    def over() -> int:
+        return sum(c.narrowest for c in cols) - room
+
+    def turn(c: _Col, narrowest: int) -> None:
+        c.column.no_wrap, c.column.overflow = False, "fold"
+        c.narrowest = narrowest
+
+    for c in sorted(
+        (c for c in cols if c.column.no_wrap and c.longest < c.widest),
+        key=lambda c: c.longest - c.widest,
+    ):
+        if over() <= 0:
+            return
+        turn(c, c.longest)
+    for numeric, floor in ((False, 8), (True, 4)):
+        group = [
+            c
+            for c in cols
+            if (c.column.justify == "right") == numeric
+            and c.narrowest > floor
+            and (c.column.no_wrap or c.column.overflow == "fold")
+        ]
+        if over() <= 0 or not group:
+            continue
+        # the highest cap that saves enough (the widest columns cut to it, evenly)
+        need, top = over(), max(c.narrowest for c in group)
+        cap = next(
+            (
+                level
+                for level in range(top - 1, floor - 1, -1)
+                if sum(c.narrowest - level for c in group if c.narrowest > level) >= need
+            ),
+            floor,
+        )
+        for c in group:
+            if c.narrowest > cap:
+                turn(c, cap)

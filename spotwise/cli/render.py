@@ -53,8 +53,33 @@ def _instance_state(state: str, end_reason: str | None) -> str:
     if not end_reason or end_reason == state:
         return state
     if state == "terminated":
-        return end_reason  # completed, cancelled, reconciled...
+        # completed, revoked, reconciled...; "stopped" (its trial was stopped) would read as a
+        # stopped VM that still holds its disk: it ended
+        return "ended (stopped)" if end_reason == "stopped" else end_reason
     return f"{state} ({end_reason})"  # e.g. still running after a cancel: worth the width
+
+
+#: what "simulated" means wherever a job's dollars are shown (report's words)
+SIMULATED = "simulated dollars: a replayed market (provider local), not money"
+
+
+def _cost_notes(j: dict[str, Any]) -> list[str]:
+    """What a job's cost is, when it is not a final bill in real money: simulated (the
+    replayed market), and an estimate (a job not finished: its running instances as if they
+    ended at its orchestrator's last save; a dead orchestrator's is stale until cancel)."""
+    notes = [SIMULATED] if j.get("simulated") else []
+    if j.get("cost_is_estimate"):
+        if j.get("orchestrator") == "gone":
+            notes.append(
+                "an estimate from before its orchestrator stopped: `spotwise cancel "
+                f"{j['job_id']}` bills its lives and replaces it"
+            )
+        else:
+            notes.append(
+                "an estimate: the job is not finished, its running instances counted as if "
+                "they ended at its orchestrator's last save (every few seconds)"
+            )
+    return notes
 
 
 def live_table(snap: dict[str, Any], width: int) -> Table:
@@ -167,9 +192,11 @@ def print_summary(s: dict[str, Any]) -> None:
     for line in s.get("not_ours") or []:  # its tags, not its launch: left running
         console.print(f"[yellow]{escape(line)}[/]")
     console.print(
-        f"cost ${s['cost_usd']:.4f} vs ${s['on_demand_cost_usd']:.4f} on demand "
-        f"({versus})\nnext: spotwise trials {s['job_id']}"
+        f"cost ${s['cost_usd']:.4f} vs ${s['on_demand_cost_usd']:.4f} on demand ({versus})"
     )
+    if s.get("simulated"):
+        console.print(f"[dim]  {SIMULATED}[/]")
+    console.print(f"next: spotwise trials {s['job_id']}")
     if s.get("resumable"):  # trials left unfinished or unmade, or cut by a limit
         more = " --max-cost USD (a larger budget)" if "budget" in (s.get("limits") or {}) else ""
         console.print(f"continue it: spotwise resume {s['job_id']}{more}")
@@ -184,6 +211,13 @@ _HIDDEN = (
     "its orchestrator may still run: a live process holds its pid, and this user cannot read "
     "it (another user's process, or /proc mounted hidepid)"
 )
+
+
+def _listed_cost(job: dict[str, Any]) -> str:
+    """A job's $ in the listing: ``~`` before an estimate, ``*`` after simulated dollars
+    (the footnotes under the table say what they mean)."""
+    est = "~" if job.get("cost_is_estimate") else ""
+    return f"{est}{job['cost_usd']:.4f}{'*' if job.get('simulated') else ''}"
 
 
 def _job_state(job: dict[str, Any]) -> str:
@@ -214,10 +248,17 @@ def print_jobs(rows: list[dict[str, Any]], total: int | None = None) -> None:
             _job_state(j),
             j["policy"],
             _fmt(j["best_metric"]),
-            f"{j['cost_usd']:.4f}",
+            _listed_cost(j),
             _short_time(j["created_at"]),
         )
     console.print(fit(t, console.width))
+    if any(j.get("simulated") for j in rows):
+        console.print(f"[dim]$*: {SIMULATED}[/]")
+    if any(j.get("cost_is_estimate") for j in rows):
+        console.print(
+            "[dim]~$: an estimate, the job is not finished (its running instances as if they "
+            "ended at its orchestrator's last save; `spotwise status JOB` says more)[/]"
+        )
     for j in rows:
         if _gone(j):
             console.print(
@@ -245,6 +286,8 @@ def print_status(j: dict[str, Any]) -> None:
         f"migrations {j['migrations']} · early-stopped {j['early_stopped']}"
     )
     console.print(f"cost ${j['cost_usd']:.4f} vs ${j['on_demand_cost_usd']:.4f} on demand")
+    for note in _cost_notes(j):
+        console.print(f"[yellow]  {note}[/]" if "estimate" in note else f"[dim]  {note}[/]")
     if over := (j.get("budget") or {}).get("exceeded_usd"):
         cap = j["budget"]["max_cost_usd"]
         console.print(f"[red]budget exceeded by ${over:.4f} (max_cost_usd {cap:g})[/]")
@@ -303,3 +346,5 @@ def print_trials(out: dict[str, Any]) -> None:
             f"{r['cost_usd']:.4f}",
         )
     console.print(fit(t, console.width))
+    if out.get("simulated"):
+        console.print(f"[dim]$: {SIMULATED}[/]")

@@ -27,21 +27,36 @@ def report_cmd(
         str,
         typer.Option(
             "--since",
-            help="Window: lives that ended in the last 24h, 7d, 30d, … or `all`.",
+            help="Window start: a duration before --until (24h, 7d, 30d, …), a UTC date or "
+            "time (2026-11-24 is 00:00 UTC; 2026-11-24T07:00, with Z or an offset such as "
+            "+02:00), today, yesterday, or `all`.",
         ),
     ] = "24h",
+    until: Annotated[
+        str | None,
+        typer.Option(
+            "--until",
+            help="Window end (default: now): a date or time as --since, today, yesterday, or "
+            "a duration before now (1h). A time still to come is taken as now. For cron, chain "
+            "windows: `--since yesterday --until today`, or each run's --since the previous "
+            "run's `until`.",
+        ),
+    ] = None,
     by: Annotated[
         str,
         typer.Option(
-            "--by", help="Group by provider, job, instance-type, zone, market or day (UTC)."
+            "--by",
+            help="Group by provider, job, instance-type, zone, market or day (the UTC day "
+            "each bill was written, as the window counts it).",
         ),
     ] = "provider",
     check: Annotated[
         bool,
         typer.Option(
             "--check",
-            help="Exit 1 when an instance is held by a finished job or one whose orchestrator "
-            "has stopped (may be billed: `spotwise cancel JOB` releases it). Without a "
+            help="Exit 1 when an instance on a real cloud is held by a finished job or one whose "
+            "orchestrator has stopped (may be billed: `spotwise cancel JOB` releases it; a "
+            "replay's is listed, but nothing is billed for it). Without a "
             "database (a missing file, a server that cannot be reached) the report exits 3, "
             "and 2 for a --db URL it cannot use, so a wrong --db never reads as 'nothing held'.",
         ),
@@ -52,10 +67,14 @@ def report_cmd(
     """Cost report for cron: spend vs on-demand per provider (or job, type, zone, day), and
     every instance still held.
 
-    Each instance life is counted in the window in which it ended, once its bill is final;
-    lives still held are listed apart with their hourly price. Costs on the `local` provider
-    come from the replayed market: simulated dollars, in a table of their own (`replay` in
-    --json), never added to the real clouds' totals.
+    Each instance life is counted once, in the window in which its bill was written: when its
+    record closed (usually when it ended; a life `spotwise cancel` closes late, with an end in
+    the past, in the window of the cancel), never in a window already reported. What a closed
+    record is billed later (an instance found after it closed) is counted when it is billed.
+    So windows that follow each other (`--since yesterday --until today` every day) count
+    every dollar once. Lives still held are listed apart with their hourly price. Costs on the
+    `local` provider come from the replayed market: simulated dollars, in a table of their own
+    (`replay` in --json), never added to the real clouds' totals.
 
     `hours` is instance time, refunded time included; `billed h` (`billed_hours` in --json)
     is the time charged for under each provider's rule (AWS refunds a spot instance it revokes
@@ -68,12 +87,13 @@ def report_cmd(
     Examples:
       spotwise report --since 7d --by day
       spotwise report --since all --by job
-      spotwise report --check --json  # for cron: exits 1 when something is held
+      spotwise report --since 2026-11-01 --until 2026-12-01 --by job
+      spotwise report --since yesterday --until today --check --json  # cron, daily
     """
     from spotwise import costs
     from spotwise.cli.output import emit
 
-    out = costs.report(since=since, by=by, db=db)
+    out = costs.report(since=since, until=until, by=by, db=db)
     emit(out, json_out, _print_report)
     if check and out["leftovers"]:
         raise typer.Exit(1)
@@ -93,7 +113,13 @@ def _money(row: dict[str, Any]) -> list[str]:
 
 
 def _when(ts: float | None) -> str:
-    return "the start" if ts is None else datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M")
+    """A window's bound to the second (and its fraction, when it has one: a window ending
+    `now` is chained on that exact time)."""
+    if ts is None:
+        return "the start"
+    when = datetime.fromtimestamp(ts, UTC)
+    ms = when.microsecond // 1000
+    return when.strftime("%Y-%m-%d %H:%M:%S") + (f".{ms:03d}" if ms else "")
 
 
 def _money_table(by: str, sec: dict[str, Any], title: str | None = None) -> Table:
@@ -129,7 +155,7 @@ def _print_report(out: dict[str, Any]) -> None:
     console = Console(highlight=False)
     real, replay = out, out["replay"]
     console.print(f"[bold]cost report[/] by {out['by']}")
-    console.print(f"lives that ended from {_when(out['since'])} to {_when(out['until'])} UTC")
+    console.print(f"bills written from {_when(out['since'])} to {_when(out['until'])} UTC")
     if real["totals"]["lives"]:
         title = "real clouds" if replay["totals"]["lives"] else None
         console.print(fit(_money_table(out["by"], real, title), console.width))
@@ -170,10 +196,17 @@ def _print_report(out: dict[str, Any]) -> None:
         )
     console.print(fit(t, console.width))
     for job in sorted({h["job_id"] for h in held if h["leftover"]}):
-        n = sum(1 for h in held if h["job_id"] == job and h["leftover"])
+        mine = [h for h in held if h["job_id"] == job and h["leftover"]]
+        if mine[0]["simulated"]:  # a replay: its market and trials stopped with it
+            console.print(
+                f"[yellow]{job}: {len(mine)} replayed instance(s) (simulated) held by a job "
+                "that is finished or whose orchestrator has stopped: nothing is billed; "
+                f"`spotwise cancel {job}` closes their records[/]"
+            )
+            continue
         console.print(
-            f"[red]{job}: {n} instance(s) held by a job that is finished or whose orchestrator "
-            f"has stopped; they may still be billed: run `spotwise cancel {job}`[/]"
+            f"[red]{job}: {len(mine)} instance(s) held by a job that is finished or whose "
+            f"orchestrator has stopped; they may still be billed: run `spotwise cancel {job}`[/]"
         )
     console.print(f"held on real clouds now: ${out['held_usd_per_hour']:.4f}/h")
     sim = [h for h in held if h["simulated"]]

@@ -57,8 +57,8 @@ from spotwise.providers.base import (
 )
 from spotwise.providers.local_records import process_start
 from spotwise.spec import JobSpec
+from spotwise.store.heartbeat import HEARTBEAT_EVERY_WALL_S, Heartbeat
 from spotwise.store.models import new_id
-from spotwise.store.repo import HEARTBEAT_EVERY_WALL_S, Heartbeat
 
 log = logging.getLogger("spotwise.planner")
 REBALANCE_AVOID_S = 600.0  # market seconds a pool with a rebalance recommendation is avoided

@@ -23,6 +23,9 @@ from sqlalchemy.pool import StaticPool
 from sqlmodel import Session
 
 from spotwise.errors import ConfigError, NotFoundError, StoreError
+from spotwise.store.existing import check_existing_sqlite as check_existing_sqlite
+from spotwise.store.existing import in_memory_error as in_memory_error
+from spotwise.store.existing import require_spotwise_schema, sqlite_file
 
 ENV_VAR = "SPOTWISE_DB"
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
@@ -38,9 +41,10 @@ _DRIVER_HINTS = {
 _PG_MIGRATION_LOCK = 0x73706F7477697365
 
 
-def default_url(explicit: str | None = None) -> str:
+def default_url(explicit: str | None = None, *, create: bool = True) -> str:
     """The database URL: ``explicit``, else ``$SPOTWISE_DB``, else a SQLite file under the
-    user data folder (created here)."""
+    user data folder (the folder created here with ``create``; a read-only command passes
+    False: it makes no folder, and finds no database there)."""
     if explicit:
         return explicit
     from_env = os.environ.get(ENV_VAR, "").strip()
@@ -49,7 +53,8 @@ def default_url(explicit: str | None = None) -> str:
     from platformdirs import user_data_dir
 
     folder = Path(user_data_dir("spotwise"))
-    folder.mkdir(parents=True, exist_ok=True, mode=0o700)  # private: see create_private_file
+    if create:
+        folder.mkdir(parents=True, exist_ok=True, mode=0o700)  # private: see create_private_file
     return f"sqlite:///{folder / 'spotwise.db'}"
 
 
@@ -112,81 +117,18 @@ def parse_url(url: str) -> URL:
 
 
 def sqlite_path(url: str | URL) -> Path | None:
-    """The file of a SQLite URL; None for other databases and in-memory SQLite."""
+    """The file of a SQLite URL, as SQLite opens it (a ``file:`` URI with ``uri=true``
+    resolved to its path: :func:`~spotwise.store.existing.sqlite_file`); None for other
+    databases and in-memory SQLite."""
     parsed = url if isinstance(url, URL) else parse_url(url)
     if parsed.get_backend_name() != "sqlite":
         return None
-    database = parsed.database or ""
-    if database in ("", ":memory:") or database.startswith("file:"):
-        return None
-    return Path(database).expanduser()
+    return sqlite_file(parsed)
 
 
-SCHEMA_WAIT_S = 2.0  # how long a file with no schema yet may be one another process creates
-
-
-def check_existing_sqlite(path: Path, wait_s: float = SCHEMA_WAIT_S) -> None:
-    """:func:`_check_sqlite_file`, given ``wait_s`` for a file that is empty or has no
-    schema yet: another process (a first `tune`) may be creating the database right now,
-    which takes tens of milliseconds; only a file that stays that way is "no database"."""
-    import time
-
-    deadline = time.monotonic() + wait_s
-    while True:
-        try:
-            return _check_sqlite_file(path)
-        except _NoSchemaYet as e:
-            if time.monotonic() >= deadline:
-                raise _no_database(path, e.why) from None
-            time.sleep(0.05)
-
-
-class _NoSchemaYet(Exception):
-    def __init__(self, why: str) -> None:
-        self.why = why
-
-
-def _check_sqlite_file(path: Path) -> None:
-    """NotFoundError unless ``path`` is a SQLite file holding a spotwise database: a missing
-    file, an empty (0-byte) one, one that is not SQLite, or one without spotwise's ``job``
-    table is "no database" for the read-only commands (`report --check` exits 3 on it).
-
-    The file is only read (``mode=ro``, not through an engine, whose connection would switch
-    it to WAL mode), never created or changed; what this cannot tell (a locked or unreadable
-    file) is left for the engine to report. Callers: ``Store.open_existing``."""
-    import sqlite3
-
-    try:
-        if path.stat().st_size == 0:
-            raise _NoSchemaYet("the file is empty")
-    except FileNotFoundError:
-        raise _no_database(path) from None
-    except OSError:
-        return
-    try:
-        con = sqlite3.connect(
-            f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=SQLITE_BUSY_TIMEOUT_S
-        )
-        try:
-            found = con.execute(
-                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'job'"
-            ).fetchone()
-        finally:
-            con.close()
-    except sqlite3.DatabaseError as exc:
-        if "not a database" in str(exc):
-            raise _no_database(path, "the file is not a SQLite database") from None
-        return
-    if not found:
-        raise _NoSchemaYet("the file has no spotwise tables")
-
-
-def _no_database(path: Path, why: str = "") -> NotFoundError:
-    return NotFoundError(
-        f"no spotwise database at {path}{f' ({why})' if why else ''}; run `spotwise tune SPEC` "
-        "first",
-        hint="or point --db/SPOTWISE_DB at an existing database",
-    )
+def is_in_memory(url: URL) -> bool:
+    """A SQLite URL with no file: an empty in-memory (or temporary) database."""
+    return url.get_backend_name() == "sqlite" and sqlite_file(url) is None
 
 
 def _on_sqlite_connect(dbapi_connection: Any, _record: Any) -> None:
@@ -238,7 +180,7 @@ def make_engine(url: str) -> Engine:
     is_sqlite = parsed.get_backend_name() == "sqlite"
     if is_sqlite:
         kwargs["connect_args"] = {"timeout": SQLITE_BUSY_TIMEOUT_S, "check_same_thread": False}
-        if sqlite_path(parsed) is None:  # in-memory: one shared connection, or tables vanish
+        if is_in_memory(parsed):  # one shared connection, or tables vanish
             kwargs["poolclass"] = StaticPool
     else:
         kwargs["pool_pre_ping"] = True
@@ -271,6 +213,8 @@ class DatabaseUnreachable(StoreError, NotFoundError):
     """The database server cannot be reached or refuses us (down, wrong host or port, wrong
     password, no such database): a database failure, with the exit code of "no database" (3),
     as a missing SQLite file has, so `report --check` never reads it as "something is held"."""
+
+    exit_code = NotFoundError.exit_code
 
 
 def _connect(engine: Engine) -> Connection:
@@ -371,8 +315,11 @@ def _upgrade_locked(engine: Engine) -> None:
         conn.commit()
 
 
-def migrate(engine: Engine, attempts: int = 5) -> None:
-    """Bring the schema to the newest revision; a no-op (and no write lock) when it is there."""
+def migrate(engine: Engine, attempts: int = 5, *, existing: bool = False) -> None:
+    """Bring the schema to the newest revision; a no-op (and no write lock) when it is there.
+    With ``existing`` (the read-only commands), a database without spotwise's schema is a
+    NotFoundError and nothing is created in it; an older spotwise schema is still upgraded
+    (the code reads the newest columns; README "State database and PostgreSQL")."""
     from alembic.util.exc import CommandError
 
     head = head_revision()
@@ -380,6 +327,8 @@ def migrate(engine: Engine, attempts: int = 5) -> None:
         current: str | None = None
         try:
             with _connect(engine) as conn:
+                if existing:
+                    require_spotwise_schema(conn, redact(engine.url))
                 current = current_revision(conn)
             if current == head:
                 return

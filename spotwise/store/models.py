@@ -165,15 +165,22 @@ class InstanceRow(SQLModel, table=True):
     offer_key: str
     price_per_hour: float
     provider_instance_id: str | None = None
-    state: str = INSTANCE_REQUESTED
+    state: str = Field(default=INSTANCE_REQUESTED, index=True)  # the held scan (revision 0005)
     tags_json: str = Field(default="{}", sa_type=sa.Text)
     requested_at: float
     launched_at: float | None = None
-    ended_at: float | None = None
+    ended_at: float | None = Field(default=None, index=True)
     end_reason: str | None = None
     cost_usd: float = 0.0
     on_demand_cost_usd: float = 0.0
     market_seconds: float = 0.0
+    # wall time the record's bill was written final (it closed); NULL: its ``ended_at`` (a
+    # record closed when it ended; every record before revision 0005). `spotwise report`
+    # counts the bill in the window holding this time (:mod:`spotwise.store.bills`)
+    billed_at: float | None = Field(default=None, index=True)
+    # what the record was billed after it closed, each part dated (JSON list of {at, cost_usd,
+    # on_demand_cost_usd, market_seconds}; NULL: nothing): counted in its own time's window
+    extra_bills_json: str | None = Field(default=None, sa_type=sa.Text)
 
     @property
     def tags(self) -> dict[str, str]:

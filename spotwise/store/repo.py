@@ -4,26 +4,28 @@ No cost math and no policy here: callers compute, the store records. Every metho
 its own session scope (commit on success, rollback + StoreError on a database error) and
 returns plain, detached rows whose attributes stay readable after the session closes. Here:
 opening, and the rows whose state changes (jobs, trials, instances); the append-only records
-(observations, events, the price cache) are inherited from :mod:`spotwise.store.records`;
-:class:`Heartbeat`, a running job's throttled write of when its orchestrator was alive.
+(observations, events, the price cache) are inherited from :mod:`spotwise.store.records`.
 """
 
 from __future__ import annotations
 
-import logging
 import time as _time
 from collections.abc import Callable, Mapping
 from typing import Any, Self, TypeVar
+from urllib.parse import unquote
 
 from sqlalchemy.engine import Engine
 from sqlmodel import SQLModel, col, func, select
 
-from spotwise.errors import ConfigError, NotFoundError
+from spotwise.errors import ConfigError, NotFoundError, SpotwiseError
+from spotwise.store.bills import BillReads, stamp_bill
 from spotwise.store.db import (
     check_existing_sqlite,
     default_url,
+    in_memory_error,
     make_engine,
     migrate,
+    redact,
     sqlite_path,
 )
 from spotwise.store.models import (
@@ -48,13 +50,13 @@ from spotwise.store.rows import (
 )
 
 RowT = TypeVar("RowT", bound=SQLModel)
-_log = logging.getLogger("spotwise.store")
 
 
-class Store(Records):
+class Store(Records, BillReads):
     """Repository over one database. Open with :meth:`open` (creates and migrates) or
     :meth:`open_existing` (read-only commands: never creates a SQLite file). The append-only
-    records (observations, events, the price cache) are :class:`Records`'s methods."""
+    records (observations, events, the price cache) are :class:`Records`'s methods; the
+    report's reads, :class:`BillReads`'s."""
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
@@ -70,6 +72,7 @@ class Store(Records):
         path = sqlite_path(engine.url)
         if path is not None and not path.parent.is_dir():
             # a typo in --db must not create a folder tree and a fresh, empty database there
+            engine.dispose()
             raise ConfigError(
                 f"--db: the folder {path.parent} does not exist",
                 hint="create it first, or fix the path in --db / SPOTWISE_DB",
@@ -78,19 +81,29 @@ class Store(Records):
 
     @classmethod
     def open_existing(cls, url: str | None = None) -> Self:
-        """Like :meth:`open`, but a SQLite file that does not exist, or holds no spotwise
-        schema (empty, not SQLite, no ``job`` table), is a NotFoundError and is neither created
-        nor changed (:func:`~spotwise.store.db.check_existing_sqlite`)."""
-        url = default_url(url)
+        """Like :meth:`open`, but only a database that holds spotwise's schema opens: a SQLite
+        file that does not exist or holds none (empty, not SQLite, no ``job`` table:
+        :func:`~spotwise.store.db.check_existing_sqlite`), an in-memory SQLite URL, or any
+        other database without spotwise's tables (a server's default ``postgres`` database)
+        is a NotFoundError (exit 3), and nothing is created: no folder, no file, no table.
+        An older spotwise schema is upgraded, as :meth:`open` does (README "State database")."""
+        url = default_url(url, create=False)
         engine = make_engine(url)
         path = sqlite_path(engine.url)
-        if path is not None:
-            try:
+        try:
+            if engine.dialect.name == "sqlite" and path is None:
+                raise in_memory_error(unquote(redact(url)))  # as typed: 'sqlite:///:memory:'
+            if path is not None:
                 check_existing_sqlite(path)
-            except NotFoundError:
-                engine.dispose()
-                raise
-        return cls._migrated(engine)
+        except SpotwiseError:
+            engine.dispose()
+            raise
+        try:
+            migrate(engine, existing=True)
+        except BaseException:
+            engine.dispose()
+            raise
+        return cls(engine)
 
     @classmethod
     def _migrated(cls, engine: Engine) -> Self:
@@ -124,11 +137,21 @@ class Store(Records):
         with self._scope(f"reading {what} {key!r}") as s:
             return find_by_id_or_prefix(s, model, key, prefix, what, hint)
 
-    def _update(self, model: type[RowT], key: str, what: str, fields: Mapping[str, Any]) -> RowT:
+    def _update(
+        self,
+        model: type[RowT],
+        key: str,
+        what: str,
+        fields: Mapping[str, Any],
+        stamp: Callable[[Any, dict[str, Any]], None] | None = None,
+    ) -> RowT:
         with self._scope(f"updating {what} {key!r}") as s:
             row = s.get(model, key)
             if row is None:
                 raise NotFoundError(f"{what} {key!r} not found")
+            if stamp is not None:  # fields the update adds from the row as it was
+                fields = dict(fields)
+                stamp(row, fields)
             assign(row, fields, what)
             s.add(row)
             s.flush()
@@ -327,11 +350,13 @@ class Store(Records):
         return row
 
     def update_instance(self, instance_id: str, **fields: Any) -> InstanceRow:
+        """Set columns of a launch record; ``billed_at``: when the bill this update writes was
+        written (a record closed with an end in the past: now), :func:`stamp_bill`."""
         if "state" in fields:
             fields["state"] = instance_state(fields["state"])
         if "tags" in fields:
             fields["tags_json"] = to_json(dict(fields.pop("tags")))
-        return self._update(InstanceRow, instance_id, "instance", fields)
+        return self._update(InstanceRow, instance_id, "instance", fields, stamp_bill)
 
     def get_instance(self, instance_id: str) -> InstanceRow:
         with self._scope(f"reading instance {instance_id!r}") as s:
@@ -356,41 +381,3 @@ class Store(Records):
                 stmt = stmt.where(col(InstanceRow.state).not_in(sorted(TERMINAL_INSTANCE_STATES)))
             stmt = stmt.order_by(col(InstanceRow.requested_at), col(InstanceRow.id))
             return list(s.exec(stmt))
-
-
-#: Wall seconds between two heartbeats of a running job (a dead local job's lives are billed
-#: up to its last one: at most this much of their run goes unbilled).
-HEARTBEAT_EVERY_WALL_S = 5.0
-
-
-class Heartbeat:
-    """A running job's orchestrator saying it is alive: :meth:`beat` writes the wall time to
-    the job (:meth:`Store.heartbeat`) at its first call and then at most once every
-    ``every_s`` (``clock``: monotonic seconds), however often it is called (once a pass of the
-    loop). A write that fails (the database locked, unreachable) is logged at debug level and
-    skipped until the next one is due: it never stops the job."""
-
-    def __init__(
-        self,
-        store: Store,
-        job_id: str,
-        every_s: float = HEARTBEAT_EVERY_WALL_S,
-        clock: Callable[[], float] = _time.monotonic,
-        wall: Callable[[], float] = _time.time,
-    ) -> None:
-        self.store, self.job_id, self.every_s = store, job_id, every_s
-        self.clock, self.wall = clock, wall
-        self.last: float | None = None  # ``clock`` at the last write tried
-
-    def beat(self) -> bool:
-        """Write the heartbeat if one is due; whether it was written."""
-        now = self.clock()
-        if self.last is not None and now - self.last < self.every_s:
-            return False
-        self.last = now
-        try:
-            self.store.heartbeat(self.job_id, self.wall())
-        except Exception as e:  # a missed heartbeat only bills a dead job's lives less
-            _log.debug("%s: no heartbeat written: %s", self.job_id, e)
-            return False
-        return True

@@ -208,7 +208,7 @@ def test_a_since_reaching_back_past_1970_reports_everything_as_all_does(tmp_path
     db = _two_markets(tmp_path)
     text = CliRunner().invoke(app, ["report", "--since", "999999d", "--db", db])
     assert text.exit_code == 0, text.output
-    assert "lives that ended from the start to " in text.stdout
+    assert "bills written from the start to " in text.stdout
     same = [
         json.loads(CliRunner().invoke(app, ["report", "--since", s, "--db", db, "--json"]).stdout)
         for s in ("999999d", "all")

@@ -1,0 +1,100 @@
+"""When each part of an instance record's bill was written, and the reads `spotwise report` makes.
+
+A cron's reports must count every dollar once over consecutive windows, so a bill is counted
+in the window of the time it was *written*, never of a time in the past:
+
+* A record's bill is written when the record closes. ``billed_at`` says when; NULL means at
+  its ``ended_at`` (the orchestrator closes a record when it sees it end; every record before
+  revision 0005). A caller that closes a record with an end in the past (`spotwise cancel`,
+  billing a dead orchestrator's lives up to when they ran, or an instance up to when its cloud
+  says it ended) passes ``billed_at=now``.
+* What a closed record is billed after that (an instance found after its record closed, a
+  stray the drain's last sweep bills to its launch) is a *part* of its own, dated when written
+  (the update's ``billed_at``, else now), in ``extra_bills_json``: the record's columns stay
+  its whole bill (what `status`, `trials` and `cancel` add up), its first bill stays in the
+  window that counted it, and the part is counted in its own. :func:`stamp_bill` does this in
+  :meth:`~spotwise.store.repo.Store.update_instance`, so no caller can forget it.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable
+from contextlib import AbstractContextManager
+from typing import Any
+
+from sqlalchemy import and_, or_
+from sqlmodel import Session, col, select
+
+from spotwise.store.models import TERMINAL_INSTANCE_STATES, InstanceRow, Job
+
+#: The columns of a record's bill; a change of one on a closed record is a part of its own.
+BILL_COLUMNS = ("cost_usd", "on_demand_cost_usd", "market_seconds")
+
+
+def extra_bills(row: Any) -> list[dict[str, float]]:
+    """The dated parts of ``row``'s bill written after it closed (oldest first)."""
+    text = getattr(row, "extra_bills_json", None)
+    parts: list[dict[str, float]] = json.loads(text) if text else []
+    return parts
+
+
+def stamp_bill(row: InstanceRow, fields: dict[str, Any], now: float | None = None) -> None:
+    """Date the bill an update of ``row`` writes (``fields``, changed in place; ``billed_at``
+    in them: when this bill was written). Closing the record: its ``billed_at`` as given (none:
+    NULL, its end). On a record already closed, a change of its bill is appended to its
+    ``extra_bills_json`` as a part dated ``billed_at`` (else ``now``), and the record's own
+    ``billed_at`` is pinned (to its end as it was) so that moving its ``ended_at`` does not
+    move its first bill."""
+    at = fields.pop("billed_at", None)
+    if row.state not in TERMINAL_INSTANCE_STATES:
+        if fields.get("state", row.state) in TERMINAL_INSTANCE_STATES:
+            fields["billed_at"] = at
+        return
+    delta = {k: float(fields[k]) - float(getattr(row, k)) for k in BILL_COLUMNS if k in fields}
+    if not any(delta.values()):
+        return
+    when = at if at is not None else (time.time() if now is None else now)
+    part = {"at": float(when), **{k: delta.get(k, 0.0) for k in BILL_COLUMNS}}
+    fields["extra_bills_json"] = json.dumps([*extra_bills(row), part])
+    if row.billed_at is None:
+        fields["billed_at"] = row.ended_at if row.ended_at is not None else when
+
+
+class BillReads:
+    """The reads of `spotwise report` (mixed into :class:`~spotwise.store.repo.Store`)."""
+
+    def _scope(self, action: str) -> AbstractContextManager[Session]:  # Records's
+        raise NotImplementedError
+
+    def list_billed(self, since: float | None) -> list[InstanceRow]:
+        """Closed records with a bill written after ``since`` (None: any), oldest first: their
+        ``billed_at`` (NULL: ``ended_at``) is later, or they have parts (the caller windows
+        each part, :func:`extra_bills`)."""
+        with self._scope("listing billed instances") as s:
+            stmt = select(InstanceRow).where(
+                col(InstanceRow.state).in_(sorted(TERMINAL_INSTANCE_STATES))
+            )
+            if since is not None:
+                stmt = stmt.where(
+                    or_(
+                        col(InstanceRow.billed_at) > since,
+                        and_(
+                            col(InstanceRow.billed_at).is_(None), col(InstanceRow.ended_at) > since
+                        ),
+                        col(InstanceRow.extra_bills_json).is_not(None),
+                    )
+                )
+            stmt = stmt.order_by(col(InstanceRow.requested_at), col(InstanceRow.id))
+            return list(s.exec(stmt))
+
+    def jobs_by_id(self, ids: Iterable[str]) -> dict[str, Job]:
+        """The jobs of ``ids`` (exact ids; one query per 500), by id; an unknown id is left out."""
+        wanted = sorted(set(ids))
+        out: dict[str, Job] = {}
+        with self._scope("reading jobs") as s:
+            for i in range(0, len(wanted), 500):
+                chunk = wanted[i : i + 500]
+                out.update((j.id, j) for j in s.exec(select(Job).where(col(Job.id).in_(chunk))))
+        return out

@@ -1,0 +1,183 @@
+"""Opening a database that must already exist (the read-only commands, ``Store.open_existing``):
+which file a SQLite URL names, and whether a database holds spotwise's schema.
+
+A read-only command never creates a database nor a schema: a missing file, an in-memory URL
+(``sqlite://``, or ``sqlite:///$VAR`` with the variable unset), a database without spotwise's
+tables (an empty file, another program's database, a PostgreSQL server's default ``postgres``
+database) is "no spotwise database" (NotFoundError, exit 3), left as it was.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from pathlib import Path
+from urllib.parse import unquote
+
+import sqlalchemy as sa
+from sqlalchemy.engine import URL, Connection
+from sqlalchemy.util import asbool
+
+from spotwise.errors import ConfigError, NotFoundError
+
+SCHEMA_WAIT_S = 2.0  # how long a file with no schema yet may be one another process creates
+#: The tables a spotwise database has, whatever its revision: a database without them (or with
+#: ``job`` alone: another program's) is not spotwise's.
+SPOTWISE_TABLES = ("alembic_version", "job")
+FIX_HINT = "or point --db/SPOTWISE_DB at an existing database"
+
+
+def sqlite_file(url: URL) -> Path | None:
+    """The file sqlite3 opens for the SQLite URL ``url`` (pysqlite's reading of it); None for
+    an in-memory or temporary database (``sqlite://``, ``sqlite:///``, ``:memory:``, a ``file:``
+    URI with ``mode=memory`` or no path).
+
+    Without ``uri=true`` the database part is a path (relative to the working folder; ``~`` is
+    not expanded: SQLite does not). With it, a ``file:`` URI (``file:x.db``, ``file:/abs/x.db``,
+    ``file:///abs/x.db``, ``file://localhost/abs/x.db``) is resolved to its path, and another
+    name is a path with the URL's SQLite parameters appended, as SQLite reads it."""
+    database = url.database or ""
+    if not asbool(url.query.get("uri", False)):
+        return None if database in ("", ":memory:") else Path(database)
+    if url.query.get("mode") == "memory":
+        return None
+    if not database.startswith("file:"):
+        if database in ("", ":memory:"):
+            return None
+        params = {k: v for k, v in url.query.items() if k not in _PYSQLITE_ARGS}
+        query = "&".join(f"{k}={params[k]}" for k in sorted(params))
+        return Path(f"{database}?{query}" if query else database)
+    rest = database[len("file:") :].partition("#")[0]
+    if rest.startswith("//"):  # file://AUTHORITY/path: only an empty one or localhost
+        authority, _, path = rest[2:].partition("/")
+        if authority not in ("", "localhost"):
+            raise ConfigError(
+                f"--db: the SQLite URI {database!r} names a host ({authority!r}); SQLite opens "
+                "local files only",
+                hint="write the file's path: sqlite:///file:/path/to/spotwise.db?uri=true",
+            )
+        rest = "/" + path
+    path = unquote(rest)
+    return None if path in ("", ":memory:") else Path(path)
+
+
+# pysqlite's own parameters: not passed on to SQLite's URI (sqlalchemy's pysqlite dialect)
+_PYSQLITE_ARGS = (
+    "uri",
+    "timeout",
+    "isolation_level",
+    "detect_types",
+    "check_same_thread",
+    "cached_statements",
+)
+
+
+def in_memory_error(url: str) -> NotFoundError:
+    """The read-only commands' answer to an in-memory SQLite URL: it holds no jobs."""
+    return NotFoundError(
+        f"no spotwise database: --db/SPOTWISE_DB is {url!r}, an in-memory SQLite database "
+        "(no file path: an unset variable in sqlite:///$VAR?), which holds no jobs",
+        hint="set --db/SPOTWISE_DB to sqlite:////path/to/spotwise.db, or leave both unset "
+        "for the default database",
+    )
+
+
+def check_existing_sqlite(path: Path, wait_s: float = SCHEMA_WAIT_S) -> None:
+    """:func:`_check_sqlite_file`, given ``wait_s`` for a file that is empty or has no
+    schema yet: another process (a first `tune`) may be creating the database right now,
+    which takes tens of milliseconds; only a file that stays that way is "no database"."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            return _check_sqlite_file(path)
+        except _NoSchemaYet as e:
+            if time.monotonic() >= deadline:
+                raise _no_database(path, e.why) from None
+            time.sleep(0.05)
+
+
+class _NoSchemaYet(Exception):
+    def __init__(self, why: str) -> None:
+        self.why = why
+
+
+def _check_sqlite_file(path: Path) -> None:
+    """NotFoundError unless ``path`` is a SQLite file holding a spotwise database: a missing
+    file, an empty (0-byte) one, one that is not SQLite, or one without spotwise's tables
+    (``job`` and ``alembic_version``) is "no database" for the read-only commands
+    (`report --check` exits 3 on it); a folder is an unusable --db (ConfigError, exit 2).
+
+    The file is only read (``mode=ro``, not through an engine, whose connection would switch
+    it to WAL mode), never created or changed; what this cannot tell (a locked, unreadable or
+    corrupt file) is left for the engine to report. Callers: ``Store.open_existing``."""
+    from spotwise.store.db import SQLITE_BUSY_TIMEOUT_S
+
+    if path.is_dir():
+        raise ConfigError(
+            f"--db: {path} is a folder, not a SQLite database file",
+            hint="name the database file in it: sqlite:////path/to/folder/spotwise.db",
+        )
+    try:
+        if path.stat().st_size == 0:
+            raise _NoSchemaYet("the file is empty")
+    except FileNotFoundError:
+        raise _no_database(path) from None
+    except OSError:
+        return
+    try:
+        con = sqlite3.connect(
+            f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=SQLITE_BUSY_TIMEOUT_S
+        )
+        try:
+            found = {
+                row[0]
+                for row in con.execute(
+                    "SELECT name FROM sqlite_master WHERE type = 'table' AND name IN (?, ?)",
+                    SPOTWISE_TABLES,
+                )
+            }
+        finally:
+            con.close()
+    except sqlite3.DatabaseError as exc:
+        if "not a database" in str(exc):
+            raise _no_database(path, "the file is not a SQLite database") from None
+        return
+    if not found:
+        raise _NoSchemaYet("the file has no spotwise tables")
+    if found != set(SPOTWISE_TABLES):  # spotwise writes both in one transaction
+        raise _no_database(path, _partial(found))
+
+
+def _partial(found: set[str]) -> str:
+    missing = sorted(set(SPOTWISE_TABLES) - found)
+    return f"it has no {' nor '.join(missing)} table: not a spotwise schema"
+
+
+def _no_database(path: Path, why: str = "") -> NotFoundError:
+    return NotFoundError(
+        f"no spotwise database at {path}{f' ({why})' if why else ''}; run `spotwise tune SPEC` "
+        "first",
+        hint=FIX_HINT,
+    )
+
+
+def require_spotwise_schema(conn: Connection, where: str) -> None:
+    """NotFoundError unless the database on ``conn`` holds spotwise's schema: its tables
+    (``alembic_version`` with a revision, and ``job``). On every backend: a read-only command
+    never runs the migrations on a database without them (a PostgreSQL server's default
+    ``postgres`` database got every spotwise table created in it, and `report --check` said
+    "nothing held"). Only reads the catalog."""
+    insp = sa.inspect(conn)
+    found = {t for t in SPOTWISE_TABLES if insp.has_table(t)}
+    why = ""
+    if not found:
+        why = "it has no spotwise tables"
+    elif found != set(SPOTWISE_TABLES):
+        why = _partial(found)
+    elif conn.execute(sa.text("SELECT count(*) FROM alembic_version")).scalar() == 0:
+        why = "its alembic_version records no revision"
+    if why:
+        raise NotFoundError(
+            f"no spotwise database at {where} ({why}); run `spotwise tune SPEC` first",
+            hint=FIX_HINT,
+        )
