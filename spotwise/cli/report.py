@@ -56,9 +56,12 @@ def report_cmd(
             "--check",
             help="Exit 1 when an instance on a real cloud is held by a finished job or one whose "
             "orchestrator has stopped (may be billed: `spotwise cancel JOB` releases it; a "
-            "replay's is listed, but nothing is billed for it). Without a "
-            "database (a missing file, a server that cannot be reached) the report exits 3, "
-            "and 2 for a --db URL it cannot use, so a wrong --db never reads as 'nothing held'.",
+            "replay's is listed, but nothing is billed for it), and only then. Exit 3 without "
+            "a spotwise database (a missing or empty file, an in-memory URL such as sqlite:/// "
+            "with an unset variable, a database without spotwise's tables, a server that cannot "
+            "be reached), 2 for a --db URL it cannot use, 5 when the database failed (corrupt "
+            "or unreadable, locked past 30 s, a schema from a newer spotwise): a wrong --db or "
+            "a broken database never reads as 'nothing held', nor as 'held'.",
         ),
     ] = False,
     db: DbOpt = None,
