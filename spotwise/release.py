@@ -57,6 +57,7 @@ def _release(store: Any, job: Any, orchestrator_died: bool = False) -> dict[str,
     errors: list[str] = []
     not_ours: list[str] = []
     billed_to = "now"
+    taken: set[str] = set()  # launch ids whose instance its provider took (billed as revoked)
     if first.name == "local":
         # a local trial process dies with its orchestrator: after the orchestrator died, one
         # found alive (and killed now) is billed up to now, the others up to when it was last
@@ -64,6 +65,13 @@ def _release(store: Any, job: Any, orchestrator_died: bool = False) -> dict[str,
         # the bill grew by the hour while nothing ran)
         terminated = rec.reconcile(spec, job.id)
         last, which = _last_alive(store, job) if orchestrator_died else (None, "")
+        # a life the replayed market took (its `revoked` event written) before the
+        # orchestrator could close its record: billed as taken (AWS: free in its first hour),
+        # as the orchestrator bills it (review-ag F2: billed up to the heartbeat, $0.458)
+        lost = [
+            e.detail.get("launch") or e.instance_id for e in store.events(job.id, kind="revoked")
+        ]
+        taken = {str(launch) for launch in lost if launch}
         for row in rows:
             dead = orchestrator_died and row.provider_instance_id not in terminated
             start = row.launched_at or row.requested_at
@@ -101,6 +109,8 @@ def _release(store: Any, job: Any, orchestrator_died: bool = False) -> dict[str,
         for one in res.records:
             if one.outcome != rec.OPEN:
                 ends[one.held.launch_id] = one.ended_at
+            if one.revoked:  # listed or not (a GCE preempted operation of a VM gone since)
+                taken.add(one.held.launch_id)
             if one.found:
                 seen[one.held.launch_id] = (one, listed.get(one.instance_id))
             records.append(
@@ -144,7 +154,7 @@ def _release(store: Any, job: Any, orchestrator_died: bool = False) -> dict[str,
         extra_s = 0.0
         if start is not None and row.end_reason != "not deleted":
             extra_s = max((end - start) * speedup - row.market_seconds, 0.0)
-        revoked = found is not None and found.revoked
+        revoked = row.id in taken or (found is not None and found.revoked)
         cost = row.cost_usd
         # a life that started is billed at least the rule's minimum, even when nothing
         # measured how long it ran (a dead local job's trial that never reported: review-ac F3)

@@ -242,8 +242,14 @@ class TrialBook:
         if life.notice_deadline is not None or state is InstanceState.REVOKED:
             t.revocations += 1
             self.revocations += 1
-            self._event(
-                "revoked", now, t, zone=life.offer.zone, step=t.step, checkpoint=t.checkpoint_step
+            self._event(  # `launch`: the life it left, which `spotwise cancel` bills as taken
+                "revoked",
+                now,
+                t,
+                zone=life.offer.zone,
+                step=t.step,
+                checkpoint=t.checkpoint_step,
+                launch=life.launch_id,
             )
             return InstanceLost(t.trial_id, life.instance_id)
         return TrialExited(t.trial_id, life.instance_id, finished)

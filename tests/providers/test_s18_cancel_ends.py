@@ -292,6 +292,23 @@ def test_a_gcp_vm_deleted_on_preemption_is_billed_to_its_preemption(
     assert job.cost() == pytest.approx(0.14092, abs=1e-5)
 
 
+def test_a_gcp_vm_deleted_on_preemption_in_its_first_minute_is_free(
+    fakes: Fakes, tmp_path: Path
+) -> None:
+    """Settled `ended` and taken from its preempted operation, it is billed as a life GCE took:
+    free in its first minute (it was billed the 60 s minimum: the record's `revoked` did not
+    reach the bill of a VM no longer listed)."""
+    job = Job(tmp_path, fakes, "gcp", "DELETE")
+    iid = job.launch()
+    fakes.gce.preempt(*_gce_key(iid), at=at(40))
+    assert fakes.gce.instances == {}
+
+    job.cancel()
+
+    assert job.row().ended_at == pytest.approx(T0 + 40, abs=1)
+    assert job.row().cost_usd == 0.0
+
+
 def test_a_gcp_vm_deleted_while_its_orchestrator_was_dead_is_billed_to_the_delete(
     fakes: Fakes, tmp_path: Path
 ) -> None:
