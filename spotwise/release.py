@@ -202,10 +202,20 @@ def wall_now() -> float:
 
 def _sum_job(store: Any, job_id: str) -> None:
     """The job's cost and on-demand figure become its records' sums (what `spotwise report`
-    adds up, and what its orchestrator's own end leaves)."""
-    rows = store.list_instances(job_id)
+    adds up, and what its orchestrator's own end leaves); its revocations and migrations, what
+    its trials and `revoked` events say, when a dead orchestrator's last save had fewer."""
+    rows, job = store.list_instances(job_id), store.get_job(job_id)
     cost, od = sum(r.cost_usd for r in rows), sum(r.on_demand_cost_usd for r in rows)
-    store.update_job(job_id, cost_usd=cost, on_demand_cost_usd=od)
+    trials = store.list_trials(job_id)
+    lost = max(sum(t.revocations for t in trials), len(store.events(job_id, kind="revoked")))
+    moved = sum(t.migrations for t in trials)
+    store.update_job(
+        job_id,
+        cost_usd=cost,
+        on_demand_cost_usd=od,
+        revocations=max(job.revocations, lost),  # review-ag F3: stayed at the last save
+        migrations=max(job.migrations, moved),
+    )
 
 
 def _rule(spec: Any, provider: str) -> Any:

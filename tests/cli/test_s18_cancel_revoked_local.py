@@ -69,3 +69,22 @@ def test_the_revoked_event_names_the_life_the_market_took(
         (lost,) = s.events(summary["job_id"], kind="revoked")
     assert first.end_reason == "revoked"
     assert lost.detail["launch"] == first.id
+
+
+def test_cancel_counts_the_revocations_and_migrations_the_last_save_missed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """review-ag F3: after kill -9 and cancel, `status` said "revocations 0 · migrations 0"
+    where the events held a revocation and the trial a migration (the orchestrator's last
+    periodic save was before them): cancel counts them from the trials and `revoked` events."""
+    t0 = time.time() - 40.0
+    db = f"sqlite:///{tmp_path / 'state.db'}"
+    job, trials = _dead_local_job(db, [t0, t0 + 5.0], heartbeat_at=t0 + 10.0)
+    with Store.open(db) as s:
+        s.add_event(job, "revoked", 1_000_000.0, trial_id=trials[0], launch="l-0")
+        s.update_trial(trials[1], migrations=1, revocations=1)  # written at its relaunch
+    _alive(monkeypatch)
+    jobs.cancel(job, db=db)
+    with Store.open_existing(db) as s:
+        j = s.get_job(job)
+    assert (j.revocations, j.migrations) == (1, 1)
