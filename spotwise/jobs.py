@@ -19,7 +19,8 @@ from typing import Any
 from spotwise.errors import ConfigError, NotFoundError, SpecError
 from spotwise.job_facts import budget_of, simulated
 from spotwise.liveness import hidden_text, orchestrator_state, where_text
-from spotwise.release import _release, sweep_finished
+from spotwise.release import _release
+from spotwise.release_sweep import sweep_finished
 from spotwise.release_text import not_ours_text, released_text
 from spotwise.states import FINISHED_JOB_STATES
 
@@ -275,7 +276,7 @@ def cancel(
     orchestrator is gone as cancelled; in both of those cases, and for a finished job whose
     record still holds instances (its drain could not terminate them), terminate what the
     provider still runs with the job's tags. A finished cloud job whose records are all closed
-    is looked for on its cloud too (:func:`~spotwise.release.sweep_finished`: an instance can
+    is looked for on its cloud too (:func:`~spotwise.release_sweep.sweep_finished`: an instance can
     outlive its records). ``force``: take an orchestrator recorded on another machine for gone
     (that machine is lost)."""
     from spotwise.store import Store

@@ -1,5 +1,5 @@
 """The words of a `spotwise cancel`: what a finished job's sweep
-(:func:`~spotwise.release.sweep_finished`) found with the job's tags and did with each, and
+(:func:`~spotwise.release_sweep.sweep_finished`) found with the job's tags and did with each, and
 where it looked; what a release of a dead orchestrator's records did
 (:func:`released_text`); the instances left alone (:func:`not_ours_text`).
 """

@@ -161,7 +161,7 @@ def test_an_instance_billed_after_its_record_closed_counts_each_dollar_once(
     """The finding's numbers: $30.60 reported on day 1, $336.60 more billed on day 5. The
     record moved whole to day 5: its lines summed $397.80 for $367.20 billed."""
     from spotwise.providers.billing import rule_for
-    from spotwise.release import _bill_outlived
+    from spotwise.release_sweep import _bill_outlived
 
     db, inst = _outlived_store(tmp_path)
     day1 = costs.report(since="24h", db=db, now=T0 + D)

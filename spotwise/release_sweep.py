@@ -1,0 +1,153 @@
+"""`spotwise cancel` of a finished job whose records are all closed (:func:`sweep_finished`):
+an instance of the job that outlived its records is found on its cloud, terminated and billed
+to its launch's record (:func:`_bill_outlived`). Split from :mod:`spotwise.release` so that each
+file stays readable.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from spotwise.errors import ProviderError
+from spotwise.release import _resumed_since, _rule, _sum_job, _whole_life_cost
+from spotwise.release_reference import OnDemandReference, _unknown_text
+from spotwise.release_text import _found_text, _looked_in, not_ours_text
+
+
+def sweep_finished(store: Any, job: Any, state: str) -> dict[str, Any]:
+    """`spotwise cancel` of a finished job whose store holds no open instance record. An
+    instance can outlive its records (a create the cloud took although its call failed, then
+    "confirmed" clean by a listing that did not show it yet; a stray the drain's last listing
+    could not see): on a cloud, every instance carrying the job's tags is listed, in the spec's
+    regions and in every region one of the job's records names, and each that a launch of the
+    job made (:func:`~spotwise.providers.base.launched_by`: its ``spotwise:launch`` tag names a
+    record of the job and the cloud's own identity of it is that launch) and that still holds
+    a resource is terminated. Each is billed as the drain's sweep bills a stray: from its start
+    (the provider's launch time) to now (a stopped one: to when it stopped), at its record's
+    price, to the record its launch tag names, that record's trial and the job; the seconds
+    its record already billed are not billed twice. One that no launch of the job made (a
+    copy, tags set by hand, another install's job that drew the same id) is left alone, never
+    terminated nor billed, and reported (``not_ours``). The on-demand reference: see
+    :func:`_bill_outlived`.
+
+    Returns ``message``, ``terminated_instances``, ``found_instances`` (what was found and done
+    with each), ``looked_in`` (``on_demand_unknown``, ``not_ours``: as :func:`_release`); a
+    local job: today's ``message`` only, nothing listed. A listing or a terminate that failed
+    raises :class:`ProviderError` (after billing what was terminated): something may still be
+    billed."""
+    from spotwise.planner import reconcile as rec
+    from spotwise.providers.base import TAG_LAUNCH
+    from spotwise.spec import load_stored_spec
+    from spotwise.store.models import TERMINAL_INSTANCE_STATES as shut
+
+    spec = load_stored_spec(job.spec_json)
+    if spec.providers[0].name == "local":
+        return {"message": f"job already {state}"}
+    rows = {r.id: r for r in store.list_instances(job.id)}
+    named = {q.name for q in spec.providers}
+    # every record, the closed ones too: a launch is recorded with its region before the cloud
+    # call, so their regions are everywhere the job can have started something
+    held = [
+        rec.Held(r.id, r.provider, r.region, r.provider_instance_id, closed=r.state in shut)
+        for r in rows.values()
+        if r.provider in named
+    ]
+    res = rec.reconcile_records(spec, job.id, held, _resumed_since(store, job.id, set(rows), job))
+    now = time.time()
+    found: list[dict[str, Any]] = []
+    billed_trials: dict[str, float] = {}
+    od_price = OnDemandReference(store, spec, job)
+    for inst in {i.instance_id: i for i in res.listed if i.holds_resource()}.values():
+        launch = inst.tags.get(TAG_LAUNCH, "")
+        one: dict[str, Any] = {
+            "instance_id": inst.instance_id,
+            "region": inst.offer.region,
+            "launch_id": launch or None,
+            "trial": None,
+            "outcome": "terminated" if inst.instance_id in res.terminated else "open",
+            "billed_usd": 0.0,
+        }
+        row = rows.get(launch)
+        if row is not None and one["outcome"] == "terminated":
+            usd = _bill_outlived(store, row, inst, now, _rule(spec, row.provider), od_price)
+            one.update(trial=row.trial_id, billed_usd=usd)
+            billed_trials[row.trial_id] = billed_trials.get(row.trial_id, 0.0) + usd
+        elif row is not None:
+            one["trial"] = row.trial_id
+        found.append(one)
+    for trial_id, usd in billed_trials.items():  # a trial's cost is its lives' sum
+        if usd:
+            trial = store.get_trial(trial_id)
+            store.update_trial(trial_id, cost_usd=trial.cost_usd + usd)
+    if billed_trials:  # the job's cost (and on-demand figure) is its instance records' sum
+        _sum_job(store, job.id)
+    where = _looked_in(spec, held)
+    text = f"job already {state}; " + _found_text(found, where, bool(res.not_ours))
+    text += not_ours_text(res.not_ours) + _unknown_text(od_price.unknown)
+    now_job = store.get_job(job.id)
+    if (now_job.state, now_job.ended_at) != (job.state, job.ended_at):
+        text += (
+            "; the job was resumed meanwhile: what its resumed run holds was left to it "
+            f"(`spotwise cancel {job.id}` stops it)"
+        )
+    if res.errors:  # never "nothing is left" when a region could not be listed
+        why = "; ".join(dict.fromkeys(res.errors))
+        done = _found_text(found, where) + "; " if found else ""
+        done += "".join(f"{line}; " for line in res.not_ours)
+        raise ProviderError(
+            f"job already {state}; {done}could not make sure that no instance with its tags "
+            f"is left (it may still be billed): {why}",
+            hint=f"run `spotwise cancel {job.id}` again to retry",
+        )
+    return {
+        "terminated_instances": [f["instance_id"] for f in found if f["outcome"] == "terminated"],
+        "found_instances": found,
+        "looked_in": where,
+        "message": text,
+        **({"on_demand_unknown": od_price.unknown} if od_price.unknown else {}),
+        **({"not_ours": res.not_ours} if res.not_ours else {}),
+    }
+
+
+def _bill_outlived(
+    store: Any, row: Any, inst: Any, now: float, rule: Any, od_price: OnDemandReference
+) -> float:
+    """Bill an instance found after its record ``row`` was closed, terminated now, to that
+    record: from its start to now (one stopped: to when it stopped), at the record's price,
+    under the provider's billing ``rule``. The record's own instance has had part of that
+    billed already (its ``market_seconds``: the whole life is billed again, less that);
+    another instance of the same launch (a retried create) is a life of its own. No start
+    known: nothing to bill. Only the record's own life gets an on-demand reference
+    (``od_price``), for those of the seconds that fall in its useful window (up to its last
+    report: an instance outliving a bill that the orchestrator already referenced adds none);
+    a failed launch's instance none, as the drain's sweep bills a stray. What is added is a part
+    of the record's bill dated ``now`` (:mod:`spotwise.store.bills`); returns its dollars."""
+    row = store.get_instance(row.id)  # as billed so far (a launch may have left two)
+    own = row.provider_instance_id == inst.instance_id
+    start = (row.launched_at if own else None) or inst.launched_at or None
+    end = now
+    if inst.state.is_terminal() and inst.ended_at is not None:
+        end = min(inst.ended_at, now)
+    before = row.market_seconds if own else 0.0
+    extra_s = max(end - start - before, 0.0) if start is not None else 0.0
+    if own:
+        usd = _whole_life_cost(row, extra_s, False, rule) - row.cost_usd if extra_s else 0.0
+    else:
+        usd = rule.charge([(extra_s, row.price_per_hour)], revoked_by_provider=False)
+    known = {} if row.provider_instance_id else {"provider_instance_id": inst.instance_id}
+    od = 0.0
+    if own and row.state != "failed":
+        od = od_price.reference(row, inst, start, extra_s)
+    billed = {} if not (usd or od or extra_s) else {"ended_at": max(row.ended_at or end, end)}
+    store.update_instance(
+        row.id,
+        cost_usd=row.cost_usd + usd,
+        on_demand_cost_usd=row.on_demand_cost_usd + od,
+        market_seconds=row.market_seconds + extra_s,
+        billed_at=now,  # a part of its bill dated now: counted once (review-af F10)
+        **billed,
+        **({"launched_at": start} if row.launched_at is None and start else {}),
+        **known,
+    )
+    return usd
