@@ -132,6 +132,7 @@ def test_a_dead_life_is_billed_to_the_later_of_report_and_heartbeat_from_its_sta
     with Store.open_existing(db) as s:
         s.add_observation(trials[0], 3, 0.5, t0 + report, instance_id="l-0")
     _alive(monkeypatch, "local-2")
+    monkeypatch.setattr("spotwise.release.wall_now", lambda: now)  # the cancel's clock
     out = jobs.cancel(job, db=db)
     assert out["billed_to"] == which + DIED
     with Store.open_existing(db) as s:
@@ -141,7 +142,7 @@ def test_a_dead_life_is_billed_to_the_later_of_report_and_heartbeat_from_its_sta
     assert rows["l-1"].market_seconds == 0.0  # launched after: not billed back in time
     assert rows["l-1"].ended_at == pytest.approx(t0 + 35.0)
     assert rows["l-1"].cost_usd == pytest.approx(_usd(0.0))
-    assert rows["l-2"].market_seconds == pytest.approx(49.0 * SPEEDUP, abs=2 * SPEEDUP)  # now
+    assert rows["l-2"].market_seconds == pytest.approx(49.0 * SPEEDUP)  # killed now: to now
 
 
 def test_a_heartbeat_after_now_bills_no_further_than_now(
@@ -153,11 +154,12 @@ def test_a_heartbeat_after_now_bills_no_further_than_now(
     db = f"sqlite:///{tmp_path / 'state.db'}"
     job, _ = _dead_local_job(db, [now - 10.0], heartbeat_at=now + 3600.0)
     _alive(monkeypatch)
+    monkeypatch.setattr("spotwise.release.wall_now", lambda: now)  # the cancel's clock
     jobs.cancel(job, db=db)
     with Store.open_existing(db) as s:
         (row,) = s.list_instances(job)
-    assert row.market_seconds == pytest.approx(10.0 * SPEEDUP, abs=2 * SPEEDUP)
-    assert row.ended_at is not None and row.ended_at <= time.time()
+    assert row.market_seconds == pytest.approx(10.0 * SPEEDUP)  # was timed: flaky under load
+    assert row.ended_at == pytest.approx(now)
 
 
 def test_status_shows_the_last_heartbeat(tmp_path: Path) -> None:
