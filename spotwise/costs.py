@@ -40,6 +40,7 @@ from spotwise.errors import SpecError
 from spotwise.job_facts import budget_of as budget_of  # `costs.budget_of`, as before
 from spotwise.job_facts import simulated as is_simulated
 from spotwise.states import FINISHED_JOB_STATES
+from spotwise.units import window as window  # `costs.window`, as before
 
 GROUPS = ("provider", "job", "instance-type", "zone", "market", "day")
 
@@ -308,42 +309,6 @@ def summarize(
         "leftovers": sum(1 for h in held_rows if h["leftover"] and not h["simulated"]),
         "simulated_leftovers": sum(1 for h in held_rows if h["leftover"] and h["simulated"]),
     }
-
-
-def window(since: str, until: str | None, now: float) -> tuple[float | None, float]:
-    """The report's window ``(start, end]`` from ``--since`` (``all``: None; a duration
-    before the end such as ``24h``; a time, :func:`~spotwise.units.parse_time`) and
-    ``--until`` (None: ``now``; a time, or a duration before now). An end still to come is
-    ``now``: a window never ends after the bills written so far, so the next one, starting
-    at its end, misses none."""
-    from spotwise.units import parse_duration, parse_time
-
-    def when(text: str, field: str, before: float) -> float:
-        try:
-            return before - parse_duration(text, field=field)
-        except SpecError:
-            try:
-                return parse_time(text, field=field, now=now)
-            except SpecError:
-                raise SpecError(
-                    f"{field}: {text!r} is not a duration (24h, 7d, 1h30m) nor a time "
-                    "(2026-11-24, 2026-11-24T07:00Z, today, yesterday)"
-                ) from None
-
-    end = now if until is None else min(when(until, "--until", now), now)
-    if since.strip().lower() == "all":
-        return None, end
-    start = when(since, "--since", end)
-    if start >= end:
-        raise SpecError(
-            f"--since: the window must start before it ends ({_utc(start)} is not before "
-            f"{_utc(end)})"
-        )
-    return (None if start <= 0 else start), end  # back past 1970: every bill, as `all`
-
-
-def _utc(ts: float) -> str:
-    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def report(

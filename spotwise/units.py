@@ -1,4 +1,5 @@
-"""Durations on the command line: ``90s``, ``30m``, ``1h``, ``2d``, ``1h30m`` or seconds."""
+"""Durations and times on the command line: ``90s``, ``30m``, ``1h``, ``2d``, ``1h30m`` or
+seconds; dates, date-times, ``today``/``yesterday`` and epoch seconds; a report's window."""
 
 from __future__ import annotations
 
@@ -67,6 +68,8 @@ def parse_time(text: str, *, field: str, now: float) -> float:
     from datetime import UTC, datetime
 
     s = text.strip()
+    if s.upper().endswith(" UTC"):  # as the text report prints its window
+        s = s[:-4].strip() + "+00:00"
     word = s.lower()
     if word == "now":
         return now
@@ -80,3 +83,50 @@ def parse_time(text: str, *, field: str, now: float) -> float:
             "(2026-11-24T07:00, with Z or an offset such as +02:00), today or yesterday"
         ) from None
     return (when if when.tzinfo is not None else when.replace(tzinfo=UTC)).timestamp()
+
+
+#: A bare number from here on is a time in epoch seconds (2001-09-09), not a duration: no
+#: window reaches 31 years back, and --json's since/until are such numbers
+EPOCH_FROM = 1e9
+
+
+def window(since: str, until: str | None, now: float) -> tuple[float | None, float]:
+    """The report's window ``(start, end]`` from ``--since`` (``all``: None; a duration
+    before the end such as ``24h``; a time, :func:`~spotwise.units.parse_time`) and
+    ``--until`` (None: ``now``; a time, or a duration before now). An end still to come is
+    ``now``: a window never ends after the bills written so far, so the next one, starting
+    at its end, misses none."""
+
+    def when(text: str, field: str, before: float) -> float:
+        try:  # epoch seconds, as --json gives since/until (review-ah F3: read as a duration,
+            if float(text) >= EPOCH_FROM:  # the previous line's until started in 1970)
+                return float(text)
+        except ValueError:
+            pass
+        try:
+            return before - parse_duration(text, field=field)
+        except SpecError:
+            try:
+                return parse_time(text, field=field, now=now)
+            except SpecError:
+                raise SpecError(
+                    f"{field}: {text!r} is not a duration (24h, 7d, 1h30m) nor a time "
+                    "(2026-11-24, 2026-11-24T07:00Z, today, yesterday, epoch seconds)"
+                ) from None
+
+    end = now if until is None else min(when(until, "--until", now), now)
+    if since.strip().lower() == "all":
+        return None, end
+    start = when(since, "--since", end)
+    if start >= end:
+        raise SpecError(
+            f"--since: the window must start before it ends ({_utc(start)} is not before "
+            f"{_utc(end)})"
+        )
+    return (None if start <= 0 else start), end  # back past 1970: every bill, as `all`
+
+
+def _utc(ts: float) -> str:
+    from datetime import UTC, datetime
+
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
