@@ -290,7 +290,9 @@ def cancel(
             if not store.list_instances(job.id, active_only=True):
                 # an instance can outlive its records: a cloud is asked what is left
                 return {**out, **sweep_finished(store, job, state)}
-            released = _release(store, job)
+            # a first cancel of a dead orchestrator's job stopped midway (review-ah F5: its
+            # lives were then billed up to now, 10x on a replay, not to when it was alive)
+            released = _release(store, job, orchestrator_state(job) == "gone")
             return {
                 **out,
                 **released,

@@ -88,3 +88,26 @@ def test_cancel_counts_the_revocations_and_migrations_the_last_save_missed(
     with Store.open_existing(db) as s:
         j = s.get_job(job)
     assert (j.revocations, j.migrations) == (1, 1)
+
+
+def test_a_second_cancel_after_one_stopped_midway_bills_to_the_heartbeat_too(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """review-ah F5: a first cancel of a dead local job that stopped after marking the job
+    cancelled (Ctrl-C, a locked database) left its records open; the second took the "already
+    cancelled" path and billed the lives up to now (10x the replayed bill), not up to the
+    heartbeat as the first would have."""
+    t0 = time.time() - 600.0
+    db = f"sqlite:///{tmp_path / 'state.db'}"
+    job, _ = _dead_local_job(db, [t0, t0 + 1.0], heartbeat_at=t0 + 60.0)
+    with Store.open(db) as s:
+        s.update_job(job, state="cancelled", ended_at=time.time())  # where the first stopped
+    _alive(monkeypatch)
+    jobs.cancel(job, db=db)
+    with Store.open_existing(db) as s:
+        rows = sorted(s.list_instances(job), key=lambda r: r.id)
+    assert [r.market_seconds for r in rows] == [
+        pytest.approx(60.0 * SPEEDUP),
+        pytest.approx(59.0 * SPEEDUP),
+    ]  # was ~600 wall s each: 180000 market s
+    assert [r.ended_at for r in rows] == [pytest.approx(t0 + 60.0)] * 2
