@@ -344,7 +344,10 @@ class LaunchCleanup(TrialBook):
         u.trial.cost_usd += cost
         self.spent_usd += cost
         self.store.update_trial(u.trial.trial_id, cost_usd=u.trial.cost_usd)
-        self.store.update_instance(launch_id, cost_usd=cost, market_seconds=seconds)
+        row = self.store.get_instance(launch_id)  # what its tries terminated stays on it
+        self.store.update_instance(
+            launch_id, cost_usd=row.cost_usd + cost, market_seconds=row.market_seconds + seconds
+        )
 
     def _sweep_strays(self, now: float) -> None:
         """The drain's last look: an instance with the job's tags that still holds a resource
@@ -391,7 +394,7 @@ class LaunchCleanup(TrialBook):
                 del self.unconfirmed[row.id]
                 self.leftover_ids.remove(launch_leftover(row.id))
                 close = {"state": "failed", "end_reason": "failed", "ended_at": time.time()}
-            self.store.update_instance(
+            rows[row.id] = self.store.update_instance(  # a second stray adds to the first's
                 row.id,
                 cost_usd=row.cost_usd + cost,
                 market_seconds=row.market_seconds + seconds,
