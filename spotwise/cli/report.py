@@ -139,6 +139,12 @@ def _money_table(by: str, sec: dict[str, Any], title: str | None = None) -> Tabl
     return t
 
 
+def _billed(sec: dict[str, Any]) -> bool:
+    """Whether a section's window holds a bill: a life, or a later part of one (no life)."""
+    totals = sec["totals"]
+    return bool(totals["lives"] or totals["cost_usd"] or totals["hours"])
+
+
 def _overruns(sec: dict[str, Any]) -> list[str]:
     """A line for each job of a by-job section whose whole cost ended above its budget cap
     (the group's ``exceeded_usd``; the window may hold only some of its lives)."""
@@ -159,21 +165,23 @@ def _print_report(out: dict[str, Any]) -> None:
     real, replay = out, out["replay"]
     console.print(f"[bold]cost report[/] by {out['by']}")
     console.print(f"bills written from {_when(out['since'])} to {_when(out['until'])} UTC")
-    if real["totals"]["lives"]:
-        title = "real clouds" if replay["totals"]["lives"] else None
+    # a window may hold a later part of a closed record's bill and no life (review-ah F10)
+    billed_real, billed_replay = _billed(real), _billed(replay)
+    if billed_real:
+        title = "real clouds" if billed_replay else None
         console.print(fit(_money_table(out["by"], real, title), console.width))
         for line in _overruns(real):
             console.print(line)
-    elif replay["totals"]["lives"]:
-        console.print("no instance life on a real cloud ended in this window")
+    elif billed_replay:
+        console.print("nothing billed on a real cloud in this window")
     else:
-        console.print("no instance life ended in this window")
-    if replay["totals"]["lives"]:
+        console.print("nothing billed in this window")
+    if billed_replay:
         title = "replayed market: simulated dollars, not money"
         console.print(fit(_money_table(out["by"], replay, title), console.width))
         for line in _overruns(replay):
             console.print(line)
-    if real["totals"]["lives"] or replay["totals"]["lives"]:
+    if billed_real or billed_replay:
         console.print(f"[dim]{HOURS_NOTE}[/]")
     held = out["held"]
     if not held:

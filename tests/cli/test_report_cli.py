@@ -175,7 +175,7 @@ def test_only_replayed_lives_say_so_and_show_their_table(tmp_path: Path) -> None
         app, ["report", "--since", "24h", "--by", "market", "--db", db], env={"COLUMNS": "80"}
     )
     assert done.exit_code == 0, done.output
-    assert "no instance life on a real cloud ended in this window" in done.stdout
+    assert "nothing billed on a real cloud in this window" in done.stdout
     assert "replayed market: simulated dollars, not money" in done.stdout
 
 

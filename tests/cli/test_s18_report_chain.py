@@ -56,3 +56,18 @@ def test_a_small_bare_number_is_still_seconds(tmp_path: Path) -> None:
     res = CliRunner().invoke(app, ["report", "--since", "5400", "--db", db, "--json"])
     assert res.exit_code == 0, res.output  # the last 90 minutes: the bill written 1 h ago
     assert json.loads(res.stdout)["since"] == pytest.approx(json.loads(res.stdout)["until"] - 5400)
+
+
+def test_the_text_shows_a_window_that_holds_only_a_later_part_of_a_bill(tmp_path: Path) -> None:
+    """review-ah F10: an instance found after its record closed, billed $3.06 more a minute ago:
+    --json counted it, the text said "no instance life ended in this window" and no table."""
+    db = _store(tmp_path)
+    with Store.open_existing(db) as s:  # a part dated a minute before the report
+        s.update_instance("l-1", cost_usd=1.0 + 3.06, market_seconds=2 * H, billed_at=NOW - 60)
+    out = costs.report(since="10m", by="provider", db=db, now=NOW)
+    assert (out["totals"]["lives"], out["totals"]["cost_usd"]) == (0, pytest.approx(3.06))
+    res = CliRunner().invoke(
+        app, ["report", "--since", repr(NOW - 600), "--until", repr(NOW), "--db", db]
+    )
+    assert res.exit_code == 0, res.output
+    assert "3.0600" in res.stdout and "nothing billed" not in res.stdout
