@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -31,6 +31,9 @@ ENV_VAR = "SPOTWISE_DB"
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
 EXAMPLE_URLS = "sqlite:////path/to/spotwise.db or postgresql+psycopg://user@host:5432/spotwise"
 SQLITE_BUSY_TIMEOUT_S = 30
+#: PostgreSQL's ``lock_timeout``: a lock held longer fails the command (exit 5), as SQLite's
+#: busy timeout does (review-ah F11: a held lock hung `report --check` with no end)
+PG_LOCK_TIMEOUT_S = SQLITE_BUSY_TIMEOUT_S
 #: Seconds a PostgreSQL connection may take (libpq's ``connect_timeout``) unless the URL sets
 #: one: a firewalled host would otherwise hang `report --check` for the system's TCP timeout.
 PG_CONNECT_TIMEOUT_S = 10
@@ -184,8 +187,8 @@ def make_engine(url: str) -> Engine:
             kwargs["poolclass"] = StaticPool
     else:
         kwargs["pool_pre_ping"] = True
-        if parsed.get_backend_name() == "postgresql" and "connect_timeout" not in parsed.query:
-            kwargs["connect_args"] = {"connect_timeout": PG_CONNECT_TIMEOUT_S}
+        if parsed.get_backend_name() == "postgresql":
+            kwargs["connect_args"] = pg_connect_args(parsed.query)
     try:
         engine = sa.create_engine(parsed, **kwargs)
     except ImportError as exc:
@@ -347,3 +350,14 @@ def migrate(engine: Engine, attempts: int = 5, *, existing: bool = False) -> Non
                 time.sleep(0.2 * (attempt + 1))
                 continue
             raise store_error(exc, engine, "migrating the schema") from exc
+
+
+def pg_connect_args(query: Mapping[str, Any]) -> dict[str, Any]:
+    """psycopg's connection arguments: a connect timeout and a lock timeout, unless the URL
+    sets its own (``connect_timeout``, ``options``)."""
+    args: dict[str, Any] = {}
+    if "connect_timeout" not in query:
+        args["connect_timeout"] = PG_CONNECT_TIMEOUT_S
+    if "options" not in query:
+        args["options"] = f"-c lock_timeout={int(PG_LOCK_TIMEOUT_S * 1000)}"
+    return args
