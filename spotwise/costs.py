@@ -30,6 +30,7 @@ Written for cron jobs: one call reads the store, the rest is arithmetic on its r
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -150,9 +151,10 @@ def group_key(row: LifeRow, by: str, simulated: bool = False, at: float | None =
         return f"{provider}:{row.zone}"
     if by == "market":
         return row.market
-    if by == "day":
+    if by == "day":  # days are (00:00, 00:00], as windows are: a bill at 00:00 is the day's end
         when = at if at is not None else row.ended_at
-        return datetime.fromtimestamp(when or 0.0, UTC).strftime("%Y-%m-%d")
+        day = math.ceil((when or 0.0) / 86400.0) - 1 if when else 0  # review-ah F7
+        return datetime.fromtimestamp(day * 86400.0, UTC).strftime("%Y-%m-%d")
     raise SpecError(f"--by: {by!r} is not a grouping; use one of {', '.join(GROUPS)}")
 
 

@@ -71,3 +71,24 @@ def test_the_text_shows_a_window_that_holds_only_a_later_part_of_a_bill(tmp_path
     )
     assert res.exit_code == 0, res.output
     assert "3.0600" in res.stdout and "nothing billed" not in res.stdout
+
+
+def test_a_bill_at_midnight_is_the_ending_days_in_both_windows_and_day_groups(
+    tmp_path: Path,
+) -> None:
+    """review-ah F7: windows are (since, until], so a bill written at exactly 00:00 UTC is in
+    the day that ends then; `--by day` labelled it the new day."""
+    midnight = 1_795_564_800.0  # 2026-11-25T00:00:00Z
+    db = f"sqlite:///{tmp_path / 'state.db'}"
+    with Store.open(db) as s:
+        s.create_job("j", json.dumps({"providers": [{"name": "aws"}]}), "job.yaml", "spot-greedy",
+                     "maximize", job_id="j-1")  # fmt: skip
+        record_life(
+            s, "j-1", 1, "l-1", requested_at=midnight - H, launched_at=midnight - H,
+            state="terminated", ended_at=midnight, cost_usd=4.0, market_seconds=H,
+        )  # fmt: skip
+    now = midnight + 3 * 86400
+    day24 = costs.report(since="2026-11-24", until="2026-11-25", by="day", db=db, now=now)
+    assert [(g["key"], g["cost_usd"]) for g in day24["groups"]] == [("2026-11-24", 4.0)]
+    every = costs.report(since="all", by="day", db=db, now=now)
+    assert [g["key"] for g in every["groups"]] == ["2026-11-24"]  # was 2026-11-25

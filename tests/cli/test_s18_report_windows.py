@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import subprocess
 import sys
 import time
@@ -39,7 +40,9 @@ OD = 3.06  # $/h of the p3.2xlarge on-demand record of F10
 
 
 def _day(ts: float) -> str:
-    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d")
+    """The UTC day a bill written at ``ts`` is counted in: days are (00:00, 00:00], as the
+    windows are, so a bill at exactly midnight is the ending day's (review-ah F7)."""
+    return datetime.fromtimestamp((math.ceil(ts / D) - 1) * D, UTC).strftime("%Y-%m-%d")
 
 
 def _aws_job(s: Store, job_id: str = "j-aws", state: str = "succeeded") -> str:
@@ -188,8 +191,8 @@ def test_an_instance_billed_after_its_record_closed_counts_each_dollar_once(
     )
     by_day = costs.report(since="all", by="day", db=db, now=T0 + 6 * D)["groups"]
     assert [(g["key"], g["lives"], round(g["cost_usd"], 2)) for g in by_day] == [
-        (_day(T0), 1, 30.60),
-        (_day(T0 + 5 * D), 0, 336.60),
+        (_day(T0 + 10 * H), 1, 30.60),  # closed (billed) 10 h into day 1
+        (_day(T0 + 5 * D), 0, 336.60),  # billed at midnight: the day that ends then, day 5
     ]
 
 
