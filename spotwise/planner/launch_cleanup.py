@@ -344,9 +344,8 @@ class LaunchCleanup(TrialBook):
         u.trial.cost_usd += cost
         self.spent_usd += cost
         self.store.update_trial(u.trial.trial_id, cost_usd=u.trial.cost_usd)
-        row = self.store.get_instance(launch_id)  # what its tries terminated stays on it
-        self.store.update_instance(
-            launch_id, cost_usd=row.cost_usd + cost, market_seconds=row.market_seconds + seconds
+        self.store.update_instance(  # what its tries terminated (on the record) stays on it
+            launch_id, cost_usd=u.cost + cost, market_seconds=u.seconds + seconds
         )
 
     def _sweep_strays(self, now: float) -> None:

@@ -97,6 +97,7 @@ def test_a_refused_leftover_adds_to_what_the_launchs_tries_terminated(tmp_path: 
         s.update_instance("l-0", end_reason="unconfirmed", cost_usd=PRICE, market_seconds=3600.0)
     trial = types.SimpleNamespace(trial_id=t.id, cost_usd=PRICE)
     u = Unconfirmed(trial, ["i-refused"], now - 1800, OFFER)
+    u.cost, u.seconds = PRICE, 3600.0  # what _close_failed_launch kept of its tries
     with Store.open_existing(db) as store:
         lc = _cleanup(
             store,
