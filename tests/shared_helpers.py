@@ -240,3 +240,20 @@ def planner_view(
         "rules": {o.provider: rule_for(o.provider) for o in offers},
     }
     return build_view(now, offers, {}, trials, **{**job, **settings})
+
+
+def local_replay_spec(speedup: float = 300.0) -> str:
+    """A stored spec (JSON) of a small job on the local replay at ``speedup``: what tests that
+    write a local job's rows directly give ``create_job``."""
+    from spotwise.spec import parse_spec
+
+    return parse_spec(
+        {
+            "name": "j",
+            "command": ["python", "train.py"],
+            "metric": {"name": "acc"},
+            "steps": 40,
+            "search_space": {"lr": {"type": "real", "low": 0.001, "high": 0.1}},
+            "providers": [{"name": "local", "replay": {"speedup": speedup}}],
+        }
+    ).model_dump_json()

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from shared_helpers import record_launch
+from shared_helpers import local_replay_spec, record_launch
 
 from spotwise import jobs
 from spotwise.errors import StoreError
@@ -37,18 +37,7 @@ def _usd(market_s: float) -> float:
 
 
 def _local_spec() -> str:
-    from spotwise.spec import parse_spec
-
-    return parse_spec(
-        {
-            "name": "j",
-            "command": ["python", "train.py"],
-            "metric": {"name": "acc"},
-            "steps": 40,
-            "search_space": {"lr": {"type": "real", "low": 0.001, "high": 0.1}},
-            "providers": [{"name": "local", "replay": {"speedup": SPEEDUP}}],
-        }
-    ).model_dump_json()
+    return local_replay_spec(SPEEDUP)
 
 
 def _dead_local_job(db: str, launched: list[float], **job: Any) -> tuple[str, list[str]]:

@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from shared_helpers import record_launch, record_life
+from shared_helpers import local_replay_spec, record_launch, record_life
 from typer.testing import CliRunner
 
 from spotwise import costs, jobs
@@ -60,18 +60,7 @@ def _cost(out: dict[str, Any], section: str = "") -> float:
 
 
 def _local_spec() -> str:
-    from spotwise.spec import parse_spec
-
-    return parse_spec(
-        {
-            "name": "j",
-            "command": ["python", "train.py"],
-            "metric": {"name": "acc"},
-            "steps": 40,
-            "search_space": {"lr": {"type": "real", "low": 0.001, "high": 0.1}},
-            "providers": [{"name": "local", "replay": {"speedup": 300.0}}],
-        }
-    ).model_dump_json()
+    return local_replay_spec(300.0)
 
 
 def test_lives_a_cancel_closes_after_a_report_ran_are_in_the_next_window(
