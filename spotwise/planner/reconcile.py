@@ -9,12 +9,14 @@ confirmed gone (:func:`reconcile_records`).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 from spotwise.errors import ProviderError, SpecError
 from spotwise.planner.backend import _MIXED_LOCAL, provider_config
+from spotwise.planner.listing_age import UNLISTED as UNLISTED  # `cancel` reads them from here
+from spotwise.planner.listing_age import one_clock, too_young
+from spotwise.planner.listing_age import unlisted_since as unlisted_since
 from spotwise.planner.reconcile_ends import stopped_end, unlisted_ends, upper_bound_note
 from spotwise.providers.base import Instance, InstanceState, Provisioner
 from spotwise.providers.registry import ProviderConfig
@@ -62,7 +64,7 @@ class Held:
     requested_at: float | None = None  # wall time of the launch request (the record's)
     # the machine whose clock wrote ``requested_at`` when it is not this one (the job's
     # orchestrator ran there): its age is then not read against this machine's clock
-    # (:func:`_too_young`); "" for this machine's, or a record that does not say where
+    # (:func:`too_young`); "" for this machine's, or a record that does not say where
     recorded_on: str = ""
     # when a cancel on this machine (its clock) first found the launch absent from a listing
     # that succeeded, while its age could not be read: it is closed once absent that long
@@ -137,7 +139,7 @@ def reconcile_records(
     terminated here, listed as ended, or not listed by a listing of its region that succeeded.
     A record whose region could not be listed, or whose terminate was refused, stays ``open``;
     so does one absent from a listing whose launch may be younger than the provider's listing
-    lag (:func:`_too_young`: ``unlisted`` asks the caller to keep when it was first absent).
+    lag (:func:`too_young`: ``unlisted`` asks the caller to keep when it was first absent).
     ``spare``: told each listing, it names instances to leave alone and unlisted (a resumed
     run's).
 
@@ -149,7 +151,7 @@ def reconcile_records(
     alone: never terminated nor matched to a record, and named in ``not_ours``.
 
     ``now``: this machine's wall time (None: read now), against which a record absent from a
-    listing is judged too young to close (:func:`_too_young`)."""
+    listing is judged too young to close (:func:`too_young`)."""
     now = time.time() if now is None else now
     out = Reconciled()
     job = _Launches(
@@ -195,88 +197,6 @@ def _scopes(q: ProviderSpec, held: list[Held]) -> list[tuple[ProviderConfig, lis
     if unplaced or not scopes:  # the provider's default region
         scopes.append((replace(config, regions=()), unplaced))
     return scopes
-
-
-#: A launch request time this far ahead of this machine's clock is clock skew (a request
-#: cannot be in the future): its age cannot be read from it (:func:`_too_young`).
-CLOCK_SKEW_TOLERANCE_S = 60.0
-
-
-def _one_clock(h: Held, now: float) -> bool:
-    """Whether ``h``'s request time can be compared with ``now``: it was written on this
-    machine (or its record does not say where) and does not lie ahead of this clock by more
-    than :data:`CLOCK_SKEW_TOLERANCE_S` (this clock was not set back since)."""
-    assert h.requested_at is not None
-    return not h.recorded_on and h.requested_at - now <= CLOCK_SKEW_TOLERANCE_S
-
-
-#: The event a cancel writes, with its machine's time and name, when a launch whose request
-#: time it cannot read (:func:`_too_young`) is first found absent from a listing that
-#: succeeded: a later cancel on the same machine closes the record once the provider's
-#: listing lag has passed since.
-UNLISTED = "unlisted"
-
-
-def unlisted_since(events: Iterable[Any], host: str) -> dict[str, float]:
-    """Launch id → when a cancel on ``host`` first found it absent, of the job's
-    :data:`UNLISTED` events: only that machine's, whose clock the cancel reads
-    (:attr:`Held.unlisted_since`)."""
-    first: dict[str, float] = {}
-    for e in events:
-        if e.kind == UNLISTED and e.instance_id and e.detail.get("host") == host:
-            first[e.instance_id] = min(first.get(e.instance_id, e.time), e.time)
-    return first
-
-
-def _too_young(name: str, prov: object, h: Held, now: float) -> str:
-    """Why a record absent from a listing is not yet confirmed gone: its launch may have been
-    requested within the provider's listing lag (EC2's listings are eventually consistent: a
-    create of seconds ago may not be listed yet, and closing its record would leave the
-    instance running with nothing to find it by). "" once the lag has passed, or for a
-    provider without one.
-
-    The age is read on one clock. A request written on this machine: ``now`` less its time.
-    One written on another machine (:attr:`Held.recorded_on`), or ahead of this clock (clock
-    skew): its time says nothing here, so the lag is counted on this machine's clock from the
-    first cancel here that found it absent (:attr:`Held.unlisted_since`): running the cancel
-    again from this machine once the lag has passed closes it (a request cannot be later than
-    the first cancel that read its record)."""
-    from spotwise.providers.base import listing_lag_s
-
-    lag = listing_lag_s(prov)
-    if h.requested_at is None or lag <= 0:
-        return ""
-    if _one_clock(h, now):
-        age = now - h.requested_at
-        if age >= lag:
-            return ""
-        return (
-            f"{name}: launch {h.launch_id} was requested {max(age, 0):.0f} s ago and {name}'s "
-            f"listing can lag {lag:.0f} s behind a create, so its absence proves nothing yet; "
-            f"run the cancel again in {lag - max(age, 0):.0f} s"
-        )
-    absent = 0.0 if h.unlisted_since is None else max(now - h.unlisted_since, 0.0)
-    if absent >= lag:
-        return ""
-    ahead = h.requested_at - now
-    there = f"on {h.recorded_on}" if h.recorded_on else "here"
-    if ahead > CLOCK_SKEW_TOLERANCE_S:
-        why = (
-            f"its request time, written {there}, is {ahead:.0f} s ahead of this machine's "
-            "clock (clock skew: set the clocks right, e.g. with NTP), so its age is not known"
-        )
-    else:
-        why = (
-            f"it was requested on {h.recorded_on}, whose clock this machine's cannot be "
-            "compared with, so its age is not known"
-        )
-    seen = "now" if h.unlisted_since is None else f"{absent:.0f} s ago"
-    return (
-        f"{name}: launch {h.launch_id} is not listed, but {why}; {name}'s listing can lag "
-        f"{lag:.0f} s behind a create and this machine first found it absent {seen}: run the "
-        f"cancel again from this machine in {lag - absent:.0f} s (a launch absent that long "
-        "is closed)"
-    )
 
 
 def _settle(
@@ -356,7 +276,7 @@ def _settle(
     by_id = {i.instance_id: i for i in found}
     by_launch = {i.tags[TAG_LAUNCH]: i for i in found if i.tags.get(TAG_LAUNCH)}
     gone = [h for h in held if h.instance_id and h.instance_id not in by_id and not h.closed]
-    gone = [h for h in gone if h.launch_id not in by_launch and not _too_young(name, prov, h, now)]
+    gone = [h for h in gone if h.launch_id not in by_launch and not too_young(name, prov, h, now)]
     ends, why = unlisted_ends(prov, name, [h.instance_id or "" for h in gone])  # if it says
     for h in held:
         inst = by_id.get(h.instance_id or "") or by_launch.get(h.launch_id)
@@ -380,10 +300,10 @@ def _settle(
                 f"tag and has ended; {name} does not say which request created it"
             )
         if inst is None:
-            young = _too_young(name, prov, h, now)
+            young = too_young(name, prov, h, now)
             if young:  # a create the listing may not show yet: not confirmed gone
                 out.errors.append(young)
-            first = bool(young) and h.unlisted_since is None and not _one_clock(h, now)
+            first = bool(young) and h.unlisted_since is None and not one_clock(h, now)
             iid = h.instance_id or h.launch_id
             if not young and iid in ends:  # gone, and its provider says when it ended
                 at, took = ends[iid]

@@ -35,28 +35,30 @@ installing spotwise and fetching the code), ``python`` (default ``python3``), ``
 from __future__ import annotations
 
 import os
-import re
 import time
 from collections.abc import Mapping, Sequence
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from spotwise.errors import ProviderError
 from spotwise.providers import aws
 from spotwise.providers.aws_agent import AgentConfig, render_user_data
-from spotwise.providers.aws_catalog import zone_region
+from spotwise.providers.aws_instances import (
+    TAG_MARKET,
+    TAG_OD_PRICE,
+    TAG_PRICE,
+    ec2_instance,
+    ec2_tags,
+)
 from spotwise.providers.base import (
     TAG_JOB,
     TAG_LAUNCH,
     TAG_MANAGED,
     TAG_TRIAL,
     Instance,
-    InstanceState,
     LaunchRequest,
     Market,
     Notice,
-    Offer,
     is_ours,
 )
 from spotwise.providers.channel import SECRET_ENV, artifacts_uri  # one deny-list: channel's
@@ -65,15 +67,8 @@ from spotwise.providers.s3_blobs import S3Blobs
 from spotwise.providers.trial_config import instance_argv, instance_env
 from spotwise.providers.trialfiles import Tracks, TrialFiles
 
-TAG_MARKET, TAG_PRICE, TAG_OD_PRICE = "spotwise:market", "spotwise:price", "spotwise:od-price"
 TAG_ARTIFACTS, TAG_ATTEMPT = "spotwise:artifacts", "spotwise:attempt"
 USER_DATA_LIMIT = 16 * 1024
-_STATES = {
-    "pending": InstanceState.PENDING, "running": InstanceState.RUNNING,
-    "shutting-down": InstanceState.STOPPING, "stopping": InstanceState.STOPPING,
-    "stopped": InstanceState.STOPPING, "terminated": InstanceState.TERMINATED,
-}  # fmt: skip
-_REVOKED_REASONS = ("Server.SpotInstanceTermination", "Server.SpotInstanceShutdown")
 
 
 class AwsProvisioner:
@@ -227,7 +222,7 @@ class AwsProvisioner:
         found: dict[str, tuple[str, dict[str, str]]] = {}
         for region in sorted(self._regions):
             for raw in self._describe_raw(region, [{"Name": "instance-id", "Values": ids}]):
-                found[raw["InstanceId"]] = (region, _tags(raw))
+                found[raw["InstanceId"]] = (region, ec2_tags(raw))
         foreign = [i for i in ids if i not in found or not is_ours(found[i][1])]
         if foreign:
             raise ProviderError(
@@ -347,58 +342,7 @@ class AwsProvisioner:
         return None
 
     def _to_instance(self, raw: dict[str, Any], region: str) -> Instance:
-        tags = _tags(raw)
-        zone = raw.get("Placement", {}).get("AvailabilityZone", "")
-        market = Market.SPOT if raw.get("InstanceLifecycle") == "spot" else Market.ON_DEMAND
-        od = _float(tags.get(TAG_OD_PRICE))
-        price = _float(tags.get(TAG_PRICE)) or od
-        offer = Offer(
-            provider="aws",
-            region=zone_region(zone) if zone else region,
-            zone=zone,
-            instance_type=raw.get("InstanceType", ""),
-            market=market,
-            price_per_hour=price,
-            on_demand_price_per_hour=od,
-        )
-        name = raw.get("State", {}).get("Name", "pending")
-        state = _STATES.get(name, InstanceState.PENDING)
         iid = raw["InstanceId"]
-        ended_at = None
-        if state is InstanceState.TERMINATED:
-            reason = raw.get("StateReason", {}).get("Code", "")
-            track = self._tracks.get(iid)
-            noticed = track is not None and track.interrupted()
-            if reason in _REVOKED_REASONS or (noticed and iid not in self._terminated):
-                state = InstanceState.REVOKED
-            ended_at = _transition_time(raw.get("StateTransitionReason", "")) or self._clock()
-        launched = raw.get("LaunchTime")
-        t0 = launched.timestamp() if isinstance(launched, datetime) else float(self._clock())
-        return Instance(
-            instance_id=iid,
-            offer=offer,
-            state=state,
-            tags=tags,
-            launched_at=t0,
-            ended_at=ended_at,
-            launch_identity=raw.get("ClientToken") or None,  # the launch id spotwise sent
-        )
-
-
-def _tags(raw: dict[str, Any]) -> dict[str, str]:
-    return {t["Key"]: t["Value"] for t in raw.get("Tags", [])}
-
-
-def _float(text: str | None) -> float:
-    try:
-        return float(text) if text else 0.0
-    except ValueError:
-        return 0.0
-
-
-def _transition_time(reason: str) -> float | None:
-    """``"User initiated (2026-11-22 22:23:37 GMT)"`` → epoch seconds."""
-    m = re.search(r"\((\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) (?:GMT|UTC)\)", reason)
-    if m is None:
-        return None
-    return datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S").replace(tzinfo=UTC).timestamp()
+        track = self._tracks.get(iid)
+        noticed = track is not None and track.interrupted() and iid not in self._terminated
+        return ec2_instance(raw, region, noticed=noticed, now=self._clock())
