@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_orchestrator import T0, tiny_spec, write_spec, write_trace
+from test_orchestrator import T0, TRACE_TICKS, tiny_spec, write_spec, write_trace
 
 from spotwise import jobs
 from spotwise.planner import orchestrator
@@ -28,7 +28,9 @@ def test_the_first_launch_comes_at_the_market_start_however_slow_the_search_is(
             super().__init__(*a, **kw)
 
     monkeypatch.setattr(orchestrator, "Search", SlowSearch)
-    write_trace(tmp_path / "trace.csv")
+    # capacity never goes: at 600x the default trace takes us-east-1a 0.8 wall s in, and on a
+    # busy machine the 1-step trial was still starting then (a second launch, nothing wrong)
+    write_trace(tmp_path / "trace.csv", avail_ticks=TRACE_TICKS)
     spec = tiny_spec(tmp_path, steps=1)
     spec["providers"][0]["replay"]["speedup"] = 600.0
     db = f"sqlite:///{tmp_path / 'spotwise.db'}"

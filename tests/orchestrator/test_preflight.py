@@ -112,7 +112,7 @@ def aws(moto_url: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Itera
     monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-aws-config"))
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-aws-credentials"))
     req = urllib.request.Request(f"{moto_url}/moto-api/reset", method="POST")
-    urllib.request.urlopen(req, timeout=10).close()
+    urllib.request.urlopen(req, timeout=60).close()
     import boto3
 
     boto3.client("s3", region_name="us-east-1").create_bucket(Bucket=BUCKET)

@@ -72,7 +72,7 @@ def aws_env(
     monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-aws-config"))
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-aws-credentials"))
     req = urllib.request.Request(f"{moto_server}/moto-api/reset", method="POST")
-    urllib.request.urlopen(req, timeout=10).close()
+    urllib.request.urlopen(req, timeout=60).close()  # over 10 s seen under load
     yield moto_server
 
 
