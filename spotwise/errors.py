@@ -77,7 +77,13 @@ class ProviderUnavailable(ProviderError):
 
 
 class CapacityError(ProviderError):
-    """The offer has no capacity right now."""
+    """The offer has no capacity right now. ``lasting``: the provider says the refusal will
+    not pass within minutes (a Spot price above the job's max price, a size or type not
+    offered there): the orchestrator then avoids the offer for a doubling backoff, not a pass."""
+
+    def __init__(self, message: str, *, hint: str | None = None, lasting: bool = False) -> None:
+        super().__init__(message, hint=hint)
+        self.lasting = lasting
 
 
 class QuotaError(ProviderError):

@@ -17,6 +17,7 @@ together, at the end of the pass, in one provider call.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import time
 import uuid
@@ -49,6 +50,8 @@ from spotwise.providers.base import LaunchRequest, our_tags
 THROTTLE_PAUSE_WALL_S = 5.0  # first pause of a provider whose API throttles our launches
 THROTTLE_PAUSE_MAX_WALL_S = 300.0  # the pause doubles per throttled launch up to this
 QUOTA_PAUSE_WALL_S = 1800.0  # a region whose quota refused a launch is avoided this long
+LASTING_BLOCK_WALL_S = 300.0  # first avoidance of an offer after a lasting refusal of it
+LASTING_BLOCK_MAX_WALL_S = 3600.0  # it doubles per lasting refusal of the offer up to this
 
 
 class Actions(LaunchRetry):
@@ -244,12 +247,17 @@ class Actions(LaunchRetry):
             self._launch_hiccup(p, e, now)
             return
         except (CapacityError, ProviderError) as e:
-            self.blocked[offer.key] = now + max(self._tick_s(), 1.0)
+            blocked: dict[str, Any] = {}
+            if isinstance(e, CapacityError) and e.lasting:  # avoided long, not for one pass
+                blocked = self._block_lasting(offer.key, now)
+            else:
+                self.blocked[offer.key] = now + max(self._tick_s(), 1.0)
             if isinstance(e, QuotaError):  # still a failure, but the retry goes to another region
                 pause = QUOTA_PAUSE_WALL_S * self.backend.speedup
                 self.quota_full[(offer.provider, offer.region)] = now + pause
             retried = {"retry_of_same_request": p.retries} if p.retries else {}
-            self._event("launch_failed", now, t, offer=offer.key, error=str(e), **retried)
+            what = {"error": str(e), **retried, **blocked}
+            self._event("launch_failed", now, t, offer=offer.key, **what)
             # a retry's refusal says nothing of an earlier call's create: looked for as after
             # a passing failure (an empty listing trusted only after the provider's lag)
             self._close_failed_launch(t, launch_id, p.asked_at, offer, unsure=p.retries > 0)
@@ -277,6 +285,7 @@ class Actions(LaunchRetry):
             launched_at=time.time(),
         )
         self.throttled.pop(offer.provider, None)  # a launch went through: no more pause
+        self.lasting_blocks.pop(offer.key, None)  # nor a doubled block of its offer
         if t.lives_started > 0 and not t.retrying:  # moved after a notice, loss or rebalance
             t.migrations += 1
             self.migrations += 1
@@ -343,6 +352,30 @@ class Actions(LaunchRetry):
         p.retry_at = now if throttled else max(own, self.blocked[offer.key])
         p.passed_over = 0
         self.same_requests[t.trial_id] = p
+
+    @functools.cached_property
+    def lasting_blocks(self) -> dict[str, float]:
+        """Offer key → its last block after a lasting refusal, in wall s (doubled at the next)."""
+        return {}
+
+    def _block_lasting(self, key: str, now: float) -> dict[str, Any]:
+        """A lasting refusal of offer ``key`` (its Spot price above the job's max price, a size
+        or type not offered there: :attr:`CapacityError.lasting`): avoided for a block that
+        doubles with each such refusal of it, from :data:`LASTING_BLOCK_WALL_S` to
+        :data:`LASTING_BLOCK_MAX_WALL_S` (times the replay's speedup: market s), until a launch
+        on it goes through. A one-pass block sent the same refused request about once a pass
+        for the whole job (the catalog keeps its live prices). Returns what the
+        ``launch_failed`` event records of it."""
+        pause = min(
+            max(self.lasting_blocks.get(key, 0.0) * 2, LASTING_BLOCK_WALL_S),
+            LASTING_BLOCK_MAX_WALL_S,
+        )
+        self.lasting_blocks[key] = pause
+        until = max(
+            self._refused_at(now) + pause * self.backend.speedup, now + max(self._tick_s(), 1.0)
+        )
+        self.blocked[key] = max(self.blocked.get(key, 0.0), until)
+        return {"lasting": True, "blocked_until": until, "blocked_wall_s": pause}
 
     def _refused_lately(self, offer: Any, now: float) -> bool:
         """The offer refused a launch, its provider throttled one, or its region's quota is

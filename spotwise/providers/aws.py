@@ -54,6 +54,11 @@ CAPACITY_CODES = frozenset({
     "InsufficientHostCapacity", "Unsupported",
     "InsufficientFreeAddressesInSubnet", "UnfulfillableCapacity",
 })  # fmt: skip
+# refusals of the offer that do not pass within minutes (EC2's error codes: SpotMaxPriceTooLow,
+# the Spot price above the request's max price; Unsupported, e.g. "Your requested instance type
+# (...) is not supported in your requested Availability Zone (...)"): the orchestrator avoids the
+# offer for a doubling backoff rather than asking again each pass
+LASTING_CAPACITY_CODES = frozenset({"SpotMaxPriceTooLow", "Unsupported"})
 # the account's vCPU/instance limits (Service Quotas): no capacity is coming until it is raised
 QUOTA_CODES = frozenset(
     {"VcpuLimitExceeded", "InstanceLimitExceeded", "MaxSpotInstanceCountExceeded"}
@@ -256,9 +261,9 @@ def transient_error(exc: BaseException, action: str) -> TransientError | None:
 
 def provider_error(exc: BaseException, action: str) -> ProviderError:
     """Map a botocore error to our tree: no credentials → ProviderUnavailable, throttling →
-    ThrottledError, quota → QuotaError, no capacity → CapacityError, a failure that passes
-    (5xx, timeout, dropped connection) → TransientError, anything else → ProviderError. The
-    message never carries a secret."""
+    ThrottledError, quota → QuotaError, no capacity → CapacityError (``lasting`` for
+    :data:`LASTING_CAPACITY_CODES`), a failure that passes (5xx, timeout, dropped connection)
+    → TransientError, anything else → ProviderError. The message never carries a secret."""
     from botocore.exceptions import NoCredentialsError, PartialCredentialsError
 
     code = error_code(exc)
@@ -290,7 +295,8 @@ def provider_error(exc: BaseException, action: str) -> ProviderError:
             "instance family in Service Quotas, or choose another region",
         )
     if code in CAPACITY_CODES:  # before the 5xx: EC2 answers InsufficientInstanceCapacity with 500
-        return CapacityError(f"aws: no capacity for {action}: {msg}")
+        lasting = code in LASTING_CAPACITY_CODES
+        return CapacityError(f"aws: no capacity for {action}: {msg}", lasting=lasting)
     transient = transient_error(exc, action)
     if transient is not None:
         return transient

@@ -29,7 +29,9 @@ _CAPACITY = {
 }
 # ARM's refusal of a Spot price above options.max_price: SpotPriceGreaterThanProvidedMaxPrice,
 # or OperationNotAllowed "... the provided max price '0.05 USD' is lower than the current spot
-# price ..."; with AzureSpotIsNotSupportedForThisVMSize, a refusal of the offer, not the trial.
+# price ..."; with AzureSpotIsNotSupportedForThisVMSize, a refusal of the offer, not the trial,
+# and a lasting one (the price cap is the job's, the size's Spot support ARM's): the offer is
+# avoided for a doubling backoff, not asked again each pass (the catalog keeps its price).
 _MAX_PRICE_TEXT = re.compile(r"max price\b.*\blower than the current spot price", re.I | re.S)
 MAX_PRICE_HINT = (
     "the Spot price is above providers[].options.max_price: spotwise tries another offer; "
@@ -87,10 +89,10 @@ def api_error(prefix: str, e: Exception) -> ProviderError:
     """An azure-core HttpResponseError (or a credential failure) as one line: throttling →
     ThrottledError, a 500/502/503/504 or a connection that failed or timed out →
     TransientError, capacity, a Spot price above ``max_price`` or a size without Spot →
-    CapacityError (the offer is refused, not the trial), credentials → ``az login``, quota →
-    the quota to raise, 403 → the role to grant; a call out of its deadline
-    (CallDeadlineExceeded) → its last retried failure that passes, else a TransientError naming
-    the deadline. Never a token."""
+    CapacityError (the offer is refused, not the trial; the last two ``lasting``), credentials
+    → ``az login``, quota → the quota to raise, 403 → the role to grant; a call out of its
+    deadline (CallDeadlineExceeded) → its last retried failure that passes, else a
+    TransientError naming the deadline. Never a token."""
     if isinstance(e, CallDeadlineExceeded):
         last = api_error(prefix, e.last) if e.last is not None else None
         if isinstance(last, TransientError):  # ThrottledError too
@@ -118,9 +120,10 @@ def api_error(prefix: str, e: Exception) -> ProviderError:
         return CapacityError(text)
     spot_price = code == "SpotPriceGreaterThanProvidedMaxPrice"
     if spot_price or (code == "OperationNotAllowed" and _MAX_PRICE_TEXT.search(msg)):
-        return CapacityError(text, hint=MAX_PRICE_HINT)  # this offer, now: not the trial
+        return CapacityError(text, hint=MAX_PRICE_HINT, lasting=True)  # the offer: not the trial
     if code == "AzureSpotIsNotSupportedForThisVMSize":
-        return CapacityError(text, hint="this VM size has no Spot: spotwise tries another offer")
+        hint = "this VM size has no Spot: spotwise tries another offer"
+        return CapacityError(text, hint=hint, lasting=True)
     if status == 401 or code in _TOKEN_CODES:
         return ProviderUnavailable(
             f"{prefix}: the credentials were rejected ({status or 401} {code or 'Unauthorized'})"

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from spotwise.errors import (
+    CapacityError,
     ProviderError,
     ProviderUnavailable,
     QuotaError,
@@ -46,6 +47,12 @@ _QUOTA_TEXT = re.compile(
     r"(?:\s+(?:in region ([a-z0-9-]+)|(globally)))?"
 )
 _REQUEST = re.compile(r"^[A-Z]+ https?://\S+: ")  # api_core's "POST <url>: " before the text
+# a machine type the zone does not offer (gcloud reads this text of instances.insert's 400 as
+# an argument error: "Invalid value for field 'resource.machineType': '...'. Machine type with
+# name 'X' does not exist in zone 'Z'."): a refusal of the offer, not the trial, and a lasting
+# one (the orchestrator avoids the offer for a doubling backoff, not a pass)
+_NO_MACHINE_TYPE = re.compile(r"Machine type with name '[^']+' does not exist in zone '[^']+'")
+NO_MACHINE_TYPE_HINT = "the zone does not offer this machine type: spotwise tries another offer"
 _OAUTH_CODE = re.compile(r"\b(invalid_grant|invalid_client|invalid_scope|unauthorized_client)\b")
 
 
@@ -125,7 +132,8 @@ def _is_refresh_error(e: Exception) -> bool:
 def api_error(prefix: str, e: Exception) -> ProviderError:
     """A GoogleAPICallError (or a credentials failure) as a one-line ProviderError: throttling
     → ThrottledError, a 500/502/503/504 or a timeout or dropped connection → TransientError,
-    quota → the quota to raise, credentials → how to renew them, 403 → the role to grant; a
+    quota → the quota to raise, credentials → how to renew them, 403 → the role to grant, a
+    machine type the zone does not offer → a ``lasting`` CapacityError (the offer's); a
     call out of its deadline (:class:`CallDeadlineExceeded`) → its last retried failure, else
     a TransientError saying so. Never the request's headers or a token."""
     if isinstance(e, CallDeadlineExceeded):
@@ -157,6 +165,9 @@ def api_error(prefix: str, e: Exception) -> ProviderError:
         return quota_error(prefix, msg)
     if code in _TRANSIENT_STATUS or reasons & _TRANSIENT_REASONS:
         return transient(prefix, f"{code} {msg}" if code else msg)
+    if code in (None, 400) and _NO_MACHINE_TYPE.search(msg):
+        why = f"{code} {msg}" if code else msg
+        return CapacityError(f"{prefix}: {why}", hint=NO_MACHINE_TYPE_HINT, lasting=True)
     if code == 401:
         return ProviderUnavailable(
             f"{prefix}: the credentials were rejected (401): {msg}", hint=CREDENTIALS_HINT
