@@ -313,6 +313,21 @@ def summarize(
     }
 
 
+def report_json(out: dict[str, Any]) -> dict[str, Any]:
+    """The report with every key docs/json.md lists (review-af F8): each group of both
+    sections carries ``budget_usd`` and ``exceeded_usd``, null where they do not apply (not
+    by job, no cap, within it). :func:`summarize` sets them only by job, where they apply."""
+
+    def sec(section: dict[str, Any]) -> dict[str, Any]:
+        blank = {"budget_usd": None, "exceeded_usd": None}
+        groups = [
+            {**g, **{k: v for k, v in blank.items() if k not in g}} for g in section["groups"]
+        ]
+        return {**section, "groups": groups}
+
+    return {**sec(out), "replay": sec(out["replay"])}
+
+
 def report(
     *,
     since: str = "24h",

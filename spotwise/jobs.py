@@ -6,7 +6,6 @@ for ``--json``).
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import os
@@ -16,13 +15,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from spotwise.errors import ConfigError, NotFoundError, SpecError
+from spotwise.errors import ConfigError, NotFoundError, SpecError, StoreError
 from spotwise.job_facts import budget_of, simulated
+from spotwise.job_rows import last_active
+from spotwise.job_rows import params as _params
+from spotwise.job_rows import spec_order as _spec_order
+from spotwise.job_rows import trial_dict as _trial_dict
+from spotwise.job_rows import with_orchestrator as _with_orchestrator
 from spotwise.liveness import hidden_text, orchestrator_state, where_text
 from spotwise.release import _release
 from spotwise.release_sweep import sweep_finished
 from spotwise.release_text import not_ours_text, released_text
-from spotwise.states import FINISHED_JOB_STATES
 
 
 def tune(
@@ -63,9 +66,24 @@ def tune(
             store,
             RunOptions(policy=policy, on_update=on_update, run_root=run_root),
         )
+        out = {**out, **_stored_dollars(store, out.get("job_id"))}
     finally:
         store.close()
     return {**out, "simulated": simulated(spec.model_dump(mode="json"))}
+
+
+def _stored_dollars(store: Any, job_id: str | None) -> dict[str, float]:
+    """The job's dollars as its row holds them, as `status` and `report` give them: not
+    rounded (review-af F8: the summary's were rounded to 6 places, so a script comparing
+    `tune --json` with `status --json` saw two costs for one job). Nothing when the row
+    cannot be read: the summary's own then stand."""
+    try:
+        job = store.get_job(job_id) if job_id else None
+    except (NotFoundError, StoreError):
+        return {}
+    if job is None:
+        return {}
+    return {"cost_usd": job.cost_usd, "on_demand_cost_usd": job.on_demand_cost_usd}
 
 
 def deadline_note(policy: str, deadline_hours: float | None) -> str:
@@ -102,7 +120,8 @@ def resume(
             raise ConfigError(_not_finished_text(job))
         plan = plan_resume(store, job, max_cost_usd=max_cost_usd, deadline_hours=deadline_hours)
         opts = RunOptions(policy=plan.policy, on_update=on_update, run_root=run_root)
-        return {**resume_job(plan, store, opts), "simulated": simulated(job.spec_json)}
+        out = resume_job(plan, store, opts)
+        return {**out, **_stored_dollars(store, job.id), "simulated": simulated(job.spec_json)}
     finally:
         store.close()
 
@@ -124,80 +143,6 @@ def _not_finished_text(job: Any) -> str:
         f"job {job.id}'s orchestrator exited without closing it: run `spotwise cancel {job.id}` "
         "first (it releases the job's instances and closes its records), then resume it"
     )
-
-
-def _job_dict(job: Any) -> dict[str, Any]:
-    def v(x: Any) -> Any:
-        return x.value if hasattr(x, "value") else x
-
-    state = v(job.state)
-    return {
-        "job_id": job.id,
-        "name": job.name,
-        "state": state,
-        "policy": job.policy,
-        "direction": job.direction,
-        "created_at": job.created_at,
-        "started_at": job.started_at,
-        "ended_at": job.ended_at,
-        # wall time its orchestrator last said it was alive (every few seconds while it runs)
-        "heartbeat_at": getattr(job, "heartbeat_at", None),
-        "best_trial": job.best_trial_id,
-        "best_metric": job.best_metric,
-        "cost_usd": job.cost_usd,
-        "on_demand_cost_usd": job.on_demand_cost_usd,
-        # not finished: running lives as if they ended at the orchestrator's last save (a dead
-        # one's is stale: `spotwise cancel` bills them); the end writes the billed totals
-        "cost_is_estimate": state not in FINISHED_JOB_STATES,
-        "simulated": simulated(job.spec_json),  # the replayed market's dollars: not money
-        "revocations": job.revocations,
-        "migrations": job.migrations,
-        "early_stopped": job.early_stopped,
-        "error": job.error,
-    }
-
-
-def _spec_order(job: Any) -> list[str]:
-    """The job's parameter names in its spec's order (its stored spec keeps it; the stored
-    params, JSON with sorted keys, do not); none for a spec that cannot be read."""
-    try:
-        space = json.loads(job.spec_json).get("search_space")
-    except (TypeError, ValueError, AttributeError):
-        return []
-    return list(space) if isinstance(space, dict) else []
-
-
-def _params(params_json: str, order: list[str]) -> dict[str, Any]:
-    """Stored params in the spec's ``order``, as `tune` shows them (names it lacks last)."""
-    stored = json.loads(params_json)
-    return {**{n: stored[n] for n in order if n in stored}, **stored}
-
-
-def _trial_dict(t: Any, order: list[str] | None = None) -> dict[str, Any]:
-    return {
-        "trial": t.id,
-        "number": t.number,
-        "state": t.state.value if hasattr(t.state, "value") else t.state,
-        "params": _params(t.params_json, order or []),
-        "step": t.step,
-        "metric": t.metric,
-        "best_metric": t.best_metric,
-        "final_metric": t.final_metric,
-        "predicted_final": t.predicted_final,
-        "checkpoint_step": t.checkpoint_step,
-        "cost_usd": t.cost_usd,
-        "revocations": t.revocations,
-        "migrations": t.migrations,
-    }
-
-
-def _with_orchestrator(job: Any) -> dict[str, Any]:
-    """:func:`_job_dict`, and for a job not finished where its orchestrator is: ``here``,
-    ``elsewhere``, or ``gone`` (a crash: `spotwise cancel JOB` closes it)."""
-    out = _job_dict(job)
-    if out["state"] in ("pending", "running"):
-        out["orchestrator"] = orchestrator_state(job)
-    return out
 
 
 def status(job_id: str | None, *, db: str | None = None, limit: int = 20) -> dict[str, Any]:
@@ -251,11 +196,13 @@ def status(job_id: str | None, *, db: str | None = None, limit: int = 20) -> dic
 
 
 def trials(job_id: str | None, *, db: str | None = None) -> dict[str, Any]:
+    """The trials of ``job_id``; None: of the job most recently active
+    (:func:`~spotwise.job_rows.last_active`), not the newest created."""
     from spotwise.store import Store
 
     store = Store.open_existing(db)
     try:
-        job = store.get_job(job_id) if job_id else store.latest_job()
+        job = store.get_job(job_id) if job_id else last_active(store.list_jobs(store.count_jobs()))
         if job is None:
             raise NotFoundError("no job in the database yet; run `spotwise tune SPEC` first")
         from spotwise.planner.resume import stop_reasons

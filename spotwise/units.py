@@ -1,5 +1,6 @@
-"""Durations and times on the command line: ``90s``, ``30m``, ``1h``, ``2d``, ``1h30m`` or
-seconds; dates, date-times, ``today``/``yesterday`` and epoch seconds; a report's window."""
+"""Durations and times on the command line: ``90s``, ``30m`` (or ``30min``), ``1h``, ``2d``,
+``1w``, ``1h30m`` or seconds (an uppercase ``M`` is refused: a month to some, a minute here);
+dates, date-times, ``today``/``yesterday`` and epoch seconds; a report's window."""
 
 from __future__ import annotations
 
@@ -7,8 +8,23 @@ import re
 
 from spotwise.errors import SpecError
 
-_UNIT_SECONDS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
-_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)\s*([smhdw])")
+_UNIT_SECONDS = {"s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
+_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)\s*(min|[smhdw])", re.IGNORECASE)
+
+
+def _month_m(text: str) -> bool:
+    """Whether ``text`` is a duration written with an uppercase ``M`` (``1M``, ``1h30M``): a
+    month to most readers, a minute to the old parser (review-af F8: ``--since 1M`` read one
+    minute back). No unit here is a month: refused, with the fix."""
+    s = text.strip().replace(" ", "")
+    return any(m.group(2) == "M" for m in _PART.finditer(s))
+
+
+def _month_m_error(field: str, text: str) -> SpecError:
+    return SpecError(
+        f"{field}: {text!r}: an uppercase M is ambiguous (a month or a minute?); use 1m or "
+        "1min for a minute, 30d for a month"
+    )
 
 
 def parse_duration(text: str | float | int, *, field: str = "duration") -> float:
@@ -19,6 +35,8 @@ def parse_duration(text: str | float | int, *, field: str = "duration") -> float
     """
     if isinstance(text, int | float):
         value = float(text)
+    elif _month_m(text):
+        raise _month_m_error(field, text)
     else:
         s = text.strip().lower().replace(" ", "")
         try:
@@ -28,7 +46,7 @@ def parse_duration(text: str | float | int, *, field: str = "duration") -> float
             for m in _PART.finditer(s):
                 if m.start() != pos:
                     break
-                value += float(m.group(1)) * _UNIT_SECONDS[m.group(2)]
+                value += float(m.group(1)) * _UNIT_SECONDS[m.group(2).lower()]
                 pos = m.end()
             if pos != len(s) or not s:
                 raise SpecError(
@@ -103,6 +121,8 @@ def window(since: str, until: str | None, now: float) -> tuple[float | None, flo
                 return float(text)
         except ValueError:
             pass
+        if _month_m(text):  # not lost in the "nor a time" line below
+            raise _month_m_error(field, text)
         try:
             return before - parse_duration(text, field=field)
         except SpecError:

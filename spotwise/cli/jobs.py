@@ -115,9 +115,10 @@ def _run_live(run: Any, json_out: bool) -> None:
     non-zero when it failed or left something billed (1), was cancelled (130), or else left
     instances with its tags that it did not launch running (4)."""
     from spotwise.cli.render import LiveJob, print_summary
+    from spotwise.job_rows import tune_json
 
     if json_out:
-        summary = run()
+        summary = tune_json(run())  # every key docs/json.md lists, null or [] when none
         print(json_text(summary))
     else:
         with LiveJob() as live:
@@ -167,8 +168,9 @@ def status(
     """
     from spotwise import jobs
     from spotwise.cli.render import print_jobs, print_status
+    from spotwise.job_rows import status_json
 
-    out = jobs.status(job, db=db, limit=limit)
+    out = status_json(jobs.status(job, db=db, limit=limit))  # every key docs/json.md lists
     emit(
         out,
         json_out,
@@ -177,12 +179,14 @@ def status(
 
 
 def trials(job: JobArg = None, db: DbOpt = None, json_out: JsonOpt = False) -> None:
-    """List the trials of a job (default: the latest job) with params, step, metric, cost.
+    """List the trials of a job (default: the job most recently active, by its start, last
+    heartbeat or end: a resumed older job, not the newest created) with params, step, metric,
+    cost. The table's title names the job.
 
     Exit codes as for `status` (3: no such job, no job yet, or no spotwise database).
 
     Examples:
-      spotwise trials                 # the latest job
+      spotwise trials                 # the job most recently active
       spotwise trials JOB --json
     """
     from spotwise import jobs
@@ -226,8 +230,9 @@ def cancel(
       spotwise cancel JOB --force     # its orchestrator's machine is lost
     """
     from spotwise import jobs
+    from spotwise.job_rows import cancel_json
 
-    out: dict[str, Any] = jobs.cancel(job, db=db, force=force)
+    out: dict[str, Any] = cancel_json(jobs.cancel(job, db=db, force=force))  # docs/json.md
     emit(out, json_out, lambda o: typer.echo(f"{o['job_id']}: {o['state']} — {o['message']}"))
     if out.get("open_instances") or out.get("stopping"):  # may still be billed, or running
         raise typer.Exit(1)

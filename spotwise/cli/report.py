@@ -27,7 +27,8 @@ def report_cmd(
         str,
         typer.Option(
             "--since",
-            help="Window start: a duration before --until (24h, 7d, 30d, …), a UTC date or "
+            help="Window start: a duration before --until (24h, 7d, 30d for a month, …; an "
+            "uppercase M is refused: 1m is a minute), a UTC date or "
             "time (2026-11-24 is 00:00 UTC; 2026-11-24T07:00, with Z or an offset such as "
             "+02:00), today, yesterday, or `all`.",
         ),
@@ -96,7 +97,7 @@ def report_cmd(
     from spotwise import costs
     from spotwise.cli.output import emit
 
-    out = costs.report(since=since, until=until, by=by, db=db)
+    out = costs.report_json(costs.report(since=since, until=until, by=by, db=db))  # docs/json.md
     emit(out, json_out, _print_report)
     if check and out["leftovers"]:
         raise typer.Exit(1)
@@ -134,7 +135,8 @@ def _money_table(by: str, sec: dict[str, Any], title: str | None = None) -> Tabl
     for col in ("lives", "revoked", "hours", "billed h", "$", "on-demand $", "saved"):
         t.add_column(col, justify="right", no_wrap=True)
     for g in sec["groups"]:  # by job: one whose cost ended above its budget cap in red
-        t.add_row(f"[red]{g['key']}[/]" if "exceeded_usd" in g else g["key"], *_money(g))
+        over = g.get("exceeded_usd") is not None
+        t.add_row(f"[red]{g['key']}[/]" if over else g["key"], *_money(g))
     t.add_row("[bold]total[/]", *_money(sec["totals"]), end_section=True)
     return t
 
@@ -152,7 +154,7 @@ def _overruns(sec: dict[str, Any]) -> list[str]:
         f"[red]{g['key']}: budget exceeded by ${g['exceeded_usd']:.4f}: the job cost "
         f"${g['budget_usd'] + g['exceeded_usd']:.4f} in all (max_cost_usd {g['budget_usd']:g})[/]"
         for g in sec["groups"]
-        if "exceeded_usd" in g
+        if g.get("exceeded_usd") is not None
     ]
 
 

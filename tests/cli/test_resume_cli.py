@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 
 from spotwise import jobs
 from spotwise.cli.app import app
+from spotwise.job_rows import tune_json
 from spotwise.store import Store
 
 
@@ -40,7 +41,7 @@ def test_resume_exits_as_tune_does(
     args = ["resume", "j-1", "--max-cost", "12.5", "--deadline-hours", "6", "--json"]
     done = CliRunner().invoke(app, args)
     assert done.exit_code == code, done.output
-    assert json.loads(done.stdout) == {"job_id": "j-1", **summary}
+    assert json.loads(done.stdout) == tune_json({"job_id": "j-1", **summary})  # docs/json.md
     assert seen == {"job_id": "j-1", "db": None, "max_cost_usd": 12.5, "deadline_hours": 6.0}
 
 
