@@ -69,14 +69,17 @@ def fit(table: Table, width: int) -> Table:
     """Size the wrapping columns of a :func:`listing` to ``width``: the ``no_wrap`` columns keep
     their full width; each other column gets at most its longest line and at least its longest
     word, so a word, a number or a ``name=value`` pair is never cut in two (an
-    ``overflow="fold"`` column at least 8 columns, then folds a longer word onto more lines).
+    ``overflow="fold"`` column at least :data:`SHORT_WORD` columns, then folds a longer word
+    onto more lines).
 
-    Where that does not fit (an 80-column cron log: no terminal, no COLUMNS), the ``no_wrap``
-    columns give way rather than let rich crop them with "…" (review-af F6: job ids, states
+    Where that does not fit (an 80-column cron log: no terminal, no COLUMNS), columns give way
+    rather than let rich crop the ``no_wrap`` ones with "…" (review-af F6: job ids, states
     and held hours were cut): first those whose values have spaces wrap between words (a date
-    and its time), then the text ones (ids) fold onto more lines, the widest first, then the
-    numbers (right-justified) fold. Nothing is ever cropped; only a terminal too narrow for
-    even that (each such column 8 wide, numbers 4) leaves it to rich to shrink every column."""
+    and its time), then the text ones (ids, and the words of the ``overflow="fold"`` columns)
+    fold onto more lines, the widest first, then the numbers (right-justified) fold: a short
+    name is not broken while an id is wider (review-ah F13: ``digits-m|lp`` beside a folded
+    job id). Nothing is ever cropped; only a terminal too narrow for even that (each such
+    column 8 wide, numbers 4) leaves it to rich to shrink every column."""
     from rich.text import Text
 
     def lines(cell: object) -> list[str]:
@@ -91,7 +94,7 @@ def fit(table: Table, width: int) -> Table:
         longest = max((Text(w).cell_len for w in words), default=1)
         narrowest = widest if column.no_wrap else longest
         if column.overflow == "fold" and not column.no_wrap:  # a long word may fold (a name)
-            narrowest = min(narrowest, max(Text(str(column.header)).cell_len, 8))
+            narrowest = min(narrowest, max(Text(str(column.header)).cell_len, SHORT_WORD))
         cols.append(_Col(column, narrowest, widest, longest))
     room = width - 2 * (len(table.columns) - 1)  # two spaces between columns
     _give_way(cols, room)
@@ -108,6 +111,11 @@ def fit(table: Table, width: int) -> Table:
     return table
 
 
+#: A word this long or shorter (a job name such as ``digits-mlp``, a zone, an instance type)
+#: stays whole in an ``overflow="fold"`` column unless the ids fold as narrow (review-ah F13).
+SHORT_WORD = 12
+
+
 @dataclass
 class _Col:
     """A column of a table :func:`fit` sizes: the fewest cells it may take, the most it
@@ -121,9 +129,11 @@ class _Col:
 
 def _give_way(cols: list[_Col], room: int) -> None:
     """Turn ``no_wrap`` columns into wrapping ones until the narrowest table fits ``room``:
-    those with spaces wrap between words (largest saving first); then text columns fold,
-    then numbers (right-justified) fold, the widest cut first (no column below 8, numbers
-    4). A turned column never crops: it wraps or folds."""
+    those with spaces wrap between words (largest saving first); then the ``overflow="fold"``
+    columns whose longest word is folded already (longer than :data:`SHORT_WORD`) fold it
+    narrower; then text columns fold (ids, and the short words of those columns: broken only
+    where the ids fold as narrow), then numbers (right-justified) fold, the widest cut first
+    (no column below 8, numbers 4). A turned column never crops: it wraps or folds."""
 
     def over() -> int:
         return sum(c.narrowest for c in cols) - room
@@ -139,14 +149,23 @@ def _give_way(cols: list[_Col], room: int) -> None:
         if over() <= 0:
             return
         turn(c, c.longest)
-    for numeric, floor in ((False, 8), (True, 4)):
-        group = [
-            c
-            for c in cols
-            if (c.column.justify == "right") == numeric
-            and c.narrowest > floor
-            and (c.column.no_wrap or c.column.overflow == "fold")
-        ]
+
+    def folds(c: _Col) -> bool:
+        return c.column.no_wrap or c.column.overflow == "fold"
+
+    def broken(c: _Col) -> bool:  # a fold column whose longest word is cut already
+        return not c.column.no_wrap and c.column.overflow == "fold" and c.longest > c.narrowest
+
+    def text(c: _Col) -> bool:
+        return c.column.justify != "right"
+
+    steps = (
+        (lambda c: text(c) and broken(c), 8),
+        (lambda c: text(c) and folds(c), 8),
+        (lambda c: not text(c) and folds(c), 4),
+    )
+    for member, floor in steps:
+        group = [c for c in cols if c.narrowest > floor and member(c)]
         if over() <= 0 or not group:
             continue
         # the highest cap that saves enough (the widest columns cut to it, evenly)

@@ -25,7 +25,12 @@ from sqlmodel import Session
 from spotwise.errors import ConfigError, NotFoundError, StoreError
 from spotwise.store.existing import check_existing_sqlite as check_existing_sqlite
 from spotwise.store.existing import in_memory_error as in_memory_error
-from spotwise.store.existing import require_spotwise_schema, sqlite_file
+from spotwise.store.existing import (
+    locked_error,
+    not_sqlite_error,
+    require_spotwise_schema,
+    sqlite_file,
+)
 
 ENV_VAR = "SPOTWISE_DB"
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
@@ -138,7 +143,7 @@ def _on_sqlite_connect(dbapi_connection: Any, _record: Any) -> None:
     cursor = dbapi_connection.cursor()
     try:
         # busy_timeout first: switching a fresh file to WAL needs a lock another process may hold.
-        cursor.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_S * 1000}")
+        cursor.execute(f"PRAGMA busy_timeout = {int(SQLITE_BUSY_TIMEOUT_S * 1000)}")
         _use_wal(cursor)
         cursor.execute("PRAGMA foreign_keys = ON")
     finally:
@@ -148,7 +153,12 @@ def _on_sqlite_connect(dbapi_connection: Any, _record: Any) -> None:
 def _use_wal(cursor: Any) -> None:
     """WAL mode, once per file. Asking for it while another process migrates a fresh file can
     fail at once with 'database is locked' (SQLite does not wait on the busy timeout there),
-    so it is asked only when the file is not in WAL yet, and retried until the timeout."""
+    so it is asked only when the file is not in WAL yet, and retried until the timeout.
+
+    A database that already holds a schema and that another process is writing in
+    rollback-journal mode (it holds the write lock) is used in that mode: a later connection
+    switches it. Waiting for the switch made a read-only command that could read wait a
+    whole busy timeout and fail (review-ah F2)."""
     if str(cursor.execute("PRAGMA journal_mode").fetchone()[0]).lower() == "wal":
         return
     deadline = time.monotonic() + SQLITE_BUSY_TIMEOUT_S
@@ -159,7 +169,20 @@ def _use_wal(cursor: Any) -> None:
         except Exception as e:  # sqlite3.OperationalError (the driver's; no import here)
             if "locked" not in str(e) or time.monotonic() > deadline:
                 raise
+            if _holds_schema(cursor):
+                return
             time.sleep(0.05)
+
+
+def _holds_schema(cursor: Any) -> bool:
+    """Whether the database holds tables (its schema cookie is set): a read, that waits on
+    the busy timeout while another process commits; False where it cannot tell (locked)."""
+    try:
+        return int(cursor.execute("PRAGMA schema_version").fetchall()[0][0]) > 0
+    except Exception as e:  # sqlite3.OperationalError
+        if "locked" not in str(e) and "busy" not in str(e):
+            raise
+        return False
 
 
 def _driver_hint(parsed: URL, missing: str) -> str | None:
@@ -246,14 +269,17 @@ def _first_line(exc: BaseException) -> str:
 
 def store_error(exc: BaseException, engine: Engine | None = None, action: str = "") -> StoreError:
     """One line for a database failure: the driver's message, no SQL, no parameters, no
-    password."""
+    password. A SQLite file that is not a database says so as the read-only commands do
+    (:func:`~spotwise.store.existing.not_sqlite_error`)."""
     reason = _first_line(exc)
-    where = f" ({redact(engine.url)})" if engine else ""
-    doing = f" while {action}" if action else ""
-    hint = None
+    path = sqlite_path(engine.url) if engine is not None else None
+    if path is not None and "file is not a database" in reason:
+        return not_sqlite_error(path)
+    where = redact(engine.url) if engine else ""
     if "locked" in reason or "busy" in reason:
-        hint = "another spotwise process is writing to the database; retry in a moment"
-    return StoreError(f"database error{doing}: {reason}{where}", hint=hint)
+        return locked_error(reason, where, action)
+    doing = f" while {action}" if action else ""
+    return StoreError(f"database error{doing}: {reason}{f' ({where})' if where else ''}")
 
 
 @contextmanager
@@ -328,6 +354,7 @@ def migrate(engine: Engine, attempts: int = 5, *, existing: bool = False) -> Non
     head = head_revision()
     for attempt in range(attempts):
         current: str | None = None
+        doing = "reading the schema"  # what a failure says it was doing (review-ah F2)
         try:
             with _connect(engine) as conn:
                 if existing:
@@ -335,6 +362,7 @@ def migrate(engine: Engine, attempts: int = 5, *, existing: bool = False) -> Non
                 current = current_revision(conn)
             if current == head:
                 return
+            doing = "migrating the schema"
             _upgrade_locked(engine)
             return
         except CommandError as exc:
@@ -349,7 +377,7 @@ def migrate(engine: Engine, attempts: int = 5, *, existing: bool = False) -> Non
             if "already exists" in str(exc).lower() and attempt + 1 < attempts:
                 time.sleep(0.2 * (attempt + 1))
                 continue
-            raise store_error(exc, engine, "migrating the schema") from exc
+            raise store_error(exc, engine, doing) from exc
 
 
 def pg_connect_args(query: Mapping[str, Any]) -> dict[str, Any]:

@@ -3,8 +3,10 @@ which file a SQLite URL names, and whether a database holds spotwise's schema.
 
 A read-only command never creates a database nor a schema: a missing file, an in-memory URL
 (``sqlite://``, or ``sqlite:///$VAR`` with the variable unset), a database without spotwise's
-tables (an empty file, another program's database, a PostgreSQL server's default ``postgres``
-database) is "no spotwise database" (NotFoundError, exit 3), left as it was.
+tables (an empty file, another program's SQLite database, a PostgreSQL server's default
+``postgres`` database) is "no spotwise database" (NotFoundError, exit 3), left as it was. A
+file that is not SQLite at all (a damaged header, or another program's file) is a database
+failure (StoreError, exit 5), as every command says (review-ah F1).
 """
 
 from __future__ import annotations
@@ -18,13 +20,14 @@ import sqlalchemy as sa
 from sqlalchemy.engine import URL, Connection
 from sqlalchemy.util import asbool
 
-from spotwise.errors import ConfigError, NotFoundError
+from spotwise.errors import ConfigError, NotFoundError, StoreError
 
 SCHEMA_WAIT_S = 2.0  # how long a file with no schema yet may be one another process creates
 #: The tables a spotwise database has, whatever its revision: a database without them (or with
 #: ``job`` alone: another program's) is not spotwise's.
 SPOTWISE_TABLES = ("alembic_version", "job")
 FIX_HINT = "or point --db/SPOTWISE_DB at an existing database"
+_SQLITE_MAGIC = b"SQLite format 3\x00"  # how every SQLite database file starts
 
 
 def sqlite_file(url: URL) -> Path | None:
@@ -82,6 +85,29 @@ def in_memory_error(url: str) -> NotFoundError:
     )
 
 
+def not_sqlite_error(path: Path) -> StoreError:
+    """Every command's answer to a non-empty file that SQLite does not read as a database
+    (``file is not a database``): its header is damaged, or it is another program's file.
+    The two cannot be told apart; neither is "no database" (exit 3, "run tune first": a tune
+    would fail on it the same way), both are a database failure (exit 5)."""
+    return StoreError(
+        f"{path} is not a SQLite database (damaged, or another program's file); point "
+        "--db/SPOTWISE_DB at spotwise's database",
+        hint="if it was spotwise's, restore it from a copy: the instances it recorded may "
+        "still run (see the provider's console)",
+    )
+
+
+def locked_error(reason: str, where: str = "", action: str = "") -> StoreError:
+    """A database another process held locked past the busy timeout (``reason``: the driver's
+    'database is locked'), while ``action``."""
+    doing = f" while {action}" if action else ""
+    return StoreError(
+        f"database error{doing}: {reason}{f' ({where})' if where else ''}",
+        hint="another spotwise process is writing to the database; retry in a moment",
+    )
+
+
 def check_existing_sqlite(path: Path, wait_s: float = SCHEMA_WAIT_S) -> None:
     """:func:`_check_sqlite_file`, given ``wait_s`` for a file that is empty or has no
     schema yet: another process (a first `tune`) may be creating the database right now,
@@ -103,12 +129,16 @@ class _NoSchemaYet(Exception):
 
 def _check_sqlite_file(path: Path) -> None:
     """NotFoundError unless ``path`` is a SQLite file holding a spotwise database: a missing
-    file, an empty (0-byte) one, one that is not SQLite, or one without spotwise's tables
-    (``job`` and ``alembic_version``) is "no database" for the read-only commands
-    (`report --check` exits 3 on it); a folder is an unusable --db (ConfigError, exit 2).
+    file, an empty (0-byte) one, or a SQLite database without spotwise's tables (``job`` and
+    ``alembic_version``) is "no database" for the read-only commands (`report --check` exits
+    3 on it); a folder is an unusable --db (ConfigError, exit 2); a non-empty file that is
+    not SQLite (:func:`not_sqlite_error`), or a database locked past the busy timeout, is a
+    database failure (StoreError, exit 5): the lock is waited for here, once, not again by
+    the engine (review-ah F2: a held lock of a rollback-journal database was waited for
+    twice, 66 s, and said "while migrating the schema").
 
     The file is only read (``mode=ro``, not through an engine, whose connection would switch
-    it to WAL mode), never created or changed; what this cannot tell (a locked, unreadable or
+    it to WAL mode), never created or changed; what this cannot tell (an unreadable or
     corrupt file) is left for the engine to report. Callers: ``Store.open_existing``."""
     from spotwise.store.db import SQLITE_BUSY_TIMEOUT_S
 
@@ -120,10 +150,14 @@ def _check_sqlite_file(path: Path) -> None:
     try:
         if path.stat().st_size == 0:
             raise _NoSchemaYet("the file is empty")
+        with path.open("rb") as f:
+            start = f.read(len(_SQLITE_MAGIC))
     except FileNotFoundError:
         raise _no_database(path) from None
     except OSError:
         return
+    if not _SQLITE_MAGIC.startswith(start):  # SQLite reads a file of a few bytes as empty
+        raise not_sqlite_error(path)
     try:
         con = sqlite3.connect(
             f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=SQLITE_BUSY_TIMEOUT_S
@@ -139,8 +173,11 @@ def _check_sqlite_file(path: Path) -> None:
         finally:
             con.close()
     except sqlite3.DatabaseError as exc:
-        if "not a database" in str(exc):
-            raise _no_database(path, "the file is not a SQLite database") from None
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        if "not a database" in reason:
+            raise not_sqlite_error(path) from None
+        if "locked" in reason or "busy" in reason:
+            raise locked_error(reason, str(path), "reading the schema") from None
         return
     if not found:
         raise _NoSchemaYet("the file has no spotwise tables")

@@ -93,7 +93,7 @@ def test_a_file_uri_is_checked_at_its_path(tmp_path: Path) -> None:
         Store.open_existing(f"sqlite:///file:{missing}?mode=ro&uri=true")
     text = tmp_path / "notes.db"
     text.write_text("not a database\n" * 100)
-    with pytest.raises(NotFoundError, match=r"\(the file is not a SQLite database\)"):
+    with pytest.raises(StoreError, match=r" is not a SQLite database \(damaged, or another "):
         Store.open_existing(f"sqlite:///file://{text}?mode=ro&uri=true")
     assert text.read_text() == "not a database\n" * 100
     assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.db"]
@@ -251,7 +251,7 @@ def test_report_check_on_a_corrupt_file_exits_5(
     path.write_bytes(bytes(data))
     code, out, err = _cli(monkeypatch, capsys, "report", "--check", "--db", f"sqlite:///{path}")
     assert (code, out) == (5, ""), err
-    assert err[0].startswith("error: database error while migrating the schema: database disk ")
+    assert err[0].startswith("error: database error while reading the schema: database disk ")
 
 
 def test_a_folder_for_db_is_an_unusable_db_exit_2(

@@ -1,0 +1,129 @@
+"""A file that is there, not empty, and not a SQLite database (its header damaged, or another
+program's file) is a database failure on every command: exit 5, saying what it is; not "no
+spotwise database ... run tune first" with exit 3 (review-ah F1).
+
+Before: the read-only commands (report, status, trials) exited 3 and told the user to run
+`tune` first, which would fail on the same file (exit 5, "file is not a database"). The two
+causes cannot be told apart and neither is a missing database. A missing file, an empty one
+and a SQLite database without spotwise's tables are still "no database" (exit 3).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import sys
+from pathlib import Path
+
+import pytest
+
+from spotwise.cli.app import main
+from spotwise.errors import NotFoundError, StoreError
+from spotwise.store import Store
+from spotwise.store.db import check_existing_sqlite
+
+READ_ONLY = [["report", "--check"], ["status"], ["trials"]]
+
+
+def _cli(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], *args: str
+) -> tuple[int, str, list[str]]:
+    """``spotwise ARGS`` in this process: (exit code, stdout, stderr's lines)."""
+    monkeypatch.setattr(sys, "argv", ["spotwise", *args])
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as done:
+        main()
+    out, err = capsys.readouterr()
+    code = done.value.code
+    return (code if isinstance(code, int) else 0 if code is None else 1), out, err.splitlines()
+
+
+@pytest.fixture(autouse=True)
+def _no_env_db(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.delenv("SPOTWISE_DB", raising=False)
+    monkeypatch.delenv("SPOTWISE_DEBUG", raising=False)
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
+    monkeypatch.setenv("SPOTWISE_HOME", str(tmp_path / "home"))
+
+
+def _damaged(folder: Path) -> Path:
+    """A spotwise database (folded into its one file, rollback journal) whose 16-byte header
+    ("SQLite format 3") was overwritten."""
+    path = folder / "spotwise.db"
+    with Store.open(f"sqlite:///{path}") as s:
+        s.create_job("n", "{}", "spec.yaml", "spotwise", "minimize", job_id="j-1")
+    con = sqlite3.connect(path)
+    con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    con.execute("PRAGMA journal_mode = DELETE")
+    con.close()
+    data = bytearray(path.read_bytes())
+    data[:16] = b"\x00" * 16
+    path.write_bytes(bytes(data))
+    return path
+
+
+def _text(folder: Path) -> Path:
+    path = folder / "notes.db"
+    path.write_text("a shopping list, not a database\n" * 40)
+    return path
+
+
+def _one_byte(folder: Path) -> Path:
+    path = folder / "x.db"
+    path.write_bytes(b"x")  # SQLite itself reads a file this short as an empty database
+    return path
+
+
+def _message(path: Path) -> str:
+    return (
+        f"error: {path} is not a SQLite database (damaged, or another program's file); point "
+        "--db/SPOTWISE_DB at spotwise's database"
+    )
+
+
+@pytest.mark.parametrize("make", [_damaged, _text, _one_byte], ids=["damaged", "text", "1-byte"])
+@pytest.mark.parametrize("command", READ_ONLY, ids=lambda c: c[0])
+def test_a_read_on_a_file_that_is_not_sqlite_exits_5_and_says_so(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    make: object,
+    command: list[str],
+) -> None:
+    path: Path = make(tmp_path)  # type: ignore[operator]
+    before = path.read_bytes()
+    code, out, err = _cli(monkeypatch, capsys, *command, "--db", f"sqlite:///{path}")
+    assert (code, out) == (5, ""), err
+    assert err[0] == _message(path)
+    assert "run `spotwise tune" not in "\n".join(err)
+    assert len(err) == 2 and err[1].startswith("hint: if it was spotwise's, restore it from a ")
+    assert path.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == [path.name]  # no -wal, no -journal
+
+
+def test_tune_and_prices_open_it_with_the_same_words(tmp_path: Path) -> None:
+    """`tune` and `prices` (``Store.open``) said "database error while migrating the schema:
+    file is not a database"; exit 5 already."""
+    path = _damaged(tmp_path)
+    with pytest.raises(StoreError) as err:
+        Store.open(f"sqlite:///{path}")
+    assert err.value.exit_code == 5
+    assert f"error: {err.value}" == _message(path)
+
+
+@pytest.mark.parametrize(
+    ("make", "why"),
+    [
+        (lambda p: None, ""),
+        (lambda p: p.write_bytes(b""), " (the file is empty)"),
+        (lambda p: sqlite3.connect(p).execute("CREATE TABLE t (x)").connection.commit(),
+         " (the file has no spotwise tables)"),
+    ],
+    ids=["missing", "empty", "other-sqlite"],
+)  # fmt: skip
+def test_no_database_is_still_exit_3(tmp_path: Path, make: object, why: str) -> None:
+    path = tmp_path / "spotwise.db"
+    make(path)  # type: ignore[operator]
+    with pytest.raises(NotFoundError) as err:
+        check_existing_sqlite(path, wait_s=0.1)  # what Store.open_existing runs first
+    assert err.value.exit_code == 3
+    assert str(err.value) == f"no spotwise database at {path}{why}; run `spotwise tune SPEC` first"
