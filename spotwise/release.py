@@ -27,16 +27,17 @@ def _release(store: Any, job: Any, orchestrator_died: bool = False) -> dict[str,
 
     Each closed record is billed up to now (or up to when its provider says it ended; when
     ``orchestrator_died``, a local job's trial processes that died with it, up to when it was
-    last known alive, :func:`_last_alive`, but not before their own start): the
-    seconds no life's bill covered (an instance left by a dead orchestrator, or billed only up
-    to a drain that could not terminate it) at its price, in market seconds (a replay's clock
-    runs ``speedup`` times the wall clock), and the job's cost becomes the sum of its
-    instances' again, its on-demand figure too (it was a dead orchestrator's last running
-    estimate). A stopped VM ('not deleted') has no compute to bill. Of the seconds billed now,
-    only the life's useful ones get an on-demand reference, under the orchestrator's rule
-    (:class:`~spotwise.release_reference.OnDemandReference`): up to its last report (a life
-    the provider took: its last checkpoint), less a relaunch's start-up; the idle time after,
-    and work nobody saw, are billed but not referenced (the saving is never overstated).
+    last known alive, :func:`_last_alive`, but not before their own start): the seconds no
+    life's bill covered (an instance left by a dead orchestrator, or billed only up to a drain
+    that could not terminate it) at its price, in market seconds (a replay's clock runs
+    ``speedup`` times the wall clock), and the job's cost becomes the sum of its instances'
+    again (each trial's, its lives': :func:`_held_apart`), its on-demand figure too (it was a
+    dead orchestrator's last running estimate). A stopped VM ('not deleted') has no compute to
+    bill. Of the seconds billed now, only the life's useful ones get an on-demand reference,
+    under the orchestrator's rule (:class:`~spotwise.release_reference.OnDemandReference`): up
+    to its last report (a life the provider took: its last checkpoint), less a relaunch's
+    start-up; the idle time after, and work nobody saw, are billed but not referenced (the
+    saving is never overstated).
 
     Returns ``terminated_instances`` (ids terminated now), ``closed_records`` (how many),
     ``records`` (a cloud job's: each record's instance, region and outcome: ``terminated``,
@@ -48,6 +49,9 @@ def _release(store: Any, job: Any, orchestrator_died: bool = False) -> dict[str,
     from spotwise.spec import ReplaySpec, load_stored_spec
 
     spec = load_stored_spec(job.spec_json)
+    # each trial's cost and its lives' bills as read before this cancel bills anything: what
+    # a trial held that no life's bill did (none, as the orchestrator writes them) is kept
+    held_apart = _held_apart(store.list_trials(job.id), store.list_instances(job.id))
     rows = store.list_instances(job.id, active_only=True)
     first = spec.providers[0]
     ends: dict[str, float | None] = {}  # launch id → when it ended (None: now)
@@ -63,7 +67,10 @@ def _release(store: Any, job: Any, orchestrator_died: bool = False) -> dict[str,
         # known alive, not before their start (up to the cancel, in replayed market seconds,
         # the bill grew by the hour while nothing ran)
         terminated = rec.reconcile(spec, job.id)
-        last, which = _last_alive(store, job) if orchestrator_died else (None, "")
+        died = [r for r in rows if orchestrator_died and r.provider_instance_id not in terminated]
+        starts = [r.launched_at or r.requested_at for r in died]
+        last, which = _last_alive(store, job, starts) if died else (None, "")
+        dead = {r.id for r in died}
         # a life the replayed market took (its `revoked` event written) before the
         # orchestrator could close its record: billed as taken (AWS: free in its first hour),
         # as the orchestrator bills it (review-ag F2: billed up to the heartbeat, $0.458)
@@ -72,9 +79,8 @@ def _release(store: Any, job: Any, orchestrator_died: bool = False) -> dict[str,
         ]
         taken = {str(launch) for launch in lost if launch}
         for row in rows:
-            dead = orchestrator_died and row.provider_instance_id not in terminated
             start = row.launched_at or row.requested_at
-            ends[row.id] = max(last or start, start) if dead else None
+            ends[row.id] = max(last or start, start) if row.id in dead else None
         if any(end is not None for end in ends.values()):
             billed_to = (
                 which or "their start (no report was recorded)"
@@ -177,10 +183,12 @@ def _release(store: Any, job: Any, orchestrator_died: bool = False) -> dict[str,
             **known,
         )
         extra_by_trial[row.trial_id] = extra_by_trial.get(row.trial_id, 0.0) + extra_usd
-    for trial_id, extra_usd in extra_by_trial.items():  # a trial's cost is its lives' sum
-        if extra_usd:
-            trial = store.get_trial(trial_id)
-            store.update_trial(trial_id, cost_usd=trial.cost_usd + extra_usd)
+    billed = [trial_id for trial_id, extra_usd in extra_by_trial.items() if extra_usd]
+    if billed:  # a trial's cost is its lives' sum, set, not added to (review-ah F6)
+        lives = store.list_instances(job.id)
+        for trial_id in billed:
+            cost = sum(r.cost_usd for r in lives if r.trial_id == trial_id)
+            store.update_trial(trial_id, cost_usd=cost + held_apart.get(trial_id, 0.0))
     _sum_job(store, job.id)
     return {
         "terminated_instances": terminated,
@@ -192,6 +200,19 @@ def _release(store: Any, job: Any, orchestrator_died: bool = False) -> dict[str,
         **({"on_demand_unknown": od_price.unknown} if od_price.unknown else {}),
         **({"not_ours": not_ours} if not_ours else {}),
     }
+
+
+def _held_apart(trials: list[Any], lives: list[Any]) -> dict[str, float]:
+    """What each trial's cost holds beyond its lives' bills (``trials`` read before ``lives``:
+    a bill written between the two reads makes it smaller, never larger). A cancel sets a
+    trial's cost to its lives' sum plus this, where adding each life's extra to the cost read
+    counted it twice when two cancels of one dead job closed the same records at once (both
+    read them open): the sum is the same whichever closed them."""
+    sums: dict[str, float] = {}
+    for r in lives:
+        sums[r.trial_id] = sums.get(r.trial_id, 0.0) + r.cost_usd
+    apart = {t.id: t.cost_usd - sums.get(t.id, 0.0) for t in trials}
+    return {k: usd for k, usd in apart.items() if usd > 1e-9}  # not a sum's rounding
 
 
 def wall_now() -> float:
@@ -244,19 +265,46 @@ def _whole_life_cost(row: Any, extra_s: float, revoked: bool, rule: Any) -> floa
     return float(rule.charge(segments, revoked_by_provider=revoked)) if segments else 0.0
 
 
-def _last_alive(store: Any, job: Any) -> tuple[float | None, str]:
+#: the ends the orchestrator itself closes a life's record with, at its wall clock (ledger's
+#: ``_bill``, the launch cleanup's ``failed``); a cancel's is ``reconciled``
+_ORCHESTRATOR_ENDS = frozenset({"completed", "stopped", "revoked", "released on notice", "failed"})
+
+
+def _last_alive(store: Any, job: Any, starts: list[float]) -> tuple[float | None, str]:
     """When a dead local job's orchestrator (and so its trial processes) was last known alive,
-    and what says so: the later of the wall times of the job's last recorded report and of its
-    last heartbeat (``heartbeat_at``, written every few seconds: none before revision 0004);
-    (None, "") for neither (a life is then billed no further than its own start)."""
+    and what says so: the latest wall time it wrote itself (review-ah F12: a life launched
+    after its last heartbeat was billed only the minimum): its last heartbeat
+    (``heartbeat_at``, carried by its totals' save every ~2 s: none before revision 0004), its
+    last recorded report (an observation's ``wall_time``, written when it read the report),
+    its last instance record (each launch's request, ``requested_at``, written before the
+    launch; ``launched_at`` only where earlier: the launch cleanup writes the provider's start
+    there, a replay's market time; the end of a life it closed itself, ``ended_at`` under one
+    of its own end reasons). Never an event's time (a replay's are on the market clock).
+    (None, "") for none (a life is then billed no further than its own start). ``starts``:
+    those of the lives that died with it: records that prove it alive no later than each of
+    them are not named as what their bills end at (the heartbeat or report is, if any)."""
     report = max(
         (o.wall_time for t in store.list_trials(job.id) for o in store.observations(t.id)),
         default=None,
     )
-    beat = getattr(job, "heartbeat_at", None)
-    if beat is not None and (report is None or beat > report):
-        return beat, "the orchestrator's last heartbeat"
-    return report, "the job's last report" if report is not None else ""
+    records: list[float] = []
+    for r in store.list_instances(job.id):
+        records.append(min(r.requested_at, r.launched_at or r.requested_at))
+        if r.ended_at is not None and r.end_reason in _ORCHESTRATOR_ENDS:
+            records.append(r.ended_at)
+    said = [
+        (report, "the job's last report"),
+        (getattr(job, "heartbeat_at", None), "the orchestrator's last heartbeat"),
+        (max(records, default=None), "the orchestrator's last instance record"),
+    ]
+    last, which = None, ""
+    for n, (at, what) in enumerate(said):  # the latest; a tie keeps the first named
+        if at is None or (last is not None and at <= last):
+            continue
+        if n == 2 and not any(at > start for start in starts):  # no more than their starts
+            return at, which
+        last, which = at, what
+    return last, which
 
 
 def _resumed_since(

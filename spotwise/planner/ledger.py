@@ -12,7 +12,7 @@ several clouds).
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from spotwise.errors import ProviderError
 from spotwise.planner.backend import Backend
@@ -28,6 +28,9 @@ from spotwise.planner.policy import Event
 from spotwise.planner.report import life_cost, release_is_cheaper, running_reference
 from spotwise.planner.runstate import Life, TrialRun, note_wind_down
 from spotwise.providers.base import TAG_JOB, Instance, InstanceState
+
+if TYPE_CHECKING:
+    from spotwise.store.heartbeat import Heartbeat
 
 __all__ = [
     "RELEASE_RETRY_WALL_S",
@@ -55,6 +58,7 @@ class Ledger(LaunchCleanup):
     migrations: int
     unconfirmed: dict[str, Unconfirmed]  # launch id → a failed launch not confirmed clean
     budget_stops: list[tuple[TrialRun, Life]]  # this pass's budget stops, released together
+    heartbeat: Heartbeat | None = None  # the orchestrator's, once its run has started
 
     # ---- money --------------------------------------------------------------------------
     def _release_is_cheaper(self, life: Life, now: float) -> bool:
@@ -258,7 +262,11 @@ class Ledger(LaunchCleanup):
     def _save_totals(self, now: float) -> None:
         """The running job's spend so far (running instances as if they ended now) and its
         on-demand reference over the same seconds (`spotwise status` compares the two). The
-        job's end writes the billed totals over them."""
+        job's end writes the billed totals over them. The same write carries the heartbeat
+        (:meth:`~spotwise.store.heartbeat.Heartbeat.carried`): a dead local job's lives are
+        billed up to it, so at most this save's period of their run goes unbilled, not the
+        heartbeat's own (5 wall s: 1500 market s at 300x), and no write is added."""
+        beat = {"heartbeat_at": self.heartbeat.carried()} if self.heartbeat is not None else {}
         self.store.update_job(
             self.job_id,
             cost_usd=self.spent_usd + self._running_cost(now),
@@ -266,6 +274,7 @@ class Ledger(LaunchCleanup):
             revocations=self.revocations,
             migrations=self.migrations,
             early_stopped=self.early_stopped,
+            **beat,
         )
 
     # ---- ending -------------------------------------------------------------------------

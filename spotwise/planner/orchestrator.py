@@ -242,7 +242,10 @@ class Orchestrator(JobSummary):
             if time.monotonic() - last_saved >= SAVE_TOTALS_EVERY_WALL_S:
                 last_saved = time.monotonic()
                 self._save_totals(now)  # `spotwise status` of a running job shows its spend
-            self.heartbeat.beat()  # throttled: a write every HEARTBEAT_EVERY_WALL_S at most
+            # the totals' save carries the heartbeat (every SAVE_TOTALS_EVERY_WALL_S); a write
+            # of its own only where none was carried for HEARTBEAT_EVERY_WALL_S
+            if self.heartbeat is not None:  # set as the run starts
+                self.heartbeat.beat()
             if done:
                 return
             prev_now = now

@@ -13,8 +13,9 @@ from spotwise.store.repo import Store
 _log = logging.getLogger("spotwise.store")
 
 
-#: Wall seconds between two heartbeats of a running job (a dead local job's lives are billed
-#: up to its last one: at most this much of their run goes unbilled).
+#: Wall seconds between two heartbeats of a running job written on their own: the running
+#: totals' save (every 2 wall s) carries one (:meth:`Heartbeat.carried`), so that a dead local
+#: job's lives, billed up to its last one, lose at most that save's period.
 HEARTBEAT_EVERY_WALL_S = 5.0
 
 
@@ -23,7 +24,9 @@ class Heartbeat:
     the job (:meth:`Store.heartbeat`) at its first call and then at most once every
     ``every_s`` (``clock``: monotonic seconds), however often it is called (once a pass of the
     loop). A write that fails (the database locked, unreachable) is logged at debug level and
-    skipped until the next one is due: it never stops the job."""
+    skipped until the next one is due: it never stops the job. Another write of the job that
+    carries the wall time (``heartbeat_at``, :meth:`carried`) counts as one: no write of its
+    own follows within ``every_s``."""
 
     def __init__(
         self,
@@ -49,3 +52,11 @@ class Heartbeat:
             _log.debug("%s: no heartbeat written: %s", self.job_id, e)
             return False
         return True
+
+    def carried(self) -> float:
+        """The wall time for another write of the job to carry as ``heartbeat_at`` (the running
+        totals' save: one write, not two); the next write of :meth:`beat` is due ``every_s``
+        after it. Call it only once that write is about to be made, and let the write's own
+        failure be that write's (it raises there as it did without the heartbeat)."""
+        self.last = self.clock()
+        return self.wall()
