@@ -27,7 +27,6 @@ SCHEMA_WAIT_S = 2.0  # how long a file with no schema yet may be one another pro
 #: ``job`` alone: another program's) is not spotwise's.
 SPOTWISE_TABLES = ("alembic_version", "job")
 FIX_HINT = "or point --db/SPOTWISE_DB at an existing database"
-_SQLITE_MAGIC = b"SQLite format 3\x00"  # how every SQLite database file starts
 
 
 def sqlite_file(url: URL) -> Path | None:
@@ -150,14 +149,10 @@ def _check_sqlite_file(path: Path) -> None:
     try:
         if path.stat().st_size == 0:
             raise _NoSchemaYet("the file is empty")
-        with path.open("rb") as f:
-            start = f.read(len(_SQLITE_MAGIC))
     except FileNotFoundError:
         raise _no_database(path) from None
     except OSError:
         return
-    if not _SQLITE_MAGIC.startswith(start):  # SQLite reads a file of a few bytes as empty
-        raise not_sqlite_error(path)
     try:
         con = sqlite3.connect(
             f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=SQLITE_BUSY_TIMEOUT_S

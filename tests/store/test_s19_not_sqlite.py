@@ -67,9 +67,9 @@ def _text(folder: Path) -> Path:
     return path
 
 
-def _one_byte(folder: Path) -> Path:
+def _two_bytes(folder: Path) -> Path:
     path = folder / "x.db"
-    path.write_bytes(b"x")  # SQLite itself reads a file this short as an empty database
+    path.write_bytes(b"x\n")  # 1 byte is an empty database to SQLite (and to tune): exit 3
     return path
 
 
@@ -80,7 +80,7 @@ def _message(path: Path) -> str:
     )
 
 
-@pytest.mark.parametrize("make", [_damaged, _text, _one_byte], ids=["damaged", "text", "1-byte"])
+@pytest.mark.parametrize("make", [_damaged, _text, _two_bytes], ids=["damaged", "text", "2-bytes"])
 @pytest.mark.parametrize("command", READ_ONLY, ids=lambda c: c[0])
 def test_a_read_on_a_file_that_is_not_sqlite_exits_5_and_says_so(
     monkeypatch: pytest.MonkeyPatch,
@@ -115,10 +115,13 @@ def test_tune_and_prices_open_it_with_the_same_words(tmp_path: Path) -> None:
     [
         (lambda p: None, ""),
         (lambda p: p.write_bytes(b""), " (the file is empty)"),
+        # `echo > spotwise.db`: SQLite reads 1 byte as an empty database, and `tune` makes it one
+        # (review-ai F1: it said "not a SQLite database, restore it from a copy", exit 5)
+        (lambda p: p.write_bytes(b"\n"), " (the file has no spotwise tables)"),
         (lambda p: sqlite3.connect(p).execute("CREATE TABLE t (x)").connection.commit(),
          " (the file has no spotwise tables)"),
     ],
-    ids=["missing", "empty", "other-sqlite"],
+    ids=["missing", "empty", "1-byte", "other-sqlite"],
 )  # fmt: skip
 def test_no_database_is_still_exit_3(tmp_path: Path, make: object, why: str) -> None:
     path = tmp_path / "spotwise.db"
