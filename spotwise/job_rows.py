@@ -107,10 +107,12 @@ def last_active(jobs: Iterable[Any]) -> Any | None:
 
 # ---- the --json shapes (docs/json.md) --------------------------------------------------------
 def _filled(out: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
-    """``out`` with each key of ``defaults`` it lacks (a fresh copy of the default)."""
+    """``out`` with each key of ``defaults`` it lacks (a fresh copy of the default) after its
+    own, in ``out``'s order (review-ai F4: the defaults came first)."""
+    missing = {k: v for k, v in defaults.items() if k not in out}
     return {
-        **{k: (v.copy() if isinstance(v, list | dict) else v) for k, v in defaults.items()},
         **out,
+        **{k: (v.copy() if isinstance(v, list | dict) else v) for k, v in missing.items()},
     }
 
 

@@ -250,13 +250,15 @@ class Actions(LaunchRetry):
             blocked: dict[str, Any] = {}
             if isinstance(e, CapacityError) and e.lasting:  # avoided long, not for one pass
                 blocked = self._block_lasting(offer.key, now)
+                self.last_lasting_refusal = f"{e.message}; {e.hint}" if e.hint else e.message
             else:
                 self.blocked[offer.key] = now + max(self._tick_s(), 1.0)
             if isinstance(e, QuotaError):  # still a failure, but the retry goes to another region
                 pause = QUOTA_PAUSE_WALL_S * self.backend.speedup
                 self.quota_full[(offer.provider, offer.region)] = now + pause
             retried = {"retry_of_same_request": p.retries} if p.retries else {}
-            what = {"error": str(e), **retried, **blocked}
+            hint = {"hint": e.hint} if e.hint else {}  # e.g. raise max_price (review-ai F2)
+            what = {"error": str(e), **hint, **retried, **blocked}
             self._event("launch_failed", now, t, offer=offer.key, **what)
             # a retry's refusal says nothing of an earlier call's create: looked for as after
             # a passing failure (an empty listing trusted only after the provider's lag)
@@ -286,6 +288,7 @@ class Actions(LaunchRetry):
         )
         self.throttled.pop(offer.provider, None)  # a launch went through: no more pause
         self.lasting_blocks.pop(offer.key, None)  # nor a doubled block of its offer
+        self.last_lasting_refusal = ""
         if t.lives_started > 0 and not t.retrying:  # moved after a notice, loss or rebalance
             t.migrations += 1
             self.migrations += 1
@@ -352,6 +355,8 @@ class Actions(LaunchRetry):
         p.retry_at = now if throttled else max(own, self.blocked[offer.key])
         p.passed_over = 0
         self.same_requests[t.trial_id] = p
+
+    last_lasting_refusal: str = ""  # what the last lasting refusal said: the no-offer warning's
 
     @functools.cached_property
     def lasting_blocks(self) -> dict[str, float]:

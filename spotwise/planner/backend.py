@@ -84,9 +84,11 @@ class NoOfferWatch:
         if not self.after_s > 0:
             raise ValueError(f"after_s must be > 0 seconds, got {self.after_s!r}")
 
-    def note(self, offers: Sequence[Offer], waiting: bool = True) -> str | None:
+    def note(self, offers: Sequence[Offer], waiting: bool = True, refused: str = "") -> str | None:
         """``offers``: this poll's offers (unavailable ones marked so); ``waiting``: whether a
-        trial waits for an instance (with none waiting, no offer is needed)."""
+        trial waits for an instance (with none waiting, no offer is needed); ``refused``: the
+        last lasting refusal of a launch, said too (review-ai F2: a Spot price above max_price
+        read as "no capacity ... widen the filters", its hint to raise max_price lost)."""
         now = self.clock()
         if not waiting or any(o.available for o in offers):
             self._since = self._said = None
@@ -103,6 +105,8 @@ class NoOfferWatch:
             what = "the one matching offer has had no capacity"
         else:
             what = f"none of the {len(offers)} matching offers has had capacity"
+        if refused:
+            what += f" (the last launch was refused: {refused})"
         return (
             f"{what} for {minutes} min; spotwise keeps polling (`spotwise prices` shows the "
             f"market; `spotwise cancel {self.job_id}`, then widen the providers' filters)"

@@ -253,7 +253,7 @@ class Orchestrator(JobSummary):
 
     def _watch_offers(self, offers: list[Offer], now: float) -> None:
         waiting = any(t.phase in (Phase.QUEUED, Phase.WAITING) for t in self.trials)
-        if said := self.offer_watch.note(offers, waiting):
+        if said := self.offer_watch.note(offers, waiting, self.last_lasting_refusal):
             log.warning("%s: %s", self.job_id, said)
             self._event("no_offers", now, message=said)
 
@@ -309,7 +309,8 @@ class Orchestrator(JobSummary):
                 self._event("rebalance", now, t, zone=life.offer.zone)
                 continue
             life.notice_deadline = n.deadline
-            self.blocked[life.offer.key] = n.deadline + self._tick_s()
+            key = life.offer.key  # a longer block (a lasting refusal) stays (review-ai F3)
+            self.blocked[key] = max(self.blocked.get(key, 0.0), n.deadline + self._tick_s())
             self._event("notice", now, t, deadline=n.deadline)
             if not life.exited:
                 events.append(NoticeReceived(t.trial_id, n.instance_id, n.deadline))
