@@ -156,9 +156,11 @@ def _use_wal(cursor: Any) -> None:
     so it is asked only when the file is not in WAL yet, and retried until the timeout.
 
     A database that already holds a schema and that another process is writing in
-    rollback-journal mode (it holds the write lock) is used in that mode: a later connection
-    switches it. Waiting for the switch made a read-only command that could read wait a
-    whole busy timeout and fail (review-ah F2)."""
+    rollback-journal mode (it holds the write lock) is used in that mode: the next process
+    to connect without contention switches it (a pooled connection keeps its mode, so a
+    `tune` that met the lock runs in rollback-journal mode: slower to share, never unsafe).
+    Waiting for the switch made a read-only command that could read wait a whole busy
+    timeout and fail (review-ah F2)."""
     if str(cursor.execute("PRAGMA journal_mode").fetchone()[0]).lower() == "wal":
         return
     deadline = time.monotonic() + SQLITE_BUSY_TIMEOUT_S
