@@ -19,7 +19,8 @@ may still be billed); 2 SpecError / ConfigError (bad input, unusable --db URL: n
 3 NotFoundError (no such job; no spotwise database, or its server cannot be reached); 5
 StoreError (the database failed: unreadable or corrupt, locked past the busy timeout, a schema
 revision from a newer spotwise), apart from 1 so that `report --check`'s "an instance is held"
-never stands for a database failure. 4 and 130 are the commands' own (not errors).
+never stands for a database failure. 4 and 130 are the commands' own (not errors); 70 is
+an exception that is none of these (a bug: spotwise.cli.app.EXIT_INTERNAL).
 """
 
 from __future__ import annotations

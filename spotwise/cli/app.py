@@ -14,10 +14,18 @@ import typer
 from spotwise.cli import cloud, curve, jobs, predictor, report, simulate
 from spotwise.errors import SpotwiseError
 
+#: A bug in spotwise (an exception it did not expect): sysexits' EX_SOFTWARE. Never 1, which
+#: `report --check` gives for "an instance is held" and `tune`/`cancel` for "something may
+#: still be billed": a cron must tell a bug from a held instance.
+EXIT_INTERNAL = 70
+
 app = typer.Typer(
     name="spotwise",
     help="Run ML training and hyper-parameter tuning on spot capacity at the lowest honest "
     "cost.\n\n"
+    "Exit code 70 from any command is an internal error: a bug in spotwise, never a result "
+    "(rerun with SPOTWISE_DEBUG=1 for the traceback and report it); its other codes are "
+    "results, listed in its --help and the README's command table.\n\n"
     "Examples:\n"
     "  spotwise tune examples/digits/job.yaml   # start here\n"
     "  spotwise status\n"
@@ -115,7 +123,7 @@ def main() -> None:
             "[dim]hint:[/] this is a bug in spotwise: rerun with SPOTWISE_DEBUG=1 for the "
             "traceback and report it"
         )
-        sys.exit(1)
+        sys.exit(EXIT_INTERNAL)
 
 
 if __name__ == "__main__":

@@ -144,6 +144,14 @@ def status(
             "how many there are (--json: total, left_out).",
         ),
     ] = 20,
+    show_all: Annotated[
+        bool,
+        typer.Option(
+            "--all",
+            help="With JOB: list every instance life (the text shows the 50 newest and every "
+            "one still held; --json always has them all).",
+        ),
+    ] = False,
     db: DbOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
@@ -165,6 +173,7 @@ def status(
       spotwise status                 # the 20 newest jobs
       spotwise status --limit 0       # every job
       spotwise status JOB --json      # one job: its id, or a unique prefix of it
+      spotwise status JOB --all       # and every one of its instance lives as text
     """
     from spotwise import jobs
     from spotwise.cli.render import print_jobs, print_status
@@ -174,7 +183,9 @@ def status(
     emit(
         out,
         json_out,
-        print_status if job is not None else lambda o: print_jobs(o["jobs"], o["total"]),
+        (lambda o: print_status(o, show_all))
+        if job is not None
+        else lambda o: print_jobs(o["jobs"], o["total"]),
     )
 
 

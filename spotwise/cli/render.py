@@ -271,7 +271,29 @@ def print_jobs(rows: list[dict[str, Any]], total: int | None = None) -> None:
         console.print(f"[dim]{len(rows)} of {total} jobs; --limit 0 for all[/]")
 
 
-def print_status(j: dict[str, Any]) -> None:
+#: `status JOB`'s text lists this many of the newest instance lives, and every one still held
+#: (review-af F7: a job with 5,500 lives printed every row, in 16 s); --json has them all
+NEWEST_INSTANCES = 50
+
+
+def _held(i: dict[str, Any]) -> bool:
+    """An instance not ended (requested, pending, running, stopping: maybe billed); a state
+    this spotwise does not know counts as held (never hidden)."""
+    return i["state"] not in ("terminated", "revoked", "failed")
+
+
+def shown_instances(rows: list[dict[str, Any]], show_all: bool = False) -> list[dict[str, Any]]:
+    """The instance rows `status JOB` prints, oldest first as stored: the
+    :data:`NEWEST_INSTANCES` newest, and every older one still held; all with ``show_all``."""
+    if show_all or len(rows) <= NEWEST_INSTANCES:
+        return rows
+    old = len(rows) - NEWEST_INSTANCES
+    return [i for i in rows[:old] if _held(i)] + rows[old:]
+
+
+def print_status(j: dict[str, Any], show_all: bool = False) -> None:
+    """One job; its instances: the newest :data:`NEWEST_INSTANCES` and every one still
+    held (a line says how many were left out), or all of them with ``show_all``."""
     console.print(
         f"[bold]job {j['job_id']}[/] ({j['name']}) {_state(j['state'])} · policy {j['policy']}"
     )
@@ -310,7 +332,8 @@ def print_status(j: dict[str, Any]) -> None:
         for col in ("market", "state"):
             t.add_column(col, no_wrap=True)
         t.add_column("$", justify="right", no_wrap=True)
-        for i in j["instances"]:
+        shown = shown_instances(j["instances"], show_all)
+        for i in shown:
             t.add_row(
                 i["trial"],
                 i.get("instance_type") or "—",
@@ -320,6 +343,12 @@ def print_status(j: dict[str, Any]) -> None:
                 f"{i['cost_usd']:.4f}",
             )
         console.print(fit(t, console.width))
+        if left := len(j["instances"]) - len(shown):
+            console.print(
+                f"[dim]{len(shown)} of {len(j['instances'])} instances shown (the "
+                f"{NEWEST_INSTANCES} newest, and every one still held); {left} older ones left "
+                f"out: spotwise status {j['job_id']} --all lists every one[/]"
+            )
 
 
 def print_trials(out: dict[str, Any]) -> None:

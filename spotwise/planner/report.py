@@ -178,8 +178,10 @@ def summary(
         "revocations": int(totals["revocations"]),
         "migrations": int(totals["migrations"]),
         "early_stopped": int(totals["early_stopped"]),
-        "cost_usd": round(totals["cost_usd"], 6),
-        "on_demand_cost_usd": round(totals["on_demand_cost_usd"], 6),
+        # the dollars as the job row holds them, not rounded: `status`, `report` and
+        # `tune --json` give the row's, and a script comparing them must see one number
+        "cost_usd": totals["cost_usd"],
+        "on_demand_cost_usd": totals["on_demand_cost_usd"],
         "wall_seconds": round(wall_seconds, 3),
         "limits": limits(trials),
     }

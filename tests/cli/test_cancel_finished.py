@@ -164,8 +164,8 @@ def test_an_instance_that_outlived_its_record_is_terminated_and_billed(
         foreign: "running",
     }
     billed = {f["instance_id"]: f for f in out["found_instances"]}
-    assert billed[stray]["billed_usd"] == pytest.approx(0.9, abs=0.005)  # 1 h at $0.90/h
-    assert billed[retried]["billed_usd"] == pytest.approx(0.45, abs=0.005)  # 30 min
+    assert billed[stray]["billed_usd"] == pytest.approx(0.9, abs=0.02)  # 1 h at $0.90/h
+    assert billed[retried]["billed_usd"] == pytest.approx(0.45, abs=0.02)  # 30 min
     assert billed[stray]["trial"] == billed[retried]["trial"] == trials["l-lost"]
     assert unnamed not in billed
     left_alone = (
@@ -187,8 +187,9 @@ def test_an_instance_that_outlived_its_record_is_terminated_and_billed(
         lost = rows["l-lost"]
         # the 1.5 h they ran, on their launch's record (which now names the first), its trial
         # and the job
-        assert lost.cost_usd == pytest.approx(0.9 + 0.45, abs=0.005)
-        assert lost.market_seconds == pytest.approx(1.5 * HOUR, abs=15)
+        # (abs: up to 80 s of a loaded machine between the creates and the cancel's clock)
+        assert lost.cost_usd == pytest.approx(0.9 + 0.45, abs=0.02)
+        assert lost.market_seconds == pytest.approx(1.5 * HOUR, abs=80)
         assert lost.provider_instance_id == stray
         assert (lost.state, lost.end_reason) == ("failed", "failed")  # still closed
         assert rows["l-ok"].cost_usd == 0.9  # untouched

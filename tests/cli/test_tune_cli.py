@@ -184,7 +184,7 @@ def test_an_unexpected_exception_is_one_line_with_a_hint(tmp_path: Path) -> None
     done = subprocess.run(
         [sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True
     )
-    assert done.returncode == 1
+    assert done.returncode == 70  # EX_SOFTWARE (was 1, report --check's "held")
     assert done.stderr.splitlines() == [
         "error: internal error: TypeError: Improper input",
         "hint: this is a bug in spotwise: rerun with SPOTWISE_DEBUG=1 for the traceback and "

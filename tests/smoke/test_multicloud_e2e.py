@@ -152,7 +152,7 @@ def test_one_job_on_gcp_and_azure_migrates_across_clouds_and_bills_each_by_its_r
         elif secs < 60:  # a GCE life is billed at least a minute
             assert r.cost_usd == pytest.approx(60 * GCP_PRICE / 3600)
         total += r.cost_usd
-    assert summary["cost_usd"] == pytest.approx(total, abs=1e-6)  # the summary rounds
+    assert summary["cost_usd"] == pytest.approx(total, abs=1e-6)  # a sum in another order
 
     # nothing of ours is left on either cloud; no credential reached a VM or the summary
     gone = [i for i in clouds.gce.instances.values() if i["labels"].get("spotwise-managed")]
