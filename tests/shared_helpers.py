@@ -257,3 +257,19 @@ def local_replay_spec(speedup: float = 300.0) -> str:
             "providers": [{"name": "local", "replay": {"speedup": speedup}}],
         }
     ).model_dump_json()
+
+
+def main_in_process(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], *args: str
+) -> tuple[int, str, list[str]]:
+    """``spotwise ARGS`` through the real entry point (``main``: its error handler and exit
+    codes) in this process: (exit code, stdout, stderr's lines)."""
+    from spotwise.cli.app import main
+
+    monkeypatch.setattr(sys, "argv", ["spotwise", *args])
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as done:
+        main()
+    out, err = capsys.readouterr()
+    code = done.value.code
+    return (code if isinstance(code, int) else 0 if code is None else 1), out, err.splitlines()

@@ -6,7 +6,6 @@ not offer. A refusal for capacity that may come back any minute stays a plain Ca
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,31 +15,19 @@ from cloudfakes import (
     AzureCredential,
     Launches,
     azure_config,
-    fake_arm,
     fake_gce,
     gcp_config,
     gcp_credentials,
     gcp_provisioner,
     serve,
 )
+from test_s18_azure_max_price import BELOW_SPOT, RefusingARM
+from test_s18_azure_max_price import LAUNCHES as AZURE
 
 from spotwise.errors import CapacityError, ProviderError
 from spotwise.providers import aws, azure
 
 SECRET = "eyJ0eXAiOiJKV1Qi.SPOTWISE-S19-LASTING.must-never-appear"
-AZURE = Launches(
-    "azure",
-    zone="eastus-1",
-    instance_type="Standard_NC4as_T4_v3",
-    price_per_hour=0.062699,
-    on_demand_price_per_hour=0.526,
-    vcpus=4,
-    memory_gb=28.0,
-    gpu_name="T4",
-    job="job-a",
-    argv=("python", "t.py"),
-    env={"SPOTWISE_TRIAL": "t1"},
-)
 GCP = Launches(
     "gcp",
     zone="us-central1-a",
@@ -54,28 +41,9 @@ GCP = Launches(
     argv=("python", "train.py"),
     env={"SPOTWISE_TRIAL": "t1"},
 )
-BELOW_SPOT = (
-    "Unable to perform operation 'Create VM' since the provided max price '0.05 USD' is lower "
-    "than the current spot price '0.062699 USD' for Azure Spot Virtual Machine size "
-    "'Standard_NC4as_T4_v3'."
-)
 
 
 # ---- Azure ------------------------------------------------------------------------------------
-@dataclass
-class RefusingARM(fake_arm.FakeARM):
-    """The fake, with synchronous refusals of the next PUTs queued."""
-
-    refusals: list[tuple[int, str, str]] = field(default_factory=list)
-
-    def _put(self, request: Any) -> tuple[int, dict[str, str], str]:
-        if self.refusals:
-            status, code, message = self.refusals.pop(0)
-            body = json.dumps({"error": {"code": code, "message": message}})
-            return status, {"Content-Type": "application/json"}, body
-        return super()._put(request)
-
-
 @pytest.fixture
 def arm() -> Iterator[RefusingARM]:
     yield from serve(RefusingARM)

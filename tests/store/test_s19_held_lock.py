@@ -14,31 +14,20 @@ The lock is held by a second sqlite3 connection; the busy timeout is cut to 0.6 
 from __future__ import annotations
 
 import sqlite3
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from shared_helpers import main_in_process
 
-from spotwise.cli.app import main
 from spotwise.errors import StoreError
 from spotwise.store import Store
 
 TIMEOUT_S = 0.6
 
 
-def _cli(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], *args: str
-) -> tuple[int, str, list[str]]:
-    """``spotwise ARGS`` in this process: (exit code, stdout, stderr's lines)."""
-    monkeypatch.setattr(sys, "argv", ["spotwise", *args])
-    capsys.readouterr()
-    with pytest.raises(SystemExit) as done:
-        main()
-    out, err = capsys.readouterr()
-    code = done.value.code
-    return (code if isinstance(code, int) else 0 if code is None else 1), out, err.splitlines()
+_cli = main_in_process  # tests/shared_helpers.py
 
 
 @pytest.fixture(autouse=True)

@@ -11,12 +11,11 @@ and a SQLite database without spotwise's tables are still "no database" (exit 3)
 from __future__ import annotations
 
 import sqlite3
-import sys
 from pathlib import Path
 
 import pytest
+from shared_helpers import main_in_process
 
-from spotwise.cli.app import main
 from spotwise.errors import NotFoundError, StoreError
 from spotwise.store import Store
 from spotwise.store.db import check_existing_sqlite
@@ -24,17 +23,7 @@ from spotwise.store.db import check_existing_sqlite
 READ_ONLY = [["report", "--check"], ["status"], ["trials"]]
 
 
-def _cli(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], *args: str
-) -> tuple[int, str, list[str]]:
-    """``spotwise ARGS`` in this process: (exit code, stdout, stderr's lines)."""
-    monkeypatch.setattr(sys, "argv", ["spotwise", *args])
-    capsys.readouterr()
-    with pytest.raises(SystemExit) as done:
-        main()
-    out, err = capsys.readouterr()
-    code = done.value.code
-    return (code if isinstance(code, int) else 0 if code is None else 1), out, err.splitlines()
+_cli = main_in_process  # tests/shared_helpers.py
 
 
 @pytest.fixture(autouse=True)
