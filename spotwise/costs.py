@@ -79,8 +79,9 @@ class JobInfo:
     billing: str | None = None  # the billing rule a replay bills by (None: the life's provider)
     # its budget cap and, when its whole cost ended above it, by how much (:func:`budget_of`)
     budget: Mapping[str, float] | None = None
-    # wall time its orchestrator was last known alive (its heartbeat, else its end): a
-    # replay's market, and its trial processes, stopped with it (review-af F6)
+    # wall time its orchestrator was last known alive (as `cancel` bills a dead replay's lives,
+    # :func:`~spotwise.last_alive.last_alive`; else its end): a replay's market, and its trial
+    # processes, stopped with it (review-af F6)
     alive_at: float | None = None
 
 
@@ -339,6 +340,7 @@ def report(
     """The cost report of the bills written in a window (:func:`window`: ``since`` a duration
     such as ``24h``/``7d`` before ``until``, a time, or ``all``; ``until`` a time, default
     now), grouped ``by`` one of :data:`GROUPS`, with every instance still held."""
+    from spotwise.last_alive import last_alive
     from spotwise.liveness import orchestrator_state
     from spotwise.spec import STORED, ReplaySpec
     from spotwise.store import Store
@@ -356,6 +358,7 @@ def report(
             if r.launched_at is not None or r.cost_usd > 0
         ]
         held = store.list_instances(None, active_only=True)
+        held_by = {r.job_id for r in held}
         jobs: dict[str, JobInfo] = {}
         found = store.jobs_by_id(r.job_id for r in [*ended, *held])  # one query (review-af F7)
         for job_id in {r.job_id for r in [*ended, *held]}:
@@ -366,16 +369,22 @@ def report(
             # read back as recorded (review-af F9: a replay block from before a field was
             # dropped, validated as a new spec, failed the whole report)
             replayed = None if replay is None else ReplaySpec.model_validate(replay, context=STORED)
+            state = str(getattr(job.state, "value", job.state))
+            # on another machine it cannot be judged from here: not taken for gone
+            running = orchestrator_state(job) != "gone"
+            # a dead replay's held lives: up to when `cancel` would bill them (review-ah F12)
+            alive = job.heartbeat_at
+            if simulated and job_id in held_by and (state in FINISHED_JOB_STATES or not running):
+                alive = last_alive(store, job, [])[0]  # its heartbeat, reports, own records
             jobs[job_id] = JobInfo(
-                state=str(getattr(job.state, "value", job.state)),
-                # on another machine it cannot be judged from here: not taken for gone
-                running=orchestrator_state(job) != "gone",
+                state=state,
+                running=running,
                 simulated=simulated,
                 # the spec's defaults, as the job ran them (no replay block: 600x, not 1x)
                 speedup=1.0 if replayed is None else replayed.speedup,
                 billing=None if replayed is None else replayed.billing,  # as its lives were billed
                 budget=budget_of(job.spec_json, job.cost_usd),  # the whole job's, as `status`
-                alive_at=job.heartbeat_at if job.heartbeat_at is not None else job.ended_at,
+                alive_at=alive if alive is not None else job.ended_at,
             )
     finally:
         store.close()

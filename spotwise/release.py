@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from spotwise.last_alive import last_alive
 from spotwise.release_reference import OnDemandReference
 from spotwise.release_reference import _unknown_text as _unknown_text  # jobs.py's
 
@@ -27,10 +28,10 @@ def _release(store: Any, job: Any, orchestrator_died: bool = False) -> dict[str,
 
     Each closed record is billed up to now (or up to when its provider says it ended; when
     ``orchestrator_died``, a local job's trial processes that died with it, up to when it was
-    last known alive, :func:`_last_alive`, but not before their own start): the seconds no
-    life's bill covered (an instance left by a dead orchestrator, or billed only up to a drain
-    that could not terminate it) at its price, in market seconds (a replay's clock runs
-    ``speedup`` times the wall clock), and the job's cost becomes the sum of its instances'
+    last known alive, :func:`~spotwise.last_alive.last_alive`, not before their own start): the
+    seconds no life's bill covered (an instance left by a dead orchestrator, or billed only up
+    to a drain that could not terminate it) at its price, in market seconds (a replay's clock
+    runs ``speedup`` times the wall clock), and the job's cost becomes the sum of its instances'
     again (each trial's, its lives': :func:`_held_apart`), its on-demand figure too (it was a
     dead orchestrator's last running estimate). A stopped VM ('not deleted') has no compute to
     bill. Of the seconds billed now, only the life's useful ones get an on-demand reference,
@@ -39,7 +40,8 @@ def _release(store: Any, job: Any, orchestrator_died: bool = False) -> dict[str,
     start-up; the idle time after, and work nobody saw, are billed but not referenced (the
     saving is never overstated).
 
-    Returns ``terminated_instances`` (ids terminated now), ``closed_records`` (how many),
+    Returns ``terminated_instances`` (ids terminated now), ``closed_records`` (how many this
+    cancel closed: a record another cancel closed first is left as that one billed it),
     ``records`` (a cloud job's: each record's instance, region and outcome: ``terminated``,
     ``ended``, ``not found`` or ``open``), ``open_instances`` (the ids still open) and
     ``errors`` (why); ``on_demand_unknown``: those billed more at an unknown on-demand price;
@@ -69,7 +71,7 @@ def _release(store: Any, job: Any, orchestrator_died: bool = False) -> dict[str,
         terminated = rec.reconcile(spec, job.id)
         died = [r for r in rows if orchestrator_died and r.provider_instance_id not in terminated]
         starts = [r.launched_at or r.requested_at for r in died]
-        last, which = _last_alive(store, job, starts) if died else (None, "")
+        last, which = last_alive(store, job, starts) if died else (None, "")
         dead = {r.id for r in died}
         # a life the replayed market took (its `revoked` event written) before the
         # orchestrator could close its record: billed as taken (AWS: free in its first hour),
@@ -131,6 +133,7 @@ def _release(store: Any, job: Any, orchestrator_died: bool = False) -> dict[str,
     now = wall_now()
     speedup = (first.replay or ReplaySpec()).speedup if first.name == "local" else 1.0
     extra_by_trial: dict[str, float] = {}  # what the lives ran after the job's own bill
+    closed = 0  # the records this cancel closed (another may have closed some first)
     od_price = OnDemandReference(store, spec, job, speedup)
     for row in rows:
         found, inst = seen.get(row.id, (None, None))
@@ -171,7 +174,11 @@ def _release(store: Any, job: Any, orchestrator_died: bool = False) -> dict[str,
         od = 0.0
         if row.launched_at is not None:
             od = od_price.reference(row, inst, start, extra_s, revoked)
-        store.update_instance(
+        # only while it is still open: of two cancels that read it open, the one whose close
+        # applied bills this life; the other leaves it (it had billed it twice: one cancel
+        # killing a live process, billed up to now, then the other's bill to its last-alive
+        # time was a part of its own)
+        if store.close_instance_if_open(
             row.id,
             state="terminated",
             end_reason="reconciled",
@@ -181,8 +188,11 @@ def _release(store: Any, job: Any, orchestrator_died: bool = False) -> dict[str,
             on_demand_cost_usd=row.on_demand_cost_usd + od,
             market_seconds=row.market_seconds + extra_s,
             **known,
-        )
-        extra_by_trial[row.trial_id] = extra_by_trial.get(row.trial_id, 0.0) + extra_usd
+        ):
+            closed += 1
+            extra_by_trial[row.trial_id] = extra_by_trial.get(row.trial_id, 0.0) + extra_usd
+        elif row.id in od_price.unknown:  # not billed here: nothing to say of its reference
+            od_price.unknown.remove(row.id)
     billed = [trial_id for trial_id, extra_usd in extra_by_trial.items() if extra_usd]
     if billed:  # a trial's cost is its lives' sum, set, not added to (review-ah F6)
         lives = store.list_instances(job.id)
@@ -192,7 +202,7 @@ def _release(store: Any, job: Any, orchestrator_died: bool = False) -> dict[str,
     _sum_job(store, job.id)
     return {
         "terminated_instances": terminated,
-        "closed_records": len(ends),
+        "closed_records": closed,
         "records": records,
         "open_instances": [r["instance_id"] for r in records if r["outcome"] == rec.OPEN],
         "errors": errors,
@@ -263,48 +273,6 @@ def _whole_life_cost(row: Any, extra_s: float, revoked: bool, rule: Any) -> floa
     if not segments and not revoked:  # it started: at least the minimum (0 s billed nothing)
         segments = [(rule.minimum_s, row.price_per_hour)] if rule.minimum_s > 0 else []
     return float(rule.charge(segments, revoked_by_provider=revoked)) if segments else 0.0
-
-
-#: the ends the orchestrator itself closes a life's record with, at its wall clock (ledger's
-#: ``_bill``, the launch cleanup's ``failed``); a cancel's is ``reconciled``
-_ORCHESTRATOR_ENDS = frozenset({"completed", "stopped", "revoked", "released on notice", "failed"})
-
-
-def _last_alive(store: Any, job: Any, starts: list[float]) -> tuple[float | None, str]:
-    """When a dead local job's orchestrator (and so its trial processes) was last known alive,
-    and what says so: the latest wall time it wrote itself (review-ah F12: a life launched
-    after its last heartbeat was billed only the minimum): its last heartbeat
-    (``heartbeat_at``, carried by its totals' save every ~2 s: none before revision 0004), its
-    last recorded report (an observation's ``wall_time``, written when it read the report),
-    its last instance record (each launch's request, ``requested_at``, written before the
-    launch; ``launched_at`` only where earlier: the launch cleanup writes the provider's start
-    there, a replay's market time; the end of a life it closed itself, ``ended_at`` under one
-    of its own end reasons). Never an event's time (a replay's are on the market clock).
-    (None, "") for none (a life is then billed no further than its own start). ``starts``:
-    those of the lives that died with it: records that prove it alive no later than each of
-    them are not named as what their bills end at (the heartbeat or report is, if any)."""
-    report = max(
-        (o.wall_time for t in store.list_trials(job.id) for o in store.observations(t.id)),
-        default=None,
-    )
-    records: list[float] = []
-    for r in store.list_instances(job.id):
-        records.append(min(r.requested_at, r.launched_at or r.requested_at))
-        if r.ended_at is not None and r.end_reason in _ORCHESTRATOR_ENDS:
-            records.append(r.ended_at)
-    said = [
-        (report, "the job's last report"),
-        (getattr(job, "heartbeat_at", None), "the orchestrator's last heartbeat"),
-        (max(records, default=None), "the orchestrator's last instance record"),
-    ]
-    last, which = None, ""
-    for n, (at, what) in enumerate(said):  # the latest; a tie keeps the first named
-        if at is None or (last is not None and at <= last):
-            continue
-        if n == 2 and not any(at > start for start in starts):  # no more than their starts
-            return at, which
-        last, which = at, what
-    return last, which
 
 
 def _resumed_since(

@@ -10,7 +10,7 @@ import time
 from typing import Any
 
 from spotwise.errors import ProviderError
-from spotwise.release import _resumed_since, _rule, _sum_job, _whole_life_cost
+from spotwise.release import _held_apart, _resumed_since, _rule, _sum_job, _whole_life_cost
 from spotwise.release_reference import OnDemandReference, _unknown_text
 from spotwise.release_text import _found_text, _looked_in, not_ours_text
 
@@ -44,7 +44,9 @@ def sweep_finished(store: Any, job: Any, state: str) -> dict[str, Any]:
     spec = load_stored_spec(job.spec_json)
     if spec.providers[0].name == "local":
         return {"message": f"job already {state}"}
+    trials = store.list_trials(job.id)  # before the records: see _held_apart
     rows = {r.id: r for r in store.list_instances(job.id)}
+    held_apart = _held_apart(trials, list(rows.values()))
     named = {q.name for q in spec.providers}
     # every record, the closed ones too: a launch is recorded with its region before the cloud
     # call, so their regions are everywhere the job can have started something
@@ -76,10 +78,12 @@ def sweep_finished(store: Any, job: Any, state: str) -> dict[str, Any]:
         elif row is not None:
             one["trial"] = row.trial_id
         found.append(one)
-    for trial_id, usd in billed_trials.items():  # a trial's cost is its lives' sum
-        if usd:
-            trial = store.get_trial(trial_id)
-            store.update_trial(trial_id, cost_usd=trial.cost_usd + usd)
+    billed = [trial_id for trial_id, usd in billed_trials.items() if usd]
+    if billed:  # a trial's cost is its lives' sum, set, not added to (two sweeps at once)
+        lives = store.list_instances(job.id)
+        for trial_id in billed:
+            cost = sum(r.cost_usd for r in lives if r.trial_id == trial_id)
+            store.update_trial(trial_id, cost_usd=cost + held_apart.get(trial_id, 0.0))
     if billed_trials:  # the job's cost (and on-demand figure) is its instance records' sum
         _sum_job(store, job.id)
     where = _looked_in(spec, held)
@@ -122,7 +126,10 @@ def _bill_outlived(
     (``od_price``), for those of the seconds that fall in its useful window (up to its last
     report: an instance outliving a bill that the orchestrator already referenced adds none);
     a failed launch's instance none, as the drain's sweep bills a stray. What is added is a part
-    of the record's bill dated ``now`` (:mod:`spotwise.store.bills`); returns its dollars."""
+    of the record's bill dated ``now`` (:mod:`spotwise.store.bills`), written only while the
+    record's bill is still as read here (two cancels that found the same instance: the second
+    adds nothing, where it added a second part, and its trial counted it twice); returns its
+    dollars (0.0: another billed it)."""
     row = store.get_instance(row.id)  # as billed so far (a launch may have left two)
     own = row.provider_instance_id == inst.instance_id
     start = (row.launched_at if own else None) or inst.launched_at or None
@@ -140,8 +147,8 @@ def _bill_outlived(
     if own and row.state != "failed":
         od = od_price.reference(row, inst, start, extra_s)
     billed = {} if not (usd or od or extra_s) else {"ended_at": max(row.ended_at or end, end)}
-    store.update_instance(
-        row.id,
+    done = store.rebill_instance_if_unchanged(
+        row,
         cost_usd=row.cost_usd + usd,
         on_demand_cost_usd=row.on_demand_cost_usd + od,
         market_seconds=row.market_seconds + extra_s,
@@ -150,4 +157,6 @@ def _bill_outlived(
         **({"launched_at": start} if row.launched_at is None and start else {}),
         **known,
     )
-    return usd
+    if done is None and row.id in od_price.unknown:  # not billed here: nothing to say of it
+        od_price.unknown.remove(row.id)
+    return usd if done is not None else 0.0

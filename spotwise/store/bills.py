@@ -14,6 +14,9 @@ in the window of the time it was *written*, never of a time in the past:
   its whole bill (what `status`, `trials` and `cancel` add up), its first bill stays in the
   window that counted it, and the part is counted in its own. :func:`stamp_bill` does this in
   :meth:`~spotwise.store.repo.Store.update_instance`, so no caller can forget it.
+
+Two processes that bill the same record at once (two `spotwise cancel` of one job) each write
+it with a compare-and-set, :class:`BillWrites`: only the first applies, so a life is billed once.
 """
 
 from __future__ import annotations
@@ -24,10 +27,12 @@ from collections.abc import Iterable
 from contextlib import AbstractContextManager
 from typing import Any
 
-from sqlalchemy import and_, or_
+from sqlalchemy import and_, or_, update
 from sqlmodel import Session, col, select
 
+from spotwise.errors import StoreError
 from spotwise.store.models import TERMINAL_INSTANCE_STATES, InstanceRow, Job
+from spotwise.store.rows import instance_state, plain
 
 #: The columns of a record's bill; a change of one on a closed record is a part of its own.
 BILL_COLUMNS = ("cost_usd", "on_demand_cost_usd", "market_seconds")
@@ -98,3 +103,49 @@ class BillReads:
                 chunk = wanted[i : i + 500]
                 out.update((j.id, j) for j in s.exec(select(Job).where(col(Job.id).in_(chunk))))
         return out
+
+
+class BillWrites:
+    """Compare-and-set writes of a record's bill (mixed into :class:`~spotwise.store.repo.Store`):
+    each is one conditional UPDATE, applied only while the record is as the caller read it, and
+    says whether it was (the row as written, else None: the caller bills nothing)."""
+
+    def _scope(self, action: str) -> AbstractContextManager[Session]:  # Records's
+        raise NotImplementedError
+
+    def close_instance_if_open(self, instance_id: str, **fields: Any) -> InstanceRow | None:
+        """Close a launch record (``fields``: its terminal ``state``, end and bill, ``billed_at``
+        as :meth:`~spotwise.store.repo.Store.update_instance` takes them) only while it is still
+        open. Of two cancels that read it open and both close it, exactly one gets the row; the
+        other None (another closed and billed it first: it must not bill that life again)."""
+        fields = {**fields, "state": instance_state(fields.get("state"))}
+        if fields["state"] not in TERMINAL_INSTANCE_STATES:
+            raise ValueError(f"closing instance {instance_id!r}: {fields['state']!r} is open")
+        shut = sorted(TERMINAL_INSTANCE_STATES)
+        return self._set_if(instance_id, fields, col(InstanceRow.state).not_in(shut))
+
+    def rebill_instance_if_unchanged(self, seen: InstanceRow, **fields: Any) -> InstanceRow | None:
+        """Update record ``seen`` (its bill, as :meth:`~spotwise.store.repo.Store.update_instance`
+        does: a closed record's change is a dated part, :func:`stamp_bill`) only while its state
+        and bill are still as ``seen`` read them. None: another process billed it since (two
+        cancels that found and terminated the same outlived instance: the second adds nothing)."""
+        fields = dict(fields)
+        stamp_bill(seen, fields)  # from the row as read: applied only where it still is
+        kept = (*BILL_COLUMNS, "state", "ended_at", "billed_at", "extra_bills_json")
+        same = [getattr(InstanceRow, k) == getattr(seen, k) for k in kept]
+        return self._set_if(seen.id, fields, *same)
+
+    def _set_if(self, key: str, fields: dict[str, Any], *where: Any) -> InstanceRow | None:
+        if "state" in fields:
+            fields["state"] = instance_state(fields["state"])
+        columns = InstanceRow.__table__.columns.keys()  # type: ignore[attr-defined]
+        for name in fields:  # as update_instance says it
+            if name == "id" or name not in columns:
+                valid = ", ".join(c for c in columns if c != "id")
+                raise StoreError(f"instance has no updatable field {name!r}; valid: {valid}")
+        fields = {k: plain(v) for k, v in fields.items()}
+        stmt = update(InstanceRow).where(col(InstanceRow.id) == key, *where).values(**fields)
+        with self._scope(f"updating instance {key!r}") as s:
+            if s.exec(stmt.execution_options(synchronize_session=False)).rowcount != 1:
+                return None
+            return s.get(InstanceRow, key)

@@ -18,7 +18,7 @@ from sqlalchemy.engine import Engine
 from sqlmodel import SQLModel, col, func, select
 
 from spotwise.errors import ConfigError, NotFoundError, SpotwiseError
-from spotwise.store.bills import BillReads, stamp_bill
+from spotwise.store.bills import BillReads, BillWrites, stamp_bill
 from spotwise.store.db import (
     check_existing_sqlite,
     default_url,
@@ -52,11 +52,12 @@ from spotwise.store.rows import (
 RowT = TypeVar("RowT", bound=SQLModel)
 
 
-class Store(Records, BillReads):
+class Store(Records, BillReads, BillWrites):
     """Repository over one database. Open with :meth:`open` (creates and migrates) or
     :meth:`open_existing` (read-only commands: never creates a SQLite file). The append-only
     records (observations, events, the price cache) are :class:`Records`'s methods; the
-    report's reads, :class:`BillReads`'s."""
+    report's reads, :class:`BillReads`'s; the compare-and-set bill writes (two cancels at
+    once), :class:`BillWrites`'s."""
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine

@@ -288,6 +288,9 @@ def test_a_replay_job_without_a_replay_block_uses_the_specs_default_speed(
     """Its held hours were counted at 1x; the job ran at the spec's default 600x."""
     db = _store(tmp_path, monkeypatch)  # j-sim's spec names `local` with no replay block
     with Store.open_existing(db) as s:
+        # its orchestrator was last known alive now: its held life runs up to then (with
+        # nothing after its own launch record, up to its start, as `cancel` would bill it)
+        s.update_job("j-sim", heartbeat_at=NOW)
         t = s.add_trial("j-sim", 9, {"lr": 0.1})
         record_launch(
             s,
