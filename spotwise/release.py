@@ -32,13 +32,13 @@ def _release(store: Any, job: Any, orchestrator_died: bool = False) -> dict[str,
     seconds no life's bill covered (an instance left by a dead orchestrator, or billed only up
     to a drain that could not terminate it) at its price, in market seconds (a replay's clock
     runs ``speedup`` times the wall clock), and the job's cost becomes the sum of its instances'
-    again (each trial's, its lives': :func:`_held_apart`), its on-demand figure too (it was a
-    dead orchestrator's last running estimate). A stopped VM ('not deleted') has no compute to
-    bill. Of the seconds billed now, only the life's useful ones get an on-demand reference,
-    under the orchestrator's rule (:class:`~spotwise.release_reference.OnDemandReference`): up
-    to its last report (a life the provider took: its last checkpoint), less a relaunch's
-    start-up; the idle time after, and work nobody saw, are billed but not referenced (the
-    saving is never overstated).
+    again, each billed trial's the sum of its lives' (one rule for both: review-aj F2), its
+    on-demand figure too (it was a dead orchestrator's last running estimate). A stopped VM
+    ('not deleted') has no compute to bill. Of the seconds billed now, only the life's useful
+    ones get an on-demand reference, under the orchestrator's rule
+    (:class:`~spotwise.release_reference.OnDemandReference`): up to its last report (a life the
+    provider took: its last checkpoint), less a relaunch's start-up; the idle time after, and
+    work nobody saw, are billed but not referenced (the saving is never overstated).
 
     Returns ``terminated_instances`` (ids terminated now), ``closed_records`` (how many this
     cancel closed: a record another cancel closed first is left as that one billed it),
@@ -51,9 +51,6 @@ def _release(store: Any, job: Any, orchestrator_died: bool = False) -> dict[str,
     from spotwise.spec import ReplaySpec, load_stored_spec
 
     spec = load_stored_spec(job.spec_json)
-    # each trial's cost and its lives' bills as read before this cancel bills anything: what
-    # a trial held that no life's bill did (none, as the orchestrator writes them) is kept
-    held_apart = _held_apart(store.list_trials(job.id), store.list_instances(job.id))
     rows = store.list_instances(job.id, active_only=True)
     first = spec.providers[0]
     ends: dict[str, float | None] = {}  # launch id → when it ended (None: now)
@@ -198,7 +195,7 @@ def _release(store: Any, job: Any, orchestrator_died: bool = False) -> dict[str,
         lives = store.list_instances(job.id)
         for trial_id in billed:
             cost = sum(r.cost_usd for r in lives if r.trial_id == trial_id)
-            store.update_trial(trial_id, cost_usd=cost + held_apart.get(trial_id, 0.0))
+            store.update_trial(trial_id, cost_usd=cost)
     _sum_job(store, job.id)
     return {
         "terminated_instances": terminated,
@@ -210,19 +207,6 @@ def _release(store: Any, job: Any, orchestrator_died: bool = False) -> dict[str,
         **({"on_demand_unknown": od_price.unknown} if od_price.unknown else {}),
         **({"not_ours": not_ours} if not_ours else {}),
     }
-
-
-def _held_apart(trials: list[Any], lives: list[Any]) -> dict[str, float]:
-    """What each trial's cost holds beyond its lives' bills (``trials`` read before ``lives``:
-    a bill written between the two reads makes it smaller, never larger). A cancel sets a
-    trial's cost to its lives' sum plus this, where adding each life's extra to the cost read
-    counted it twice when two cancels of one dead job closed the same records at once (both
-    read them open): the sum is the same whichever closed them."""
-    sums: dict[str, float] = {}
-    for r in lives:
-        sums[r.trial_id] = sums.get(r.trial_id, 0.0) + r.cost_usd
-    apart = {t.id: t.cost_usd - sums.get(t.id, 0.0) for t in trials}
-    return {k: usd for k, usd in apart.items() if usd > 1e-9}  # not a sum's rounding
 
 
 def wall_now() -> float:

@@ -10,7 +10,7 @@ import time
 from typing import Any
 
 from spotwise.errors import ProviderError
-from spotwise.release import _held_apart, _resumed_since, _rule, _sum_job, _whole_life_cost
+from spotwise.release import _resumed_since, _rule, _sum_job, _whole_life_cost
 from spotwise.release_reference import OnDemandReference, _unknown_text
 from spotwise.release_text import _found_text, _looked_in, not_ours_text
 
@@ -44,9 +44,7 @@ def sweep_finished(store: Any, job: Any, state: str) -> dict[str, Any]:
     spec = load_stored_spec(job.spec_json)
     if spec.providers[0].name == "local":
         return {"message": f"job already {state}"}
-    trials = store.list_trials(job.id)  # before the records: see _held_apart
     rows = {r.id: r for r in store.list_instances(job.id)}
-    held_apart = _held_apart(trials, list(rows.values()))
     named = {q.name for q in spec.providers}
     # every record, the closed ones too: a launch is recorded with its region before the cloud
     # call, so their regions are everywhere the job can have started something
@@ -83,7 +81,7 @@ def sweep_finished(store: Any, job: Any, state: str) -> dict[str, Any]:
         lives = store.list_instances(job.id)
         for trial_id in billed:
             cost = sum(r.cost_usd for r in lives if r.trial_id == trial_id)
-            store.update_trial(trial_id, cost_usd=cost + held_apart.get(trial_id, 0.0))
+            store.update_trial(trial_id, cost_usd=cost)
     if billed_trials:  # the job's cost (and on-demand figure) is its instance records' sum
         _sum_job(store, job.id)
     where = _looked_in(spec, held)

@@ -93,6 +93,16 @@ def _tolerant_output() -> None:
             stream.reconfigure(errors="spotwise-ascii")
 
 
+def _traceback_then_exit(code: int) -> None:
+    """SPOTWISE_DEBUG=1: the whole traceback on stderr, and the exit code the error has without
+    it (review-aj F1: a re-raise exited 1, so a bug and `report --check`'s "no database" read as
+    "an instance is held")."""
+    import traceback
+
+    traceback.print_exc()
+    sys.exit(code)
+
+
 def main() -> None:
     """Entry point: one line per error (full traceback with SPOTWISE_DEBUG=1)."""
     _tolerant_output()
@@ -100,7 +110,7 @@ def main() -> None:
         app()
     except SpotwiseError as e:
         if os.environ.get("SPOTWISE_DEBUG") == "1":
-            raise
+            _traceback_then_exit(e.exit_code)
         from rich.console import Console
         from rich.markup import escape
 
@@ -113,7 +123,7 @@ def main() -> None:
         sys.exit(130)
     except Exception as e:  # a bug: still one line, the traceback on request
         if os.environ.get("SPOTWISE_DEBUG") == "1":
-            raise
+            _traceback_then_exit(EXIT_INTERNAL)
         from rich.console import Console
         from rich.markup import escape
 

@@ -177,7 +177,13 @@ def status(
     """
     from spotwise import jobs
     from spotwise.cli.render import print_jobs, print_status
+    from spotwise.errors import SpecError
     from spotwise.job_rows import status_json
+
+    if show_all and job is None:  # review-aj F6: it was taken and ignored
+        raise SpecError(
+            "--all lists one job's instance lives: give the JOB (spotwise status JOB --all)"
+        )
 
     out = status_json(jobs.status(job, db=db, limit=limit))  # every key docs/json.md lists
     emit(

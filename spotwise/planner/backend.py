@@ -106,7 +106,7 @@ class NoOfferWatch:
         else:
             what = f"none of the {len(offers)} matching offers has had capacity"
         if refused:
-            what += f" (the last launch was refused: {refused})"
+            what += f" (the last lasting refusal of a launch: {refused})"
         return (
             f"{what} for {minutes} min; spotwise keeps polling (`spotwise prices` shows the "
             f"market; `spotwise cancel {self.job_id}`, then widen the providers' filters)"

@@ -12,12 +12,14 @@ from spotwise.cli import app as cli
 from spotwise.errors import SpotwiseError, StoreError
 
 
-def _main(monkeypatch: pytest.MonkeyPatch, exc: BaseException) -> int:
+def _main(monkeypatch: pytest.MonkeyPatch, exc: BaseException, debug: bool = False) -> int:
     def boom() -> None:
         raise exc
 
     monkeypatch.setattr(cli, "app", boom)
     monkeypatch.delenv("SPOTWISE_DEBUG", raising=False)
+    if debug:
+        monkeypatch.setenv("SPOTWISE_DEBUG", "1")
     with pytest.raises(SystemExit) as done:
         cli.main()
     assert isinstance(done.value.code, int)
@@ -61,3 +63,16 @@ def test_the_root_help_says_what_70_means() -> None:
     done = CliRunner().invoke(cli.app, ["--help"], env={"COLUMNS": "200"})
     assert done.exit_code == 0
     assert "Exit code 70 from any command is an internal error: a bug in spotwise" in done.stdout
+
+
+def test_with_spotwise_debug_the_traceback_comes_with_the_same_code(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """review-aj F1: SPOTWISE_DEBUG=1 (what the hint asks for) re-raised, so Python exited 1:
+    a bug, and every expected error (a missing database's 3 included), read as "held"."""
+    assert _main(monkeypatch, TypeError("Improper input"), debug=True) == 70
+    err = capsys.readouterr().err
+    assert err.startswith("Traceback (most recent call last):")
+    assert err.rstrip().endswith("TypeError: Improper input")
+    assert _main(monkeypatch, StoreError("database is locked"), debug=True) == 5
+    assert "StoreError: database is locked" in capsys.readouterr().err

@@ -9,7 +9,9 @@ import json
 import re
 from pathlib import Path
 
+import pytest
 from rich.console import Console
+from shared_helpers import main_in_process
 from typer.testing import CliRunner
 
 from spotwise.cli import render
@@ -106,3 +108,15 @@ def test_shown_instances_never_hides_a_held_one() -> None:
     assert [r["state"] for r in shown[:5]] == states
     assert len(shown) == 5 + render.NEWEST_INSTANCES
     assert render.shown_instances(rows, show_all=True) == rows
+
+
+def test_all_without_a_job_is_refused(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """review-aj F6: `status --all` with no JOB was taken and ignored."""
+    db = _store(tmp_path, lives=3)
+    code, out, err = main_in_process(monkeypatch, capsys, "status", "--all", "--db", db)
+    assert (code, out) == (2, "")
+    assert err[0] == (
+        "error: --all lists one job's instance lives: give the JOB (spotwise status JOB --all)"
+    )

@@ -74,6 +74,7 @@ def test_the_no_offer_warning_says_the_last_lasting_refusal_and_its_hint() -> No
     said = watch.note(offers, True, refused)
     assert said is not None
     assert said.startswith(
-        f"the one matching offer has had no capacity (the last launch was refused: {refused}) "
+        f"the one matching offer has had no capacity (the last lasting refusal of a launch: "
+        f"{refused}) "
         "for 10 min; spotwise keeps polling"
     )
