@@ -273,3 +273,26 @@ def main_in_process(
     out, err = capsys.readouterr()
     code = done.value.code
     return (code if isinstance(code, int) else 0 if code is None else 1), out, err.splitlines()
+
+
+def cli_env_isolated(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """No SPOTWISE_DB or SPOTWISE_DEBUG from the caller's environment, and the default data
+    folders under ``tmp_path``: a CLI run reads and makes nothing of the user's."""
+    monkeypatch.delenv("SPOTWISE_DB", raising=False)
+    monkeypatch.delenv("SPOTWISE_DEBUG", raising=False)
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
+    monkeypatch.setenv("SPOTWISE_HOME", str(tmp_path / "home"))
+
+
+def rollback_journal_db(path: Path) -> Path:
+    """A spotwise database at ``path`` with one job (``j-1``), folded into its one file and
+    switched to rollback-journal mode (as a database written before WAL, or by another tool)."""
+    import sqlite3
+
+    with Store.open(f"sqlite:///{path}") as s:
+        s.create_job("n", "{}", "spec.yaml", "spotwise", "minimize", job_id="j-1")
+    con = sqlite3.connect(path)
+    con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    con.execute("PRAGMA journal_mode = DELETE")
+    con.close()
+    return path

@@ -12,37 +12,14 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 from test_s18_heartbeat import SPEEDUP, _alive, _dead_local_job, _usd
+from test_s19_cancel_twice import _ReadFirst
 
 from spotwise import release
 from spotwise.release import _release
 from spotwise.store import Store
-
-
-class _ReadFirst:
-    """A cancel's store that read the job's records and trials when another cancel did: until
-    it writes, it reads them as they were then; its writes, and the reads after, are the
-    database's."""
-
-    def __init__(self, store: Store, job_id: str) -> None:
-        self.store, self.wrote = store, False
-        self.instances, self.trials = store.list_instances(job_id), store.list_trials(job_id)
-
-    def list_instances(self, job_id: str, active_only: bool = False) -> list[Any]:
-        if self.wrote:
-            return self.store.list_instances(job_id, active_only)
-        return [r for r in self.instances if not active_only or r.state == "running"]
-
-    def list_trials(self, job_id: str) -> list[Any]:
-        return self.store.list_trials(job_id) if self.wrote else list(self.trials)
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith(("update_", "add_", "close_", "rebill_")):
-            self.wrote = True
-        return getattr(self.store, name)
 
 
 @pytest.mark.parametrize("killer_first", [True, False])

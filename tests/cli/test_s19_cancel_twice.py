@@ -40,7 +40,7 @@ class _ReadFirst:
         return self.store.list_trials(job_id) if self.wrote else list(self.trials)
 
     def __getattr__(self, name: str) -> Any:
-        if name.startswith(("update_", "add_", "close_")):
+        if name.startswith(("update_", "add_", "close_", "rebill_")):
             self.wrote = True
         return getattr(self.store, name)
 

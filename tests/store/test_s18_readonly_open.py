@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
-from shared_helpers import main_in_process
+from shared_helpers import cli_env_isolated, main_in_process
 
 from spotwise.errors import NotFoundError, StoreError
 from spotwise.store import Store
@@ -26,10 +26,7 @@ _cli = main_in_process  # tests/shared_helpers.py
 
 @pytest.fixture(autouse=True)
 def _no_env_db(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.delenv("SPOTWISE_DB", raising=False)
-    monkeypatch.delenv("SPOTWISE_DEBUG", raising=False)
-    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
-    monkeypatch.setenv("SPOTWISE_HOME", str(tmp_path / "home"))
+    cli_env_isolated(monkeypatch, tmp_path)
 
 
 def _spotwise_db(path: Path) -> str:

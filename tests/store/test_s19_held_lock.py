@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from shared_helpers import main_in_process
+from shared_helpers import cli_env_isolated, main_in_process, rollback_journal_db
 
 from spotwise.errors import StoreError
 from spotwise.store import Store
@@ -33,23 +33,13 @@ _cli = main_in_process  # tests/shared_helpers.py
 @pytest.fixture(autouse=True)
 def _short_busy_timeout(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setattr("spotwise.store.db.SQLITE_BUSY_TIMEOUT_S", TIMEOUT_S)
-    monkeypatch.delenv("SPOTWISE_DB", raising=False)
-    monkeypatch.delenv("SPOTWISE_DEBUG", raising=False)
-    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
-    monkeypatch.setenv("SPOTWISE_HOME", str(tmp_path / "home"))
+    cli_env_isolated(monkeypatch, tmp_path)
 
 
 @pytest.fixture
 def db(tmp_path: Path) -> Path:
     """A spotwise database with one job, in rollback-journal mode."""
-    path = tmp_path / "spotwise.db"
-    with Store.open(f"sqlite:///{path}") as s:
-        s.create_job("n", "{}", "spec.yaml", "spotwise", "minimize", job_id="j-1")
-    con = sqlite3.connect(path)
-    con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    con.execute("PRAGMA journal_mode = DELETE")
-    con.close()
-    return path
+    return rollback_journal_db(tmp_path / "spotwise.db")
 
 
 def _mode(path: Path) -> str:

@@ -14,7 +14,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from shared_helpers import main_in_process
+from shared_helpers import cli_env_isolated, main_in_process, rollback_journal_db
 
 from spotwise.errors import NotFoundError, StoreError
 from spotwise.store import Store
@@ -28,22 +28,13 @@ _cli = main_in_process  # tests/shared_helpers.py
 
 @pytest.fixture(autouse=True)
 def _no_env_db(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.delenv("SPOTWISE_DB", raising=False)
-    monkeypatch.delenv("SPOTWISE_DEBUG", raising=False)
-    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
-    monkeypatch.setenv("SPOTWISE_HOME", str(tmp_path / "home"))
+    cli_env_isolated(monkeypatch, tmp_path)
 
 
 def _damaged(folder: Path) -> Path:
     """A spotwise database (folded into its one file, rollback journal) whose 16-byte header
     ("SQLite format 3") was overwritten."""
-    path = folder / "spotwise.db"
-    with Store.open(f"sqlite:///{path}") as s:
-        s.create_job("n", "{}", "spec.yaml", "spotwise", "minimize", job_id="j-1")
-    con = sqlite3.connect(path)
-    con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    con.execute("PRAGMA journal_mode = DELETE")
-    con.close()
+    path = rollback_journal_db(folder / "spotwise.db")
     data = bytearray(path.read_bytes())
     data[:16] = b"\x00" * 16
     path.write_bytes(bytes(data))
