@@ -13,7 +13,6 @@ from typing import Any
 import pytest
 from cloudfakes import (
     AzureCredential,
-    Launches,
     azure_config,
     fake_gce,
     gcp_config,
@@ -21,6 +20,7 @@ from cloudfakes import (
     gcp_provisioner,
     serve,
 )
+from test_gcp_errors import LAUNCHES as GCP
 from test_s18_azure_max_price import BELOW_SPOT, RefusingARM
 from test_s18_azure_max_price import LAUNCHES as AZURE
 
@@ -28,19 +28,6 @@ from spotwise.errors import CapacityError, ProviderError
 from spotwise.providers import aws, azure
 
 SECRET = "eyJ0eXAiOiJKV1Qi.SPOTWISE-S19-LASTING.must-never-appear"
-GCP = Launches(
-    "gcp",
-    zone="us-central1-a",
-    instance_type="g2-standard-4",
-    price_per_hour=0.28184,
-    on_demand_price_per_hour=0.70683,
-    vcpus=4,
-    memory_gb=16.0,
-    gpu_name="L4",
-    job="Job-A",
-    argv=("python", "train.py"),
-    env={"SPOTWISE_TRIAL": "t1"},
-)
 
 
 # ---- Azure ------------------------------------------------------------------------------------
