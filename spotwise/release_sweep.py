@@ -6,9 +6,9 @@ file stays readable.
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
+from spotwise import release
 from spotwise.errors import ProviderError
 from spotwise.release import _resumed_since, _rule, _sum_job, _whole_life_cost
 from spotwise.release_reference import OnDemandReference, _unknown_text
@@ -54,7 +54,7 @@ def sweep_finished(store: Any, job: Any, state: str) -> dict[str, Any]:
         if r.provider in named
     ]
     res = rec.reconcile_records(spec, job.id, held, _resumed_since(store, job.id, set(rows), job))
-    now = time.time()
+    now = release.wall_now()  # the cancel's clock (a test gives its own: review-aj N1)
     found: list[dict[str, Any]] = []
     billed_trials: dict[str, float] = {}
     od_price = OnDemandReference(store, spec, job)
