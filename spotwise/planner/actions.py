@@ -10,8 +10,10 @@ on it failed): whatever carries that launch's tag is terminated at once
 its attempt number, so two instances never run (or checkpoint as) one attempt. A launch call
 that failed for a passing reason (a 5xx, a timeout, a throttled answer) is first called again
 with the same request, which the providers' idempotency makes the same launch
-(:mod:`spotwise.planner.launch_retry`). The budget stops of one decision pass are terminated
-together, at the end of the pass, in one provider call.
+(:mod:`spotwise.planner.launch_retry`). A lasting refusal of an offer blocks it for a doubling
+backoff, which a resume restores (:mod:`spotwise.planner.lasting_refusals`). Asking a trial to
+stop, and terminating the instances of a pass's budget stops together at its end, are
+:class:`~spotwise.planner.stops.Stops`'.
 """
 
 from __future__ import annotations
@@ -31,19 +33,18 @@ from spotwise.errors import (
     ThrottledError,
     TransientError,
 )
-from spotwise.planner.launch_retry import SAME_REQUEST_RETRIES, LaunchRetry, SameRequest
+from spotwise.planner.lasting_refusals import LastingRefusals, market_on_wall_clock
+from spotwise.planner.launch_retry import SAME_REQUEST_RETRIES, SameRequest
 from spotwise.planner.policy import Action, Checkpoint, Launch, Phase, SetCheckpointEvery, StopEarly
-from spotwise.planner.report import reported_final
 from spotwise.planner.runstate import (
-    LIMITS,
     Life,
     TrialRun,
     control_file,
-    linger_limit_s,
     trial_argv,
     trial_env,
     write_control,
 )
+from spotwise.planner.stops import Stops
 from spotwise.planner.trialbook import MAX_FAILURES
 from spotwise.providers.base import LaunchRequest, our_tags
 
@@ -54,7 +55,7 @@ LASTING_BLOCK_WALL_S = 300.0  # first avoidance of an offer after a lasting refu
 LASTING_BLOCK_MAX_WALL_S = 3600.0  # it doubles per lasting refusal of the offer up to this
 
 
-class Actions(LaunchRetry):
+class Actions(Stops):
     base_dir: Path
     blocked: dict[str, float]  # offer key → market time until which it is avoided
     # provider → (market time until which it is not launched on, the last pause in wall s)
@@ -63,9 +64,6 @@ class Actions(LaunchRetry):
     quota_full: dict[tuple[str, str], float]  # (provider, region) → market time it is avoided to
     cancelled: bool
     migrations: int
-
-    def _trial_dir(self, t: TrialRun) -> Path:
-        raise NotImplementedError
 
     def _tick_s(self) -> float:
         tick = self.backend.info.get("tick_s", 0.0)
@@ -128,79 +126,6 @@ class Actions(LaunchRetry):
         if t.phase is Phase.RUNNING and t.life is not None:
             write_control(control_file(self._trial_dir(t), t.life.attempt), every)
             self._event("checkpoint_every", now, t, every=every)
-
-    def _also_stopped_by(self, t: TrialRun, action: StopEarly, now: float) -> None:
-        """A limit (budget, deadline) reaching a trial already stopping for another reason: the
-        first reason stays the trial's, and the limit is recorded too, once (an event; the
-        summary's ``limits`` counts it)."""
-        why = action.reason
-        if why not in LIMITS or why in t.limits_hit:
-            return
-        t.also_stopped_by.append(why)
-        self._event("stop_early", now, t, reason=why, already_stopping_for=t.stop_reason)
-
-    def _stop_paying(self, t: TrialRun, action: StopEarly, now: float) -> None:
-        """A trial stopped for the budget is abandoned: its instance is terminated at the end
-        of this decision pass (:meth:`_release_budget_stops`) rather than billed while the trial
-        winds down (its result is its last metric), unless the provider is taking it anyway."""
-        if action.reason == "budget" and t.life is not None and not t.life.exited:
-            self.budget_stops.append((t, t.life))
-
-    def _release_budget_stops(self, now: float) -> None:
-        """Terminate the instances of this pass's budget stops in one provider call.
-
-        One call each made every stop wait for the ones before it (the local provider waits a
-        kill grace per call, minutes of a fast replayed clock; a cloud API has its own round
-        trip), while the instances still running were billed: four trials stopped by a $4
-        budget cost $4.9 to $5.6. Each life is billed up to the request
-        (:meth:`~spotwise.planner.ledger.Ledger._release_all`).
-
-        A noticed instance whose release is not cheaper than its provider taking it (AWS: a
-        spot instance it interrupts within its first hour is free) is left to the provider,
-        as when its trial leaves on the notice: it is billed when its end is reported."""
-        stops, self.budget_stops = self.budget_stops, []
-        live = [
-            (t, life)
-            for t, life in stops
-            if not life.exited
-            and t.life is life
-            and (life.notice_deadline is None or self._release_is_cheaper(life, now))
-        ]
-        self._release_all(live, now, "the instance of a budget stop")
-
-    def _release_lingering(self, now: float, default_s: float) -> None:
-        """Terminate the instances of trials whose result is in (their last step reported)
-        and which still run :func:`~spotwise.planner.runstate.linger_limit_s` after their
-        `done`: a stuck thread after it kept a life billed, past the budget, until the market
-        took it (review-ad F3). Nothing is lost (the trial completes with its result and its
-        last checkpoint); a life under a notice is left to its provider when that is cheaper."""
-        limit = linger_limit_s(self.trials, default_s, self.backend.speedup)
-        late = [
-            (t, t.life)
-            for t in self.trials
-            if t.life is not None
-            and not t.life.exited
-            and not t.life.release_asked
-            and t.life.finished_at is not None
-            and now - t.life.finished_at > limit
-            and reported_final(t)
-            and (t.life.notice_deadline is None or self._release_is_cheaper(t.life, now))
-        ]
-        for t, life in late:
-            if not life.lingered:
-                life.lingered = True
-                ran = now - (life.finished_at or now)
-                self._event("lingered", now, t, seconds_after_done=ran, limit_s=limit)
-        self._release_all(late, now, "the instance of a finished trial still running")
-
-    def _request_stop(self, t: TrialRun, reason: str) -> None:
-        assert t.life is not None
-        if t.stopping is not None and reason == "migrate":
-            return
-        t.stopping = reason
-        t.life.stop_wall = time.monotonic()
-        stop = self._trial_dir(t) / f"stop-{t.life.attempt}"
-        stop.touch()
 
     def _launch(self, t: TrialRun, offer: Any, now: float) -> None:
         launch_id = uuid.uuid4().hex[:16]
@@ -381,6 +306,21 @@ class Actions(LaunchRetry):
         )
         self.blocked[key] = max(self.blocked.get(key, 0.0), until)
         return {"lasting": True, "blocked_until": until, "blocked_wall_s": pause}
+
+    def _restore_lasting(self, refused: LastingRefusals, now: float) -> None:
+        """A resumed job's lasting refusals as its earlier runs left them: each offer's backoff
+        level, so its next refusal doubles its last block instead of starting again at
+        :data:`LASTING_BLOCK_WALL_S`; and, where the market's clock is the wall clock (a
+        cloud's), the block itself while it lasts, no longer than its level from now (a clock
+        set back does not stretch it). A replay's clock starts again on a resume: an earlier
+        run's block end is no time of this run's, so only the level is kept there."""
+        for key, wall_s in refused.levels.items():
+            self.lasting_blocks[key] = min(wall_s, LASTING_BLOCK_MAX_WALL_S)
+            until = refused.until.get(key)
+            if until is not None and until > now and market_on_wall_clock(self.backend):
+                until = min(until, now + wall_s * self.backend.speedup)
+                self.blocked[key] = max(self.blocked.get(key, 0.0), until)
+        self.last_lasting_refusal = refused.said
 
     def _refused_lately(self, offer: Any, now: float) -> bool:
         """The offer refused a launch, its provider throttled one, or its region's quota is

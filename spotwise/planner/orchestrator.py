@@ -182,7 +182,7 @@ class Orchestrator(JobSummary):
     def _carry_over(self, resume: ResumePlan) -> None:
         """A resumed job starts from its earlier run: its trials, its totals (the budget
         covers both runs), its results told to the search; then the job is taken over (refused
-        if another process took it first)."""
+        if another process took it first), and its offers' lasting-refusal backoffs restored."""
         self.trials = resume.trials
         for t in self.trials:
             t.checkpoint_uri = f"{self.ckpt_root}/{t.trial_id}"
@@ -196,6 +196,7 @@ class Orchestrator(JobSummary):
         self.backend.start_clock()
         pid, host = whoami()
         resume.claim(self.store, pid, host, self.backend.now(), pid_start=process_start(pid))
+        self._restore_lasting(resume.lasting, self.backend.now())  # the offers' backoffs
 
     # ---- the loop -----------------------------------------------------------------------
     def _loop(self) -> None:

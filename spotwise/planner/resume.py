@@ -13,6 +13,9 @@ into the orchestrator's starting state.
 * New trials are created as usual until the spec's ``trials``.
 * The job keeps its id, records and spend: the budget covers both runs. A deadline counts from
   the resume (the replay market's clock starts again too).
+* An offer a lasting launch refusal blocked keeps its backoff (its next refusal doubles the
+  last block) and, on a cloud, its block until it ends
+  (:mod:`spotwise.planner.lasting_refusals`).
 
 Refused, with nothing written: a job that is not finished (still running, or its
 orchestrator died and `spotwise cancel` has not closed it), one whose records still hold an
@@ -30,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from spotwise.errors import ConfigError, SpecError
+from spotwise.planner.lasting_refusals import LastingRefusals, read_lasting_refusals
 from spotwise.planner.policy import INVALID_METRIC, Phase
 from spotwise.planner.runstate import (
     CHECKPOINT_SAVES_KEPT,
@@ -59,6 +63,7 @@ class ResumePlan:
     totals: dict[str, float]
     stopped: list[tuple[Mapping[str, Any], float]] = field(default_factory=list)  # stops' values
     spec_changed: bool = False  # a new budget or deadline: stored with the job when claimed
+    lasting: LastingRefusals = field(default_factory=LastingRefusals)  # offers' backoffs
 
     @property
     def search_spec(self) -> SearchSpec:
@@ -199,6 +204,7 @@ def plan_resume(
             ),
         },
         spec_changed=bool(new),
+        lasting=read_lasting_refusals(store, job.id),
     )
 
 
