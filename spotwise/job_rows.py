@@ -10,6 +10,7 @@ rest for the command line, before the JSON or the text is printed."""
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable
 from typing import Any
 
@@ -18,11 +19,37 @@ from spotwise.liveness import orchestrator_state
 from spotwise.states import FINISHED_JOB_STATES
 
 
-def job_dict(job: Any) -> dict[str, Any]:
+def bill_split(
+    cost_usd: float, finished: bool, closed_usd: float, held_usd: float
+) -> dict[str, float]:
+    """A job's ``cost_usd`` as ``billed_usd`` (final bills) + ``running_usd`` (the rest: lives
+    still held, estimated), the two adding up to ``cost_usd`` exactly (as floats). Not
+    finished: its ``cost_usd`` is its orchestrator's last save, the bills written by then
+    (``closed_usd``, :meth:`~spotwise.store.Store.bill_sums`) plus its running lives as if
+    they ended then; the rest is running. Finished: what its records still open hold
+    (``held_usd``: billed up to its end, a leftover `spotwise cancel` bills further) is
+    running, the rest billed. A difference below a billionth of the cost is the float sum's
+    order (the orchestrator added its bills as they came): 0."""
+    running = held_usd if finished else cost_usd - closed_usd
+    running = min(max(running, 0.0), max(cost_usd, 0.0))
+    if running <= 1e-9 * abs(cost_usd):
+        running = 0.0
+    billed = cost_usd - running
+    for _ in range(8):  # one step of the last digit at most, in practice
+        if billed + running == cost_usd:
+            break
+        running = math.nextafter(running, math.inf if billed + running < cost_usd else -math.inf)
+    return {"billed_usd": billed, "running_usd": running}
+
+
+def job_dict(job: Any, bills: tuple[float, float]) -> dict[str, Any]:
+    """A job's row; ``bills``: its records' sums, :meth:`~spotwise.store.Store.bill_sums`."""
+
     def v(x: Any) -> Any:
         return x.value if hasattr(x, "value") else x
 
     state = v(job.state)
+    finished = state in FINISHED_JOB_STATES
     return {
         "job_id": job.id,
         "name": job.name,
@@ -40,7 +67,8 @@ def job_dict(job: Any) -> dict[str, Any]:
         "on_demand_cost_usd": job.on_demand_cost_usd,
         # not finished: running lives as if they ended at the orchestrator's last save (a dead
         # one's is stale: `spotwise cancel` bills them); the end writes the billed totals
-        "cost_is_estimate": state not in FINISHED_JOB_STATES,
+        "cost_is_estimate": not finished,
+        **bill_split(job.cost_usd, finished, *bills),
         "simulated": simulated(job.spec_json),  # the replayed market's dollars: not money
         "revocations": job.revocations,
         "migrations": job.migrations,
@@ -83,10 +111,10 @@ def trial_dict(t: Any, order: list[str] | None = None) -> dict[str, Any]:
     }
 
 
-def with_orchestrator(job: Any) -> dict[str, Any]:
+def with_orchestrator(job: Any, bills: tuple[float, float]) -> dict[str, Any]:
     """:func:`job_dict`, and for a job not finished where its orchestrator is: ``here``,
     ``elsewhere``, ``hidden``, or ``gone`` (a crash: `spotwise cancel JOB` closes it)."""
-    out = job_dict(job)
+    out = job_dict(job, bills)
     if out["state"] in ("pending", "running"):
         out["orchestrator"] = orchestrator_state(job)
     return out

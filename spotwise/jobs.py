@@ -145,9 +145,15 @@ def _not_finished_text(job: Any) -> str:
     )
 
 
-def status(job_id: str | None, *, db: str | None = None, limit: int = 20) -> dict[str, Any]:
+def status(
+    job_id: str | None, *, db: str | None = None, limit: int = 20, newest: int | None = None
+) -> dict[str, Any]:
     """One job (with its trials counted), or the ``limit`` most recent jobs (0: all) when no
-    id is given, with ``total`` (every job) and ``left_out`` (those not listed)."""
+    id is given, with ``total`` (every job) and ``left_out`` (those not listed). Each job's
+    ``cost_usd`` comes split into ``billed_usd`` and ``running_usd``
+    (:func:`~spotwise.job_rows.bill_split`). ``newest``: of one job's instance lives, only
+    the ``newest`` newest and every older one still held (the text's rows), with
+    ``instances_total`` (how many it has); None: every one."""
     from spotwise.store import Store
 
     if limit < 0:
@@ -156,17 +162,19 @@ def status(job_id: str | None, *, db: str | None = None, limit: int = 20) -> dic
     try:
         if job_id is None:
             total = store.count_jobs()
-            listed = [_with_orchestrator(j) for j in store.list_jobs(limit or max(total, 1))]
+            page = store.list_jobs(limit or max(total, 1))
+            # every job's in one read; past a page, all (a long IN list is refused by SQLite)
+            sums = store.bill_sums([j.id for j in page] if len(page) <= 500 else None)
+            listed = [_with_orchestrator(j, sums.get(j.id, (0.0, 0.0))) for j in page]
             return {"jobs": listed, "total": total, "left_out": max(total - len(listed), 0)}
         job = store.get_job(job_id)
-        trials = store.list_trials(job.id)
         order = _spec_order(job)
-        out = _with_orchestrator(job)  # here, elsewhere, or gone (a crash)
+        # here, elsewhere, or gone (a crash)
+        out = _with_orchestrator(job, store.bill_sums([job.id]).get(job.id, (0.0, 0.0)))
         if (budget := budget_of(job.spec_json, job.cost_usd)) is not None:
             out["budget"] = budget  # its cap, and an overrun (only tune's summary said it)
-        out["trials"] = len(trials)
-        out["completed"] = sum(1 for t in trials if _trial_dict(t)["state"] == "completed")
-        best = next((t for t in trials if t.id == job.best_trial_id), None)
+        out["trials"], out["completed"] = store.trial_counts(job.id)
+        best = store.job_trial(job.id, job.best_trial_id) if job.best_trial_id else None
         out["best"] = (
             None
             if best is None
@@ -177,6 +185,10 @@ def status(job_id: str | None, *, db: str | None = None, limit: int = 20) -> dic
                 "metric": best.final_metric,
             }
         )
+        if newest is None:
+            rows, count = store.list_instances(job.id), None
+        else:  # review-af F7: the text shows these; a job may have thousands
+            rows, count = store.newest_instances(job.id, newest)
         out["instances"] = [
             {
                 "launch_id": i.id,
@@ -188,8 +200,10 @@ def status(job_id: str | None, *, db: str | None = None, limit: int = 20) -> dic
                 "end_reason": i.end_reason,
                 "cost_usd": i.cost_usd,
             }
-            for i in store.list_instances(job.id)
+            for i in rows
         ]
+        if count is not None:
+            out["instances_total"] = count
         return out
     finally:
         store.close()

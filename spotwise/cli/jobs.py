@@ -161,7 +161,7 @@ def status(
     the `spotwise cancel JOB` that closes it. A replay's dollars (the local provider) are
     simulated, marked `*` (`simulated` in --json); a job not finished shows an estimate,
     marked `~` (`cost_is_estimate`): its running instances as if they ended at its
-    orchestrator's last save.
+    orchestrator's last save (`running_usd`; `billed_usd`: the lives billed by then).
 
     Exit codes: 0 shown. 2: a --db URL it cannot use. 3: no such job, or no spotwise database
     (a missing or empty file, an in-memory URL such as sqlite:/// with an unset variable, a
@@ -176,7 +176,7 @@ def status(
       spotwise status JOB --all       # and every one of its instance lives as text
     """
     from spotwise import jobs
-    from spotwise.cli.render import print_jobs, print_status
+    from spotwise.cli.render import NEWEST_INSTANCES, print_jobs, print_status
     from spotwise.errors import SpecError
     from spotwise.job_rows import status_json
 
@@ -185,7 +185,9 @@ def status(
             "--all lists one job's instance lives: give the JOB (spotwise status JOB --all)"
         )
 
-    out = status_json(jobs.status(job, db=db, limit=limit))  # every key docs/json.md lists
+    # the text reads only the instance lives it shows (review-af F7); --json, --all: every one
+    newest = None if json_out or show_all else NEWEST_INSTANCES
+    out = status_json(jobs.status(job, db=db, limit=limit, newest=newest))  # docs/json.md
     emit(
         out,
         json_out,

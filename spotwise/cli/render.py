@@ -293,7 +293,9 @@ def shown_instances(rows: list[dict[str, Any]], show_all: bool = False) -> list[
 
 def print_status(j: dict[str, Any], show_all: bool = False) -> None:
     """One job; its instances: the newest :data:`NEWEST_INSTANCES` and every one still
-    held (a line says how many were left out), or all of them with ``show_all``."""
+    held (a line says how many were left out), or all of them with ``show_all``. With
+    ``instances_total`` (``jobs.status(newest=…)`` read only those), its instances are the
+    ones shown, out of that many."""
     console.print(
         f"[bold]job {j['job_id']}[/] ({j['name']}) {_state(j['state'])} · policy {j['policy']}"
     )
@@ -310,6 +312,11 @@ def print_status(j: dict[str, Any], show_all: bool = False) -> None:
     console.print(f"cost ${j['cost_usd']:.4f} vs ${j['on_demand_cost_usd']:.4f} on demand")
     for note in _cost_notes(j):
         console.print(f"[yellow]  {note}[/]" if "estimate" in note else f"[dim]  {note}[/]")
+    if (running := j.get("running_usd") or 0.0) > 0:  # the part not billed final
+        console.print(
+            f"[yellow]  of which ${running:.4f} still running, estimated "
+            f"(${j['billed_usd']:.4f} billed)[/]"
+        )
     if over := (j.get("budget") or {}).get("exceeded_usd"):
         cap = j["budget"]["max_cost_usd"]
         console.print(f"[red]budget exceeded by ${over:.4f} (max_cost_usd {cap:g})[/]")
@@ -332,7 +339,10 @@ def print_status(j: dict[str, Any], show_all: bool = False) -> None:
         for col in ("market", "state"):
             t.add_column(col, no_wrap=True)
         t.add_column("$", justify="right", no_wrap=True)
-        shown = shown_instances(j["instances"], show_all)
+        total = j.get("instances_total", len(j["instances"]))
+        shown = (
+            j["instances"] if "instances_total" in j else shown_instances(j["instances"], show_all)
+        )
         for i in shown:
             t.add_row(
                 i["trial"],
@@ -343,9 +353,9 @@ def print_status(j: dict[str, Any], show_all: bool = False) -> None:
                 f"{i['cost_usd']:.4f}",
             )
         console.print(fit(t, console.width))
-        if left := len(j["instances"]) - len(shown):
+        if left := total - len(shown):
             console.print(
-                f"[dim]{len(shown)} of {len(j['instances'])} instances shown (the "
+                f"[dim]{len(shown)} of {total} instances shown (the "
                 f"{NEWEST_INSTANCES} newest, and every one still held); {left} older ones left "
                 f"out: spotwise status {j['job_id']} --all lists every one[/]"
             )

@@ -48,16 +48,17 @@ from spotwise.store.rows import (
     instance_state,
     plain,
 )
+from spotwise.store.status_reads import StatusReads
 
 RowT = TypeVar("RowT", bound=SQLModel)
 
 
-class Store(Records, BillReads, BillWrites):
+class Store(Records, BillReads, BillWrites, StatusReads):
     """Repository over one database. Open with :meth:`open` (creates and migrates) or
     :meth:`open_existing` (read-only commands: never creates a SQLite file). The append-only
     records (observations, events, the price cache) are :class:`Records`'s methods; the
     report's reads, :class:`BillReads`'s; the compare-and-set bill writes (two cancels at
-    once), :class:`BillWrites`'s."""
+    once), :class:`BillWrites`'s; `spotwise status`'s counted reads, :class:`StatusReads`'s."""
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
