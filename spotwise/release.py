@@ -190,12 +190,9 @@ def _release(store: Any, job: Any, orchestrator_died: bool = False) -> dict[str,
             extra_by_trial[row.trial_id] = extra_by_trial.get(row.trial_id, 0.0) + extra_usd
         elif row.id in od_price.unknown:  # not billed here: nothing to say of its reference
             od_price.unknown.remove(row.id)
-    billed = [trial_id for trial_id, extra_usd in extra_by_trial.items() if extra_usd]
-    if billed:  # a trial's cost is its lives' sum, set, not added to (review-ah F6)
-        lives = store.list_instances(job.id)
-        for trial_id in billed:
-            cost = sum(r.cost_usd for r in lives if r.trial_id == trial_id)
-            store.update_trial(trial_id, cost_usd=cost)
+    # a trial's cost is its lives' sum, set, not added to (review-ah F6), in one statement
+    for trial_id in [trial_id for trial_id, extra_usd in extra_by_trial.items() if extra_usd]:
+        store.update_trial_cost_to_lives(trial_id)
     _sum_job(store, job.id)
     return {
         "terminated_instances": terminated,
@@ -216,20 +213,20 @@ def wall_now() -> float:
 
 def _sum_job(store: Any, job_id: str) -> None:
     """The job's cost and on-demand figure become its records' sums (what `spotwise report`
-    adds up, and what its orchestrator's own end leaves); its revocations and migrations, what
-    its trials and `revoked` events say, when a dead orchestrator's last save had fewer."""
-    rows, job = store.list_instances(job_id), store.get_job(job_id)
-    cost, od = sum(r.cost_usd for r in rows), sum(r.on_demand_cost_usd for r in rows)
+    adds up, and what its orchestrator's own end leaves), each read as it is written (one
+    statement: a bill another process closes meanwhile is never lost); its revocations and
+    migrations, what its trials and `revoked` events say, when a dead orchestrator's last save
+    had fewer (only ever raised)."""
+    job = store.update_job_cost_to_records(job_id)
     trials = store.list_trials(job_id)
     lost = max(sum(t.revocations for t in trials), len(store.events(job_id, kind="revoked")))
     moved = sum(t.migrations for t in trials)
-    store.update_job(
-        job_id,
-        cost_usd=cost,
-        on_demand_cost_usd=od,
-        revocations=max(job.revocations, lost),  # review-ag F3: stayed at the last save
-        migrations=max(job.migrations, moved),
-    )
+    counts = {
+        "revocations": max(job.revocations, lost),  # review-ag F3: stayed at the last save
+        "migrations": max(job.migrations, moved),
+    }
+    if counts != {"revocations": job.revocations, "migrations": job.migrations}:
+        store.update_job(job_id, **counts)
 
 
 def _rule(spec: Any, provider: str) -> Any:

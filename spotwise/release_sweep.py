@@ -67,21 +67,23 @@ def sweep_finished(store: Any, job: Any, state: str) -> dict[str, Any]:
             "trial": None,
             "outcome": "terminated" if inst.instance_id in res.terminated else "open",
             "billed_usd": 0.0,
+            "billed_by_another": False,
         }
         row = rows.get(launch)
         if row is not None and one["outcome"] == "terminated":
-            usd = _bill_outlived(store, row, inst, now, _rule(spec, row.provider), od_price)
-            one.update(trial=row.trial_id, billed_usd=usd)
+            one["trial"] = row.trial_id
+            # ``rows``: another instance of the same launch is billed on top of this bill
+            usd = _bill_outlived(store, row, inst, now, _rule(spec, row.provider), od_price, rows)
+            if usd is None:  # another cancel (or the job's resumed run) billed it first
+                one["billed_by_another"], usd = True, 0.0
+            one["billed_usd"] = usd
             billed_trials[row.trial_id] = billed_trials.get(row.trial_id, 0.0) + usd
         elif row is not None:
             one["trial"] = row.trial_id
         found.append(one)
-    billed = [trial_id for trial_id, usd in billed_trials.items() if usd]
-    if billed:  # a trial's cost is its lives' sum, set, not added to (two sweeps at once)
-        lives = store.list_instances(job.id)
-        for trial_id in billed:
-            cost = sum(r.cost_usd for r in lives if r.trial_id == trial_id)
-            store.update_trial(trial_id, cost_usd=cost)
+    # a trial's cost is its lives' sum, set, not added to (two sweeps at once), in one statement
+    for trial_id in [trial_id for trial_id, usd in billed_trials.items() if usd]:
+        store.update_trial_cost_to_lives(trial_id)
     if billed_trials:  # the job's cost (and on-demand figure) is its instance records' sum
         _sum_job(store, job.id)
     where = _looked_in(spec, held)
@@ -113,8 +115,14 @@ def sweep_finished(store: Any, job: Any, state: str) -> dict[str, Any]:
 
 
 def _bill_outlived(
-    store: Any, row: Any, inst: Any, now: float, rule: Any, od_price: OnDemandReference
-) -> float:
+    store: Any,
+    row: Any,
+    inst: Any,
+    now: float,
+    rule: Any,
+    od_price: OnDemandReference,
+    rows: dict[str, Any] | None = None,
+) -> float | None:
     """Bill an instance found after its record ``row`` was closed, terminated now, to that
     record: from its start to now (one stopped: to when it stopped), at the record's price,
     under the provider's billing ``rule``. The record's own instance has had part of that
@@ -125,10 +133,12 @@ def _bill_outlived(
     report: an instance outliving a bill that the orchestrator already referenced adds none);
     a failed launch's instance none, as the drain's sweep bills a stray. What is added is a part
     of the record's bill dated ``now`` (:mod:`spotwise.store.bills`), written only while the
-    record's bill is still as read here (two cancels that found the same instance: the second
-    adds nothing, where it added a second part, and its trial counted it twice); returns its
-    dollars (0.0: another billed it)."""
-    row = store.get_instance(row.id)  # as billed so far (a launch may have left two)
+    record's bill is still as ``row`` read it *before the instance was listed* (two cancels, or
+    a cancel and the drain's stray sweep, that found the same instance: the second adds
+    nothing, where it added a second part, and its trial counted it twice; a record read again
+    after the listing held the other's bill already, and was billed twice). Returns the
+    dollars added (``rows``: the record as written is put there, under its id, for the next
+    instance of its launch to be billed on); None: another billed it."""
     own = row.provider_instance_id == inst.instance_id
     start = (row.launched_at if own else None) or inst.launched_at or None
     end = now
@@ -155,6 +165,10 @@ def _bill_outlived(
         **({"launched_at": start} if row.launched_at is None and start else {}),
         **known,
     )
-    if done is None and row.id in od_price.unknown:  # not billed here: nothing to say of it
-        od_price.unknown.remove(row.id)
-    return usd if done is not None else 0.0
+    if done is None:
+        if row.id in od_price.unknown:  # not billed here: nothing to say of it
+            od_price.unknown.remove(row.id)
+        return None
+    if rows is not None:
+        rows[row.id] = done
+    return float(usd)

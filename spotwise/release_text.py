@@ -13,7 +13,8 @@ from spotwise.release_reference import _unknown_text
 
 def _found_text(found: list[dict[str, Any]], where: list[str], others: bool = False) -> str:
     """``found 1 instance still running with its tags: i-1 terminated, billed $0.1234 to
-    trial T``, or ``no instance with its tags is left (looked in us-east-1)`` (``others``:
+    trial T`` (``billed to trial T by another cancel`` where another process billed it first),
+    or ``no instance with its tags is left (looked in us-east-1)`` (``others``:
     instances with its tags that are not its were found: ``no instance of it is left``)."""
     if not found:
         what = "of it" if others else "with its tags"
@@ -26,6 +27,11 @@ def _found_text(found: list[dict[str, Any]], where: list[str], others: bool = Fa
             parts.append(
                 f"{f['instance_id']} terminated (its launch tag "
                 f"{f['launch_id'] or '(none)'} names no record of this job: not billed)"
+            )
+        elif f.get("billed_by_another"):  # its record's bill changed since this cancel read it
+            parts.append(
+                f"{f['instance_id']} terminated, billed to trial {f['trial']} by another cancel "
+                f"(or the job's resumed run) at the same time (launch {f['launch_id']})"
             )
         else:
             parts.append(

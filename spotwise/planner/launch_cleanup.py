@@ -3,7 +3,8 @@ create before the call fails), terminated and billed, or, while that cannot be c
 counted in the spend, retried on a doubling pause, and at the end named as a leftover.
 
 A mixin of :class:`~spotwise.planner.ledger.Ledger` (over
-:class:`~spotwise.planner.trialbook.TrialBook`), kept apart so each file stays readable.
+:class:`~spotwise.planner.stray_sweep.StraySweep`: the drain's last look for strays), kept
+apart so each file stays readable.
 """
 
 from __future__ import annotations
@@ -13,17 +14,15 @@ from dataclasses import dataclass, field
 
 from spotwise.errors import ProviderError
 from spotwise.planner.runstate import TrialRun
-from spotwise.planner.trialbook import TrialBook
+from spotwise.planner.stray_sweep import StraySweep
+from spotwise.planner.stray_sweep import launch_leftover as launch_leftover  # ledger's
 from spotwise.providers.base import (
     TAG_JOB,
     TAG_LAUNCH,
     Instance,
     InstanceState,
-    Market,
     Offer,
-    launched_by,
     listing_lag_s,
-    not_ours_line,
     unconfirmed_ended_line,
     unconfirmed_launch,
 )
@@ -40,12 +39,6 @@ RELAUNCH_HOLD_MAX_WALL_S = 300.0
 #: The end reason of an open record of a failed launch that may have left an instance: its
 #: tagged instances could not be listed, or terminated (see ``LaunchCleanup._discard_launch``).
 UNCONFIRMED = "unconfirmed"
-
-
-def launch_leftover(launch_id: str) -> str:
-    """How a leftover known only by its launch is named to the user: `spotwise cancel` finds
-    its instance by the launch's ``spotwise:launch`` tag."""
-    return f"launch {launch_id} (no instance id known)"
 
 
 @dataclass
@@ -91,35 +84,11 @@ class Discarded:
     ended: Instance | None = None  # that one, when it has ended and none of them holds anything
 
 
-class LaunchCleanup(TrialBook):
+class LaunchCleanup(StraySweep):
     job_id: str
     spent_usd: float
     leftover_ids: list[str]  # instances (or launches) the job could not confirm terminated
     unconfirmed: dict[str, Unconfirmed]  # launch id → a failed launch not confirmed clean
-
-    def _ours(
-        self, found: list[Instance], launch_ids: set[str], now: float, t: TrialRun | None = None
-    ) -> list[Instance]:
-        """Of ``found`` (listed with the job's tags), the instances one of ``launch_ids`` made
-        (:func:`~spotwise.providers.base.launched_by`); each other one still holding a resource
-        is left alone, never terminated nor billed, with a ``not_ours`` event saying so."""
-        ours = [i for i in found if launched_by(i, self.job_id, launch_ids)]
-        kept = {i.instance_id for i in ours}
-        for inst in found:
-            if inst.instance_id not in kept and inst.holds_resource():
-                line = not_ours_line(inst, self.job_id, launch_ids)
-                self._event("not_ours", now, t, instance=inst.instance_id, message=line)
-        return ours
-
-    def _terminate_quietly(self, t: TrialRun, ids: list[str], now: float, what: str) -> bool:
-        """Terminate ``ids``; a provider error becomes an "error" event (never a crash)."""
-        try:
-            self.backend.provisioner.terminate(ids)
-        except ProviderError as e:
-            self._event("error", now, t, error=f"terminating {what} {ids} failed: {e}")
-            return False
-        self._event("terminated", now, t, instances=ids, reason=what)
-        return True
 
     # ---- failed launches -------------------------------------------------------------------
     def _close_failed_launch(
@@ -347,56 +316,3 @@ class LaunchCleanup(TrialBook):
         self.store.update_instance(  # what its tries terminated (on the record) stays on it
             launch_id, cost_usd=u.cost + cost, market_seconds=u.seconds + seconds
         )
-
-    def _sweep_strays(self, now: float) -> None:
-        """The drain's last look: an instance with the job's tags that still holds a resource
-        and that no record of the job names (a create the cloud took although its call failed,
-        missed by every listing of its launch) is terminated and billed, from its start, to
-        its launch's record, trial and job; one that will not terminate is a leftover. Only an
-        instance a launch of the job made counts (its launch tag names a record of the job and
-        the cloud's own identity of it is that launch): any other is left alone
-        (:meth:`_ours`)."""
-        try:
-            found = self.backend.provisioner.describe({TAG_JOB: self.job_id})
-        except ProviderError as e:
-            self._event("error", now, None, error=f"the last listing of the job failed: {e}")
-            return
-        rows = {r.id: r for r in self.store.list_instances(self.job_id)}
-        known = {r.provider_instance_id for r in rows.values()} | set(self.leftover_ids)
-        trials = {t.trial_id: t for t in self.trials}
-        found = [i for i in found if i.instance_id not in known]  # each life's own: settled
-        for inst in self._ours(found, set(rows), now):
-            row = rows[inst.tags[TAG_LAUNCH]]
-            if not inst.holds_resource():
-                continue
-            t = trials.get(row.trial_id)
-            if t is None:
-                continue
-            offer = Offer(
-                provider=row.provider,
-                region=row.region,
-                zone=row.zone,
-                instance_type=row.instance_type,
-                market=Market(row.market),
-                price_per_hour=row.price_per_hour,
-                on_demand_price_per_hour=0.0,  # not billed here: only the price is
-            )
-            if not self._terminate_quietly(t, [inst.instance_id], now, "a stray instance"):
-                self.leftover_ids.append(inst.instance_id)
-                continue
-            # from its start as the provider lists it (no start known: nothing to bill)
-            start = inst.launched_at if inst.launched_at > 0 else now
-            cost, seconds = self._bill_discarded(t, [inst], start, now, offer)
-            close: dict[str, object] = {}
-            u = self.unconfirmed.get(row.id)
-            if u is not None and not u.ids:  # its launch's listings never found it: settled
-                del self.unconfirmed[row.id]
-                self.leftover_ids.remove(launch_leftover(row.id))
-                close = {"state": "failed", "end_reason": "failed", "ended_at": time.time()}
-            rows[row.id] = self.store.update_instance(  # a second stray adds to the first's
-                row.id,
-                cost_usd=row.cost_usd + cost,
-                market_seconds=row.market_seconds + seconds,
-                **({} if row.provider_instance_id else {"provider_instance_id": inst.instance_id}),
-                **close,
-            )

@@ -15,8 +15,10 @@ in the window of the time it was *written*, never of a time in the past:
   window that counted it, and the part is counted in its own. :func:`stamp_bill` does this in
   :meth:`~spotwise.store.repo.Store.update_instance`, so no caller can forget it.
 
-Two processes that bill the same record at once (two `spotwise cancel` of one job) each write
-it with a compare-and-set, :class:`BillWrites`: only the first applies, so a life is billed once.
+Two processes that bill the same record at once (two `spotwise cancel` of one job, or a cancel
+and the drain's stray sweep) each write it with a compare-and-set, :class:`BillWrites`: only the
+first applies, so a life is billed once; each then sets its trial's and job's cost to their
+records' sum in one statement, so that neither misses the other's bill.
 """
 
 from __future__ import annotations
@@ -25,14 +27,16 @@ import json
 import time
 from collections.abc import Iterable
 from contextlib import AbstractContextManager
-from typing import Any
+from typing import Any, TypeVar
 
-from sqlalchemy import and_, or_, update
+from sqlalchemy import and_, func, or_, update
 from sqlmodel import Session, col, select
 
-from spotwise.errors import StoreError
-from spotwise.store.models import TERMINAL_INSTANCE_STATES, InstanceRow, Job
+from spotwise.errors import NotFoundError, StoreError
+from spotwise.store.models import TERMINAL_INSTANCE_STATES, InstanceRow, Job, Trial
 from spotwise.store.rows import instance_state, plain
+
+RowT = TypeVar("RowT", Job, Trial)
 
 #: The columns of a record's bill; a change of one on a closed record is a part of its own.
 BILL_COLUMNS = ("cost_usd", "on_demand_cost_usd", "market_seconds")
@@ -65,6 +69,13 @@ def stamp_bill(row: InstanceRow, fields: dict[str, Any], now: float | None = Non
     fields["extra_bills_json"] = json.dumps([*extra_bills(row), part])
     if row.billed_at is None:
         fields["billed_at"] = row.ended_at if row.ended_at is not None else when
+
+
+def _written(row: RowT | None, what: str, key: str) -> RowT:
+    """The row an UPDATE just wrote (read back in its transaction); none: it does not exist."""
+    if row is None:
+        raise NotFoundError(f"{what} {key!r} not found")
+    return row
 
 
 class BillReads:
@@ -108,7 +119,10 @@ class BillReads:
 class BillWrites:
     """Compare-and-set writes of a record's bill (mixed into :class:`~spotwise.store.repo.Store`):
     each is one conditional UPDATE, applied only while the record is as the caller read it, and
-    says whether it was (the row as written, else None: the caller bills nothing)."""
+    says whether it was (the row as written, else None: the caller bills nothing). And the
+    writes that set a trial's or a job's cost to its records' sum, each one UPDATE whose sum is
+    read as it writes (a sum read first, then written, lost a bill another process closed in
+    between until the next cancel)."""
 
     def _scope(self, action: str) -> AbstractContextManager[Session]:  # Records's
         raise NotImplementedError
@@ -134,6 +148,37 @@ class BillWrites:
         kept = (*BILL_COLUMNS, "state", "ended_at", "billed_at", "extra_bills_json")
         same = [getattr(InstanceRow, k) == getattr(seen, k) for k in kept]
         return self._set_if(seen.id, fields, *same)
+
+    def update_trial_cost_to_lives(self, trial_id: str) -> float:
+        """Set the trial's ``cost_usd`` to the sum of its instance records' (its lives'), in
+        one UPDATE; returns it. Whichever process writes last leaves every bill closed
+        before it wrote: none is lost to a sum read before another's close landed."""
+        lives = select(func.coalesce(func.sum(InstanceRow.cost_usd), 0.0)).where(
+            col(InstanceRow.trial_id) == trial_id
+        )
+        stmt = (
+            update(Trial).where(col(Trial.id) == trial_id).values(cost_usd=lives.scalar_subquery())
+        )
+        with self._scope(f"summing trial {trial_id!r}'s cost") as s:
+            s.exec(stmt.execution_options(synchronize_session=False))
+            return float(_written(s.get(Trial, trial_id), "trial", trial_id).cost_usd)
+
+    def update_job_cost_to_records(self, job_id: str) -> Job:
+        """Set the job's ``cost_usd`` and ``on_demand_cost_usd`` to the sums of its instance
+        records', in one UPDATE (as :meth:`update_trial_cost_to_lives`); returns the job."""
+
+        def total(column: Any) -> Any:
+            one = select(func.coalesce(func.sum(column), 0.0))
+            return one.where(col(InstanceRow.job_id) == job_id).scalar_subquery()
+
+        sums = {
+            "cost_usd": total(InstanceRow.cost_usd),
+            "on_demand_cost_usd": total(InstanceRow.on_demand_cost_usd),
+        }
+        stmt = update(Job).where(col(Job.id) == job_id).values(**sums)
+        with self._scope(f"summing job {job_id!r}'s cost") as s:
+            s.exec(stmt.execution_options(synchronize_session=False))
+            return _written(s.get(Job, job_id), "job", job_id)
 
     def _set_if(self, key: str, fields: dict[str, Any], *where: Any) -> InstanceRow | None:
         if "state" in fields:

@@ -298,6 +298,7 @@ def test_a_dead_replay_jobs_instances_are_billed_on_the_replays_clock(
     died with its orchestrator is billed up to the job's last report (review: billed up to the
     cancel, in replayed market seconds, $0.45 became $13.89 a minute later); one still alive,
     killed by the cancel, up to the cancel."""
+    from spotwise import release
     from spotwise.planner import reconcile as backend
 
     now = time.time()
@@ -315,6 +316,8 @@ def test_a_dead_replay_jobs_instances_are_billed_on_the_replays_clock(
         s.add_observation(trial.id, 3, 0.5, now - 4.0, instance_id="l-1")  # the last report
         s.add_observation(trial.id, 1, 0.4, now - 10.0, instance_id="l-1")
     monkeypatch.setattr(backend, "reconcile", lambda spec, job_id: ["local-1"] if alive else [])
+    # the cancel's clock is the test's (a loaded machine took over 0.5 wall s = 150 market s)
+    monkeypatch.setattr(release, "wall_now", lambda: now)
     out = jobs.cancel(job.id, db=db)
     until = (
         "now"

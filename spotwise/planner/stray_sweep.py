@@ -1,0 +1,172 @@
+"""The drain's last look for a job's strays (:meth:`StraySweep._sweep_strays`): an instance with
+the job's tags that no record of it names, terminated and billed to its launch's record.
+
+A mixin under :class:`~spotwise.planner.launch_cleanup.LaunchCleanup` (over
+:class:`~spotwise.planner.trialbook.TrialBook`), with the two helpers both use (which listed
+instances are the job's own, a terminate that never crashes), split from
+:mod:`spotwise.planner.launch_cleanup` so that each file stays readable.
+
+A stray is billed the way `spotwise cancel`'s sweep of a finished job bills one
+(:func:`~spotwise.release_sweep.sweep_finished`), so that the two at once bill it once: its
+record only while it is still as read before the listing (a compare-and-set,
+:meth:`~spotwise.store.bills.BillWrites.rebill_instance_if_unchanged`), its trial's cost set to
+its lives' sum in one statement.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+from spotwise.errors import ProviderError
+from spotwise.planner.runstate import TrialRun
+from spotwise.planner.trialbook import TrialBook
+from spotwise.providers.base import (
+    TAG_JOB,
+    TAG_LAUNCH,
+    Instance,
+    Market,
+    Offer,
+    launched_by,
+    not_ours_line,
+)
+
+if TYPE_CHECKING:
+    from spotwise.planner.launch_cleanup import Unconfirmed
+
+
+def launch_leftover(launch_id: str) -> str:
+    """How a leftover known only by its launch is named to the user: `spotwise cancel` finds
+    its instance by the launch's ``spotwise:launch`` tag."""
+    return f"launch {launch_id} (no instance id known)"
+
+
+class StraySweep(TrialBook):
+    job_id: str
+    spent_usd: float
+    leftover_ids: list[str]  # instances (or launches) the job could not confirm terminated
+    unconfirmed: dict[str, Unconfirmed]  # launch id → a failed launch not confirmed clean
+
+    def _bill_discarded(
+        self,
+        t: TrialRun,
+        held: list[Instance],
+        asked_at: float,
+        ended_at: float,
+        offer: Offer,
+        revoked: bool = False,
+    ) -> tuple[float, float]:  # LaunchCleanup's
+        raise NotImplementedError
+
+    def _ours(
+        self, found: list[Instance], launch_ids: set[str], now: float, t: TrialRun | None = None
+    ) -> list[Instance]:
+        """Of ``found`` (listed with the job's tags), the instances one of ``launch_ids`` made
+        (:func:`~spotwise.providers.base.launched_by`); each other one still holding a resource
+        is left alone, never terminated nor billed, with a ``not_ours`` event saying so."""
+        ours = [i for i in found if launched_by(i, self.job_id, launch_ids)]
+        kept = {i.instance_id for i in ours}
+        for inst in found:
+            if inst.instance_id not in kept and inst.holds_resource():
+                line = not_ours_line(inst, self.job_id, launch_ids)
+                self._event("not_ours", now, t, instance=inst.instance_id, message=line)
+        return ours
+
+    def _terminate_quietly(self, t: TrialRun, ids: list[str], now: float, what: str) -> bool:
+        """Terminate ``ids``; a provider error becomes an "error" event (never a crash)."""
+        try:
+            self.backend.provisioner.terminate(ids)
+        except ProviderError as e:
+            self._event("error", now, t, error=f"terminating {what} {ids} failed: {e}")
+            return False
+        self._event("terminated", now, t, instances=ids, reason=what)
+        return True
+
+    def _sweep_strays(self, now: float) -> None:
+        """The drain's last look: an instance with the job's tags that still holds a resource
+        and that no record of the job names (a create the cloud took although its call failed,
+        missed by every listing of its launch) is terminated and billed, from its start, to
+        its launch's record, trial and job; one that will not terminate is a leftover. Only an
+        instance a launch of the job made counts (its launch tag names a record of the job and
+        the cloud's own identity of it is that launch): any other is left alone
+        (:meth:`_ours`). The records are read before the listing: one whose bill changed since
+        (a `spotwise cancel` that found the same stray and billed it first) is not billed
+        again, here or for its launch's other strays (:meth:`_bill_stray`)."""
+        rows = {r.id: r for r in self.store.list_instances(self.job_id)}
+        try:
+            found = self.backend.provisioner.describe({TAG_JOB: self.job_id})
+        except ProviderError as e:
+            self._event("error", now, None, error=f"the last listing of the job failed: {e}")
+            return
+        known = {r.provider_instance_id for r in rows.values()} | set(self.leftover_ids)
+        trials = {t.trial_id: t for t in self.trials}
+        found = [i for i in found if i.instance_id not in known]  # each life's own: settled
+        lost: set[str] = set()  # launches another process billed since they were read
+        for inst in self._ours(found, set(rows), now):
+            row = rows[inst.tags[TAG_LAUNCH]]
+            if not inst.holds_resource():
+                continue
+            t = trials.get(row.trial_id)
+            if t is None:
+                continue
+            offer = Offer(
+                provider=row.provider,
+                region=row.region,
+                zone=row.zone,
+                instance_type=row.instance_type,
+                market=Market(row.market),
+                price_per_hour=row.price_per_hour,
+                on_demand_price_per_hour=0.0,  # not billed here: only the price is
+            )
+            if not self._terminate_quietly(t, [inst.instance_id], now, "a stray instance"):
+                self.leftover_ids.append(inst.instance_id)
+                continue
+            if row.id in lost:  # the other process, which listed it too, bills it
+                continue
+            # from its start as the provider lists it (no start known: nothing to bill)
+            start = inst.launched_at if inst.launched_at > 0 else now
+            cost, seconds = self._bill_discarded(t, [inst], start, now, offer)
+            if not self._bill_stray(t, row, inst, cost, seconds, rows):
+                lost.add(row.id)
+
+    def _bill_stray(
+        self,
+        t: TrialRun,
+        row: Any,
+        inst: Instance,
+        cost: float,
+        seconds: float,
+        rows: dict[str, Any],
+    ) -> bool:
+        """Add a terminated stray's ``cost`` and ``seconds`` (already in the trial's and the
+        job's spend: :meth:`_bill_discarded`) to its launch's record ``row`` as read before the
+        listing (``rows``: the next stray of the launch adds to this one's bill), only while
+        the record is still as read; whether it was. Else another process (a cancel's sweep
+        that found the same stray) billed the record first: what it added replaces ``cost`` in
+        the spend, so that the job's end counts the stray once, as its record does. The trial's
+        cost becomes its lives' sum, in one statement (was: the orchestrator's own count, over
+        a bill a cancel had set meanwhile)."""
+        close: dict[str, object] = {}
+        u = self.unconfirmed.get(row.id)
+        settles = u is not None and not u.ids  # its launch's listings never found it
+        if settles:
+            close = {"state": "failed", "end_reason": "failed", "ended_at": time.time()}
+        done = self.store.rebill_instance_if_unchanged(
+            row,
+            cost_usd=row.cost_usd + cost,
+            market_seconds=row.market_seconds + seconds,
+            **({} if row.provider_instance_id else {"provider_instance_id": inst.instance_id}),
+            **close,
+        )
+        if done is None:
+            took = self.store.get_instance(row.id).cost_usd - row.cost_usd
+            t.cost_usd += took - cost
+            self.spent_usd += took - cost
+        else:
+            rows[row.id] = done
+            if settles:  # settled: no longer a leftover
+                del self.unconfirmed[row.id]
+                self.leftover_ids.remove(launch_leftover(row.id))
+        if cost or done is None:  # over what _bill_discarded wrote (the orchestrator's count)
+            self.store.update_trial_cost_to_lives(t.trial_id)
+        return done is not None
