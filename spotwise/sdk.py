@@ -35,13 +35,18 @@ Events, one JSON object per line, each line flushed and fsynced (``time`` is epo
     {"type": "checkpoint_behind", "step": 5, "latest": 10, "uri": "...", "time": ...}
     {"type": "checkpoint_cleanup_failed", "step": 15, "what": "latest" | "retention",
      "reason": "...", "uri": "...", "time": ...}
+    {"type": "sigterm_handler_reset", "step": 3, "handler": "SIG_IGN", "time": ...}
 
 Stopping: the orchestrator asks a trial to checkpoint and exit (a spot interruption notice, a
 migration, an early stop) by creating the stop file or sending SIGTERM. The SDK's SIGTERM
 handler — installed on the first call into the SDK, from the main thread only — just sets a
-flag (it never raises inside the training loop); :func:`should_stop` then returns True, and the
-script saves a checkpoint and exits 0. The ``stopping`` event is written once, when the script
-first observes the request.
+flag (it never raises inside the training loop, and never ends the process); :func:`should_stop`
+then returns True, and the script saves a checkpoint and exits 0. The ``stopping`` event is
+written once, when the script first observes the request. The script's own SIGTERM handlers
+keep working: the SDK's calls the one it replaced, and a handler installed after it (a
+framework's, during ``fit``) is taken back on the SDK's next call and called after the flag is
+set; one reset to ``SIG_DFL``/``SIG_IGN`` after it is taken back with a warning and a
+``sigterm_handler_reset`` event (:mod:`spotwise.sdk_signal`).
 
 Live settings: the orchestrator may change a running trial's checkpoint interval (a policy's
 ``SetCheckpointEvery``) by replacing the control file atomically (temp file + rename; on a cloud
@@ -119,7 +124,6 @@ import io
 import json
 import math
 import os
-import signal
 import threading
 import time
 from typing import Any
@@ -155,10 +159,12 @@ from spotwise.sdk_io import (  # the contract's names: spotwise.sdk.ENV_* and so
     ENV_TRIAL_ID,
     STANDALONE_CHECKPOINT_DIR,
 )
+from spotwise.sdk_io import check_metric as _check_metric
 from spotwise.sdk_io import check_step as _check_step
+from spotwise.sdk_io import control_value as _control_value
 from spotwise.sdk_io import emit as _emit
 from spotwise.sdk_io import env_int as _env_int
-from spotwise.sdk_io import read_control as _read_control
+from spotwise.sdk_signal import hold_sigterm, say_reset
 
 
 class _Runtime:
@@ -166,7 +172,8 @@ class _Runtime:
 
     def __init__(self) -> None:
         self.stop_requested = False  # set by the SIGTERM handler
-        self.handler_installed = False
+        self.handler: object = None  # the SIGTERM handler the SDK installed last (sdk_signal)
+        self.handler_warned = False  # a SIGTERM handler reset after the SDK's was said
         self.stopping_emitted = False
         self.last_step = 0  # the newest step the script reported, saved or resumed from
         self.saved_max: int | None = None  # the highest step this process saved
@@ -235,18 +242,9 @@ def _control_every() -> int | None:
     path = os.environ.get(ENV_CONTROL_FILE, "").strip()
     if not path:
         return None
-    try:
-        st = os.stat(path)
-    except OSError:  # not written (yet), or removed: the environment's value
-        _runtime.control_seen, _runtime.control_every = None, None
-        return None
-    seen = (path, st.st_ino, st.st_size, st.st_mtime_ns)
-    if seen != _runtime.control_seen:
-        _runtime.control_seen = seen
-        value = _read_control(path)
-        if value is not None:
-            _runtime.control_every = value
-    return _runtime.control_every
+    rt = _runtime
+    rt.control_seen, rt.control_every = _control_value(path, rt.control_seen, rt.control_every)
+    return rt.control_every
 
 
 def checkpoint_store() -> CheckpointStore:
@@ -261,14 +259,15 @@ def _on_sigterm(signum: int, frame: object) -> None:
 
 
 def _ensure_handler() -> None:
-    """Install the SIGTERM handler once, from the main thread (elsewhere signals cannot be set)."""
-    if _runtime.handler_installed or threading.current_thread() is not threading.main_thread():
+    """Hold SIGTERM, from the main thread (elsewhere signals cannot be set): the SDK's handler,
+    chained to the script's, installed on the first call and taken back from a handler
+    installed after it (:mod:`spotwise.sdk_signal`)."""
+    if threading.current_thread() is not threading.main_thread():
         return
-    try:
-        signal.signal(signal.SIGTERM, _on_sigterm)
-    except (ValueError, OSError):  # embedded interpreters without signal support
-        return
-    _runtime.handler_installed = True
+    _runtime.handler, overridden = hold_sigterm(_on_sigterm, _runtime.handler)
+    if overridden is not None and not _runtime.handler_warned:  # said once per process
+        _runtime.handler_warned = True
+        say_reset(overridden, _runtime.last_step, _emit)
 
 
 def should_stop() -> bool:
@@ -297,15 +296,11 @@ def checkpoint_due(step: int) -> bool:
 
 # -- events --------------------------------------------------------------------------------
 def report(step: int, metric: float) -> None:
-    """Record the trial's metric after ``step``. NaN or inf is recorded as invalid, not raised."""
+    """Record the trial's metric after ``step``: a number (not a bool or a string). NaN or inf
+    is recorded as invalid, not raised."""
     _ensure_handler()
     step = _check_step(step)
-    try:
-        value = float(metric)
-    except (TypeError, ValueError):
-        raise TypeError(
-            f"metric must be a number, got {type(metric).__name__} {metric!r}"
-        ) from None
+    value = _check_metric(metric)
     event: dict[str, Any] = {"type": "report", "step": step, "metric": value}
     if not math.isfinite(value):
         event.update(metric=None, invalid=True)

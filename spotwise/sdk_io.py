@@ -1,5 +1,6 @@
 """The stateless plumbing under :mod:`spotwise.sdk`: the ``SPOTWISE_*`` variable names and how
-they are read, the control file's value, the events file's writer, and the check of a step.
+they are read, the control file's value, the events file's writer, and the checks of a step
+and a metric.
 
 Nothing here keeps process state (the SIGTERM flag, the stop and resume bookkeeping and the
 control file's cache live in :mod:`spotwise.sdk`), and only the standard library and
@@ -33,6 +34,10 @@ ENV_RESUME_STEP = "SPOTWISE_RESUME_STEP"
 STANDALONE_CHECKPOINT_DIR = "spotwise-checkpoints"
 DEFAULT_CHECKPOINT_EVERY = 5
 CONTROL_MAX_BYTES = 4096  # a control file is a few bytes; never read a huge one
+MAX_STEP = 2**63 - 1  # the largest step the store's 64-bit INTEGER columns hold
+SHOWN_CHARS = 80  # of a bad value's repr in an error message
+ControlSeen = tuple[str, int, int, int]  # a control file's (path, inode, size, mtime_ns)
+BOOL_DTYPES = ("bool", "torch.bool")  # a numpy bool's dtype, a bool tensor's: not a metric
 
 
 def env_int(name: str, default: int, *, minimum: int) -> int:
@@ -64,6 +69,24 @@ def read_control(path: str) -> int | None:
     return None
 
 
+def control_value(
+    path: str, seen: ControlSeen | None, last: int | None
+) -> tuple[ControlSeen | None, int | None]:
+    """The control file at ``path`` as the SDK caches it: ``(its identity, size and mtime now,
+    its last valid checkpoint_every)``, read again only when the first changed from ``seen``;
+    ``(None, None)`` when there is no such file (the environment's value applies), and
+    ``last`` kept when the file holds no valid value (a partial write)."""
+    try:
+        st = os.stat(path)
+    except OSError:  # not written (yet), or removed: the environment's value
+        return None, None
+    now = (path, st.st_ino, st.st_size, st.st_mtime_ns)
+    if now == seen:
+        return seen, last
+    value = read_control(path)
+    return now, (value if value is not None else last)
+
+
 def emit(event: dict[str, Any]) -> None:
     """Append one event line to the events file (flushed and fsynced); no-op without one."""
     path = os.environ.get(ENV_EVENTS_FILE, "").strip()
@@ -82,14 +105,59 @@ def emit(event: dict[str, Any]) -> None:
         os.close(fd)
 
 
+def shown(value: object) -> str:
+    """``repr(value)`` for an error message, at most ``SHOWN_CHARS`` characters; an int too
+    long to print (Python refuses more than 4300 digits) by its size."""
+    try:
+        text = repr(value)
+    except ValueError:  # int -> str conversion limit
+        bits = value.bit_length() if isinstance(value, int) else 0
+        return f"an int of {bits} bits"
+    if len(text) > SHOWN_CHARS:
+        text = text[: SHOWN_CHARS - 3] + "..."
+    return text
+
+
+def described(value: object) -> str:
+    """A bad value as an error names it: its type, then :func:`shown`."""
+    text = shown(value)
+    return text if text.startswith("an int of ") else f"{type(value).__name__} {text}"
+
+
 def check_step(step: object) -> int:
-    """``step`` as an int >= 0 (ints, numpy ints, 0-d integer tensors); TypeError or
-    ValueError otherwise (a bool is not a step)."""
+    """``step`` as an int from 0 to ``MAX_STEP`` (ints, numpy ints, 0-d integer tensors);
+    TypeError or ValueError otherwise (a bool is not a step). The store keeps a step in a
+    64-bit INTEGER: a larger one (a timestamp in ns, a hash) would stop the orchestrator."""
     if isinstance(step, bool):
         raise TypeError(f"step must be an int >= 0, got {step!r}")
     if not isinstance(step, SupportsIndex):
-        raise TypeError(f"step must be an int >= 0, got {type(step).__name__} {step!r}")
+        raise TypeError(f"step must be an int >= 0, got {described(step)}")
     value = operator.index(step)  # ints, numpy ints, 0-d integer tensors
     if value < 0:
         raise ValueError(f"step must be an int >= 0, got {value}")
+    if value > MAX_STEP:
+        raise ValueError(
+            f"step must be an int from 0 to {MAX_STEP} (2**63-1, what the store keeps), "
+            f"got {shown(value)}: report a step count, not a timestamp or a hash"
+        )
     return value
+
+
+def check_metric(metric: object) -> float:
+    """``metric`` as a float (ints, floats, numpy scalars, one-element tensors; NaN and inf
+    too: :func:`spotwise.sdk.report` records those as invalid). TypeError for a bool (a bool
+    tensor or numpy bool too), a string or bytes (``"0.9"`` was once read as 0.9: a number
+    is asked for, as for a step), or anything ``float()`` refuses; ValueError for a number
+    too large for a float (``10**400``), which ``float()`` cannot turn even into inf."""
+    boolean = isinstance(metric, bool) or str(getattr(metric, "dtype", "")) in BOOL_DTYPES
+    if boolean or isinstance(metric, str | bytes | bytearray):
+        fix = ": pass float(...) of it" if isinstance(metric, str) else ""
+        raise TypeError(f"metric must be a number, got {described(metric)}{fix}")
+    try:
+        return float(metric)  # type: ignore[arg-type]  # what float() takes is checked here
+    except OverflowError:
+        raise ValueError(
+            f"metric must be a finite number, got {described(metric)} (too large for a float)"
+        ) from None
+    except (TypeError, ValueError):
+        raise TypeError(f"metric must be a number, got {described(metric)}") from None

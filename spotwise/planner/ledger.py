@@ -11,6 +11,8 @@ several clouds).
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -43,6 +45,7 @@ __all__ = [
     "launch_leftover",
 ]
 
+log = logging.getLogger("spotwise.planner")
 STOP_TIMEOUT_WALL_S = 30.0  # a trial asked to stop that has not exited by then is terminated
 RELEASE_TRIES = 4  # refusals before the job stops waiting; the drain tries once more, then reports
 
@@ -278,8 +281,11 @@ class Ledger(LaunchCleanup):
         )
 
     # ---- ending -------------------------------------------------------------------------
-    def _drain(self, backend: Backend) -> None:
-        """Leave no instance behind: stop what runs, bill it, and close the backend."""
+    def _drain(self, backend: Backend) -> Exception | None:
+        """Leave no instance behind: stop what runs, bill it, close the trials still open and
+        the backend. A trial whose close fails does not keep the others open, nor the job
+        (it stayed "running" with no orchestrator): the failure is logged and an event, and
+        the first one is returned for the caller to end the job with it."""
         now = backend.now()
         waited = time.monotonic()
         while any(life.notice_deadline for _, life in self.lives.values()):
@@ -300,10 +306,26 @@ class Ledger(LaunchCleanup):
         self._terminate_running(backend, now)
         self._settle_unconfirmed(now)
         self._sweep_strays(now)
+        failed: Exception | None = None
         for t in self.trials:
             if not t.phase.is_terminal():
-                self._close_trial(t, "cancelled", now)
+                try:
+                    self._close_trial(t, "cancelled", now)
+                except Exception as e:  # a bug or the store: the other trials still close
+                    failed = failed or e
+                    self._close_failed(t, e, now)
         backend.close()
+        return failed
+
+    def _close_failed(self, t: TrialRun, error: Exception, now: float) -> None:
+        """Say that closing ``t`` failed, and end its record with the fewest fields (the
+        failing field may be one of the others); nothing here may raise again."""
+        said = f"closing trial {t.trial_id} failed: {type(error).__name__}: {error}"
+        log.error("%s: %s", self.job_id, said, exc_info=error)
+        with contextlib.suppress(Exception):
+            self.store.update_trial(t.trial_id, state="cancelled", ended_at=time.time())
+        with contextlib.suppress(Exception):
+            self._event("error", now, t, error=said)
 
     def _terminate_running(self, backend: Backend, now: float) -> None:
         """Terminate every life still running in one provider call (one kill grace for all on

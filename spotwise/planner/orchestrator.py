@@ -142,6 +142,7 @@ class Orchestrator(JobSummary):
         self.run_dir.mkdir(exist_ok=True, mode=0o700)
         wall0 = time.monotonic()
         state, error = "failed", None
+        crashed: str | None = None  # an exception ends the run (the drain's own is raised after)
         restore = on_signals(self._request_cancel)
         try:
             self.started_at = backend.now()
@@ -168,15 +169,20 @@ class Orchestrator(JobSummary):
                 self.trials, self.cancelled, spec.budget.max_cost_usd, str(self.run_dir / "logs")
             )
         except SpotwiseError as e:
-            error = str(e)
+            error = crashed = str(e)
             raise
         except BaseException as e:  # crash: record it, leave no orphan, re-raise
-            error = f"{type(e).__name__}: {e}"
+            error = crashed = f"{type(e).__name__}: {e}"
             raise
         finally:
-            self._drain(backend)
+            closing = self._drain(backend)  # a trial it could not close: the job still ends
             restore()
+            if closing is not None:
+                said = f"closing a trial failed: {type(closing).__name__}: {closing}"
+                state, error = "failed", said if error is None else f"{error}; {said}"
             self._finish_job(state, self.leftover_error(error))
+            if closing is not None and crashed is None:
+                raise closing  # a bug: the exit code says so (the job's record is complete)
         return self.summary(time.monotonic() - wall0)
 
     def _carry_over(self, resume: ResumePlan) -> None:

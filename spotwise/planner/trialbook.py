@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import logging
 import math
-import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -35,7 +34,9 @@ from spotwise.planner.policy import (
 from spotwise.planner.report import best_of, last_reported, reported_final, unreported_final
 from spotwise.planner.runstate import LIMITS, Life, TrialRun, note_checkpoint_save, note_report
 from spotwise.planner.search import Search
+from spotwise.planner.trial_output import LAST_LINE_CHARS, last_line, life_log  # noqa: F401
 from spotwise.providers.base import InstanceState
+from spotwise.sdk_io import MAX_STEP, shown
 from spotwise.spec import JobSpec
 
 # what the SDK says went wrong with a resume or a save (spotwise.sdk): job events too
@@ -44,16 +45,15 @@ SDK_WARNINGS = (
     "resume_behind",
     "checkpoint_behind",
     "checkpoint_cleanup_failed",
+    "sigterm_handler_reset",  # SIGTERM taken back from SIG_DFL/SIG_IGN (spotwise.sdk_signal)
 )
 _EVENT_FIELDS = ("type", "time", "job_id", "trial_id", "instance_id", "kind")  # the store's own
 MAX_FAILURES = 2  # attempts of a trial that may crash before it is marked failed
-LAST_LINE_CHARS = 300  # of a trial's last output line, quoted in its error
 PROVIDER_READ_GRACE_WALL_S = 300.0  # a provider that cannot be read this long fails the job
 READ_RETRY_WALL_S = 1.0  # first pause before a failed provider read is tried again
 READ_RETRY_MAX_WALL_S = 30.0  # the pause doubles up to this
 T = TypeVar("T")
 log = logging.getLogger("spotwise.planner")
-_CONTROL = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|[\x00-\x08\x0b-\x1f\x7f]")  # ANSI, controls
 
 
 @dataclass
@@ -63,18 +63,6 @@ class ReadFailing:
     since: float  # wall time of the first failure
     pause: float = 0.0
     retry_at: float = 0.0
-
-
-def last_line(data: bytes) -> str:
-    """The last line of a trial's output that says something (a progress bar's last state
-    after ``\\r``), without terminal escapes; at most ``LAST_LINE_CHARS`` characters."""
-    for raw in reversed(data[-8192:].decode("utf-8", errors="replace").splitlines()):
-        line = _CONTROL.sub("", raw.rsplit("\r", 1)[-1]).strip()
-        if line:
-            if len(line) > LAST_LINE_CHARS:
-                line = line[: LAST_LINE_CHARS - 3] + "..."
-            return line
-    return ""
 
 
 class TrialBook:
@@ -124,6 +112,9 @@ class TrialBook:
             kind, step = rec.get("type"), rec.get("step")
             if not isinstance(step, int):
                 continue
+            if not 0 <= step <= MAX_STEP:  # the store's 64-bit INTEGER cannot keep it
+                self._step_refused(t, kind, step, now)
+                continue
             if kind in SDK_WARNINGS:  # a checkpoint set aside, or less resumed than expected
                 said = {k: v for k, v in rec.items() if k not in _EVENT_FIELDS}
                 self._event(str(kind), now, t, sdk_time=rec.get("time"), **said)
@@ -169,6 +160,21 @@ class TrialBook:
                 best_metric=best_of(t, self.spec.metric.direction),
             )
         return events
+
+    def _step_refused(self, t: TrialRun, kind: object, step: int, now: float) -> None:
+        """A progress record whose step is out of the store's range (a timestamp in ns, a hash:
+        an SDK before ``check_step``'s bound sent any int >= 0; the store raised and ended the
+        job) is ignored, like a record without an int step; said once per trial, as an event."""
+        said: set[str] = self.__dict__.setdefault("steps_refused", set())  # trial ids
+        if t.trial_id in said:
+            return
+        said.add(t.trial_id)
+        message = (
+            f"a {kind} record with step {shown(step)} was ignored: a step must be an int from "
+            f"0 to {MAX_STEP}"
+        )
+        log.warning("%s: trial %s: %s", self.job_id, t.trial_id, message)
+        self._event("invalid_step", now, t, record=str(kind), step=shown(step), message=message)
 
     def _on_exit(self, t: TrialRun, code: int | None, state: InstanceState, now: float) -> Event:
         life = t.life
@@ -278,55 +284,8 @@ class TrialBook:
 
     def _life_log(self, t: TrialRun, life: Life) -> tuple[Path | None, str, str]:
         """``(log file, its last output line, why the output could not be read)`` of one
-        instance life (see the module docstring): the file is ``<logs>/<instance id>.log``,
-        None when there is none; a cloud life's is fetched from its artifacts folder the first
-        time (when that fails, the file says why)."""
-        path = self.run_dir / "logs" / f"{life.instance_id}.log"
-        if path.exists():
-            try:
-                with open(path, "rb") as fh:
-                    fh.seek(max(fh.seek(0, 2) - 8192, 0))
-                    return path, last_line(fh.read()), ""
-            except OSError:
-                return path, "", ""
-        from spotwise.providers.channel import REACH, read_output
-
-        cloud = life.offer.provider
-        if cloud not in REACH:
-            return None, "", ""
-        p = next((q for q in self.spec.providers if q.name == cloud), None)
-        if p is None:  # the local provisioner writes its own (none: nothing ran)
-            return None, "", ""
-        output, unread = b"", ""
-        try:
-            where, data = read_output(
-                cloud,
-                p.options,
-                t.checkpoint_uri or "",
-                self.job_id,
-                t.trial_id,
-                life.attempt,
-                life.offer.region,
-            )
-        except ProviderError as e:
-            unread = str(e) + (f" ({e.hint})" if e.hint else "")
-            text = f"spotwise: cannot read the trial's output: {unread}\n".encode()
-        else:
-            output = data or b""
-            text = (
-                output
-                if data is not None
-                else (
-                    f"spotwise: no output of the trial was uploaded to {where} (it printed "
-                    "nothing, or its agent could not write there)\n".encode()
-                )
-            )
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_bytes(text)
-        except OSError:
-            return None, last_line(output), unread
-        return path, last_line(output), unread
+        instance life (:func:`~spotwise.planner.trial_output.life_log`)."""
+        return life_log(self, t, life)
 
     def _to_waiting(self, t: TrialRun) -> None:
         t.phase, t.state, t.stopping = Phase.WAITING, "waiting", None
