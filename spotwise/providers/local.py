@@ -10,11 +10,15 @@ fraction of a wall second, the notice lasts at least ``notice_floor_wall_s`` wal
 to the market revocation time.
 
 Trial commands run as argv lists in a new session (never through a shell); the provider signals
-the whole process group. No trial outlives its orchestrator unnoticed:
+the whole process group, and a life ends when that group is empty, not when its first process
+exits (:mod:`spotwise.providers.proc_group`: a wrapper script's shell dies at the notice while
+the trainer it started is still saving). No trial outlives its orchestrator unnoticed:
 
 * each trial starts through :mod:`spotwise.providers.local_exec`, which on Linux sets
   ``PR_SET_PDEATHSIG`` = SIGKILL (so the trial dies with the orchestrator, even on SIGKILL)
-  and then execs the command, keeping its pid;
+  and then execs the command, keeping its pid (not what the command starts: the signal is
+  cleared on fork, so a wrapper's trainer outlives an orchestrator SIGKILLed until
+  ``spotwise cancel``; any other end of it runs :meth:`LocalProvisioner.shutdown`);
 * before the command runs, the provisioner records its pid, process group and start time in a
   small JSON file (:mod:`spotwise.providers.local_records`, which explains why there), removed
   when the process ends; after a crash, ``spotwise cancel`` kills what is left of the recorded
@@ -56,6 +60,7 @@ from spotwise.providers.local_records import (
     remove_record,
     write_record,
 )
+from spotwise.providers.proc_group import Group
 from spotwise.providers.replay import MarketClock, ReplayMarket
 
 
@@ -76,6 +81,7 @@ class _Proc:
     done_market: float | None = None  # market time the trial's work ended (_read_done)
     done_wall: float | None = None  # wall time (epoch) the trial wrote it, as it says
     steps: int | None = None  # its total steps (SPOTWISE_STEPS), if the request says
+    group: Group | None = None  # popen's process group: the life ends when it is empty
 
 
 class LocalProvisioner:
@@ -146,8 +152,9 @@ class LocalProvisioner:
         )
         events = request.env.get("SPOTWISE_EVENTS_FILE")
         self._procs[instance_id] = _Proc(
-            inst, popen, log, Path(events) if events else None, revoke_at, notice_at, record=record
-        )
+            inst, popen, log, Path(events) if events else None, revoke_at, notice_at, record=record,
+            group=Group(popen),
+        )  # fmt: skip
         with contextlib.suppress(KeyError, ValueError):
             self._procs[instance_id].steps = int(request.env["SPOTWISE_STEPS"])
         self._by_token[request.client_token] = instance_id
@@ -268,7 +275,8 @@ class LocalProvisioner:
             inst = p.instance
             if inst.state.is_terminal():
                 continue
-            code = p.popen.poll() if p.popen is not None else 0
+            # the life's exit: its leader's code, once its whole group is gone (proc_group)
+            code = p.group.poll(self.kill_grace_s) if p.group is not None else 0
             # a trial that exited (or ended its work: _done_before) before a poll saw its notice
             # is due gets none: a cloud orchestrator would have seen the exit and ended the
             # life (billed), where the replay's long market passes let the provider take it,
@@ -288,12 +296,12 @@ class LocalProvisioner:
                 self._notices.append(
                     Notice(inst.instance_id, NoticeKind.INTERRUPTION, now, p.revoke_at)
                 )
-                self._signal(p, signal.SIGTERM)
+                self._signal(p, signal.SIGTERM, p.kill_wall)
             if code is not None and inst.exit_code is None:
                 inst.exit_code = code
                 self._close_log(p)
             if p.kill_wall is not None and wall >= p.kill_wall:
-                self._stop_process(p, graceful=False)
+                self._stop_processes([p], graceful=False)
                 inst.state = InstanceState.REVOKED
                 inst.ended_at = p.revoke_at
 
@@ -345,30 +353,26 @@ class LocalProvisioner:
             p.instance.state = InstanceState.TERMINATED
             p.instance.ended_at = asked
 
-    def _signal(self, p: _Proc, sig: signal.Signals) -> None:
-        if p.popen is None or p.popen.poll() is not None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(p.popen.pid, sig)
-
-    def _stop_process(self, p: _Proc, graceful: bool) -> None:
-        self._stop_processes([p], graceful)
+    def _signal(self, p: _Proc, sig: signal.Signals, kill_at: float | None = None) -> None:
+        """``sig`` to the trial's process group, its leader gone or not, until the group ends."""
+        if p.group is not None:
+            p.group.signal(sig, kill_at)
 
     def _stop_processes(self, procs: Sequence[_Proc], graceful: bool) -> None:
         """End ``procs`` together: SIGTERM to all, one kill grace for the batch (not one each),
-        then SIGKILL to whatever is left."""
-        running = [(p, p.popen) for p in procs if p.popen is not None and p.popen.poll() is None]
+        then SIGKILL to whatever is left. A group whose leader has exited is still signalled
+        and waited for: the life is the whole group."""
+        running = [p.group for p in procs if p.group is not None and not p.group.ended]
         if graceful and running:
-            for p, _ in running:
-                self._signal(p, signal.SIGTERM)
+            for g in running:
+                g.signal(signal.SIGTERM)
             deadline = time.monotonic() + self.kill_grace_s
-            for _, popen in running:
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    popen.wait(max(0.0, deadline - time.monotonic()))
-        for p, _ in running:
-            self._signal(p, signal.SIGKILL)
-        for _, popen in running:
-            popen.wait()
+            for g in running:
+                g.wait_empty(deadline)
+        for g in running:  # SIGKILL to every group first, then wait for each
+            g.signal(signal.SIGKILL)
+        for g in running:
+            g.kill()
         for p in procs:
             if p.popen is not None and p.instance.exit_code is None:
                 p.instance.exit_code = p.popen.returncode

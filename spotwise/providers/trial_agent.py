@@ -14,6 +14,9 @@ interpreter. Every ``poll_s`` seconds it
   (:mod:`~spotwise.providers.azure_agent`). A notice is written to the status at once and
   turned into SIGTERM for the trial's process group — the SDK's contract: checkpoint and exit
   (a rebalance only with ``rebalance: stop``); SIGKILL follows ``kill_grace_s`` later;
+* takes the trial as exited when its whole process group is gone, not its first process
+  (:mod:`~spotwise.providers.proc_group`: a wrapper script's shell dies at the notice while
+  the trainer it started still saves); the exit code is the first process's;
 * relays a stop request: when ``stop-<attempt>`` appears in the artifacts folder the local
   stop file is created;
 * relays live settings: when ``control-<attempt>.json`` is new or changed (a conditional read
@@ -48,7 +51,6 @@ controller's :func:`instance_argv` / :func:`instance_env`, re-exported here) and
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
@@ -63,6 +65,7 @@ from typing import Any
 
 from spotwise.errors import ProviderError
 from spotwise.providers.blobs import Blobs
+from spotwise.providers.proc_group import Group
 from spotwise.providers.trial_config import (  # re-exported: the controller imports them here
     LOCAL_PATHS,  # noqa: F401 (re-exported)
     TrialConfig,
@@ -112,6 +115,7 @@ class TrialAgent:
             "started_at": time.time(),
         }
         self.proc: subprocess.Popen[bytes] | None = None
+        self.group: Group | None = None  # proc's process group: the trial is all of it
         self._uploaded_size = -1
         self._last_sync = 0.0
         self._term_at: float | None = None
@@ -246,15 +250,17 @@ class TrialAgent:
             self.status.update(state="exited", exit_code=127, error=why)
             self._start_reported = self._try("write the status", self.put_status)
             return
+        self.group = Group(self.proc)
         log.info("trial pid %d", self.proc.pid)  # the instance emulator reads this line
         log.info("trial output in %s (copied below)", self.output)
         self.status.update(state="running", pid=self.proc.pid)
         self._try("write the status", self.put_status)
 
     def signal_trial(self, sig: signal.Signals) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(self.proc.pid, sig)
+        """``sig`` to the trial's process group, its first process gone or not, until the whole
+        group has ended."""
+        if self.group is not None:
+            self.group.signal(sig)
 
     def check_notices(self) -> None:
         for notice in self.watch():
@@ -264,6 +270,8 @@ class TrialAgent:
             if notice.get("kind") == "interruption" or self.cfg.rebalance == "stop":
                 self.signal_trial(signal.SIGTERM)
                 self._term_at = time.monotonic()
+                if self.group is not None:  # what the first process leaves has the same time
+                    self.group.end_by(self._term_at + self.cfg.kill_grace_s)
             self.status["notices"].append(notice)
             if self.on_notice is not None:
                 self.on_notice(notice)
@@ -271,7 +279,7 @@ class TrialAgent:
 
     def step(self) -> bool:
         """One poll; False once the trial has exited and everything is uploaded."""
-        assert self.proc is not None
+        assert self.group is not None
         self.check_notices()
         if not self._stop_relayed and self.stop_requested():
             self.stop_file.touch()
@@ -280,7 +288,7 @@ class TrialAgent:
         self.relay_control()
         if self._term_at is not None and time.monotonic() - self._term_at > self.cfg.kill_grace_s:
             self.signal_trial(signal.SIGKILL)
-        code = self.proc.poll()
+        code = self.group.poll(self.cfg.kill_grace_s)  # the first process's, once all are gone
         self.echo_output()
         if code is not None:
             if self._ended_at is None:
@@ -327,12 +335,8 @@ class TrialAgent:
         while not self._shutting_down and self.step():
             time.sleep(self.cfg.poll_s)
         if self._shutting_down:  # the instance is going away: stop the trial, save its events
-            self.signal_trial(signal.SIGTERM)
-            try:
-                self.proc.wait(self.cfg.kill_grace_s)
-            except subprocess.TimeoutExpired:
-                self.signal_trial(signal.SIGKILL)
-                self.proc.wait()
+            assert self.group is not None
+            self.group.stop(self.cfg.kill_grace_s)
             self.step()
             return 143
         self.maybe_shutdown(now=not self._end_reported)
