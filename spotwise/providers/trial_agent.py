@@ -13,7 +13,8 @@ interpreter. Every ``poll_s`` seconds it
   (:mod:`~spotwise.providers.gcp_agent`), Scheduled Events on Azure
   (:mod:`~spotwise.providers.azure_agent`). A notice is written to the status at once and
   turned into SIGTERM for the trial's process group — the SDK's contract: checkpoint and exit
-  (a rebalance only with ``rebalance: stop``); SIGKILL follows ``kill_grace_s`` later;
+  (a rebalance only with ``rebalance: stop``) — and into its stop file (a handler set over the
+  SDK's can take SIGTERM away, not the file); SIGKILL follows ``kill_grace_s`` later;
 * takes the trial as exited when its whole process group is gone, not its first process
   (:mod:`~spotwise.providers.proc_group`: a wrapper script's shell dies at the notice while
   the trainer it started still saves); the exit code is the first process's;
@@ -51,6 +52,7 @@ controller's :func:`instance_argv` / :func:`instance_env`, re-exported here) and
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -269,6 +271,10 @@ class TrialAgent:
             # slow or retried upload below must not eat into that time
             if notice.get("kind") == "interruption" or self.cfg.rebalance == "stop":
                 self.signal_trial(signal.SIGTERM)
+                # and the stop file, which no handler can take away from the SDK (a
+                # framework's over the SDK's), without the orchestrator's round trip
+                with contextlib.suppress(OSError):  # no trial folder: nothing started to stop
+                    self.stop_file.touch()
                 self._term_at = time.monotonic()
                 if self.group is not None:  # what the first process leaves has the same time
                     self.group.end_by(self._term_at + self.cfg.kill_grace_s)
