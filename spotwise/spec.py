@@ -35,8 +35,9 @@ from pydantic import (
 )
 
 from spotwise.errors import SpecError, did_you_mean
-from spotwise.spec_options import _check_options, _check_policy_options
-from spotwise.spec_yaml import INF, error_line, read_spec_yaml, yaml_text
+from spotwise.spec_options import check_parsed
+from spotwise.spec_yaml import INF, error_line, number_example, read_spec_document, yaml_text
+from spotwise.spec_yaml12 import Loc, refuse_changed
 
 PROVIDERS = ("local", "aws", "gcp", "azure")
 BUILTIN_TRACE = "builtin:skynomad-v100-2023"
@@ -59,11 +60,16 @@ class RealParam(_Strict):
     log: bool = False
 
     @model_validator(mode="after")
-    def _check(self) -> RealParam:
+    def _check(self, info: ValidationInfo) -> RealParam:
         if not self.low < self.high:
             raise ValueError(f"low must be < high, got low={self.low}, high={self.high}")
         if self.log and self.low <= 0:
             raise ValueError(f"log scale needs low > 0, got low={self.low}")
+        if not math.isfinite(self.high - self.low) and not stored(info):  # review-ak M4
+            raise ValueError(  # the optimizer scales by the width: inf, then NaN points
+                f"high - low must be a finite number, got low={self.low:g}, high={self.high:g} "
+                "(their difference overflows); narrow the range"
+            )
         return self
 
 
@@ -258,6 +264,32 @@ class BudgetSpec(_Strict):
     max_cost_usd: float | None = Field(default=None, gt=0)
     deadline_hours: float | None = Field(default=None, gt=0)
 
+    @field_validator("max_cost_usd", "deadline_hours", mode="before")
+    @classmethod
+    def _number(cls, v: Any, info: ValidationInfo) -> Any:
+        """A number (or a string of one, ``"10"``), never a bool (``max_cost_usd: true`` was a
+        $1 cap) nor text (``1:30``, ``on``: strings in YAML 1.2, base 60 and true in 1.1)."""
+        if v is None or stored(info):
+            return v
+        what, example = ("dollars", "10") if info.field_name == "max_cost_usd" else ("hours", "1.5")
+        if isinstance(v, bool):
+            raise ValueError(
+                f"must be a number, got {yaml_text(v)}; write {what} as a number, e.g. "
+                f"{example} (or leave it out for no limit)"
+            )
+        if isinstance(v, str):
+            try:
+                float(v)
+            except ValueError:
+                example = number_example(v, example, hours=what == "hours")
+                raise ValueError(
+                    f"{v!r} is not a number; write {what} as a number, e.g. {example}"
+                ) from None
+        return v
+
+
+_SECTIONS = ("budget", "checkpoint", "search", "env", "policy_options")  # null: left out
+
 
 class JobSpec(_Strict):
     name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -276,6 +308,15 @@ class JobSpec(_Strict):
     budget: BudgetSpec = Field(default_factory=BudgetSpec)
     env: dict[str, str] = Field(default_factory=dict)
     workdir: str = ""  # where the command runs; default: the spec's folder
+
+    @model_validator(mode="before")
+    @classmethod
+    def _empty_sections(cls, data: Any) -> Any:
+        """``budget:`` with its fields commented out is YAML's null: the same as leaving the
+        section out (review-ak M2), for each section that has defaults."""
+        if isinstance(data, dict):
+            return {k: v for k, v in data.items() if not (v is None and k in _SECTIONS)}
+        return data
 
     @field_validator("command")
     @classmethod
@@ -311,7 +352,11 @@ class JobSpec(_Strict):
         return spec_path.parent if spec_path is not None else Path.cwd()
 
 
-def parse_spec(data: Any, source: str = "spec") -> JobSpec:
+def parse_spec(
+    data: Any, source: str = "spec", sources: Mapping[Loc, str] | None = None
+) -> JobSpec:
+    """Validate a spec's data (read from ``source``); SpecError (one line) on any problem.
+    ``sources``: the text of its plain scalars read as no string (error messages show it)."""
     if data is None:
         raise SpecError(f"{source}: the spec is empty; see examples/digits/job.yaml for one")
     if not isinstance(data, dict):
@@ -320,10 +365,8 @@ def parse_spec(data: Any, source: str = "spec") -> JobSpec:
     try:
         spec = JobSpec.model_validate(data)
     except ValidationError as err:
-        raise SpecError(f"{source}: {error_line(err, JobSpec)}") from None
-    _check_options(spec, source)
-    _check_policy_options(spec, source)
-    _check_space_size(spec, source)
+        raise SpecError(f"{source}: {error_line(err, JobSpec, sources)}") from None
+    check_parsed(spec, source)
     return spec
 
 
@@ -340,54 +383,14 @@ def space_points(
     return counts
 
 
-def _check_space_size(spec: JobSpec, source: str) -> None:
-    """More trials than a finite space has points would run the same configuration twice,
-    billed twice for the same result. Checked here, not in the model: a job recorded before
-    this check must still load."""
-    counts = space_points(spec.search_space)
-    size = math.prod(counts.values()) if counts is not None else 0
-    if counts is not None and spec.trials > size:
-        kinds = {
-            n: "value" if isinstance(spec.search_space[n], IntParam) else "choice" for n in counts
-        }
-        parts = " × ".join(f"{n}: {c} {kinds[n]}{'s' if c > 1 else ''}" for n, c in counts.items())
-        raise SpecError(
-            f"{source}: spec field 'trials': {spec.trials} but the search space has only {size} "
-            f"distinct point{'s' if size > 1 else ''} ({parts}); set trials <= {size}, or widen "
-            "the space"
-        )
-
-
 def load_spec(path: str | Path) -> JobSpec:
     """Read and validate a YAML job spec; raise :class:`SpecError` with one line on any problem."""
     p = Path(path)
-    spec = parse_spec(read_spec_yaml(p), str(p))
+    doc = read_spec_document(p)
+    spec = parse_spec(doc.data, str(p), doc.sources)
+    refuse_changed(spec, doc, str(p))  # what YAML 1.1 (spotwise before) read otherwise
     if any(q.name == "local" for q in spec.providers):
-        _check_local(spec, p)
+        from spotwise.spec_local import check_local
+
+        check_local(spec, p)
     return spec
-
-
-def _check_local(spec: JobSpec, path: Path) -> None:
-    """What a local job names on this machine: its ``workdir`` (a cloud's is on the
-    instance), and its replayed trace with the start, regions, zones and instance types it
-    names there; refused here, before the job is recorded, rather than when its trials
-    cannot start."""
-    base = spec.base_dir(path)
-    if spec.workdir and not base.is_dir():
-        what = "is not a folder" if base.exists() else "does not exist"
-        raise SpecError(
-            f"{path}: spec field 'workdir': {base} {what}; create it, or fix the path "
-            "(a relative one is from the spec's folder)"
-        )
-    for i, q in enumerate(spec.providers):
-        if q.name == "local":
-            from spotwise.providers.replay import check_replay_filters
-
-            r = q.replay or ReplaySpec()
-            try:
-                check_replay_filters(
-                    r.trace, base, q.regions, q.zones, i,
-                    instance_types=q.instance_types, start_h=r.start,
-                )  # fmt: skip
-            except SpecError as e:
-                raise SpecError(f"{path}: {e.message}", hint=e.hint) from None

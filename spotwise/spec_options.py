@@ -1,16 +1,40 @@
-"""A job spec's options checked against what reads them: each provider's options (the
-providers' registry) and the policy's options (the policy registry). Done after the spec model
-validates, not in it, so that a job stored by an older spotwise still loads.
+"""A job spec's checks that read more than its fields, done after the spec model validates (not
+in it, so that a job stored by an older spotwise still loads): each provider's options (the
+providers' registry), the policy's name and options (the policy registry), and the size of a
+finite search space; and :func:`cost_cap_note`, the warning for a cloud job with no cost cap.
 """
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
-from spotwise.errors import SpecError
+from spotwise.errors import SpecError, did_you_mean
 
 if TYPE_CHECKING:
     from spotwise.spec import JobSpec
+
+
+def check_parsed(spec: JobSpec, source: str) -> None:
+    """The checks of a spec that passed its model, in this order (SpecError naming
+    ``source``)."""
+    _check_options(spec, source)
+    _check_policy(spec, source)
+    _check_policy_options(spec, source)
+    _check_space_size(spec, source)
+
+
+def _check_policy(spec: JobSpec, source: str) -> None:
+    """An unknown ``policy`` is refused when the spec is read, naming the file (before: only
+    at `tune`, as ``policy: unknown policy ...``; review-ak M5)."""
+    from spotwise.planner.policy import policy_names
+
+    names = policy_names()
+    if spec.policy not in names:
+        raise SpecError(
+            f"{source}: spec field 'policy': unknown policy {spec.policy!r}"
+            f"{did_you_mean(spec.policy, names)}; valid: {', '.join(names)}"
+        )
 
 
 def _check_policy_options(spec: JobSpec, source: str) -> None:
@@ -24,6 +48,26 @@ def _check_policy_options(spec: JobSpec, source: str) -> None:
         make_policy(spec.policy, spec.policy_options)
     except SpecError as e:
         raise SpecError(f"{source}: {e.message}", hint=e.hint) from None
+    if spec.policy == "asha":
+        _check_asha_rungs(spec.policy_options, spec.steps, source)
+
+
+def _check_asha_rungs(options: dict[str, object], steps: int, source: str) -> None:
+    """asha judges a trial at its rungs, ``min_steps · eta^k`` below ``steps``: with
+    ``min_steps >= steps`` there is none, and asha would stop no trial, silently (review-ak
+    M7). Refused rather than warned: the job would run every trial to the end, paying for
+    what the policy named was chosen to stop."""
+    min_steps = options.get("min_steps")
+    if isinstance(min_steps, int) and min_steps >= steps:
+        fix = (
+            f"set min_steps below {steps}, or leave it out (the first rung is then step 1)"
+            if steps > 1
+            else "with steps: 1 no trial can be stopped early: raise steps, or pick another policy"
+        )
+        raise SpecError(
+            f"{source}: spec field 'policy_options.min_steps': asha's first rung ({min_steps}) "
+            f"is not before the last step (steps: {steps}), so asha would stop no trial; {fix}"
+        )
 
 
 def _check_options(spec: JobSpec, source: str) -> None:
@@ -37,3 +81,35 @@ def _check_options(spec: JobSpec, source: str) -> None:
             check_options(p.name, p.options, field=f"providers.{i}.options")
         except SpecError as e:
             raise SpecError(f"{source}: {e.message}", hint=e.hint) from None
+
+
+def _check_space_size(spec: JobSpec, source: str) -> None:
+    """More trials than a finite space has points would run the same configuration twice,
+    billed twice for the same result. Checked here, not in the model: a job recorded before
+    this check must still load."""
+    from spotwise.spec import IntParam, space_points
+
+    counts = space_points(spec.search_space)
+    size = math.prod(counts.values()) if counts is not None else 0
+    if counts is not None and spec.trials > size:
+        kinds = {
+            n: "value" if isinstance(spec.search_space[n], IntParam) else "choice" for n in counts
+        }
+        parts = " × ".join(f"{n}: {c} {kinds[n]}{'s' if c > 1 else ''}" for n, c in counts.items())
+        raise SpecError(
+            f"{source}: spec field 'trials': {spec.trials} but the search space has only {size} "
+            f"distinct point{'s' if size > 1 else ''} ({parts}); set trials <= {size}, or widen "
+            "the space"
+        )
+
+
+def cost_cap_note(spec: JobSpec) -> str:
+    """A warning for a job on a cloud with no ``budget.max_cost_usd``: nothing stops its spend
+    (review-ak M6); "" for a local job (replayed dollars) or one with a cap."""
+    clouds = sorted({p.name for p in spec.providers if p.name != "local"})
+    if not clouds or spec.budget.max_cost_usd is not None:
+        return ""
+    return (
+        f"the spec sets no budget.max_cost_usd: nothing caps what this job spends on "
+        f"{' and '.join(clouds)}; add budget: {{max_cost_usd: N}} to stop it at N dollars"
+    )

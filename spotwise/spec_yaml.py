@@ -1,8 +1,10 @@
 """Reading a job spec's YAML, and naming what a spec error is about.
 
-* :func:`read_spec_yaml`: ``yaml.safe_load`` that refuses a key given twice in one mapping
-  (PyYAML keeps the last one silently: a second ``budget:`` block would drop the first one's
-  cost cap), naming the key's path and both lines.
+* :func:`read_spec_yaml` (:func:`read_spec_document`): the spec's YAML read with YAML 1.2's
+  core schema (:mod:`spotwise.spec_yaml12`: ``1:30`` and ``on`` are strings, ``1e-4`` a
+  number), refusing a key given twice in one mapping (PyYAML keeps the last one silently: a
+  second ``budget:`` block would drop the first one's cost cap), naming the key's path and both
+  lines.
 * :func:`error_line`: a pydantic ValidationError of a spec as one line naming the field, what is
   wrong and the fix.
 * :func:`fields_at`: the field names a pydantic model takes at an error's location, for the
@@ -13,20 +15,43 @@ from __future__ import annotations
 
 import types
 import typing
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
 from spotwise.errors import SpecError, did_you_mean
+from spotwise.spec_yaml12 import Loc, install_core_schema, load_yaml11, scalar_notes
 
 if typing.TYPE_CHECKING:
     import yaml
 
 
+@dataclass(frozen=True)
+class SpecDocument:
+    """A spec file's YAML document (:attr:`data`), with what its plain scalars were."""
+
+    data: Any
+    text: str = ""
+    #: the source text of each plain scalar read as no string (``1e6``, ``True``), by location
+    sources: dict[Loc, str] = field(default_factory=dict)
+    #: (location, text) of each plain scalar that YAML 1.1 read as a bool or a number
+    legacy: list[tuple[Loc, str]] = field(default_factory=list)
+
+    def yaml11(self) -> Any:
+        """The document as YAML 1.1 (PyYAML's SafeLoader, spotwise before) reads it."""
+        return load_yaml11(self.text)
+
+
 def read_spec_yaml(path: Path) -> Any:
     """The YAML document in ``path``; SpecError (one line) for a path that is no file,
     invalid YAML or a repeated key."""
+    return read_spec_document(path).data
+
+
+def read_spec_document(path: Path) -> SpecDocument:
+    """:func:`read_spec_yaml`'s document with its scalars' notes (:class:`SpecDocument`)."""
     import yaml
 
     if path.is_dir():
@@ -39,7 +64,11 @@ def read_spec_yaml(path: Path) -> Any:
     text = path.read_text()
     loader = _loader_class()(text)
     try:
-        return loader.get_single_data()
+        node = loader.get_single_node()
+        if node is None:  # an empty file
+            return SpecDocument(None, text)
+        data = loader.construct_document(node)
+        return SpecDocument(data, text, *scalar_notes(node))
     except _DuplicateKey as e:
         raise SpecError(
             f"{path}: line {e.line}: key '{e.key}' is given twice (first at line {e.first}); "
@@ -75,6 +104,19 @@ def _folder_message(folder: Path) -> str:
 INF = float("inf")
 
 
+def number_example(text: str, default: str, *, hours: bool = False) -> str:
+    """The number meant by ``text`` when it can be told, for a fix's "e.g.": h:mm for
+    ``hours`` (``1:30``: "1.5 for 1:30"), a dollar sign (``$10``: "10"); else ``default``."""
+    import re
+
+    if hours and (m := re.fullmatch(r"\s*(\d+):([0-5]\d)\s*", text)):
+        return f"{int(m[1]) + int(m[2]) / 60:g} for {text.strip()}"
+    try:
+        return f"{float(text.strip().lstrip('$').replace(',', '')):g}"
+    except ValueError:
+        return default
+
+
 def yaml_text(x: Any) -> str:
     """A value as YAML writes it (true, null, .inf), not as Python does (True, None, inf)."""
     import json
@@ -97,8 +139,9 @@ _LOADER: type[yaml.SafeLoader] | None = None
 
 
 def _loader_class() -> type[yaml.SafeLoader]:
-    """A SafeLoader whose documents are checked for repeated keys before they are built
-    (made on first use: yaml is imported lazily)."""
+    """A SafeLoader reading YAML 1.2's core schema (:mod:`spotwise.spec_yaml12`) whose
+    documents are checked for repeated keys before they are built (made on first use: yaml is
+    imported lazily)."""
     global _LOADER
     if _LOADER is None:
         import yaml
@@ -108,6 +151,7 @@ def _loader_class() -> type[yaml.SafeLoader]:
                 _refuse_duplicates(node, "", set())
                 return super().construct_document(node)
 
+        install_core_schema(SpecLoader)
         _LOADER = SpecLoader
     return _LOADER
 
@@ -152,16 +196,29 @@ _SHAPES = {
     "providers": "write it as a list, e.g. providers: [{name: local}]",
     "search_space": "write it as a mapping of parameter names, e.g. "
     "search_space: {lr: {type: real, low: 0.001, high: 0.1, log: true}}",
+    "budget": "write it as a mapping, e.g. budget: {max_cost_usd: 10, deadline_hours: 2}",
+    "checkpoint": "write it as a mapping, e.g. checkpoint: {location: checkpoints, every: 5}",
+    "search": "write it as a mapping, e.g. search: {optimizer: gp, seed: 0}",
+    "env": 'write it as a mapping, e.g. env: {OMP_NUM_THREADS: "1"}',
+    "policy_options": "write it as a mapping, e.g. policy_options: {min_steps: 3}",
 }
 
 
-def error_line(err: ValidationError, model: type[BaseModel]) -> str:
+def error_line(
+    err: ValidationError, model: type[BaseModel], sources: typing.Mapping[Loc, str] | None = None
+) -> str:
     """The first of ``err``'s errors as one line: the field's dotted path, what is wrong as
-    YAML would write it, and the fix; an unknown field names the field of ``model`` meant."""
+    YAML would write it, and the fix; an unknown field names the field of ``model`` meant.
+    ``sources``: the text of the spec's plain scalars read as no string, by location
+    (:class:`SpecDocument`), to show a value as it was written (``1e6``, not 1000000.0)."""
     e = err.errors()[0]
-    loc = ".".join(str(x) for x in e["loc"] if not (isinstance(x, str) and x in _PARAM_TAGS))
+    where = tuple(x for x in e["loc"] if not (isinstance(x, str) and x in _PARAM_TAGS))
+    loc = ".".join(map(str, where))
     msg = e["msg"].removeprefix("Value error, ")
     fix = _FIXES.get(e["type"], "")
+    value = e.get("input")
+    written = (sources or {}).get(where)
+    shown = written if written is not None and value is not None else yaml_text(value)
     if e["type"] == "extra_forbidden":  # a typo of a field: name the one meant
         typo, names = str(e["loc"][-1]), fields_at(model, e["loc"][:-1])
         longer = [n for n in names if _within(typo, n)]  # `sped`: speedup, not seed
@@ -178,14 +235,28 @@ def error_line(err: ValidationError, model: type[BaseModel]) -> str:
             else fix
         )
     elif e["type"] in ("int_type", "int_parsing"):  # a strict count: `trials: true`, "8", 40.0
-        msg = f"must be an integer, got {yaml_text(e['input'])}"
+        msg = f"must be an integer, got {shown}"
+        whole = isinstance(value, float) and value.is_integer()  # `steps: 1e3`, 40.0
+        fix = f"write {int(value)}" if whole else ""
+    elif e["type"] == "float_parsing":  # `low: 1:30` (a string in YAML 1.2), `low: "1,5"`
+        msg = f"must be a number, got {shown}"
     elif e["type"] == "finite_number":
-        msg = f"must be a finite number, got {yaml_text(e['input'])}"
+        msg = f"must be a finite number, got {shown}"
         fix = "leave it out for no limit" if e["loc"][:1] == ("budget",) else ""
-    elif e["loc"][:1] == ("env",) and len(e["loc"]) == 2 and e["type"] == "string_type":
-        value = "" if e["input"] is None else yaml_text(e["input"])  # YAML read `X: 1` as a number
-        msg = f"must be a string, got {yaml_text(e['input'])}"
-        fix = f'quote it, e.g. {e["loc"][1]}: "{value}"'
+    elif e["type"] == "string_type" and (value is None or isinstance(value, int | float)):
+        # YAML read `X: 1` or `--lr, 0.1` as a number: the text wanted is what was written
+        text = "" if value is None else shown
+        key = f"{where[-1]}: " if where and isinstance(where[-1], str) else ""
+        msg = f"must be a string, got {shown}"
+        fix = f'quote it, e.g. {key}"{text}"'
+    elif e["type"] == "union_tag_not_found":  # a search_space parameter without `type`
+        msg, fix = "has no type", "add type: real, int or categorical"
+    elif e["type"] == "union_tag_invalid":  # `type: float`
+        tag = str((e.get("ctx") or {}).get("tag", value))
+        msg = f"unknown type {tag!r}{did_you_mean(tag, sorted(_PARAM_TAGS))}"
+        fix = "write type: real, int or categorical" + (
+            " (real for a range of floats)" if tag in ("float", "double", "uniform") else ""
+        )
     elif len(e["loc"]) == 1 and e["type"] in ("list_type", "model_type", "dict_type"):
         fix = _SHAPES.get(str(e["loc"][0]), "")
         msg = msg.split(" or instance of ")[0]  # pydantic's class names mean nothing here

@@ -117,7 +117,7 @@ def preflight_spec(tmp_path: Path, **changes: Any) -> dict[str, Any]:
     replace its top-level fields."""
     spec: dict[str, Any] = {
         "name": "preflight",
-        "command": ["python", "train.py"],
+        "command": ["python", "-c", "pass"],  # a local job's script must exist when it loads
         "metric": {"name": "score"},
         "steps": 4,
         "trials": 2,

@@ -118,7 +118,7 @@ class Orchestrator(JobSummary):
         try:
             # what only the open market shows (options, regions, instance types, a checkpoint
             # location we cannot write): refused before the job is recorded or anything bought
-            preflight(spec, backend, self.ckpt_root)
+            preflight(spec, backend, self.ckpt_root, source=str(self.spec_path or ""))
             # the search only now: scikit-optimize takes seconds to import, which a job refused
             # above need not pay; a replayed market's clock starts once it is loaded
             search = resume.search_spec if resume else spec.search

@@ -56,10 +56,21 @@ _A_PATH = re.compile(r"(?i)_(?:file|path|dir)$|^GOOGLE_APPLICATION_CREDENTIALS$"
 _URL_PASSWORD = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^/?#@\s:]*:[^/?#@\s]+@")
 
 
-def preflight(spec: JobSpec, backend: Backend, checkpoint_root: str) -> None:
+def preflight(spec: JobSpec, backend: Backend, checkpoint_root: str, source: str = "") -> None:
     """Refuse the job (SpecError, one line) before it is recorded; see the module docstring.
     ``checkpoint_root`` is the job's own checkpoint folder or URI prefix (under
-    ``checkpoint.location``)."""
+    ``checkpoint.location``); ``source``, the spec's path, starts each refusal as it starts
+    :func:`~spotwise.spec.load_spec`'s (``job.yaml: spec field 'checkpoint.location': ...``;
+    review-ak M5)."""
+    try:
+        _preflight(spec, backend, checkpoint_root)
+    except SpecError as e:
+        if not source or e.message.startswith(f"{source}: "):
+            raise
+        raise SpecError(f"{source}: {e.message}", hint=e.hint) from None
+
+
+def _preflight(spec: JobSpec, backend: Backend, checkpoint_root: str) -> None:
     _credential_env(spec)
     catalogs = _catalogs(backend)
     for i, p in enumerate(spec.providers):

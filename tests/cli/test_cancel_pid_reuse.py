@@ -133,7 +133,7 @@ def test_tune_and_resume_record_the_orchestrators_start(
     replay = {"trace": str(tmp_path / "trace.csv"), "speedup": 30.0}
     spec = {
         "name": "a",
-        "command": ["nonexistent-prog-xyz"],  # fails at once: only the job's rows matter here
+        "command": ["python", "-c", "raise SystemExit(1)"],  # fails at once: only the rows matter
         "metric": {"name": "m"},
         "steps": 2,
         "trials": 1,

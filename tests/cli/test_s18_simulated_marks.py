@@ -206,6 +206,7 @@ def test_the_tune_summary_says_simulated(
     from spotwise.planner import orchestrator
 
     spec = tmp_path / "job.yaml"
+    (tmp_path / "train.py").touch()  # a local job's script is looked for when the spec loads
     spec.write_text(
         "name: j\ncommand: [python, train.py]\nmetric: {name: acc}\nsteps: 4\ntrials: 1\n"
         "search_space: {lr: {type: real, low: 0.001, high: 0.1}}\n"

@@ -115,6 +115,7 @@ def test_a_resumed_job_rebuilds_asha_with_its_stored_options(tmp_path: Path) -> 
     write_trace(tmp_path / "trace.csv", avail_ticks=900)
     db = f"sqlite:///{tmp_path / 'spotwise.db'}"
     script = tmp_path / "train.py"
+    script.write_text("raise SystemExit(1)\n")  # broken (a missing one is refused at load)
     path = _spec(tmp_path, ["python", str(script)], trials=4, policy_options={"min_steps": 3})
     first = jobs.tune(path, db=db, run_root=tmp_path / "runs")
     assert first["state"] == "failed" and first["resumable"], first

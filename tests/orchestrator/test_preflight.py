@@ -26,9 +26,11 @@ AMI = "ami-12c6146b"  # an image moto knows
 
 
 def refused(tmp_path: Path, spec: dict[str, Any]) -> str:
-    """Run `tune` (the core call) on ``spec``; the SpecError's message, once checked that it
-    is one line and that nothing was recorded or bought (``shared_helpers``)."""
-    return tune_refused(tmp_path, write_job_yaml(tmp_path, spec))
+    """Run `tune` (the core call) on ``spec``; the SpecError's message without the spec's path
+    that the preflight's start with (as load_spec's do), once checked that it is one line and
+    that nothing was recorded or bought (``shared_helpers``)."""
+    path = write_job_yaml(tmp_path, spec)
+    return tune_refused(tmp_path, path).removeprefix(f"{path}: ")
 
 
 # ---- a checkpoint location the orchestrator cannot write ----------------------------------------
@@ -238,7 +240,7 @@ def test_tune_cli_exits_2_with_one_line_for_an_unknown_aws_instance_type(
     path = write_job_yaml(tmp_path, aws_spec(tmp_path, instance_types=["c5.xlarg"]))
     lines = tune_cli_refused(tmp_path, path)  # exit 2, `error:` and at most a `hint:` line
     assert lines[0] == (
-        "error: spec field 'providers.0.instance_types.0': aws: unknown instance type "
+        f"error: {path}: spec field 'providers.0.instance_types.0': aws: unknown instance type "
         "'c5.xlarg' (did you mean 'c5.xlarge'?) in us-east-1"
     )
     with Store.open(f"sqlite:///{tmp_path / 'spotwise.db'}") as store:

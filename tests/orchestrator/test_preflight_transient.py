@@ -130,7 +130,7 @@ def test_access_denied_is_still_a_spec_error(tmp_path: Path, s3: Any) -> None:
     path = write_job_yaml(tmp_path, preflight_spec(tmp_path, checkpoint={"location": LOCATION}))
     message = tune_refused(tmp_path, path)  # SpecError, exit 2, nothing recorded
     assert message.startswith(
-        f"spec field 'checkpoint.location': spotwise cannot write checkpoints under "
+        f"{path}: spec field 'checkpoint.location': spotwise cannot write checkpoints under "
         f"'{LOCATION}' (aws: writing .spotwise-probe-"
     )
     assert "AccessDenied" in message

@@ -121,6 +121,7 @@ def test_a_job_whose_command_was_broken_runs_on_once_it_is_mended(tmp_path: Path
     write_trace(tmp_path / "trace.csv")
     db = f"sqlite:///{tmp_path / 'spotwise.db'}"
     script = tmp_path / "train.py"
+    script.write_text("raise SystemExit(1)\n")  # broken (a missing one is refused at load)
     spec = spec_dict(tmp_path, command=["python", str(script)], steps=5, trials=3)
     path = write_spec(tmp_path, spec)
     first = jobs.tune(path, db=db, run_root=tmp_path / "runs")

@@ -128,8 +128,10 @@ def write_spec(tmp_path: Path, provider: dict[str, Any]) -> Path:
 
 def refused(tmp_path: Path, provider: dict[str, Any]) -> str:
     """Run `tune` (the core call); the SpecError's message, once checked that it is one line
-    and that nothing was recorded or created (``shared_helpers``)."""
-    return tune_refused(tmp_path, write_spec(tmp_path, provider))
+    and that nothing was recorded or created (``shared_helpers``); without the spec's path,
+    which it starts with (as load_spec's refusals do)."""
+    path = write_spec(tmp_path, provider)
+    return tune_refused(tmp_path, path).removeprefix(f"{path}: ")
 
 
 def passes_preflight(
@@ -323,7 +325,7 @@ def test_several_clouds_name_the_one_without_an_offer(
     spec["providers"].append(azure)
     path = write_job_yaml(tmp_path, spec)
     assert tune_refused(tmp_path, path) == (
-        "spec field 'providers.1': no azure offer matches its filters (regions: eastus; "
+        f"{path}: spec field 'providers.1': no azure offer matches its filters (regions: eastus; "
         "instance_types: Standard_NC6s_v3; markets: spot); azure has no price for "
         "Standard_NC6s_v3 in eastus"
     )
@@ -364,11 +366,12 @@ def test_tune_exits_2_with_one_line(
         provider = azure_provider(request.getfixturevalue("azure_cloud"), regions=["estus"])
     db = f"sqlite:///{tmp_path / 'cli.db'}"
     monkeypatch.setenv("SPOTWISE_HOME", str(tmp_path))
-    argv = ["spotwise", "tune", str(write_spec(tmp_path, provider)), "--db", db]
-    monkeypatch.setattr(sys, "argv", argv)
+    path = write_spec(tmp_path, provider)
+    monkeypatch.setattr(sys, "argv", ["spotwise", "tune", str(path), "--db", db])
     with pytest.raises(SystemExit) as exit_info:
         app.main()
     assert exit_info.value.code == 2
+    line = line.replace("error: ", f"error: {path}: ", 1)  # the spec's path, as load_spec's
     assert [x for x in capsys.readouterr().err.splitlines() if x.strip()] == [line]
     with Store.open(db) as store:
         assert store.list_jobs() == []

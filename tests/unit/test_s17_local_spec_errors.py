@@ -32,6 +32,7 @@ def local(**fields: Any) -> dict[str, Any]:
 
 
 def write(tmp_path: Path, data: dict[str, Any]) -> Path:
+    (tmp_path / "train.py").touch()  # a local job's script is looked for when the spec loads
     path = tmp_path / "job.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path

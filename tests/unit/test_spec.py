@@ -72,6 +72,7 @@ def test_valid_spec_gets_its_defaults() -> None:
 def test_load_spec_reads_yaml_and_resolves_base_dir(tmp_path: Path) -> None:
     path = tmp_path / "job.yaml"
     path.write_text(yaml.safe_dump(VALID))
+    (tmp_path / "train.py").touch()  # a local job's script is looked for when the spec loads
     spec = load_spec(path)
     assert spec.name == "digits-mlp" and spec.steps == 30
     assert spec.base_dir(path) == tmp_path

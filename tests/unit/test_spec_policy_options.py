@@ -112,7 +112,7 @@ def test_the_other_policies_bad_values(policy: str, options: dict[str, Any], sai
 
 
 def test_options_of_an_unknown_policy_name_the_policy_field() -> None:
-    assert "policy: unknown policy 'ashaa' (did you mean 'asha'?)" in error(
+    assert "job.yaml: spec field 'policy': unknown policy 'ashaa' (did you mean 'asha'?)" in error(
         spec(policy="ashaa", policy_options={"min_steps": 3})
     )
 
@@ -141,6 +141,7 @@ def test_exposed_options_are_keyword_values_of_the_constructors() -> None:
 
 
 def _write(tmp_path: Path, **changes: Any) -> Path:
+    (tmp_path / "train.py").touch()  # a local job's script is looked for when the spec loads
     path = tmp_path / "job.yaml"
     path.write_text(yaml.safe_dump(spec(**changes), sort_keys=False))
     return path

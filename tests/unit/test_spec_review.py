@@ -22,6 +22,7 @@ SPACE = VALID["search_space"]
 
 
 def write(tmp_path: Path, data: Any, name: str = "job.yaml") -> Path:
+    (tmp_path / "train.py").touch()  # a local job's script is looked for when the spec loads
     path = tmp_path / name
     path.write_text(data if isinstance(data, str) else yaml.safe_dump(data, sort_keys=False))
     return path
@@ -294,6 +295,7 @@ def test_a_local_job_with_a_missing_workdir_is_refused(tmp_path: Path) -> None:
         load_spec(path)
     (tmp_path / "src").unlink()
     (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "train.py").touch()  # the script is looked for in the workdir
     assert load_spec(path).base_dir(path) == tmp_path / "src"
 
 

@@ -1,0 +1,108 @@
+"""What a local job's spec names on this machine, checked by :func:`spotwise.spec.load_spec`
+before the job is recorded (a cloud job's folder, program and script are on its instances):
+
+* its ``workdir``;
+* its replayed trace, with the start, regions, zones and instance types it names there;
+* its ``command``: the program (``command[0]``, found on ``PATH`` as the trial will look for it,
+  or a path from the job's folder) and, for a python program, the script after it
+  (``[python, train.py]``): a typo there was recorded and run, and the job stopped only after
+  its first trials failed (review-ak M8).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from spotwise.errors import SpecError, did_you_mean
+
+if TYPE_CHECKING:
+    from spotwise.spec import JobSpec
+
+#: a python interpreter's name: python, python3, python3.12 (a bare ``python`` is the
+#: interpreter running spotwise: :func:`spotwise.planner.runstate.trial_argv`)
+_PYTHON = re.compile(r"python(?:\d+(?:\.\d+)*)?")
+
+
+def check_local(spec: JobSpec, path: Path) -> None:
+    """Refuse (SpecError, one line naming the field) what a local job names on this machine
+    and is not there: see the module docstring."""
+    base = spec.base_dir(path)
+    if spec.workdir and not base.is_dir():
+        what = "is not a folder" if base.exists() else "does not exist"
+        raise SpecError(
+            f"{path}: spec field 'workdir': {base} {what}; create it, or fix the path "
+            "(a relative one is from the spec's folder)"
+        )
+    for i, q in enumerate(spec.providers):
+        if q.name == "local":
+            from spotwise.providers.replay import check_replay_filters
+            from spotwise.spec import ReplaySpec
+
+            r = q.replay or ReplaySpec()
+            try:
+                check_replay_filters(
+                    r.trace, base, q.regions, q.zones, i,
+                    instance_types=q.instance_types, start_h=r.start,
+                )  # fmt: skip
+            except SpecError as e:
+                raise SpecError(f"{path}: {e.message}", hint=e.hint) from None
+    if problem := command_problem(spec.command, base, spec.env):
+        raise SpecError(f"{path}: spec field 'command': {problem}")
+
+
+def command_problem(command: list[str], base: Path, env: dict[str, str]) -> str:
+    """What is wrong with a local ``command`` run in ``base`` with the job's ``env`` (its
+    ``PATH`` is the trial's), and the fix; "" when nothing is found wrong."""
+    program = command[0]
+    # a bare python runs as the interpreter running spotwise: found
+    if program != "python" and (problem := _program_problem(program, base, env)):
+        return problem
+    name = Path(program).name
+    if len(command) > 1 and _PYTHON.fullmatch(name) and command[1].endswith(".py"):
+        script = command[1]
+        full = Path(script) if Path(script).is_absolute() else base / script
+        if not full.is_file():
+            what = "is not a file" if full.exists() else "does not exist"
+            return (
+                f"the script {script!r} {what} in {os.path.abspath(full.parent)}"
+                f"{_near(script, full.parent)}; "
+                "fix its name or path (a relative one is from the job's folder)"
+            )
+    return ""
+
+
+def _program_problem(program: str, base: Path, env: dict[str, str]) -> str:
+    if "/" in program:  # a path: from the folder the trial runs in
+        full = Path(program) if Path(program).is_absolute() else base / program
+        if not full.is_file():
+            return (
+                f"the program {program!r} is not a file ({full}); fix the path (a relative "
+                f"one is from {base})"
+            )
+        if not os.access(full, os.X_OK):
+            return (
+                f"the program {program!r} is not executable; make it so (chmod +x {full}), "
+                f"or run it through its interpreter, e.g. [bash, {program}]"
+            )
+        return ""
+    search = env.get("PATH", os.environ.get("PATH", os.defpath))
+    if shutil.which(program, path=search) is None:
+        close = did_you_mean(program, ["python", "python3", "bash", "sh"])
+        return (
+            f"the program {program!r} is not found on PATH{close}; install it, fix the name, "
+            "or give its path"
+        )
+    return ""
+
+
+def _near(script: str, folder: Path) -> str:
+    """' (did you mean ...?)' naming a python file in ``folder`` close to ``script``'s name."""
+    try:
+        names = sorted(f.name for f in folder.iterdir() if f.suffix == ".py")
+    except OSError:
+        return ""
+    return did_you_mean(Path(script).name, names)
