@@ -11,8 +11,9 @@ its attempt number, so two instances never run (or checkpoint as) one attempt. A
 that failed for a passing reason (a 5xx, a timeout, a throttled answer) is first called again
 with the same request, which the providers' idempotency makes the same launch
 (:mod:`spotwise.planner.launch_retry`). A lasting refusal of an offer blocks it for a doubling
-backoff, which a resume restores (:mod:`spotwise.planner.lasting_refusals`). Asking a trial to
-stop, and terminating the instances of a pass's budget stops together at its end, are
+backoff, and a refusal for a region's quota pauses that region for 30 min: a resume restores
+both (:mod:`spotwise.planner.lasting_refusals`). Asking a trial to stop, and terminating the
+instances of a pass's budget stops together at its end, are
 :class:`~spotwise.planner.stops.Stops`'.
 """
 
@@ -172,15 +173,14 @@ class Actions(Stops):
             self._launch_hiccup(p, e, now)
             return
         except (CapacityError, ProviderError) as e:
-            blocked: dict[str, Any] = {}
+            blocked: dict[str, Any] = {}  # what the event records of a long block or pause
             if isinstance(e, CapacityError) and e.lasting:  # avoided long, not for one pass
                 blocked = self._block_lasting(offer.key, now)
                 self.last_lasting_refusal = f"{e.message}; {e.hint}" if e.hint else e.message
             else:
                 self.blocked[offer.key] = now + max(self._tick_s(), 1.0)
             if isinstance(e, QuotaError):  # still a failure, but the retry goes to another region
-                pause = QUOTA_PAUSE_WALL_S * self.backend.speedup
-                self.quota_full[(offer.provider, offer.region)] = now + pause
+                blocked = self._pause_region(offer, now)
             retried = {"retry_of_same_request": p.retries} if p.retries else {}
             hint = {"hint": e.hint} if e.hint else {}  # e.g. raise max_price (review-ai F2)
             what = {"error": str(e), **hint, **retried, **blocked}
@@ -307,19 +307,41 @@ class Actions(Stops):
         self.blocked[key] = max(self.blocked.get(key, 0.0), until)
         return {"lasting": True, "blocked_until": until, "blocked_wall_s": pause}
 
+    def _pause_region(self, offer: Any, now: float) -> dict[str, Any]:
+        """The quota of ``offer``'s region refused a launch: no launch in that region (of its
+        provider) for :data:`QUOTA_PAUSE_WALL_S` (times the replay's speedup: market s). The
+        pause is not cleared by a launch: none goes through in the region while it is on
+        (:meth:`_refused_lately`). Returns what the ``launch_failed`` event records of it,
+        which a resume reads back (:mod:`~spotwise.planner.lasting_refusals`)."""
+        until = now + QUOTA_PAUSE_WALL_S * self.backend.speedup
+        self.quota_full[(offer.provider, offer.region)] = until
+        return {
+            "provider": offer.provider,
+            "region": offer.region,
+            "quota_until": until,
+            "quota_wall_s": QUOTA_PAUSE_WALL_S,
+        }
+
     def _restore_lasting(self, refused: LastingRefusals, now: float) -> None:
         """A resumed job's lasting refusals as its earlier runs left them: each offer's backoff
         level, so its next refusal doubles its last block instead of starting again at
         :data:`LASTING_BLOCK_WALL_S`; and, where the market's clock is the wall clock (a
         cloud's), the block itself while it lasts, no longer than its level from now (a clock
-        set back does not stretch it). A replay's clock starts again on a resume: an earlier
-        run's block end is no time of this run's, so only the level is kept there."""
+        set back does not stretch it), and each region's quota pause while it lasts, no longer
+        than its length from now. A replay's clock starts again on a resume: an earlier run's
+        block end is no time of this run's, so only the level is kept there (and its local
+        provider refuses no launch for a quota)."""
+        on_wall_clock = market_on_wall_clock(self.backend)
         for key, wall_s in refused.levels.items():
             self.lasting_blocks[key] = min(wall_s, LASTING_BLOCK_MAX_WALL_S)
             until = refused.until.get(key)
-            if until is not None and until > now and market_on_wall_clock(self.backend):
+            if until is not None and until > now and on_wall_clock:
                 until = min(until, now + wall_s * self.backend.speedup)
                 self.blocked[key] = max(self.blocked.get(key, 0.0), until)
+        for region, (until, wall_s) in refused.quota.items():
+            if until > now and on_wall_clock:
+                until = min(until, now + wall_s * self.backend.speedup)
+                self.quota_full[region] = max(self.quota_full.get(region, 0.0), until)
         self.last_lasting_refusal = refused.said
 
     def _refused_lately(self, offer: Any, now: float) -> bool:

@@ -14,8 +14,8 @@ into the orchestrator's starting state.
 * The job keeps its id, records and spend: the budget covers both runs. A deadline counts from
   the resume (the replay market's clock starts again too).
 * An offer a lasting launch refusal blocked keeps its backoff (its next refusal doubles the
-  last block) and, on a cloud, its block until it ends
-  (:mod:`spotwise.planner.lasting_refusals`).
+  last block) and, on a cloud, its block until it ends; a region whose quota refused a launch
+  stays paused, on a cloud, until its pause ends (:mod:`spotwise.planner.lasting_refusals`).
 
 Refused, with nothing written: a job that is not finished (still running, or its
 orchestrator died and `spotwise cancel` has not closed it), one whose records still hold an
@@ -63,7 +63,8 @@ class ResumePlan:
     totals: dict[str, float]
     stopped: list[tuple[Mapping[str, Any], float]] = field(default_factory=list)  # stops' values
     spec_changed: bool = False  # a new budget or deadline: stored with the job when claimed
-    lasting: LastingRefusals = field(default_factory=LastingRefusals)  # offers' backoffs
+    # offers' lasting-refusal backoffs and regions' quota pauses
+    lasting: LastingRefusals = field(default_factory=LastingRefusals)
 
     @property
     def search_spec(self) -> SearchSpec:
