@@ -78,6 +78,16 @@ def _written(row: RowT | None, what: str, key: str) -> RowT:
     return row
 
 
+def _lock(s: Session, model: type[Job] | type[Trial], key: str) -> None:
+    """Lock ``model``'s row ``key`` for this transaction before its sum is read (PostgreSQL:
+    ``SELECT ... FOR UPDATE``; SQLite, which serialises writers, has no such clause). Under
+    READ COMMITTED an ``UPDATE ... SET cost_usd = (SELECT SUM ...)`` reads the records as of
+    its own start: one started while another process had closed a record and summed the row,
+    not yet committed, waited for the row and then wrote its older sum over the other's
+    (review-al F6). Locked first, the UPDATE starts, and reads, after the other commits."""
+    s.exec(select(model.id).where(col(model.id) == key).with_for_update())
+
+
 class BillReads:
     """The reads of `spotwise report` (mixed into :class:`~spotwise.store.repo.Store`)."""
 
@@ -121,8 +131,8 @@ class BillWrites:
     each is one conditional UPDATE, applied only while the record is as the caller read it, and
     says whether it was (the row as written, else None: the caller bills nothing). And the
     writes that set a trial's or a job's cost to its records' sum, each one UPDATE whose sum is
-    read as it writes (a sum read first, then written, lost a bill another process closed in
-    between until the next cancel)."""
+    read as it writes, on its row locked first (a sum read first, then written, lost a bill
+    another process closed in between until the next cancel)."""
 
     def _scope(self, action: str) -> AbstractContextManager[Session]:  # Records's
         raise NotImplementedError
@@ -160,6 +170,7 @@ class BillWrites:
             update(Trial).where(col(Trial.id) == trial_id).values(cost_usd=lives.scalar_subquery())
         )
         with self._scope(f"summing trial {trial_id!r}'s cost") as s:
+            _lock(s, Trial, trial_id)
             s.exec(stmt.execution_options(synchronize_session=False))
             return float(_written(s.get(Trial, trial_id), "trial", trial_id).cost_usd)
 
@@ -177,6 +188,7 @@ class BillWrites:
         }
         stmt = update(Job).where(col(Job.id) == job_id).values(**sums)
         with self._scope(f"summing job {job_id!r}'s cost") as s:
+            _lock(s, Job, job_id)
             s.exec(stmt.execution_options(synchronize_session=False))
             return _written(s.get(Job, job_id), "job", job_id)
 
