@@ -275,6 +275,15 @@ def check(*, credential: Any | None = None, api_deadline_s: float | None = None)
                 "get-access-token` answers",
                 details,
             )
+        if chain.startswith(("EnvironmentCredential", "WorkloadIdentityCredential")):
+            return CheckResult(  # set, and refused: not "set them" (review-am F8)
+                NAME,
+                False,
+                f"{chain} got no token ({type(e).__name__}): check AZURE_TENANT_ID and the "
+                "client's secret, certificate or token file (wrong, expired, or another "
+                "tenant's), and that login.microsoftonline.com is reachable",
+                details,
+            )
         return CheckResult(
             NAME,
             False,

@@ -130,12 +130,27 @@ def default_credentials() -> tuple[Any, str | None]:
     try:
         creds, project = google.auth.default(scopes=list(SCOPES))
     except DefaultCredentialsError:
-        raise ProviderUnavailable(
+        raise _no_credentials() from None
+    return creds, project
+
+
+def _no_credentials() -> ProviderUnavailable:
+    """What to fix when Application Default Credentials are not found: with
+    GOOGLE_APPLICATION_CREDENTIALS set, its file (named, never read here: missing, or not a key
+    google-auth can use), not "set it" (review-am F8); else how to get some."""
+    path = os.environ.get("GOOGLE_APPLICATION_CREDENTIALS", "").strip()
+    if not path:
+        return ProviderUnavailable(
             "gcp: no Application Default Credentials found",
             hint="run `gcloud auth application-default login`, or set "
             "GOOGLE_APPLICATION_CREDENTIALS to a service-account key file",
-        ) from None
-    return creds, project
+        )
+    what = "no such file" if not os.path.isfile(path) else "not a key google-auth can use"
+    return ProviderUnavailable(
+        f"gcp: GOOGLE_APPLICATION_CREDENTIALS={path} could not be used ({what})",
+        hint="point it at a service-account key file (JSON, downloaded from IAM), or unset it "
+        "and run `gcloud auth application-default login`",
+    )
 
 
 class GcpClients:
