@@ -14,17 +14,21 @@ from typing import Any
 ORCHESTRATOR_ENDS = frozenset({"completed", "stopped", "revoked", "released on notice", "failed"})
 
 #: How many wall seconds past the job's last heartbeat its other records may still prove its
-#: orchestrator alive. A running orchestrator writes the heartbeat at least every 5 s (the
-#: store's ``HEARTBEAT_EVERY_WALL_S``, carried by its totals' save every 2 s) once a pass of
-#: its loop; only its drain goes longer without one: up to 30 s waiting for the instances a
-#: notice is taking (the ledger's ``STOP_TIMEOUT_WALL_S``) and the local provider's 5 s kill
-#: grace, closing records all the while. 45 s covers those with slack. A later time is not
-#: the latest run's: the heartbeat is rewritten by each run of the job (a resume writes its
-#: own at once), but an earlier run's records stay, written on its machine's clock, which may
-#: be ahead of the resuming machine's (review-aj F3: they billed the resumed run's dead lives
-#: past their death). (The constants are not imported: this module imports nothing of
-#: spotwise; tests/cli/test_s20_last_alive_skew.py checks the sum.)
-LATE_S = 45.0
+#: orchestrator alive. The orchestrator asks for a heartbeat once a pass of its loop, after
+#: each call that may block (a terminate) and all along its drain's waits; one is written when
+#: none was for the store's ``HEARTBEAT_EVERY_WALL_S`` (5 s; the totals' save carries one every
+#: 2 s). So a record follows the last heartbeat by at most those 5 s plus the longest single
+#: blocking step between two asks: a local terminate, the local provider's 5 s kill grace and
+#: the 2 s a killed process group may take to go (proc_group's ``SETTLE_S``); then 8 s of
+#: slack for the poll's sleep, a store write waiting on another process's lock, a second
+#: killed group settling, a provider read: 5 + 5 + 2 + 8 = 20 s. (It was 45 s while the drain
+#: wrote none through its 30 s wait for noticed lives.) A later time is not the latest run's:
+#: the heartbeat is rewritten by each run of the job (a resume writes its own at once), but an
+#: earlier run's records stay, written on its machine's clock, which may be ahead of the
+#: resuming machine's (review-aj F3: they billed the resumed run's dead lives past their
+#: death); a skew of up to 20 s is still believed. (The constants are not imported: this
+#: module imports nothing of spotwise; tests/cli/test_s20_last_alive_skew.py checks the sum.)
+LATE_S = 20.0
 
 
 def last_alive(store: Any, job: Any, starts: list[float]) -> tuple[float | None, str]:

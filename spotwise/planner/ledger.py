@@ -1,38 +1,32 @@
-"""What the orchestrator pays, and how it leaves: billing each instance life, releasing a
-noticed instance when that is cheaper, and draining every instance at the end (the cleanup
-after a failed launch is in :mod:`spotwise.planner.launch_cleanup`).
+"""What the orchestrator pays: billing each instance life, releasing a noticed instance when
+that is cheaper (draining every instance at the end is in :mod:`spotwise.planner.drain`, the
+cleanup after a failed launch in :mod:`spotwise.planner.launch_cleanup`).
 
 A mixin of :class:`~spotwise.planner.orchestrator.Orchestrator` (over
-:class:`~spotwise.planner.launch_cleanup.LaunchCleanup`), kept apart so each file stays
-readable. Every dollar goes through :meth:`Ledger._bill`, under the billing rule of the provider
-that sold the life (:meth:`~spotwise.planner.backend.Backend.rule_of`; a job may trade on
-several clouds).
+:class:`~spotwise.planner.drain.Drain`), kept apart so each file stays readable. Every dollar
+goes through :meth:`Ledger._bill`, under the billing rule of the provider that sold the life
+(:meth:`~spotwise.planner.backend.Backend.rule_of`; a job may trade on several clouds).
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from spotwise.errors import ProviderError
-from spotwise.planner.backend import Backend
+from spotwise.planner.drain import STOP_TIMEOUT_WALL_S, Drain
 from spotwise.planner.launch_cleanup import (
     RELEASE_RETRY_WALL_S,
     UNCONFIRMED,
     UNCONFIRMED_RETRY_MAX_WALL_S,
-    LaunchCleanup,
     Unconfirmed,
     launch_leftover,
 )
 from spotwise.planner.policy import Event
 from spotwise.planner.report import life_cost, release_is_cheaper, running_reference
 from spotwise.planner.runstate import Life, TrialRun, note_wind_down
-from spotwise.providers.base import TAG_JOB, Instance, InstanceState
-
-if TYPE_CHECKING:
-    from spotwise.store.heartbeat import Heartbeat
+from spotwise.providers.base import Instance, InstanceState
 
 __all__ = [
     "RELEASE_RETRY_WALL_S",
@@ -46,11 +40,10 @@ __all__ = [
 ]
 
 log = logging.getLogger("spotwise.planner")
-STOP_TIMEOUT_WALL_S = 30.0  # a trial asked to stop that has not exited by then is terminated
 RELEASE_TRIES = 4  # refusals before the job stops waiting; the drain tries once more, then reports
 
 
-class Ledger(LaunchCleanup):
+class Ledger(Drain):
     job_id: str
     opts: Any  # RunOptions (poll_s)
     trials: list[TrialRun]
@@ -61,7 +54,6 @@ class Ledger(LaunchCleanup):
     migrations: int
     unconfirmed: dict[str, Unconfirmed]  # launch id → a failed launch not confirmed clean
     budget_stops: list[tuple[TrialRun, Life]]  # this pass's budget stops, released together
-    heartbeat: Heartbeat | None = None  # the orchestrator's, once its run has started
 
     # ---- money --------------------------------------------------------------------------
     def _release_is_cheaper(self, life: Life, now: float) -> bool:
@@ -172,6 +164,8 @@ class Ledger(LaunchCleanup):
             return True
         except ProviderError as e:
             self._event("error", now, t, error=f"terminating {what} {[iid]} failed: {e}")
+        finally:
+            self._beat()  # the call may have waited a kill grace (local)
         life.release_failures += 1
         life.release_retry_wall = time.monotonic() + RELEASE_RETRY_WALL_S
         return False
@@ -192,6 +186,7 @@ class Ledger(LaunchCleanup):
             except ProviderError:
                 pass  # one by one below: each refusal is reported against its own life
             else:
+                self._beat()  # the call may have waited a kill grace (local)
                 for _, life in due.values():
                     life.release_asked = True
                 return
@@ -279,92 +274,3 @@ class Ledger(LaunchCleanup):
             early_stopped=self.early_stopped,
             **beat,
         )
-
-    # ---- ending -------------------------------------------------------------------------
-    def _drain(self, backend: Backend) -> Exception | None:
-        """Leave no instance behind: stop what runs, bill it, close the trials still open and
-        the backend. A trial whose close fails does not keep the others open, nor the job
-        (it stayed "running" with no orchestrator): the failure is logged and an event, and
-        the first one is returned for the caller to end the job with it."""
-        now = backend.now()
-        waited = time.monotonic()
-        while any(life.notice_deadline for _, life in self.lives.values()):
-            if time.monotonic() - waited > STOP_TIMEOUT_WALL_S:
-                break  # the provider is slow to take them: terminate below
-            try:
-                found = backend.provisioner.describe({TAG_JOB: self.job_id})
-            except ProviderError:  # cannot see them: terminate them below, do not stop here
-                break
-            states = {i.instance_id: i for i in found}
-            for iid, (t, life) in list(self.lives.items()):
-                inst = states.get(iid)
-                if inst is not None and inst.state.is_terminal():
-                    self._bill(t, life, inst.state, inst.ended_at or backend.now())
-                    if inst.holds_resource():  # stopped or deallocated, not deleted: delete it
-                        self._delete_ended(t, iid, life, now)
-            time.sleep(self.opts.poll_s)
-        self._terminate_running(backend, now)
-        self._settle_unconfirmed(now)
-        self._sweep_strays(now)
-        failed: Exception | None = None
-        for t in self.trials:
-            if not t.phase.is_terminal():
-                try:
-                    self._close_trial(t, "cancelled", now)
-                except Exception as e:  # a bug or the store: the other trials still close
-                    failed = failed or e
-                    self._close_failed(t, e, now)
-        backend.close()
-        return failed
-
-    def _close_failed(self, t: TrialRun, error: Exception, now: float) -> None:
-        """Say that closing ``t`` failed, and end its record with the fewest fields (the
-        failing field may be one of the others); nothing here may raise again."""
-        said = f"closing trial {t.trial_id} failed: {type(error).__name__}: {error}"
-        log.error("%s: %s", self.job_id, said, exc_info=error)
-        with contextlib.suppress(Exception):
-            self.store.update_trial(t.trial_id, state="cancelled", ended_at=time.time())
-        with contextlib.suppress(Exception):
-            self._event("error", now, t, error=said)
-
-    def _terminate_running(self, backend: Backend, now: float) -> None:
-        """Terminate every life still running in one provider call (one kill grace for all on
-        the local provider), each billed up to the request, not the wind-down. A refused batch
-        is tried one instance at a time: a life the provider still will not let go is billed
-        up to its request and its record stays open (a leftover)."""
-        running = list(self.lives.items())
-        if len(running) > 1:
-            asked = backend.now()
-            try:
-                backend.provisioner.terminate([iid for iid, _ in running])
-            except ProviderError:
-                pass  # one by one below: each refusal is reported against its own life
-            else:
-                for _, (t, life) in running:
-                    self._bill(t, life, InstanceState.TERMINATED, asked)
-                return
-        for iid, (t, life) in running:
-            asked = backend.now()
-            try:
-                backend.provisioner.terminate([iid])
-            except ProviderError as e:
-                self._event("error", now, t, error=f"terminate failed: {e}")
-                self._bill(t, life, InstanceState.RUNNING, asked)  # record stays open
-                continue
-            self._bill(t, life, InstanceState.TERMINATED, asked)
-
-    def leftovers(self) -> list[str]:
-        """After the drain: the instances the provider would not terminate, still billed, and
-        the failed launches not confirmed clean (:func:`launch_leftover`)."""
-        return sorted(self.leftover_ids)
-
-    def leftover_error(self, error: str | None) -> str | None:
-        """``error`` with the leftovers named after it, so the job's record says what to do."""
-        ids = self.leftovers()
-        if not ids:
-            return error
-        said = (
-            f"{len(ids)} instance(s) could not be terminated and may still be billed: "
-            f"{', '.join(ids)}; retry with `spotwise cancel {self.job_id}`"
-        )
-        return said if error is None else f"{error}; {said}"

@@ -175,10 +175,12 @@ class Orchestrator(JobSummary):
             error = crashed = f"{type(e).__name__}: {e}"
             raise
         finally:
-            closing = self._drain(backend)  # a trial it could not close: the job still ends
+            # a step of it that failed (a trial it could not close, a bug, the store) is
+            # logged and an event, and the job still ends, failed, its error naming the step
+            closing = self._drain(backend)
             restore()
             if closing is not None:
-                said = f"closing a trial failed: {type(closing).__name__}: {closing}"
+                said = self.drain_error(closing)
                 state, error = "failed", said if error is None else f"{error}; {said}"
             self._finish_job(state, self.leftover_error(error))
             if closing is not None and crashed is None:

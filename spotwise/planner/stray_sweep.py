@@ -33,6 +33,7 @@ from spotwise.providers.base import (
 
 if TYPE_CHECKING:
     from spotwise.planner.launch_cleanup import Unconfirmed
+    from spotwise.store.heartbeat import Heartbeat
 
 
 def launch_leftover(launch_id: str) -> str:
@@ -46,6 +47,16 @@ class StraySweep(TrialBook):
     spent_usd: float
     leftover_ids: list[str]  # instances (or launches) the job could not confirm terminated
     unconfirmed: dict[str, Unconfirmed]  # launch id → a failed launch not confirmed clean
+    heartbeat: Heartbeat | None = None  # the orchestrator's, once its run has started
+
+    def _beat(self) -> None:
+        """Say the orchestrator is alive, after a call that may block (a local terminate waits
+        a kill grace) and while the drain waits: written at most every
+        ``HEARTBEAT_EVERY_WALL_S`` however often it is called, as the loop's
+        (:class:`~spotwise.store.heartbeat.Heartbeat`), so that a record written just after
+        is within :data:`spotwise.last_alive.LATE_S` of the last heartbeat."""
+        if self.heartbeat is not None:
+            self.heartbeat.beat()
 
     def _bill_discarded(
         self,
@@ -79,6 +90,8 @@ class StraySweep(TrialBook):
         except ProviderError as e:
             self._event("error", now, t, error=f"terminating {what} {ids} failed: {e}")
             return False
+        finally:
+            self._beat()  # the call may have waited a kill grace (local)
         self._event("terminated", now, t, instances=ids, reason=what)
         return True
 

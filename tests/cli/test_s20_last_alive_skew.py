@@ -23,6 +23,7 @@ from spotwise import jobs
 from spotwise.last_alive import LATE_S
 from spotwise.planner.ledger import STOP_TIMEOUT_WALL_S
 from spotwise.providers.local import LocalProvisioner
+from spotwise.providers.proc_group import SETTLE_S
 from spotwise.store import Store
 from spotwise.store.heartbeat import HEARTBEAT_EVERY_WALL_S
 
@@ -101,9 +102,12 @@ def test_a_record_counts_only_within_late_s_of_the_heartbeat(
 
 
 def test_late_s_covers_the_longest_the_orchestrator_writes_records_without_a_heartbeat() -> None:
-    """The heartbeat's own period, then the drain's wait for noticed instances and the local
-    provider's kill grace, during which the orchestrator still closes records (ledger's
-    ``_bill``, at its wall clock): a record written then must still count."""
+    """The heartbeat's own period, then the longest single blocking step between two asks for
+    one: a local terminate (its kill grace, and the settling of a killed group), during which
+    the orchestrator still closes records (ledger's ``_bill``, at its wall clock): a record
+    written then must still count. The drain's wait for noticed lives is no longer in the
+    sum: it writes the heartbeat all along (tests/orchestrator/test_s20g_drain_heartbeat.py)."""
     grace = inspect.signature(LocalProvisioner.__init__).parameters["kill_grace_s"].default
-    longest = HEARTBEAT_EVERY_WALL_S + STOP_TIMEOUT_WALL_S + grace
+    longest = HEARTBEAT_EVERY_WALL_S + grace + SETTLE_S
     assert longest <= LATE_S <= longest + 10.0  # not much more: a skewed clock may bill it
+    assert LATE_S < HEARTBEAT_EVERY_WALL_S + STOP_TIMEOUT_WALL_S  # was 45 s: the drain's wait

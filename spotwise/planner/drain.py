@@ -1,0 +1,237 @@
+"""How the orchestrator leaves (:meth:`Drain._drain`): no instance behind, every life billed,
+every trial closed, and the job ended whatever one of those steps raised.
+
+A mixin under :class:`~spotwise.planner.ledger.Ledger` (over
+:class:`~spotwise.planner.launch_cleanup.LaunchCleanup`), split from :mod:`spotwise.planner.ledger`
+so that each file stays readable: it bills through the ledger's ``_bill``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from spotwise.errors import ProviderError
+from spotwise.planner.backend import Backend
+from spotwise.planner.launch_cleanup import LaunchCleanup, Unconfirmed, launch_leftover
+from spotwise.planner.runstate import Life, TrialRun
+from spotwise.providers.base import TAG_JOB, InstanceState
+
+log = logging.getLogger("spotwise.planner")
+#: A trial asked to stop that has not exited by then is terminated; the drain waits as long for
+#: the lives a notice is taking.
+STOP_TIMEOUT_WALL_S = 30.0
+
+
+class Drain(LaunchCleanup):
+    job_id: str
+    opts: Any  # RunOptions (poll_s)
+    trials: list[TrialRun]
+    lives: dict[str, tuple[TrialRun, Life]]
+    leftover_ids: list[str]  # instances the drain could not terminate
+    unconfirmed: dict[str, Unconfirmed]  # launch id → a failed launch not confirmed clean
+    drain_failures: list[tuple[str, Exception]]  # the drain's failed steps, and why
+
+    def _bill(
+        self,
+        t: TrialRun,
+        life: Life,
+        state: InstanceState,
+        ended_at: float,
+        *,
+        released: bool = False,
+    ) -> None:  # Ledger's
+        raise NotImplementedError
+
+    def _delete_ended(self, t: TrialRun, iid: str, life: Life, now: float) -> None:  # Ledger's
+        raise NotImplementedError
+
+    # ---- ending -------------------------------------------------------------------------
+    def _drain(self, backend: Backend) -> Exception | None:
+        """Leave no instance behind: wait a while for the lives a notice is taking, terminate
+        and bill what runs, settle the failed launches, sweep for strays, close the trials
+        still open and the backend. Each step runs whatever an earlier one raised (a bug, the
+        store: the job stayed "running" with no orchestrator until `spotwise cancel`): the
+        failure is logged and an ``error`` event, and the first is returned for the caller to
+        end the job with (:meth:`drain_error` names each failed step). Money first: a life
+        whose terminate was not confirmed, and a failed launch not confirmed clean, are
+        leftovers even where their step failed. The heartbeat is written all along
+        (:meth:`_beat`): the wait alone may take :data:`STOP_TIMEOUT_WALL_S`."""
+        now = backend.now()
+        self.drain_failures = []
+        steps: list[tuple[str, Callable[[], Exception | None]]] = [
+            ("waiting for the noticed instances", lambda: self._await_noticed(backend, now)),
+            ("terminating the running instances", lambda: self._terminate_all(backend, now)),
+            ("settling the failed launches", lambda: self._settle_or_hold(now)),
+            ("sweeping for stray instances", lambda: self._sweep_strays(now)),
+            ("closing a trial", lambda: self._close_open_trials(now)),  # says its own
+            ("closing the backend", backend.close),
+        ]
+        for what, step in steps:
+            self._beat()
+            try:
+                failed = step()
+            except Exception as e:  # a bug or the store: the later steps still run
+                failed = e
+                said = f"{what} failed: {type(e).__name__}: {e}"
+                log.error("%s: the drain: %s", self.job_id, said, exc_info=e)
+                with contextlib.suppress(Exception):  # the store may be what failed
+                    self._event("error", now, None, error=said)
+            if failed is not None:
+                self.drain_failures.append((what, failed))
+        return self.drain_failures[0][1] if self.drain_failures else None
+
+    def drain_error(self, first: Exception) -> str:
+        """The job's error for the drain's failed steps (``first``: the one it returned)."""
+        failed = getattr(self, "drain_failures", None) or [("closing a trial", first)]
+        return "; ".join(f"{what} failed: {type(e).__name__}: {e}" for what, e in failed)
+
+    def _await_noticed(self, backend: Backend, now: float) -> None:
+        """Wait up to :data:`STOP_TIMEOUT_WALL_S` for the lives a notice is taking, billing
+        each one its provider ends; the others are terminated next."""
+        waited = time.monotonic()
+        while any(life.notice_deadline for _, life in self.lives.values()):
+            self._beat()  # written every HEARTBEAT_EVERY_WALL_S, as in the loop
+            if time.monotonic() - waited > STOP_TIMEOUT_WALL_S:
+                break  # the provider is slow to take them: terminate below
+            try:
+                found = backend.provisioner.describe({TAG_JOB: self.job_id})
+            except ProviderError:  # cannot see them: terminate them below, do not stop here
+                break
+            states = {i.instance_id: i for i in found}
+            for iid, (t, life) in list(self.lives.items()):
+                inst = states.get(iid)
+                if inst is not None and inst.state.is_terminal():
+                    self._bill(t, life, inst.state, inst.ended_at or backend.now())
+                    if inst.holds_resource():  # stopped or deallocated, not deleted: delete it
+                        self._delete_ended(t, iid, life, now)
+            time.sleep(self.opts.poll_s)
+
+    def _close_open_trials(self, now: float) -> Exception | None:
+        """Close the trials still open; one whose close fails does not keep the others open
+        (:meth:`_close_failed` says so): the first failure is returned."""
+        failed: Exception | None = None
+        for t in self.trials:
+            if not t.phase.is_terminal():
+                try:
+                    self._close_trial(t, "cancelled", now)
+                except Exception as e:  # a bug or the store: the other trials still close
+                    failed = failed or e
+                    self._close_failed(t, e, now)
+        return failed
+
+    def _close_failed(self, t: TrialRun, error: Exception, now: float) -> None:
+        """Say that closing ``t`` failed, and end its record with the fewest fields (the
+        failing field may be one of the others); nothing here may raise again."""
+        said = f"closing trial {t.trial_id} failed: {type(error).__name__}: {error}"
+        log.error("%s: %s", self.job_id, said, exc_info=error)
+        with contextlib.suppress(Exception):
+            self.store.update_trial(t.trial_id, state="cancelled", ended_at=time.time())
+        with contextlib.suppress(Exception):
+            self._event("error", now, t, error=said)
+
+    def _terminate_all(self, backend: Backend, now: float) -> None:
+        """:meth:`_terminate_running`; a life it left unbilled, whatever it raised, is not known
+        to be terminated: billed up to now, its record open, and named a leftover even where
+        that bill fails too (the job's end says what may still be billed)."""
+        try:
+            self._terminate_running(backend, now)
+        finally:
+            for iid, (t, life) in list(self.lives.items()):
+                at = now
+                try:
+                    at = backend.now()
+                    self._bill(t, life, InstanceState.RUNNING, at)  # names it first
+                except Exception as e:
+                    log.error("%s: billing %s failed: %s", self.job_id, iid, e, exc_info=e)
+                self.lives.pop(iid, None)
+                if iid not in self.leftover_ids:
+                    self.leftover_ids.append(iid)
+
+    def _terminate_running(self, backend: Backend, now: float) -> None:
+        """Terminate every life still running in one provider call (one kill grace for all on
+        the local provider), each billed up to the request, not the wind-down. A refused batch
+        is tried one instance at a time: a life the provider still will not let go is billed
+        up to its request and its record stays open (a leftover). Another error (a bug, the
+        store) stops no other life's terminate or bill: the first is raised once all are
+        done, and a life whose terminate raised it is a leftover."""
+        running = list(self.lives.items())
+        bugs: list[Exception] = []
+        if len(running) > 1:
+            asked, done = backend.now(), False
+            try:
+                backend.provisioner.terminate([iid for iid, _ in running])
+                done = True
+            except Exception as e:  # one by one below: each reported against its own life
+                bugs += [] if isinstance(e, ProviderError) else [e]
+            self._beat()  # the call may have waited a kill grace (local)
+            if done:
+                for _, (t, life) in running:
+                    self._bill_noting(t, life, InstanceState.TERMINATED, asked, bugs)
+                running = []
+        for iid, (t, life) in running:
+            asked = backend.now()
+            state = InstanceState.TERMINATED
+            try:
+                backend.provisioner.terminate([iid])
+            except ProviderError as e:
+                self._event("error", now, t, error=f"terminate failed: {e}")
+                state = InstanceState.RUNNING  # billed up to its request, its record open
+            except Exception as e:  # not confirmed terminated either
+                bugs.append(e)
+                state = InstanceState.RUNNING
+            self._beat()
+            self._bill_noting(t, life, state, asked, bugs)
+        if bugs:
+            raise bugs[0]
+
+    def _bill_noting(
+        self, t: TrialRun, life: Life, state: InstanceState, at: float, bugs: list[Exception]
+    ) -> None:
+        """:meth:`_bill`, its error added to ``bugs`` (a life billed ``RUNNING`` is named a
+        leftover before anything can fail)."""
+        try:
+            self._bill(t, life, state, at)
+        except Exception as e:
+            bugs.append(e)
+
+    def _settle_or_hold(self, now: float) -> None:
+        """:meth:`_settle_unconfirmed`; where it fails, each failed launch it had not closed
+        clean (its record ``failed``) is a leftover all the same, as it would have named it."""
+        launches = dict(self.unconfirmed)
+        try:
+            self._settle_unconfirmed(now)
+        except Exception:
+            for launch_id, before in launches.items():
+                u = self.unconfirmed.get(launch_id)
+                if u is None and self._closed_clean(launch_id):
+                    continue
+                for name in (u or before).ids or [launch_leftover(launch_id)]:
+                    if name not in self.leftover_ids:
+                        self.leftover_ids.append(name)
+            raise
+
+    def _closed_clean(self, launch_id: str) -> bool:
+        try:
+            return bool(self.store.get_instance(launch_id).end_reason == "failed")
+        except Exception:  # cannot tell: held
+            return False
+
+    def leftovers(self) -> list[str]:
+        """After the drain: the instances the provider would not terminate, still billed, and
+        the failed launches not confirmed clean (:func:`launch_leftover`)."""
+        return sorted(self.leftover_ids)
+
+    def leftover_error(self, error: str | None) -> str | None:
+        """``error`` with the leftovers named after it, so the job's record says what to do."""
+        ids = self.leftovers()
+        if not ids:
+            return error
+        said = (
+            f"{len(ids)} instance(s) could not be terminated and may still be billed: "
+            f"{', '.join(ids)}; retry with `spotwise cancel {self.job_id}`"
+        )
+        return said if error is None else f"{error}; {said}"
