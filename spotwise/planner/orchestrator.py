@@ -57,6 +57,7 @@ from spotwise.providers.base import (
 )
 from spotwise.providers.local_records import process_start
 from spotwise.spec import JobSpec
+from spotwise.spec_options import cost_cap_note
 from spotwise.store.heartbeat import HEARTBEAT_EVERY_WALL_S, Heartbeat
 from spotwise.store.models import new_id
 
@@ -119,6 +120,8 @@ class Orchestrator(JobSummary):
             # what only the open market shows (options, regions, instance types, a checkpoint
             # location we cannot write): refused before the job is recorded or anything bought
             preflight(spec, backend, self.ckpt_root, source=str(self.spec_path or ""))
+            if note := cost_cap_note(spec):  # a cloud job nothing stops spending (review-ak M6)
+                log.warning("%s", note)  # after the refusals above: not before an error line
             # the search only now: scikit-optimize takes seconds to import, which a job refused
             # above need not pay; a replayed market's clock starts once it is loaded
             search = resume.search_spec if resume else spec.search

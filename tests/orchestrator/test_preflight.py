@@ -268,3 +268,39 @@ def test_a_job_preflight_refuses_never_imports_the_search(tmp_path: Path) -> Non
     )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
     assert done.stdout.strip() == "refused False", done.stderr
+
+
+@pytest.mark.parametrize("cap", [None, 5.0])
+def test_a_cloud_job_without_a_cost_cap_is_warned_once_its_preflight_passed(
+    tmp_path: Path, aws: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
+    cap: float | None,
+) -> None:  # fmt: skip
+    """review-ak M6: nothing capped a cloud job's spend without budget.max_cost_usd, and tune
+    said nothing. The warning comes once the spec passed the preflight (a refused spec gets
+    its one error line alone: the unknown-instance-type test above), before anything runs."""
+    import logging
+
+    from spotwise import jobs
+    from spotwise.planner import orchestrator
+
+    class Stop(Exception):
+        pass
+
+    def stop(*args: Any, **kwargs: Any) -> None:
+        raise Stop  # the search is built right after the preflight: go no further
+
+    monkeypatch.setattr(orchestrator, "Search", stop)
+    spec = aws_spec(tmp_path)
+    if cap is not None:
+        spec["budget"] = {"max_cost_usd": cap}
+    with caplog.at_level(logging.WARNING), pytest.raises(Stop):
+        jobs.tune(write_job_yaml(tmp_path, spec), db=f"sqlite:///{tmp_path / 's.db'}")
+    said = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert said == (
+        []
+        if cap
+        else [
+            "the spec sets no budget.max_cost_usd: nothing caps what this job spends on aws; "
+            "add budget: {max_cost_usd: N} to stop it at N dollars"
+        ]
+    )
