@@ -26,6 +26,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     ValidationError,
@@ -36,6 +37,7 @@ from pydantic import (
 
 from spotwise.errors import SpecError, did_you_mean
 from spotwise.spec_options import check_parsed
+from spotwise.spec_options import space_points as space_points  # planner.search reads it here
 from spotwise.spec_yaml import INF, error_line, number_example, read_spec_document, yaml_text
 from spotwise.spec_yaml12 import Loc, refuse_changed
 
@@ -53,10 +55,20 @@ INT64 = (-(2**63), 2**63 - 1)  # the bounds of an int parameter (numpy's, the op
 SEEDS = 2**32  # a seed is 0 <= seed < 2**32 (numpy's RandomState)
 
 
+def _no_bool(v: Any, info: ValidationInfo) -> Any:
+    """A number field takes no bool: pydantic read ``low: true`` as 1.0 (helper E, s20)."""
+    if isinstance(v, bool) and not stored(info):
+        raise ValueError(f"must be a number, got {yaml_text(v)}; write the number meant")
+    return v
+
+
+Number = Annotated[float, BeforeValidator(_no_bool)]  # a float field: never a bool
+
+
 class RealParam(_Strict):
     type: Literal["real"]
-    low: float
-    high: float
+    low: Number
+    high: Number
     log: bool = False
 
     @model_validator(mode="after")
@@ -82,7 +94,8 @@ class IntParam(_Strict):
     @field_validator("low", "high", mode="before")
     @classmethod
     def _int64(cls, v: Any, info: ValidationInfo) -> Any:
-        big = isinstance(v, int | float) and not isinstance(v, bool) and v == v
+        v = _no_bool(v, info)
+        big = isinstance(v, int | float) and v == v
         if big and not stored(info) and not INT64[0] <= v <= INT64[1]:
             raise ValueError(
                 f"an int parameter's bounds must be between {INT64[0]} and {INT64[1]}, got {v:g}"
@@ -144,9 +157,9 @@ class ReplaySpec(_Strict):
     """Drive the local provider from a real spot trace."""
 
     trace: str = BUILTIN_TRACE  # builtin:<name>, or a path (SkyNomad CSV / Can't Be Late folder)
-    start: float = Field(default=0.0, ge=0.0)  # hours into the trace where the job starts
-    speedup: float = Field(default=600.0, gt=0.0)  # market seconds per wall second
-    notice_floor_s: float = Field(default=1.0, ge=0.0)  # shortest notice in wall seconds
+    start: Number = Field(default=0.0, ge=0.0)  # hours into the trace where the job starts
+    speedup: Number = Field(default=600.0, gt=0.0)  # market seconds per wall second
+    notice_floor_s: Number = Field(default=1.0, ge=0.0)  # shortest notice in wall seconds
     billing: Literal["aws", "gcp", "azure"] = "aws"  # which provider's billing rule to replay
     forecast: str = "pretrained"  # pretrained | none | a revocation model (see open_backend)
 
@@ -368,19 +381,6 @@ def parse_spec(
         raise SpecError(f"{source}: {error_line(err, JobSpec, sources)}") from None
     check_parsed(spec, source)
     return spec
-
-
-def space_points(
-    space: Mapping[str, RealParam | IntParam | CategoricalParam],
-) -> dict[str, int] | None:
-    """How many values each parameter takes when every one is int or categorical (the space
-    then has their product of distinct points); None when one is real."""
-    counts: dict[str, int] = {}
-    for name, p in space.items():
-        if isinstance(p, RealParam):
-            return None
-        counts[name] = p.high - p.low + 1 if isinstance(p, IntParam) else len(p.choices)
-    return counts
 
 
 def load_spec(path: str | Path) -> JobSpec:

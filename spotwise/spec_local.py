@@ -4,9 +4,15 @@ before the job is recorded (a cloud job's folder, program and script are on its 
 * its ``workdir``;
 * its replayed trace, with the start, regions, zones and instance types it names there;
 * its ``command``: the program (``command[0]``, found on ``PATH`` as the trial will look for it,
-  or a path from the job's folder) and, for a python program, the script after it
-  (``[python, train.py]``): a typo there was recorded and run, and the job stopped only after
-  its first trials failed (review-ak M8).
+  or a path from the job's folder) and, for a python program, the script it runs
+  (``[python, train.py]``, also after python's own options: ``[python, -u, train.py]``): a
+  typo there was recorded and run, and the job stopped only after its first trials failed
+  (review-ak M8).
+
+Each is looked for as the trial's exec will look: from the job's folder (the trial's working
+folder), so a relative ``PATH`` entry (``tools``, ``.``, an empty one) is that folder's, not the
+one ``spotwise tune`` runs in (review-al F3). ``[python, -m, mod]``, ``[python, -c, code]`` and
+an option this module does not know leave the command unchecked: what they run is no file here.
 """
 
 from __future__ import annotations
@@ -25,6 +31,10 @@ if TYPE_CHECKING:
 #: a python interpreter's name: python, python3, python3.12 (a bare ``python`` is the
 #: interpreter running spotwise: :func:`spotwise.planner.runstate.trial_argv`)
 _PYTHON = re.compile(r"python(?:\d+(?:\.\d+)*)?")
+#: CPython's options that take no argument (``-u``, ``-B``, ``-OO``, grouped as ``-uB``) and
+#: those that take one (``-W ignore``, ``-Wignore``, ``-X dev``); any other (``-c``, ``-m``,
+#: ``-h``, ``-V``, one unknown) means python runs no script file, or none we can tell
+_FLAGS, _FLAGS_WITH_ARG = frozenset("bBdEiIOPqRsStuvx"), frozenset("WX")
 
 
 def check_local(spec: JobSpec, path: Path) -> None:
@@ -61,9 +71,8 @@ def command_problem(command: list[str], base: Path, env: dict[str, str]) -> str:
     # a bare python runs as the interpreter running spotwise: found
     if program != "python" and (problem := _program_problem(program, base, env)):
         return problem
-    name = Path(program).name
-    if len(command) > 1 and _PYTHON.fullmatch(name) and command[1].endswith(".py"):
-        script = command[1]
+    script = _python_script(command[1:]) if _PYTHON.fullmatch(Path(program).name) else None
+    if script is not None and script.endswith(".py"):
         full = Path(script) if Path(script).is_absolute() else base / script
         if not full.is_file():
             what = "is not a file" if full.exists() else "does not exist"
@@ -89,14 +98,46 @@ def _program_problem(program: str, base: Path, env: dict[str, str]) -> str:
                 f"or run it through its interpreter, e.g. [bash, {program}]"
             )
         return ""
-    search = env.get("PATH", os.environ.get("PATH", os.defpath))
-    if shutil.which(program, path=search) is None:
+    if shutil.which(program, path=_trial_path(env, base)) is None:
         close = did_you_mean(program, ["python", "python3", "bash", "sh"])
         return (
             f"the program {program!r} is not found on PATH{close}; install it, fix the name, "
             "or give its path"
         )
     return ""
+
+
+def _trial_path(env: dict[str, str], base: Path) -> str:
+    """The ``PATH`` a local trial's exec searches (the job's ``env``'s, else spotwise's own),
+    each relative entry joined to ``base``: the exec resolves it from the trial's working
+    folder, and an empty entry is that folder (``os.execvpe``)."""
+    search = env.get("PATH", os.environ.get("PATH", os.defpath))
+    return os.pathsep.join(
+        d if os.path.isabs(d) else os.path.join(base, d) for d in search.split(os.pathsep)
+    )
+
+
+def _python_script(args: list[str]) -> str | None:
+    """The script python runs given ``args`` (its argv after the program), its options
+    skipped as CPython parses them; None when it runs no script file (``-c``, ``-m``, ``-``,
+    ``-V``, nothing) or an option is not one of :data:`_FLAGS` / :data:`_FLAGS_WITH_ARG`."""
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg == "--":  # the end of python's options: the script (or - for stdin) is next
+            return args[i + 1] if i + 1 < len(args) and args[i + 1] != "-" else None
+        if not arg.startswith("-") or arg == "-":
+            return None if arg == "-" else arg
+        if arg == "--check-hash-based-pycs":  # the one long option with an argument
+            if args[i + 1 : i + 2] not in (["default"], ["always"], ["never"]):
+                return None  # python refuses it
+            i += 2
+            continue
+        rest = arg[1:].lstrip("".join(_FLAGS))
+        if rest and (arg.startswith("--") or rest[0] not in _FLAGS_WITH_ARG):
+            return None
+        i += 2 if len(rest) == 1 else 1  # -W ignore: its argument is the next one
+    return None
 
 
 def _near(script: str, folder: Path) -> str:

@@ -12,7 +12,9 @@ from typing import TYPE_CHECKING
 from spotwise.errors import SpecError, did_you_mean
 
 if TYPE_CHECKING:
-    from spotwise.spec import JobSpec
+    from collections.abc import Mapping
+
+    from spotwise.spec import CategoricalParam, IntParam, JobSpec, RealParam
 
 
 def check_parsed(spec: JobSpec, source: str) -> None:
@@ -48,17 +50,17 @@ def _check_policy_options(spec: JobSpec, source: str) -> None:
         make_policy(spec.policy, spec.policy_options)
     except SpecError as e:
         raise SpecError(f"{source}: {e.message}", hint=e.hint) from None
-    if spec.policy == "asha":
-        _check_asha_rungs(spec.policy_options, spec.steps, source)
+    check_rungs(spec.policy, spec, source)
 
 
-def _check_asha_rungs(options: dict[str, object], steps: int, source: str) -> None:
-    """asha judges a trial at its rungs, ``min_steps · eta^k`` below ``steps``: with
-    ``min_steps >= steps`` there is none, and asha would stop no trial, silently (review-ak
-    M7). Refused rather than warned: the job would run every trial to the end, paying for
-    what the policy named was chosen to stop."""
-    min_steps = options.get("min_steps")
-    if isinstance(min_steps, int) and min_steps >= steps:
+def check_rungs(policy: str, spec: JobSpec, source: str) -> None:
+    """When ``policy`` is asha (the spec's, or `tune --policy asha`'s, which takes the spec's
+    ``policy_options``): asha judges a trial at its rungs, ``min_steps · eta^k`` below
+    ``steps``; with ``min_steps >= steps`` there is none, and asha would stop no trial,
+    silently (review-ak M7). Refused rather than warned: the job would run every trial to the
+    end, paying for what the policy named was chosen to stop."""
+    min_steps, steps = spec.policy_options.get("min_steps"), spec.steps
+    if policy == "asha" and isinstance(min_steps, int) and min_steps >= steps:
         fix = (
             f"set min_steps below {steps}, or leave it out (the first rung is then step 1)"
             if steps > 1
@@ -87,7 +89,7 @@ def _check_space_size(spec: JobSpec, source: str) -> None:
     """More trials than a finite space has points would run the same configuration twice,
     billed twice for the same result. Checked here, not in the model: a job recorded before
     this check must still load."""
-    from spotwise.spec import IntParam, space_points
+    from spotwise.spec import IntParam
 
     counts = space_points(spec.search_space)
     size = math.prod(counts.values()) if counts is not None else 0
@@ -101,6 +103,21 @@ def _check_space_size(spec: JobSpec, source: str) -> None:
             f"distinct point{'s' if size > 1 else ''} ({parts}); set trials <= {size}, or widen "
             "the space"
         )
+
+
+def space_points(
+    space: Mapping[str, RealParam | IntParam | CategoricalParam],
+) -> dict[str, int] | None:
+    """How many values each parameter takes when every one is int or categorical (the space
+    then has their product of distinct points); None when one is real."""
+    from spotwise.spec import IntParam, RealParam
+
+    counts: dict[str, int] = {}
+    for name, p in space.items():
+        if isinstance(p, RealParam):
+            return None
+        counts[name] = p.high - p.low + 1 if isinstance(p, IntParam) else len(p.choices)
+    return counts
 
 
 def cost_cap_note(spec: JobSpec) -> str:

@@ -13,10 +13,21 @@ A spec is read with the core schema of YAML 1.2 instead (:func:`install_core_sch
   1000: it means nothing else to anyone), which the core schema leaves a string;
 * anything else is a string (``1:30``, ``on``, ``2024-01-01``).
 
-A spec that loaded under YAML 1.1 must not silently mean something else now:
-:func:`scalar_notes` lists the plain scalars YAML 1.1 read as another bool or number, and
-:func:`refuse_changed` refuses the spec when one of them now gives a field another value
+A spec that loaded under YAML 1.1 must not silently mean something else now, with one
+exception: :func:`scalar_notes` lists the plain scalars YAML 1.1 read as another bool or number,
+and :func:`refuse_changed` refuses the spec when one of them now gives a field another value
 (``NO`` in ``choices``: false then, the text "NO" now; ``steps: 010``: 8 then, 10 now).
+
+The exception, kept on purpose (review-al F2): a number YAML 1.1 read as text (``1e-3``, with no
+dot; ``1.0e3``, an unsigned exponent; ``0o17``) is that number now, not refused. It changes
+meaning only in a ``categorical``'s ``choices``, which take text and numbers alike:
+``choices: [1e-3, 3e-4]`` gave the trial the strings "1e-3" and "3e-4" and gives it the floats
+0.001 and 0.0003 now. The number is what the user meant, and the text broke trials that used
+it as one (review-ak F4: ``weight_decay="1e-4"`` raised inside the trial); quote it
+(``"1e-3"``) for the text. Elsewhere it means what it did: a string field refuses the number
+(``env: {LR: 1e-4}``: quote it), a number field read the text as the same number
+(``low: 1e-4``), a provider option is the same number as text (``"0.001"``), and a policy
+option refused the text.
 """
 
 from __future__ import annotations
