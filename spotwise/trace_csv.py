@@ -14,6 +14,9 @@ The rules (each bad case is refused with a :class:`SpecError` naming the line or
   unknown, and the file is refused (naming the zone, the first missing timestamp and the count)
   so that no revocation is invented. A file cut off in its last tick gets the same refusal,
   which says so.
+* Ticks come at a steady pace: a step between two timestamps longer than :data:`HOLE` times
+  the median step (every zone missing for a while) is refused, naming the two timestamps, not
+  read as one long tick (the shipped trace's longest step is 280 s, 1.44 times its 195 s).
 * Two rows for the same zone and instant must agree (exact duplicates are ignored); rows that
   disagree on availability or price are refused.
 * A trace is one instance type's zones: rows naming a second ``instance_type`` are refused (they
@@ -41,6 +44,7 @@ PRICE = "spot_price_usd_per_hour"
 ON_DEMAND = "on_demand_price_usd_per_hour"
 _YES = frozenset({"1", "1.0", "true", "yes"})
 _NO = frozenset({"0", "0.0", "false", "no"})
+HOLE = 3.0  # a step longer than this many median steps is a hole in time (the shipped: 1.44)
 
 
 @dataclass
@@ -128,6 +132,7 @@ def read_skynomad_grid(path: Path, *, field: str = "--traces") -> SkyGrid:
         available[zi, ti], known[zi, ti], price_grid[zi, ti] = avail, True, price
     if not known.all():
         raise SpecError(_missing_message(where, zones, stamps, text_of, known))
+    _check_steps(where, times, text_of)
     return SkyGrid(
         zones=zones,
         times=times,
@@ -205,6 +210,33 @@ def _same(a: float, b: float) -> bool:
 
 def _show(p: float) -> str:
     return "empty" if p != p else f"{p:g}"
+
+
+def _check_steps(where: str, times: np.ndarray, text_of: dict[float, str]) -> None:
+    """Refuse a step between two ticks longer than :data:`HOLE` times the median step: every
+    zone is unknown there (the replay would hold the last state across it and the features
+    would count its two sides as adjacent ticks)."""
+    import numpy as np
+
+    if len(times) < 3:
+        return
+    steps = np.diff(times)
+    median = float(np.median(steps))
+    holes = np.flatnonzero(steps > HOLE * median)
+    if not len(holes):
+        return
+    i = int(holes[0])
+    more = f" (and {len(holes) - 1} more such holes)" if len(holes) > 1 else ""
+    raise SpecError(
+        f"{where}: no row between {text_of[float(times[i])]} and "
+        f"{text_of[float(times[i + 1])]} ({_span(float(steps[i]))}, the median step is "
+        f"{median:g} s){more}: a hole in time is unknown for every zone, not one long tick; "
+        "split the file at the hole or add the missing rows"
+    )
+
+
+def _span(seconds: float) -> str:
+    return f"{seconds / 3600:.1f} h" if seconds >= 3600 else f"{seconds:g} s"
 
 
 def _missing_message(

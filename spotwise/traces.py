@@ -15,6 +15,9 @@ Two formats are read:
   ``{"metadata": {"gap_seconds": N}, "data": [counts...]}`` (no timestamps, no prices: ticks
   start at the set's ``start_date`` in a ``trace_index.csv`` beside or above the folder when
   there is one, else at :data:`CBL_EPOCH`; prices are NaN unless the caller supplies them).
+  A count is a number >= 0 (NaN, a negative, a string are refused, never read as
+  "unavailable"), ``gap_seconds`` a number > 0, and the files of a set have one gap and one
+  length (a shorter file is refused, not cut to: nothing says where it lies in time).
 
 Everything downstream (replay market, revocation predictor, simulator) uses :class:`TraceSet`.
 """
@@ -23,6 +26,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -202,39 +206,93 @@ def _load_cbl_sets(folder: Path, files: list[Path], *, field: str) -> TraceSet:
 
 
 def load_cbl_files(files: list[Path], *, field: str = "--traces") -> TraceSet:
+    """The files of one Can't Be Late set, read as they are or refused (see :func:`_cbl_read`):
+    one gap and one length for all, since the files carry no timestamps to align them by."""
     import numpy as np
 
-    series: list[tuple[str, list[float], float]] = []
-    for f in files:
-        try:
-            doc = json.loads(f.read_text())
-            gap = float(doc["metadata"]["gap_seconds"])
-            data = [float(x) for x in doc["data"]]
-        except (KeyError, TypeError, ValueError, json.JSONDecodeError) as e:
-            raise SpecError(
-                f"{field}: {f} is not a Can't Be Late trace "
-                f'({{"metadata": {{"gap_seconds": N}}, "data": [...]}}): {e}'
-            ) from None
-        series.append((f.stem, data, gap))
+    series = [_cbl_read(f, field) for f in files]
     gaps = sorted({s[2] for s in series})
     if len(gaps) > 1:
         raise SpecError(
             f"{field}: {files[0].parent} mixes tick gaps {gaps} s; pass files of one set"
         )
-    # every file of a set starts at the set's start (tick i = start + i * gap); files that end
-    # earlier (the 16-node set) are aligned by cutting all to the shortest
-    gap0, n0 = gaps[0], min(len(s[1]) for s in series)
-    same = [(stem, data[:n0], gap) for stem, data, gap in series]
-    counts = np.array([s[1] for s in same])
+    lengths = sorted({len(s[1]) for s in series})
+    if len(lengths) > 1:
+        raise SpecError(_lengths_message(files, [len(s[1]) for s in series], field))
+    gap0, n0 = gaps[0], lengths[0]
+    counts = np.array([s[1] for s in series])
     return TraceSet(
-        zones=[s[0] for s in same],
+        zones=[s[0] for s in series],
         times=_cbl_start(files) + gap0 * np.arange(n0),
         available=counts > 0,
         price=np.full(counts.shape, np.nan),
-        instance_type=_cbl_key(same[0][0]),
+        instance_type=_cbl_key(series[0][0]),
         gap_seconds=gap0,
         source=str(files[0].parent),
         counts=counts,
+    )
+
+
+def _cbl_read(f: Path, field: str) -> tuple[str, list[float], float]:
+    """``(zone stem, counts, gap)`` of one file. A count must be a number >= 0 (the instances
+    obtainable at that tick): NaN or a negative is unknown, not "unavailable", and is refused
+    (naming the index) rather than read as a revocation; ``gap_seconds`` must be a number > 0;
+    an empty ``data`` is refused by name."""
+    try:
+        doc = json.loads(f.read_text())
+        gap, raw = doc["metadata"]["gap_seconds"], doc["data"]
+    except (KeyError, TypeError, ValueError, json.JSONDecodeError) as e:
+        raise SpecError(
+            f"{field}: {f} is not a Can't Be Late trace "
+            f'({{"metadata": {{"gap_seconds": N}}, "data": [...]}}): {e}'
+        ) from None
+    where = f"{field}: {f}"
+    step = _number(gap)
+    if not step > 0:
+        raise SpecError(
+            f"{where}: metadata.gap_seconds is {json.dumps(gap)}; it must be a number of "
+            "seconds > 0 (the time between two values of data)"
+        )
+    if not isinstance(raw, list):
+        raise SpecError(f"{where}: data is {type(raw).__name__}, not a list of counts")
+    if not raw:
+        raise SpecError(f"{where}: data is empty (no tick); remove the file or fill it")
+    counts = [_number(x) for x in raw]
+    bad = [i for i, c in enumerate(counts) if not c >= 0]  # NaN (not a number) included
+    if bad:
+        more = f" (and {len(bad) - 1} more such values)" if len(bad) > 1 else ""
+        raise SpecError(
+            f"{where}: data[{bad[0]}] is {json.dumps(raw[bad[0]])}{more}; a count must be a "
+            "number >= 0 (the instances obtainable at that tick, 0 = none): a missing or "
+            "negative count is unknown, not 'unavailable'; fix those values or cut the file "
+            "before them"
+        )
+    return f.stem, counts, step
+
+
+def _number(x: object) -> float:
+    """A finite JSON number as a float, else NaN (true/false, "1", null, NaN, an overflow)."""
+    if type(x) is float:
+        return x if math.isfinite(x) else math.nan
+    if type(x) is int:
+        return float(x) if abs(x) < 1 << 1000 else math.nan
+    return math.nan
+
+
+def _lengths_message(files: list[Path], lengths: list[int], field: str) -> str:
+    by_length: dict[int, list[str]] = {}
+    for f, n in zip(files, lengths, strict=True):
+        by_length.setdefault(n, []).append(f.name)
+    shown = "; ".join(
+        f"{', '.join(names[:3])}{f' and {len(names) - 3} more' if len(names) > 3 else ''}: {n}"
+        for n, names in sorted(by_length.items())
+    )
+    short = min(lengths)
+    return (
+        f"{field}: {files[0].parent} holds files of different lengths (values: {shown}); the "
+        "files carry no timestamps, so the ticks one file lacks are unknown and a set is read "
+        "only when its files have one length: pass a folder without the shorter file(s), or "
+        f"copy the set and cut every file to its first {short} values (if they start together)"
     )
 
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -112,6 +113,7 @@ def train_model(
             f"--horizon {fmt(horizon_s)}: no tick to learn from; raise --until"
         )
     part = ts.slice(0, stop) if stop < ts.n_ticks else ts
+    _check_revocations(part, horizon_s, f"--traces {traces}", until)
     model = get_revocation_model(name, **({"verbose": verbose} if name == "lstm" else {}))
     t0 = time.perf_counter()
     try:
@@ -136,6 +138,22 @@ def train_model(
         "fit_seconds": round(seconds, 1),
         "bytes": path.stat().st_size,
     }
+
+
+def _check_revocations(part: TraceSet, horizon_s: float, where: str, until: float) -> None:
+    """Refuse a training part in which spot was never revoked: every model fitted on it says
+    p_revoke ~ 0 whatever the zone or the hour (a model that learned nothing)."""
+    from spotwise.predictors._revfeatures import labels
+
+    y, valid = labels(part, horizon_s)
+    n = int(valid.sum())
+    if n and not (y & valid).any():  # no labelled tick at all: the model's own refusal
+        longer = "raise --until or train on" if until < 1 else "train on"
+        raise SpecError(
+            f"{where}: 0 revocations in its {n} labelled zone-ticks (ticks 0..{part.n_ticks}: "
+            f"spot, once available, was never gone within {fmt(horizon_s)}): nothing to learn, "
+            f"the model would always say p_revoke ~ 0; {longer} a trace with revocations"
+        )
 
 
 def evaluate_path(
@@ -208,8 +226,6 @@ def evaluate_path(
 def _at_offset(text: str) -> float | None:
     """Seconds after the trace start in an ``--at`` offset: hours (``36``, ``1.5``, ``36h``) or a
     duration (``90m``, ``1d12h``); ``None`` when ``text`` is neither."""
-    import math
-
     from spotwise.units import parse_duration
 
     number = text[:-1] if text[-1:].lower() == "h" else text
@@ -231,7 +247,10 @@ def parse_at(at: str | None, ts: TraceSet) -> float:
     start, end = float(ts.times[0]), float(ts.times[-1]) + ts.gap_seconds
     first = datetime.fromtimestamp(start, UTC)
     last = datetime.fromtimestamp(end, UTC)
-    hours = f"0 to {(end - start) / 3600:.0f} hours after its start"
+    # rounded down, so that every number of hours it names is accepted (1093.83 h: "1093.8")
+    tenths = math.floor((end - start) / 360)
+    span = f"{tenths // 10}" if tenths % 10 == 0 else f"{tenths / 10:.1f}"
+    hours = f"0 to {span} hours after its start"
     try:
         dt = datetime.fromisoformat(text)
     except ValueError:

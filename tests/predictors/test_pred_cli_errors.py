@@ -31,11 +31,11 @@ runner = CliRunner()
 
 # the shipped trace: 2023-02-15T22:08:16 .. 2023-04-02T11:58:06 UTC (with its last tick's gap)
 AT_RANGE = (
-    "2023-02-15T22:08:16+00:00 .. 2023-04-02T11:58:06+00:00, or 0 to 1094 hours after its start"
+    "2023-02-15T22:08:16+00:00 .. 2023-04-02T11:58:06+00:00, or 0 to 1093.8 hours after its start"
 )
 AT_FORMS = (
     "use an ISO time such as 2023-03-10T17:03 (UTC if naive) or hours after the trace start "
-    "such as 36, 36h or 1d12h (0 to 1094 hours after its start)"
+    "such as 36, 36h or 1d12h (0 to 1093.8 hours after its start)"
 )
 
 

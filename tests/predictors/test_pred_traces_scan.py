@@ -130,6 +130,10 @@ def test_the_real_cant_be_late_sets_load_exactly_as_before() -> None:
     assert files and find_json(CBL_ROOT) == files
     sets = sorted({f.parent for f in files})
     for folder in sets:
+        if folder.name == "aws-08-27-2023":  # 3,247 and 4,736 values: refused (review-am F2)
+            with pytest.raises(SpecError, match="holds files of different lengths"):
+                load_traces(folder)
+            continue
         got = load_traces(folder)
         want = load_cbl_files([f for f in files if f.parent == folder])
         assert got.zones == want.zones and got.gap_seconds == want.gap_seconds
