@@ -7,8 +7,8 @@ Started by the fixed startup script of every spotwise instance::
 It reads the launch spec from the ``spotwise-launch`` metadata item (JSON, never parsed by a
 shell; see :mod:`spotwise.providers.channel`) and polls ``instance/preempted`` on the metadata
 server. When it turns ``TRUE`` the notice (``{"received_at", "deadline"}``, deadline 30 s on)
-goes to the controller and the trial's process group gets SIGTERM, so ``spotwise.sdk``
-checkpoints and exits. The agent also writes the ``spotwise/notice`` guest attribute, which
+goes to the controller and the trial's session gets SIGTERM, so ``spotwise.sdk`` checkpoints
+and exits. The agent also writes the ``spotwise/notice`` guest attribute, which
 :meth:`GcpProvisioner.notices` reads as well.
 
 * With an ``artifacts`` folder in the spec (what :class:`GcpProvisioner` always sends) the
@@ -17,8 +17,9 @@ checkpoints and exits. The agent also writes the ``spotwise/notice`` guest attri
   :mod:`spotwise.providers.gcs_blobs`, which needs ``google-cloud-storage`` on the image and
   takes the VM's service account from the metadata server; ``file://`` needs nothing), a stop
   marker and live settings come back from it.
-* Without one (a hand-written spec) it only runs the trial (:func:`run_trial`) and appends the
-  notice to the trial's ``SPOTWISE_EVENTS_FILE``, if the spec names one.
+* Without one (a hand-written spec) it only runs the trial (:func:`run_trial`: its whole
+  session, as the agent does) and appends the notice to the trial's ``SPOTWISE_EVENTS_FILE``,
+  if the spec names one.
 
 The metadata base URL is ``$SPOTWISE_GCE_METADATA_URL`` (default
 ``http://metadata.google.internal``) so tests can point it at a local server; it is read with
@@ -42,10 +43,11 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from spotwise.providers.channel import parse_launch
+from spotwise.providers.proc_group import Group
 
 DEFAULT_METADATA_URL = "http://metadata.google.internal"
 NOTICE_LEAD_S = 30.0  # GCE gives ~30 s between the preemption notice and the stop
-KILL_GRACE_S = 25.0  # with an artifacts folder: SIGKILL this long after the notice's SIGTERM
+KILL_GRACE_S = 25.0  # SIGKILL what is left of the trial this long after the notice's SIGTERM
 Watch = Callable[[], "tuple[float, float] | None"]  # → (received_at, deadline) once preempted
 
 
@@ -118,10 +120,16 @@ def run_trial(
     on_notice: Callable[[float, float], object],
     workdir: str = "",
     poll_s: float = 1.0,
+    kill_grace_s: float = KILL_GRACE_S,
 ) -> int:
-    """Run the trial; on the first notice call ``on_notice`` and SIGTERM the trial's group.
+    """Run the trial; on the first notice call ``on_notice`` and SIGTERM the trial's session.
 
-    Returns the trial's exit code (the agent's own exit code).
+    The trial is its whole session, as under the agent
+    (:class:`~spotwise.providers.proc_group.Group`): this returns once no process of it is
+    left, not when its first one exits (a wrapper's shell dies at the notice while its trainer
+    saves); what the first process leaves behind, or what a notice's SIGTERM leaves of a
+    trial whose first process exited, is SIGKILLed ``kill_grace_s`` later. Ctrl-C stops it the
+    same way. Returns the first process's exit code (the agent's own exit code).
     """
     full_env = {**os.environ, **dict(env)}
     proc = subprocess.Popen(
@@ -131,27 +139,21 @@ def run_trial(
         stdin=subprocess.DEVNULL,
         start_new_session=True,
     )
+    group = Group(proc)
     noticed = False
     try:
-        while proc.poll() is None:
+        while (code := group.poll(kill_grace_s)) is None:
             if not noticed:
                 hit = watch()
                 if hit is not None:
                     noticed = True
                     record_notice(env, *hit)
                     on_notice(*hit)
-                    _signal_group(proc, signal.SIGTERM)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(timeout=poll_s)
+                    group.signal(signal.SIGTERM, time.monotonic() + kill_grace_s)
+            time.sleep(poll_s)
     except KeyboardInterrupt:
-        _signal_group(proc, signal.SIGTERM)
-        proc.wait()
-    return int(proc.returncode)
-
-
-def _signal_group(proc: subprocess.Popen[bytes], sig: signal.Signals) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, sig)
+        return group.stop(kill_grace_s)
+    return code
 
 
 def run_channel(

@@ -10,9 +10,10 @@ fraction of a wall second, the notice lasts at least ``notice_floor_wall_s`` wal
 to the market revocation time.
 
 Trial commands run as argv lists in a new session (never through a shell); the provider signals
-the whole process group, and a life ends when that group is empty, not when its first process
-exits (:mod:`spotwise.providers.proc_group`: a wrapper script's shell dies at the notice while
-the trainer it started is still saving). No trial outlives its orchestrator unnoticed:
+every process group in it, and a life ends when the session is empty, not when its first
+process exits (:mod:`spotwise.providers.proc_group`: a wrapper's shell dies at the notice while
+its trainer, in a group of its own under ``timeout``, still saves; a process that calls
+``setsid()`` leaves the life). No trial outlives its orchestrator unnoticed:
 
 * each trial starts through :mod:`spotwise.providers.local_exec`, which on Linux sets
   ``PR_SET_PDEATHSIG`` = SIGKILL (so the trial dies with the orchestrator, even on SIGKILL)
@@ -22,7 +23,7 @@ the trainer it started is still saving). No trial outlives its orchestrator unno
 * before the command runs, the provisioner records its pid, process group and start time in a
   small JSON file (:mod:`spotwise.providers.local_records`, which explains why there), removed
   when the process ends; after a crash, ``spotwise cancel`` kills what is left of the recorded
-  groups with :func:`~spotwise.providers.local_records.reconcile_job` — never a process whose
+  sessions with :func:`~spotwise.providers.local_records.reconcile_job` — never a process whose
   start time does not match its record.
 """
 
@@ -81,7 +82,7 @@ class _Proc:
     done_market: float | None = None  # market time the trial's work ended (_read_done)
     done_wall: float | None = None  # wall time (epoch) the trial wrote it, as it says
     steps: int | None = None  # its total steps (SPOTWISE_STEPS), if the request says
-    group: Group | None = None  # popen's process group: the life ends when it is empty
+    group: Group | None = None  # popen's session: the life ends when it is empty
 
 
 class LocalProvisioner:
@@ -275,7 +276,7 @@ class LocalProvisioner:
             inst = p.instance
             if inst.state.is_terminal():
                 continue
-            # the life's exit: its leader's code, once its whole group is gone (proc_group)
+            # the life's exit: its leader's code, once its whole session is gone (proc_group)
             code = p.group.poll(self.kill_grace_s) if p.group is not None else 0
             # a trial that exited (or ended its work: _done_before) before a poll saw its notice
             # is due gets none: a cloud orchestrator would have seen the exit and ended the
@@ -354,14 +355,14 @@ class LocalProvisioner:
             p.instance.ended_at = asked
 
     def _signal(self, p: _Proc, sig: signal.Signals, kill_at: float | None = None) -> None:
-        """``sig`` to the trial's process group, its leader gone or not, until the group ends."""
+        """``sig`` to the trial's session, its leader gone or not, until the session ends."""
         if p.group is not None:
             p.group.signal(sig, kill_at)
 
     def _stop_processes(self, procs: Sequence[_Proc], graceful: bool) -> None:
         """End ``procs`` together: SIGTERM to all, one kill grace for the batch (not one each),
-        then SIGKILL to whatever is left. A group whose leader has exited is still signalled
-        and waited for: the life is the whole group."""
+        then SIGKILL to whatever is left. A session whose leader has exited is still signalled
+        and waited for: the life is the whole session."""
         running = [p.group for p in procs if p.group is not None and not p.group.ended]
         if graceful and running:
             for g in running:
@@ -369,7 +370,7 @@ class LocalProvisioner:
             deadline = time.monotonic() + self.kill_grace_s
             for g in running:
                 g.wait_empty(deadline)
-        for g in running:  # SIGKILL to every group first, then wait for each
+        for g in running:  # SIGKILL to every session first, then wait for each
             g.signal(signal.SIGKILL)
         for g in running:
             g.kill()

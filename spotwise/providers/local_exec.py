@@ -20,7 +20,8 @@ trial keeps this process's pid, process group and start time. Before the exec it
 PR_SET_PDEATHSIG fires when the *thread* that forked the child exits: launch trials from a
 thread that lives as long as the orchestrator (the orchestrator's main loop does). The signal
 survives ``execve`` (except of set-uid programs) but is not inherited by the trial's own
-children; those stay in the trial's process group, which reconciliation finds.
+children; those stay in the trial's session, which reconciliation finds (a ``setsid()``
+child does not).
 """
 
 from __future__ import annotations

@@ -2,8 +2,9 @@
 
 On Linux a local trial dies with its orchestrator (``PR_SET_PDEATHSIG``, see
 :mod:`spotwise.providers.local_exec`), but only the trial's first process does: what it started
-stays alive in its process group. On other platforms nothing kills the trial at all. So every
-launch leaves a record that ``spotwise cancel`` can act on (:func:`reconcile_job`).
+stays alive in its session (its process group, or another group of that session: ``timeout``
+makes one). On other platforms nothing kills the trial at all. So every launch leaves a record
+that ``spotwise cancel`` can act on (:func:`reconcile_job`).
 
 Where and what. One small JSON file per instance, ``<root>/<job id>/<instance id>.json``, with
 ``root`` = ``$SPOTWISE_HOME/local`` (else the user data directory's ``local/``, beside
@@ -18,9 +19,14 @@ the process end.
 Never a stranger. A pid is signalled only when the live process holding it has the recorded
 start time (Linux: boot id + field 22 of ``/proc/<pid>/stat``; elsewhere ``ps``'s start time),
 is still the leader of the recorded process group, and, where the environment is readable,
-carries :data:`MARKER_ENV` = the instance id. When the leader is gone (Linux), the group is
+carries :data:`MARKER_ENV` = the instance id. When the leader is gone (Linux), the session is
 signalled only if a live member carries the marker: Linux does not reuse a pid while a process
-group of that number exists, so such a group is the one our trial started.
+group or session of that number exists, so such a session is the one our trial started. What
+is signalled is every process group seen in the session (the recorded one first), as the
+provider does (:mod:`spotwise.providers.proc_group`, which says why groups and not pids); a
+process that called ``setsid()`` is in a session of its own and is not reached. Off Linux
+the session is what :func:`~spotwise.providers.proc_group.session_members` reads from ``ps``
+(the recorded group alone where ``ps`` has no session id).
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from spotwise.providers.base import TAG_JOB, is_ours
+from spotwise.providers.proc_group import session_members
 
 #: Set in every local trial's environment to its instance id (not ``SPOTWISE_*``: that prefix
 #: is the trial's contract with :mod:`spotwise.sdk`).
@@ -217,27 +224,43 @@ def _carries_marker(pid: int, instance_id: str) -> bool | None:
     return f"{MARKER_ENV}={instance_id}".encode() in environ.split(b"\0")
 
 
-def _group_members(pgid: int) -> list[int]:
-    """Linux: the live (not zombie) processes in process group ``pgid``."""
+def _members(rec: ProcRecord) -> list[tuple[int, int]]:
+    """``(pid, process group)`` of the live (not zombie) processes of ``rec``'s session (its
+    leader made one: pid = process group = session id), else of its process group."""
+    session = rec.pgid == rec.pid
+    if not LINUX:
+        return session_members(rec.pgid) if session else []
     out = []
     for entry in _PROC.iterdir():
         if entry.name.isdigit():
             fields = _stat_fields(int(entry.name))
-            if fields and fields[0] not in ("Z", "X", "x") and fields[2] == str(pgid):
-                out.append(int(entry.name))
+            if not fields or len(fields) < 4 or fields[0] in ("Z", "X", "x"):
+                continue
+            if fields[3 if session else 2] == str(rec.pgid):
+                out.append((int(entry.name), int(fields[2])))
     return out
 
 
-def _group_alive(pgid: int) -> bool:
+def _alive(rec: ProcRecord) -> bool:
+    """Whether anything of ``rec``'s session is left (see :func:`_members`)."""
+    if _members(rec):
+        return True
     if LINUX:
-        return bool(_group_members(pgid))
+        return False
     try:
-        os.killpg(pgid, 0)
+        os.killpg(rec.pgid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
     return True
+
+
+def _signal(rec: ProcRecord, sig: signal.Signals) -> None:
+    """``sig`` to ``rec``'s process group, then to every other group seen in its session."""
+    for pgid in dict.fromkeys([rec.pgid, *sorted(g for _, g in _members(rec))]):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, sig)
 
 
 def is_ours_now(rec: ProcRecord) -> bool:
@@ -255,24 +278,23 @@ def is_ours_now(rec: ProcRecord) -> bool:
         )
     if not LINUX or rec.pgid != rec.pid:
         return False
-    return any(_carries_marker(m, rec.instance_id) for m in _group_members(rec.pgid))
+    return any(_carries_marker(m, rec.instance_id) for m, _ in _members(rec))
 
 
 def _terminate_group(rec: ProcRecord, grace_s: float) -> None:
-    """SIGTERM the group, wait up to ``grace_s``, then SIGKILL it if it is still provably ours."""
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(rec.pgid, signal.SIGTERM)
+    """SIGTERM the session's groups, wait up to ``grace_s``, then SIGKILL them if the session is
+    still provably ours."""
+    _signal(rec, signal.SIGTERM)
     deadline = time.monotonic() + grace_s
-    while _group_alive(rec.pgid) and time.monotonic() < deadline:
+    while _alive(rec) and time.monotonic() < deadline:
         time.sleep(0.05)
-    if _group_alive(rec.pgid) and is_ours_now(rec):
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(rec.pgid, signal.SIGKILL)
+    if _alive(rec) and is_ours_now(rec):
+        _signal(rec, signal.SIGKILL)
 
 
 def reconcile_job(job_id: str, root: Path | None = None, *, grace_s: float = 5.0) -> list[str]:
-    """Kill the process group of every recorded local instance of ``job_id`` that is still
-    running and provably ours (see the module docstring); returns their instance ids.
+    """Kill the session of every recorded local instance of ``job_id`` that is still running
+    and provably ours (see the module docstring); returns their instance ids.
 
     Records of processes that are gone, or whose pid now belongs to a stranger, are removed
     without signalling anything.

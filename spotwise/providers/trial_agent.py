@@ -12,12 +12,13 @@ interpreter. Every ``poll_s`` seconds it
   (:mod:`~spotwise.providers.aws_agent`), ``instance/preempted`` on GCE
   (:mod:`~spotwise.providers.gcp_agent`), Scheduled Events on Azure
   (:mod:`~spotwise.providers.azure_agent`). A notice is written to the status at once and
-  turned into SIGTERM for the trial's process group — the SDK's contract: checkpoint and exit
+  turned into SIGTERM for the trial's session — the SDK's contract: checkpoint and exit
   (a rebalance only with ``rebalance: stop``) — and into its stop file (a handler set over the
   SDK's can take SIGTERM away, not the file); SIGKILL follows ``kill_grace_s`` later;
-* takes the trial as exited when its whole process group is gone, not its first process
+* takes the trial as exited when its whole session is gone, not its first process
   (:mod:`~spotwise.providers.proc_group`: a wrapper script's shell dies at the notice while
-  the trainer it started still saves); the exit code is the first process's;
+  the trainer it started, in a group of its own under ``timeout``, still saves; a process
+  that calls ``setsid()`` leaves the trial); the exit code is the first process's;
 * relays a stop request: when ``stop-<attempt>`` appears in the artifacts folder the local
   stop file is created;
 * relays live settings: when ``control-<attempt>.json`` is new or changed (a conditional read
@@ -117,7 +118,7 @@ class TrialAgent:
             "started_at": time.time(),
         }
         self.proc: subprocess.Popen[bytes] | None = None
-        self.group: Group | None = None  # proc's process group: the trial is all of it
+        self.group: Group | None = None  # proc's session: the trial is all of it
         self._uploaded_size = -1
         self._last_sync = 0.0
         self._term_at: float | None = None
@@ -259,8 +260,8 @@ class TrialAgent:
         self._try("write the status", self.put_status)
 
     def signal_trial(self, sig: signal.Signals) -> None:
-        """``sig`` to the trial's process group, its first process gone or not, until the whole
-        group has ended."""
+        """``sig`` to every process group of the trial's session, its first process gone or
+        not, until the whole session has ended."""
         if self.group is not None:
             self.group.signal(sig)
 
