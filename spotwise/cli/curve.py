@@ -234,6 +234,8 @@ def eval_(
     d = _direction(direction)
     metric = resolve_metric(curves, metric, "--curves")
     res = curve_eval(curves, metric, theta, names, d)
+    for line in res.get("warnings", []):  # curves that end at different steps (review-am F11)
+        typer.echo(f"warning: {line}", err=True)
     emit(res, as_json, lambda r: _print_eval(r, str(metric), theta))
 
 

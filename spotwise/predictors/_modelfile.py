@@ -6,6 +6,7 @@ Kept apart from :mod:`spotwise.predictors.revocation` so that module stays reada
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +52,30 @@ def floats(values: Any) -> list[float]:
         return [float(v) for v in values]
     except (TypeError, ValueError):
         raise TypeError("not a list of numbers") from None
+
+
+def finite(values: Any, field: str, lo: float = -math.inf, hi: float = math.inf) -> list[float]:
+    """``values`` as finite floats in [lo, hi]: ValueError naming ``field`` and the first bad
+    one (a damaged or hand-edited model would otherwise answer 0.5 or 1.0 for every zone)."""
+    out = floats(values)
+    for i, v in enumerate(out):
+        if not (math.isfinite(v) and lo <= v <= hi):
+            where = f"{field}[{i}]" if len(out) > 1 else field
+            want = f"in [{lo:g}, {hi:g}]" if math.isfinite(lo + hi) else "a finite number"
+            raise ValueError(f"{where} is {v:g}, not {want}; retrain it")
+    return out
+
+
+def count(value: Any, field: str) -> int:
+    """``value`` as a whole number ≥ 1 (a length, a width, a number of members)."""
+    try:
+        n = int(value)
+        whole = n == float(value)
+    except (TypeError, ValueError, OverflowError):
+        raise ValueError(f"{field} is {value!r}, not a whole number; retrain it") from None
+    if not whole or n < 1:
+        raise ValueError(f"{field} is {value!r}, not a whole number ≥ 1; retrain it")
+    return n
 
 
 class NotAModelFile(PredictorError):

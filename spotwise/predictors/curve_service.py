@@ -76,7 +76,8 @@ def curve_eval(
     direction: str | None = None,
 ) -> dict[str, Any]:
     """Every method on every curve of ``path`` with ≥ 3 finite points; ``skipped`` names the
-    others; ``curves`` is the file read."""
+    others; ``curves`` is the file read; ``observed_points`` the fewest and most points observed
+    per curve; ``warnings`` says when the curves end at different steps (:func:`uneven_ends`)."""
     import numpy as np
 
     from spotwise.predictors.curves import (
@@ -84,7 +85,10 @@ def curve_eval(
         curves_file,
         dataset_direction,
         evaluate_curves,
+        finite_curve,
         load_curves,
+        observed_count,
+        uneven_ends,
     )
 
     check_theta(theta)  # before reading the file
@@ -92,6 +96,9 @@ def curve_eval(
     d = direction or dataset_direction(curves, metric)
     rows = evaluate_curves(curves, theta, methods, direction=d)
     skipped = [cid for cid, c in curves.items() if int(np.isfinite(c.values).sum()) < 3]
+    finite = {cid: finite_curve(c) for cid, c in curves.items() if cid not in skipped}
+    seen = [observed_count(c, theta) for c in finite.values()]
+    warning = uneven_ends(finite)
     return {
         "curves": str(curves_file(path)),  # the file read (a folder's curves CSV)
         "metric": metric,
@@ -99,4 +106,7 @@ def curve_eval(
         "direction": d,
         "rows": rows,
         "skipped": skipped,
+        # points observed per scored curve (the first θ of its steps): min and max
+        "observed_points": {"min": min(seen), "max": max(seen)},
+        "warnings": [warning] if warning else [],
     }

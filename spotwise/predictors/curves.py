@@ -12,8 +12,10 @@ Formats (:func:`load_curves`), from a file, a folder (:func:`curves_file`) or
 
 Each step appears once per curve (a repeated step is refused); steps need not be integers.
 
-Evaluation (:func:`evaluate_curves`): for each curve whose last step is ``total``, observe the
-points with ``step ≤ θ·total`` (at least 2), predict the value at the last step, and compare with
+Evaluation (:func:`evaluate_curves`): for each curve, observe the first θ of its step span
+(:func:`observed_count`: with steps from ``first`` to ``total`` and one step ``unit``, those with
+``step − first + unit ≤ θ·(total − first + unit)``, at least 2; for epochs 1..50 that is
+``step ≤ θ·50``), predict the value at the last step, and compare with
 the true last value (points with no finite value are left out; a curve with fewer than 3 finite
 points is skipped): MAE, Spearman rank correlation of predicted vs true finals, the recall of the
 true top 10 % when keeping the predicted top 25 %, the share of true finals inside the band, and
@@ -38,7 +40,15 @@ LCBENCH_DROP_EPOCHS = (0, 51)
 LCBENCH_METRIC = "val_accuracy"  # the default metric of the LCBench format
 _DATA = Path(__file__).resolve().parent.parent / "data"
 BUILTIN_CURVES = {"lcbench-subset": _DATA / "lcbench-subset"}  # builtin:NAME → shipped folder
-_NOT_METRICS = ("curve_id", "step", "trial", "epoch", "lr", "seconds", "time")
+_NOT_METRICS = {  # the columns a curves file may hold besides its metrics, and what each is
+    "curve_id": "the curve's id",
+    "step": "the step",
+    "trial": "LCBench's curve id",
+    "epoch": "LCBench's step",
+    "lr": "the learning rate",
+    "seconds": "the cumulative seconds",
+    "time": "the cumulative seconds (LCBench's time)",
+}
 _MIN_WORDS = ("loss", "error", "cross_entropy", "perplexity", "mse", "mae", "rmse")
 
 
@@ -147,6 +157,11 @@ def resolve_metric(
             f"--metric: {p.name} has several metric columns and none is called {default!r}; "
             f"pass one of: {', '.join(choices) or 'none'}"
         )
+    if metric in _NOT_METRICS:
+        raise SpecError(
+            f"--metric {metric}: {_NOT_METRICS[metric]}, not a metric; "
+            f"valid: {', '.join(choices) or 'none'}"
+        )
     if metric not in cols:
         raise SpecError(
             f"--metric: no column {metric!r} in {p.name}{did_you_mean(metric, choices)}; "
@@ -229,11 +244,16 @@ def check_theta(theta: float, *, whole: bool = False) -> None:
 
 
 def observed_count(c: Curve, theta: float) -> int:
-    """How many points the first θ of a curve holds: steps ≤ θ·last step, at least 2 (or all
-    the curve has, if fewer)."""
+    """How many points the first θ of a curve holds: θ of its step span, counted as EarlyCurve
+    counts steps (the first step is one ``unit`` in: epochs 1..50 at θ 0.3 observe 1..15; steps
+    101..130 observe 101..109, not 2 points), at least 2 (or all the curve has, if fewer)."""
     import numpy as np
 
-    n = max(2, int(np.sum(c.steps <= theta * float(c.steps[-1]) + 1e-9)))
+    from spotwise.predictors._curvestages import step_unit
+
+    first, unit = float(c.steps[0]), step_unit(c.steps)
+    span = float(c.steps[-1]) - first + unit
+    n = max(2, int(np.sum(c.steps - first + unit <= theta * span + 1e-9)))
     return min(n, len(c.steps))
 
 
@@ -254,7 +274,7 @@ def finite_curve(c: Curve) -> Curve:
 
 
 def observed(c: Curve, theta: float) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, float]:
-    """The first θ of a curve (steps ≤ θ·last step, at least 2 points) and its last step."""
+    """The first θ of a curve (:func:`observed_count` points) and its last step."""
     n = observed_count(c, theta)
     return c.steps[:n], c.values[:n], None if c.lr is None else c.lr[:n], float(c.steps[-1])
 
@@ -291,7 +311,8 @@ def evaluate_curves(
         t0 = time.perf_counter()
         for i, cid in enumerate(ids):
             k, v, lr, total = observed(curves[cid], theta)
-            finals[i], lo[i], hi[i] = pred.predict_final(k, v, total, lr)
+            with np.errstate(over="ignore", invalid="ignore"):  # values near 1e300: no warning
+                finals[i], lo[i], hi[i] = pred.predict_final(k, v, total, lr)
         ms = (time.perf_counter() - t0) * 1000 / len(ids)
         rows.append(
             {
@@ -308,6 +329,32 @@ def evaluate_curves(
             }
         )
     return rows
+
+
+def uneven_ends(curves: dict[str, Curve]) -> str | None:
+    """A warning when the curves (those :func:`evaluate_curves` scores) do not all end at the
+    same step: each is scored on its own last value, so a curve stopped early is ranked by a
+    final from another point of training than the others'. None when they all end together."""
+    import numpy as np
+
+    ends = {cid: float(c.steps[-1]) for cid, c in curves.items() if len(c.values) >= 3}
+    if len(set(ends.values())) <= 1:
+        return None
+    last = np.array(list(ends.values()))
+    steps, counts = np.unique(last, return_counts=True)
+    common = float(steps[np.argmax(counts)])  # the most common last step (the earliest on a tie)
+    early = [cid for cid, e in ends.items() if e < common]
+    late = [cid for cid, e in ends.items() if e > common]
+    parts = []
+    for which, said in ((early, "earlier"), (late, "later")):
+        if which:
+            ex, s = which[0], "s" * (len(which) == 1)
+            parts.append(f"{len(which)} end{s} {said} (e.g. curve {ex!r} at step {ends[ex]:g})")
+    return (
+        f"of {len(ends)} curves, {' and '.join(parts)} than step {common:g}, where most end: "
+        "each is scored on its own last value, so finals from different points of training "
+        "are ranked together; keep curves of one length in the file"
+    )
 
 
 def top_recall(pred: np.ndarray, truth: np.ndarray, top: float = 0.10, keep: float = 0.25) -> float:

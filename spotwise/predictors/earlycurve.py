@@ -194,7 +194,8 @@ def fit_curve(
     total = max(float(total_steps), float(k[-1])) if total_steps is not None else float(k[-1])
     sign = _orient(v, direction)
     unit = step_unit(k)
-    bounds = stage_boundaries(k, v, lr_arr) if (detect_stages or lr_arr is not None) else []
+    with np.errstate(over="ignore", invalid="ignore"):  # values near 1e300: no shift found
+        bounds = stage_boundaries(k, v, lr_arr) if (detect_stages or lr_arr is not None) else []
     edges = [0, *bounds, len(k)]
     with np.errstate(over="ignore", invalid="ignore"):  # ±1e308: treated as constant
         span = float(v.max() - v.min())
@@ -246,12 +247,15 @@ def fit_curve(
             # a trend the noise could explain moves the forecast little
             shrink = sf.delta**2 / (sf.delta**2 + sf.var_delta) if sf.delta != 0 else 0.0
             sigma = sf.sigma * scale
-            var_final = (shrink * sf.var_delta + (1 - shrink) * sf.delta**2) * scale**2 + sigma**2
             # what a smooth fit cannot see: level jumps still to come (a random walk with the
             # observed step-to-step spread, over the steps left)
             gap = float(np.median(np.diff(kk)))
             steps_left = max(total - kk[-1], 0.0) / max(gap, 1e-12)
-            var_final += RANDOM_WALK * sf.step_var * scale**2 * steps_left
+            try:  # values near 1e300: a Python float's square raises; the band then uses span
+                var_final = (shrink * sf.var_delta + (1 - shrink) * sf.delta**2) * scale**2
+                var_final += sigma**2 + RANDOM_WALK * sf.step_var * scale**2 * steps_left
+            except OverflowError:
+                var_final = float("inf")
             if sf.at_bound:
                 # the fit wanted an asymptote beyond its bound: the curve may keep improving
                 # past the forecast, by as much again as the fitted change

@@ -262,22 +262,55 @@ class LSTMModel(_TraceModel):
         return config, {k: v.detach().clone() for k, v in self.net.state_dict().items()}
 
     def _load_state(self, config: dict[str, Any], tensors: dict[str, Any]) -> None:
+        from spotwise.predictors._modelfile import count, finite
         from spotwise.predictors._revfeatures import SEQ_FEATURES, STAT_FEATURES
 
         if config["f_seq"] != len(SEQ_FEATURES) or config["f_stat"] != len(STAT_FEATURES):
             raise ValueError("the saved LSTM was built for other features; retrain it")
-        self.seq_len, self.hidden, self.head = (
-            int(config["seq_len"]),
-            int(config["hidden"]),
-            int(config["head"]),
-        )
-        self.norm = {k: list(v) for k, v in config["norm"].items()}
-        self.platt = (float(config["platt"][0]), float(config["platt"][1]))
+        self.seq_len, self.hidden, self.head = (count(config[k], k) for k in _WIDTHS)
+        members = count(config["members"], "members")
+        self.norm = _norm(config["norm"])
+        platt = finite(config["platt"], "platt")
+        if len(platt) != 2:
+            raise ValueError(f"platt has {len(platt)} numbers, not 2 (a, b); retrain it")
+        a, b = platt
+        if a <= 0:  # training never fits a <= 0 (it keeps (1, 0)): it would invert the model
+            raise ValueError(f"platt[0] is {a:g}, not > 0; retrain it")
+        self.platt = (a, b)
         self.history = list(config.get("history", []))
-        self.net = _net(
-            config["f_seq"], config["f_stat"], self.hidden, self.head, int(config["members"])
-        )
+        self.net = _net(config["f_seq"], config["f_stat"], self.hidden, self.head, members)
         self.net.load_state_dict(tensors)
+        _check_weights(tensors)
+
+
+_WIDTHS = ("seq_len", "hidden", "head")
+
+
+def _norm(norm: Any) -> dict[str, list[float]]:
+    """The saved feature normalisation: the four vectors, finite, each std > 0."""
+    from spotwise.predictors._modelfile import finite
+    from spotwise.predictors._revfeatures import SEQ_FEATURES, STAT_FEATURES
+
+    sizes = {"seq": len(SEQ_FEATURES), "stat": len(STAT_FEATURES)}
+    out = {}
+    for key in ("seq_mean", "seq_std", "stat_mean", "stat_std"):
+        v, want = finite(norm[key], f"norm.{key}"), sizes[key.split("_")[0]]
+        if len(v) != want:
+            raise ValueError(f"norm.{key} has {len(v)} entries, not {want}; retrain it")
+        bad = [i for i, x in enumerate(v) if key.endswith("std") and x <= 0]
+        if bad:
+            raise ValueError(f"norm.{key}[{bad[0]}] is {v[bad[0]]:g}, not > 0; retrain it")
+        out[key] = v
+    return out
+
+
+def _check_weights(tensors: dict[str, Any]) -> None:
+    """Every weight finite: a NaN weight makes every probability NaN (then 0.5)."""
+    import torch
+
+    for name, t in tensors.items():
+        if not bool(torch.isfinite(t).all()):
+            raise ValueError(f"weight {name} holds NaN or infinite numbers; retrain it")
 
 
 def _bce(logits: np.ndarray, y: np.ndarray) -> float:

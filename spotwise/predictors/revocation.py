@@ -32,6 +32,7 @@ from spotwise.errors import PredictorError, SpecError, did_you_mean
 from spotwise.predictors._modelfile import (  # NotAModelFile: re-exported, raised by load
     NotAModelFile,
     atomic_save,
+    finite,
     floats,
     read_model_doc,
 )
@@ -198,8 +199,11 @@ class BaseRateModel(_TraceModel):
         return {"rates": self.rates, "pooled": self.pooled}, {}
 
     def _load_state(self, config: dict[str, Any], tensors: dict[str, Any]) -> None:
-        self.rates = {str(k): float(v) for k, v in config["rates"].items()}
-        self.pooled = float(config["pooled"])
+        rates = config["rates"]
+        if not isinstance(rates, dict):
+            raise TypeError("rates is not a mapping")
+        self.rates = {str(k): finite([v], f"rates[{k!r}]", 0.0, 1.0)[0] for k, v in rates.items()}
+        (self.pooled,) = finite([config["pooled"]], "pooled", 0.0, 1.0)
 
 
 class PersistenceModel(_TraceModel):
@@ -241,7 +245,14 @@ class PersistenceModel(_TraceModel):
         return {"x": self.x, "y": self.y}, {}
 
     def _load_state(self, config: dict[str, Any], tensors: dict[str, Any]) -> None:
-        self.x, self.y = list(config["x"]), list(config["y"])
+        import itertools
+
+        x, y = finite(config["x"], "x"), finite(config["y"], "y", 0.0, 1.0)
+        if not 1 <= len(x) == len(y):
+            raise ValueError(f"x has {len(x)} thresholds and y {len(y)}; retrain it")
+        if any(b < a for a, b in itertools.pairwise(x)):
+            raise ValueError("x is not in increasing order; retrain it")
+        self.x, self.y = x, y
 
 
 class LogisticModel(_TraceModel):
@@ -321,6 +332,8 @@ class LogisticModel(_TraceModel):
         (intercept,) = floats([config["intercept"]])
         if not all(math.isfinite(v) for v in [*mean, *std, *coef, intercept]):
             raise ValueError("NaN or infinite weights; retrain it")
+        if not all(v > 0 for v in std):
+            raise ValueError("a feature's std is 0 or less (training adds 1e-6); retrain it")
         self.mean, self.std, self.coef, self.intercept = mean, std, coef, intercept
 
 
