@@ -455,8 +455,9 @@ def test_check_reports_the_chain_and_never_the_token(monkeypatch: pytest.MonkeyP
         def get_token(self, *a: Any, **k: Any) -> Any:
             raise RuntimeError(f"refused {SECRET}")
 
-    bad = azure.check(credential=Failing())
-    assert not bad.usable and "az login" in bad.reason and SECRET not in repr(bad)
+    bad = azure.check(credential=Failing())  # the AZURE_* service principal got no token
+    assert not bad.usable and "got no token (RuntimeError)" in bad.reason
+    assert "AZURE_TENANT_ID" in bad.reason and SECRET not in repr(bad)
 
 
 def test_token_never_appears_in_logs_or_output(
