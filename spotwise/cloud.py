@@ -26,6 +26,7 @@ from spotwise.errors import (
 )
 from spotwise.price_rows import (  # re-exported: spotwise.cloud.price_order and so on
     CACHE_MAX_AGE_S,  # noqa: F401 (re-exported)
+    OFFLINE,
     price_order,
     price_source,
 )
@@ -278,8 +279,17 @@ def _prices(
         if not cached:
             raise
         return {**out, "source": "cache", "error": e.message, "prices": cached}
+    # a price from an offline catalog (AWS's 2017 on-demand list, GCP's catalog, Azure's
+    # fallback) was not observed now: its rows have no observed_at (and are not cached)
+    offline = {
+        m
+        for m in (Market.SPOT, Market.ON_DEMAND)
+        if market in (None, m) and price_source(cat, region, m) == OFFLINE
+    }
+    seen = now if stamp is None else stamp
     rows = sorted(
-        (_offer_row(provider, o, now if stamp is None else stamp) for o in offers), key=price_order
+        (_offer_row(provider, o, None if o.market in offline else seen) for o in offers),
+        key=price_order,
     )
     zones = getattr(cat, "zones_known", None)  # AWS: False for on-demand without credentials
     zones_known = bool(zones(region)) if callable(zones) else True

@@ -17,10 +17,11 @@ from spotwise.providers.replay import ReplayMarket
 CACHE_MAX_AGE_S = 24 * 3600.0
 
 
-def offer_row(provider: str, o: Offer, observed_at: float) -> dict[str, Any]:
+def offer_row(provider: str, o: Offer, observed_at: float | None) -> dict[str, Any]:
     """One current price, its on-demand price joined (None when unknown) and the spot saving
     against it: ``savings`` a fraction (0.6624, kept as it was: scripts read it) and
-    ``savings_pct`` the same in percent (66.24), as ``report``'s ``saved_pct``."""
+    ``savings_pct`` the same in percent (66.24), as ``report``'s ``saved_pct``.
+    ``observed_at`` is None for a price read from an offline catalog (no time of its own)."""
     od = o.on_demand_price_per_hour if o.on_demand_price_per_hour > 0 else None
     savings = savings_pct = None
     if od and o.market is Market.SPOT:
@@ -125,9 +126,11 @@ def replay_now(market: ReplayMarket) -> float:
 
 
 def cache_rows(rows: list[dict[str, Any]], db: str | None, fetched_at: float) -> int:
-    """Store current price rows in the price cache of the store at ``db``; how many."""
+    """Store current price rows in the price cache of the store at ``db``; how many. A row
+    without ``observed_at`` (an offline catalog's price) is not a price seen now: not cached."""
     from spotwise.store import Store
 
+    rows = [r for r in rows if r["observed_at"] is not None]
     keep = (
         "provider",
         "region",

@@ -30,6 +30,21 @@ RegionOpt = Annotated[
 ]
 
 
+def provider_option(name: str) -> str:
+    """A ``--provider`` value, checked before the core is called: an unknown one is refused
+    naming the option, as the other option errors are (a job spec's ``provider`` keeps its
+    own field name in its errors)."""
+    from spotwise.errors import SpecError, did_you_mean
+    from spotwise.providers.registry import PROVIDER_NAMES
+
+    if name not in PROVIDER_NAMES:
+        raise SpecError(
+            f"--provider: unknown provider {name!r}{did_you_mean(name, list(PROVIDER_NAMES))}; "
+            f"valid: {', '.join(PROVIDER_NAMES)}"
+        )
+    return name
+
+
 def check_cmd(
     provider: Annotated[
         list[str] | None,
@@ -49,6 +64,8 @@ def check_cmd(
     """
     from spotwise import cloud
 
+    for name in provider or []:
+        provider_option(name)
     result = cloud.check(provider or None)
     emit(result, json_out, _print_check)
     if provider and not all(p["usable"] for p in result["providers"]):
@@ -77,7 +94,7 @@ def catalog_cmd(
     """
     from spotwise import cloud
 
-    result = cloud.catalog(provider, region, gpu=gpu, min_vcpus=min_vcpus)
+    result = cloud.catalog(provider_option(provider), region, gpu=gpu, min_vcpus=min_vcpus)
     emit(result, json_out, _print_catalog)
 
 
@@ -133,6 +150,7 @@ def prices_cmd(
     from spotwise.providers.base import Market
 
     market = None if spot is None else (Market.SPOT if spot else Market.ON_DEMAND)
+    provider_option(provider)
     try:
         result = cloud.prices(
             provider, region, instance_type, market, history, db=db, limit=limit, table=not json_out

@@ -124,8 +124,9 @@ def _print_fit(r: dict[str, Any], out: dict[str, Any]) -> None:
         f"{f.direction}imize-type, fit in {f.fit_ms:.1f} ms"
     )
     for st, s in zip(f.stages, f.params, strict=True):
-        q = f"{_num(s['A0'])}·k² {_signed(s['A1'])}·k {_signed(s['A2'])}"
-        shape = f"1/({q}) {_signed(s['A3'])}" if st.kind == "curve" else f"constant {st.offset:.4g}"
+        a0, a1, a2, a3 = _shown(s, st, f.total_steps)
+        q = f"{_num(a0)}·k² {_signed(a1)}·k {_signed(a2)}"
+        shape = f"1/({q}) {_signed(a3)}" if st.kind == "curve" else f"constant {st.offset:.4g}"
         con.print(f"  stage from step {s['start']:g}: {shape}", highlight=False)
     if f.note:
         con.print(f"  [dim]{f.note}[/]", highlight=False)
@@ -191,6 +192,26 @@ def _methods(methods: str) -> tuple[str, ...]:
                 f"{did_you_mean(name, list(CURVE_METHODS))}; valid: {valid}"
             )
     return names
+
+
+_NEGLIGIBLE = 1e-12  # a term below this share of its stage's largest one is printed as 0
+
+
+def _shown(s: dict[str, float], st: Any, total_steps: float) -> tuple[float, float, float, float]:
+    """A stage's A0..A3 as printed: a coefficient whose term never reaches 1e-12 of the
+    largest one over the stage's steps (k from 1 to its last) is 0 (a fit's −7.6e-230·k² is
+    a zero, not a number for a reader)."""
+    last = min(float(st.stop), float(total_steps))
+    k = max(1.0, (last - float(st.start)) / float(st.unit) + 1.0)
+    a0, a1, a2, a3 = (float(s[n]) for n in ("A0", "A1", "A2", "A3"))
+    terms = (abs(a0) * k * k, abs(a1) * k, abs(a2))
+    big = max(terms)
+    a0, a1, a2 = (
+        0.0 if t < _NEGLIGIBLE * big else a for a, t in zip((a0, a1, a2), terms, strict=True)
+    )
+    q = [abs(a0 * x * x + a1 * x + a2) for x in (1.0, k)]  # 1/q's size over the stage
+    value = max((1.0 / v for v in q if v > 0), default=0.0)
+    return a0, a1, a2, 0.0 if abs(a3) < _NEGLIGIBLE * value else a3
 
 
 def _num(x: float) -> str:

@@ -164,9 +164,10 @@ def forecast(
       spotwise predictor forecast
       spotwise predictor forecast --at 36h --json
     """
+    from spotwise.cli.cloud import provider_option
     from spotwise.predictors.service import forecast as run
 
-    res = run(provider, at, model, _seconds(horizon) if horizon else None)
+    res = run(provider_option(provider), at, model, _seconds(horizon) if horizon else None)
     emit(res, as_json, _print_forecast)
 
 

@@ -362,6 +362,8 @@ def _cloud_forecast(provider: str) -> dict[str, Any]:
         offers = catalog.offers(market=Market.SPOT)
     except (ImportError, AttributeError) as e:
         raise ProviderUnavailable(f"{need}, and its adapter is not available here ({e})") from None
+    except SpecError as e:  # a job-spec option (azure's subscription_id): this reads no spec
+        raise _without_spec(provider, e) from None
     except SpotwiseError as e:  # no credentials, no network, missing options: say why
         raise type(e)(f"{need}; reading it failed: {e.message}", hint=e.hint) from None
     rows = [
@@ -377,9 +379,34 @@ def _cloud_forecast(provider: str) -> dict[str, Any]:
     return {
         "provider": provider,
         "at": datetime.now(UTC).isoformat(),
+        "tick": None,  # the local forecast's keys, so that one shape reads both
+        "horizon_s": None,
         "model": None,
         "offers": rows,
         "note": f"{provider} publishes spot prices but no availability history, which the "
         "revocation model needs: p_revoke is unknown (prices only). Use --provider local for "
         "the replayed market, or record availability and train with spotwise predictor train.",
     }
+
+
+def _without_spec(provider: str, e: SpecError) -> SpecError:
+    """An adapter's error about a job-spec option (``providers[].options.X``), reworded for
+    ``predictor forecast``, which reads no job spec: name the environment variable that sets
+    it, as ``prices`` does (:data:`spotwise.cloud.OPTION_ENV`)."""
+    from spotwise.cloud import OPTION_ENV
+
+    head = "providers[].options."
+    if not e.message.startswith(head):
+        return e
+    option = e.message[len(head) :].split(":", 1)[0].split(".", 1)[0]
+    known = OPTION_ENV.get((provider, option))
+    if known is None:
+        return SpecError(
+            f"{e.message} (a job-spec option: predictor forecast cannot set it)", hint=e.hint
+        )
+    env, example = known
+    return SpecError(
+        f"{provider}: needs a {option.replace('_', ' ')}: set {env} (predictor forecast reads "
+        "no job spec)",
+        hint=f"export {env}={example}",
+    )
