@@ -114,21 +114,21 @@ def open_catalog(provider: str, region: str | None = None) -> Catalog:
     return catalog
 
 
-def _without_spec(provider: str, e: SpecError) -> SpecError:
-    """An adapter's error about a job-spec option, reworded for a command that reads no spec:
-    name the environment variable that sets it here."""
+def _without_spec(
+    provider: str, e: SpecError, who: str = "catalog and prices", reads: str = "read"
+) -> SpecError:
+    """An adapter's error about a job-spec option, reworded for a command that reads no spec
+    (``who``: `catalog and prices`, `predictor forecast` with ``reads="reads"``): name the
+    environment variable that sets it here."""
     if not e.message.startswith(_SPEC_OPTION):
         return e
     option = e.message[len(_SPEC_OPTION) :].split(":", 1)[0].split(".", 1)[0]
     known = OPTION_ENV.get((provider, option))
     if known is None:
-        return SpecError(
-            f"{e.message} (a job-spec option: catalog and prices cannot set it)", hint=e.hint
-        )
+        return SpecError(f"{e.message} (a job-spec option: {who} cannot set it)", hint=e.hint)
     env, example = known
     return SpecError(
-        f"{provider}: needs a {option.replace('_', ' ')}: set {env} (catalog and prices read "
-        "no job spec)",
+        f"{provider}: needs a {option.replace('_', ' ')}: set {env} ({who} {reads} no job spec)",
         hint=f"export {env}={example}",
     )
 

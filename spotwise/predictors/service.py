@@ -390,23 +390,8 @@ def _cloud_forecast(provider: str) -> dict[str, Any]:
 
 
 def _without_spec(provider: str, e: SpecError) -> SpecError:
-    """An adapter's error about a job-spec option (``providers[].options.X``), reworded for
-    ``predictor forecast``, which reads no job spec: name the environment variable that sets
-    it, as ``prices`` does (:data:`spotwise.cloud.OPTION_ENV`)."""
-    from spotwise.cloud import OPTION_ENV
+    """:func:`spotwise.cloud._without_spec` for ``predictor forecast``, which reads no job spec
+    either: the environment variable that sets the option, as ``prices`` says it."""
+    from spotwise.cloud import _without_spec as reworded
 
-    head = "providers[].options."
-    if not e.message.startswith(head):
-        return e
-    option = e.message[len(head) :].split(":", 1)[0].split(".", 1)[0]
-    known = OPTION_ENV.get((provider, option))
-    if known is None:
-        return SpecError(
-            f"{e.message} (a job-spec option: predictor forecast cannot set it)", hint=e.hint
-        )
-    env, example = known
-    return SpecError(
-        f"{provider}: needs a {option.replace('_', ' ')}: set {env} (predictor forecast reads "
-        "no job spec)",
-        hint=f"export {env}={example}",
-    )
+    return reworded(provider, e, "predictor forecast", "reads")
