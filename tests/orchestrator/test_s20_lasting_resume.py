@@ -17,17 +17,21 @@ clock, as the wall clock does.
 from __future__ import annotations
 
 from pathlib import Path
-from types import SimpleNamespace
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
-from test_running_totals import OFFER, ScriptedMarket, run_scripted
+from answering_market import (
+    NOW,
+    AnsweringMarket,
+    failed_events,
+    new_job,
+    refused_then_cancelled,
+    restore_only,
+    resume_on,
+)
+from test_running_totals import OFFER
 
 from spotwise.errors import CapacityError
-from spotwise.planner import orchestrator
-from spotwise.planner.orchestrator import Orchestrator, RunOptions, resume_job
-from spotwise.planner.resume import plan_resume
-from spotwise.providers.base import Instance, LaunchRequest
 from spotwise.store import Store
 
 PRICE_CAP = "azure: SpotPriceGreaterThanProvidedMaxPrice: the max price is below the spot price"
@@ -35,29 +39,12 @@ HINT = "raise providers[].options.max_price"
 KEY = OFFER.key
 
 
-class RefusingMarket(ScriptedMarket):
-    """Launch calls answered in turn as ``answers`` says (``lasting``: refused for good, its
-    Spot price above the max price; ``ok``: launched), then launched; (market time, answer)
-    of each call kept."""
+class RefusingMarket(AnsweringMarket):
+    """``lasting``: refused for good, its Spot price above the max price."""
 
-    def __init__(self, answers: list[str], t0: float | None = None) -> None:
-        super().__init__(steps=2)
-        self.answers = list(answers)
-        self.calls: list[tuple[float, str]] = []
-        self.tick_s = 10.0  # market seconds a read of the clock moves it
-        if t0 is not None:
-            self.t = t0
-
-    def now(self) -> float:
-        self.t += self.tick_s
-        return self.t
-
-    def launch(self, request: LaunchRequest) -> Instance:
-        answer = self.answers.pop(0) if self.answers else "ok"
-        self.calls.append((self.t, answer))
-        if answer == "ok":
-            return super().launch(request)
-        raise CapacityError(PRICE_CAP, hint=HINT, lasting=True)
+    refusals: ClassVar[dict[str, Any]] = {
+        "lasting": lambda: CapacityError(PRICE_CAP, hint=HINT, lasting=True)
+    }
 
 
 def _lasting_refusals() -> Any:
@@ -67,36 +54,15 @@ def _lasting_refusals() -> Any:
     return lasting_refusals
 
 
-def _failed(db: str, job_id: str) -> list[dict[str, Any]]:
-    with Store.open_existing(db) as s:
-        return [e.detail for e in s.events(job_id, kind="launch_failed")]
-
-
 @pytest.mark.timeout(60)
 def test_a_resumed_cloud_job_keeps_the_block_and_doubles_the_next_one(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # the earlier run: its one launch is refused for good (a 300 s block), then it is
     # cancelled (as Ctrl-C or `spotwise cancel`) while the block is on
-    handle: dict[str, Any] = {}
-    real = orchestrator.on_signals
-
-    def capture(callback: Any) -> Any:
-        handle["cancel"] = callback
-        return real(callback)
-
-    monkeypatch.setattr(orchestrator, "on_signals", capture)
     first = RefusingMarket(["lasting"])
-
-    def cancel_once_refused(m: RefusingMarket) -> None:
-        if m.calls and "cancel" in handle:
-            handle.pop("cancel")()
-            m.tick_s = 1.0  # the cancel takes a few seconds, not 10 s a read
-
-    first.on_pass = cancel_once_refused
-    summary, db = run_scripted(tmp_path, monkeypatch, first)
-    assert summary["state"] == "cancelled", summary
-    (refused,) = _failed(db, summary["job_id"])
+    summary, db = refused_then_cancelled(tmp_path, monkeypatch, first)
+    (refused,) = failed_events(db, summary["job_id"])
     assert refused["lasting"] is True and refused["blocked_wall_s"] == 300.0
     until = refused["blocked_until"]
     assert until == pytest.approx(first.calls[0][0] + 300.0, abs=10.0)
@@ -104,25 +70,17 @@ def test_a_resumed_cloud_job_keeps_the_block_and_doubles_the_next_one(
 
     # resumed: the market's clock carries on (a cloud's is the wall clock)
     again = RefusingMarket(["lasting", "ok"], t0=first.t)
-    monkeypatch.setattr(orchestrator, "open_backend", lambda *a, **kw: again.backend())
-    with Store.open_existing(db) as store:
-        plan = plan_resume(store, store.get_job(summary["job_id"]))
-        out = resume_job(plan, store, RunOptions(poll_s=0.0, run_root=tmp_path / "runs"))
+    plan, out = resume_on(tmp_path, db, summary["job_id"], again, monkeypatch)
 
     assert out["state"] == "succeeded" and out["completed"] == 1, out
     assert [a for _, a in again.calls] == ["lasting", "ok"]
     # not asked before the earlier run's block ended (before: at once, on its first pass)
     assert again.calls[0][0] >= until
     # the next refusal doubles the last block (before: 300 s again)
-    _, second = _failed(db, summary["job_id"])
+    _, second = failed_events(db, summary["job_id"])
     assert second["blocked_wall_s"] == 600.0
     assert again.calls[1][0] - again.calls[0][0] >= 600.0
     assert plan.lasting.levels == {KEY: 300.0} and plan.lasting.until == {KEY: until}
-
-
-def _job(store: Store) -> str:
-    job = store.create_job("m", "{}", "", "x", "maximize")
-    return job.id
 
 
 def test_the_resume_reads_each_offers_last_lasting_refusal_not_followed_by_a_launch(
@@ -130,7 +88,7 @@ def test_the_resume_reads_each_offers_last_lasting_refusal_not_followed_by_a_lau
 ) -> None:
     other, third = "aws:us-east-1b:p3.2xlarge:spot", "aws:us-east-1c:p3.2xlarge:spot"
     with Store.open(f"sqlite:///{tmp_path / 'state.db'}") as store:
-        job_id = _job(store)
+        job_id = new_job(store)
 
         def refused(key: str, at: float, wall_s: Any, **more: Any) -> None:
             store.add_event(
@@ -162,7 +120,7 @@ def test_the_resume_reads_each_offers_last_lasting_refusal_not_followed_by_a_lau
 
 def test_the_last_refusals_words_are_kept_when_no_launch_followed(tmp_path: Path) -> None:
     with Store.open(f"sqlite:///{tmp_path / 'state.db'}") as store:
-        job_id = _job(store)
+        job_id = new_job(store)
         store.add_event(
             job_id,
             "launch_failed",
@@ -178,34 +136,22 @@ def test_the_last_refusals_words_are_kept_when_no_launch_followed(tmp_path: Path
     assert lasting.said == f"{PRICE_CAP}; {HINT}"
 
 
-NOW = 10_000.0
-
-
-def _orchestrator(provider: str, speedup: float = 1.0) -> Any:
-    o: Any = Orchestrator.__new__(Orchestrator)  # the restore's state only
-    o.blocked = {}
-    o.backend = SimpleNamespace(
-        provider=provider, speedup=speedup, info={"tick_s": 0.0}, now=lambda: NOW
-    )
-    return o
-
-
 def _lasting(until: float, wall_s: float = 600.0) -> Any:
     return _lasting_refusals().LastingRefusals({KEY: wall_s}, {KEY: until}, f"{PRICE_CAP}; {HINT}")
 
 
 def test_a_cloud_keeps_the_block_while_it_lasts_and_no_longer_than_its_level() -> None:
-    o = _orchestrator("azure")
+    o = restore_only("azure")
     o._restore_lasting(_lasting(NOW + 200.0), NOW)
     assert o.blocked == {KEY: NOW + 200.0}
     assert o.lasting_blocks == {KEY: 600.0}
     assert o.last_lasting_refusal == f"{PRICE_CAP}; {HINT}"
     # its next refusal doubles the restored level
     assert o._block_lasting(KEY, NOW)["blocked_wall_s"] == 1200.0
-    o2 = _orchestrator("aws+gcp")
+    o2 = restore_only("aws+gcp")
     o2._restore_lasting(_lasting(NOW + 99_999.0), NOW)  # a clock set back: capped
     assert o2.blocked == {KEY: NOW + 600.0}
-    o3 = _orchestrator("gcp")
+    o3 = restore_only("gcp")
     o3._restore_lasting(_lasting(NOW - 1.0), NOW)  # over: only the level
     assert o3.blocked == {} and o3.lasting_blocks == {KEY: 600.0}
 
@@ -213,7 +159,7 @@ def test_a_cloud_keeps_the_block_while_it_lasts_and_no_longer_than_its_level() -
 def test_a_replay_keeps_only_the_level() -> None:
     """The replay's clock starts again on a resume: an earlier run's block end is no time of
     this run's (here it would block the offer for most of the replay)."""
-    o = _orchestrator("local", speedup=120.0)
+    o = restore_only("local", speedup=120.0)
     o._restore_lasting(_lasting(NOW + 50_000.0), NOW)
     assert o.blocked == {}
     assert o.lasting_blocks == {KEY: 600.0}

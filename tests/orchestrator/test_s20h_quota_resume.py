@@ -18,16 +18,21 @@ from __future__ import annotations
 
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
-from test_running_totals import OFFER, ScriptedMarket, run_scripted
+from answering_market import (
+    NOW,
+    AnsweringMarket,
+    failed_events,
+    new_job,
+    refused_then_cancelled,
+    restore_only,
+    resume_on,
+)
+from test_running_totals import OFFER
 
 from spotwise.errors import QuotaError
-from spotwise.planner import orchestrator
-from spotwise.planner.orchestrator import Orchestrator, RunOptions, resume_job
-from spotwise.planner.resume import plan_resume
-from spotwise.providers.base import Instance, LaunchRequest
 from spotwise.store import Store
 
 QUOTA = "fake: QuotaExceeded: the regional vCPU quota for Spot is used up in us-east-1"
@@ -35,33 +40,12 @@ PAUSE_S = 1800.0  # actions.QUOTA_PAUSE_WALL_S
 REGION = (OFFER.provider, OFFER.region)
 
 
-class QuotaMarket(ScriptedMarket):
-    """Launch calls answered in turn as ``answers`` says (``quota``: refused for the region's
-    quota; ``ok``: launched), then launched; (market time, answer) of each call kept."""
+class QuotaMarket(AnsweringMarket):
+    """``quota``: refused for the region's quota."""
 
-    def __init__(self, answers: list[str], t0: float | None = None) -> None:
-        super().__init__(steps=2)
-        self.answers = list(answers)
-        self.calls: list[tuple[float, str]] = []
-        self.tick_s = 10.0  # market seconds a read of the clock moves it
-        if t0 is not None:
-            self.t = t0
-
-    def now(self) -> float:
-        self.t += self.tick_s
-        return self.t
-
-    def launch(self, request: LaunchRequest) -> Instance:
-        answer = self.answers.pop(0) if self.answers else "ok"
-        self.calls.append((self.t, answer))
-        if answer == "ok":
-            return super().launch(request)
-        raise QuotaError(QUOTA, hint="ask for a quota increase")
-
-
-def _failed(db: str, job_id: str) -> list[dict[str, Any]]:
-    with Store.open_existing(db) as s:
-        return [e.detail for e in s.events(job_id, kind="launch_failed")]
+    refusals: ClassVar[dict[str, Any]] = {
+        "quota": lambda: QuotaError(QUOTA, hint="ask for a quota increase")
+    }
 
 
 def _refused_then_cancelled(
@@ -69,36 +53,10 @@ def _refused_then_cancelled(
 ) -> tuple[dict[str, Any], str, QuotaMarket]:
     """The earlier run: its one launch is refused for the region's quota (a 30 min pause),
     then it is cancelled (as Ctrl-C or `spotwise cancel`) while the pause is on."""
-    handle: dict[str, Any] = {}
-    real = orchestrator.on_signals
-
-    def capture(callback: Any) -> Any:
-        handle["cancel"] = callback
-        return real(callback)
-
-    monkeypatch.setattr(orchestrator, "on_signals", capture)
     first = QuotaMarket(["quota"])
-
-    def cancel_once_refused(m: QuotaMarket) -> None:
-        if m.calls and "cancel" in handle:
-            handle.pop("cancel")()
-            m.tick_s = 1.0  # the cancel takes a few seconds, not 10 s a read
-
-    first.on_pass = cancel_once_refused
-    summary, db = run_scripted(tmp_path, monkeypatch, first)
-    assert summary["state"] == "cancelled", summary
+    summary, db = refused_then_cancelled(tmp_path, monkeypatch, first)
     assert [a for _, a in first.calls] == ["quota"]
     return summary, db, first
-
-
-def _resume(
-    tmp_path: Path, db: str, job_id: str, market: QuotaMarket, monkeypatch: pytest.MonkeyPatch
-) -> tuple[Any, dict[str, Any]]:
-    monkeypatch.setattr(orchestrator, "open_backend", lambda *a, **kw: market.backend())
-    with Store.open_existing(db) as store:
-        plan = plan_resume(store, store.get_job(job_id))
-        out = resume_job(plan, store, RunOptions(poll_s=0.0, run_root=tmp_path / "runs"))
-    return plan, out
 
 
 @pytest.mark.timeout(60)
@@ -112,7 +70,7 @@ def test_a_resumed_cloud_job_does_not_ask_the_quota_refused_region_before_its_pa
     # resumed: the market's clock carries on (a cloud's is the wall clock)
     again = QuotaMarket(["ok"], t0=first.t)
     again.tick_s = 60.0  # fewer passes through the 30 min
-    plan, out = _resume(tmp_path, db, summary["job_id"], again, monkeypatch)
+    plan, out = resume_on(tmp_path, db, summary["job_id"], again, monkeypatch)
 
     assert out["state"] == "succeeded" and out["completed"] == 1, out
     assert [a for _, a in again.calls] == ["ok"]
@@ -120,7 +78,7 @@ def test_a_resumed_cloud_job_does_not_ask_the_quota_refused_region_before_its_pa
     assert again.calls[0][0] >= refused_at + PAUSE_S
     assert again.calls[0][0] < refused_at + PAUSE_S + 300.0  # and asked once it had ended
     # what the refusal's event recorded, as the resume read it back
-    (refused,) = _failed(db, summary["job_id"])
+    (refused,) = failed_events(db, summary["job_id"])
     assert refused["provider"] == "fake" and refused["region"] == "us-east-1"
     assert refused["quota_wall_s"] == PAUSE_S
     until = refused["quota_until"]
@@ -137,14 +95,10 @@ def test_a_pause_over_by_the_resume_is_not_restored(
     refused_at = first.calls[0][0]
     t0 = refused_at + PAUSE_S + 50.0  # resumed after it ended
     again = QuotaMarket(["ok"], t0=t0)
-    _, out = _resume(tmp_path, db, summary["job_id"], again, monkeypatch)
+    _, out = resume_on(tmp_path, db, summary["job_id"], again, monkeypatch)
     assert out["state"] == "succeeded", out
     # asked on the resumed run's first pass
     assert again.calls[0][0] < t0 + 100.0
-
-
-def _job(store: Store) -> str:
-    return store.create_job("m", "{}", "", "x", "maximize").id
 
 
 def test_the_resume_reads_each_regions_last_quota_pause(tmp_path: Path) -> None:
@@ -152,7 +106,7 @@ def test_the_resume_reads_each_regions_last_quota_pause(tmp_path: Path) -> None:
 
     key = OFFER.key
     with Store.open(f"sqlite:///{tmp_path / 'state.db'}") as store:
-        job_id = _job(store)
+        job_id = new_job(store)
 
         def quota(at: float, region: str, wall_s: Any = PAUSE_S, **more: Any) -> None:
             fields = {"provider": "gcp", "region": region, "quota_until": at + PAUSE_S}
@@ -182,18 +136,6 @@ def test_the_resume_reads_each_regions_last_quota_pause(tmp_path: Path) -> None:
     assert lasting.levels == {} and lasting.said == ""
 
 
-NOW = 10_000.0
-
-
-def _orchestrator(provider: str, speedup: float = 1.0) -> Any:
-    o: Any = Orchestrator.__new__(Orchestrator)  # the restore's state only
-    o.blocked, o.quota_full, o.throttled = {}, {}, {}
-    o.backend = SimpleNamespace(
-        provider=provider, speedup=speedup, info={"tick_s": 0.0}, now=lambda: NOW
-    )
-    return o
-
-
 def _paused(until: float, wall_s: float = PAUSE_S) -> Any:
     from spotwise.planner.lasting_refusals import LastingRefusals
 
@@ -201,16 +143,16 @@ def _paused(until: float, wall_s: float = PAUSE_S) -> Any:
 
 
 def test_a_cloud_keeps_the_pause_while_it_lasts_and_no_longer_than_its_length() -> None:
-    o = _orchestrator("aws")
+    o = restore_only("aws")
     o._restore_lasting(_paused(NOW + 200.0), NOW)
     assert o.quota_full == {REGION: NOW + 200.0}
     assert o._refused_lately(OFFER, NOW + 199.0) and not o._refused_lately(OFFER, NOW + 200.0)
     elsewhere = SimpleNamespace(provider="fake", region="us-west-2", key="fake:us-west-2a:x:spot")
     assert not o._refused_lately(elsewhere, NOW)  # only that region
-    o2 = _orchestrator("aws+gcp")
+    o2 = restore_only("aws+gcp")
     o2._restore_lasting(_paused(NOW + 99_999.0), NOW)  # a clock set back: capped
     assert o2.quota_full == {REGION: NOW + PAUSE_S}
-    o3 = _orchestrator("azure")
+    o3 = restore_only("azure")
     o3._restore_lasting(_paused(NOW - 1.0), NOW)  # over: nothing
     assert o3.quota_full == {}
 
@@ -218,13 +160,13 @@ def test_a_cloud_keeps_the_pause_while_it_lasts_and_no_longer_than_its_length() 
 def test_a_replay_restores_no_quota_pause() -> None:
     """The replay's clock starts again on a resume: an earlier run's pause end is no time of
     this run's (and the local provider refuses no launch for a quota)."""
-    o = _orchestrator("local", speedup=120.0)
+    o = restore_only("local", speedup=120.0)
     o._restore_lasting(_paused(NOW + 50_000.0), NOW)
     assert o.quota_full == {}
 
 
 def test_a_quota_refusal_records_its_pause_in_market_time() -> None:
-    o = _orchestrator("fake", speedup=2.0)
+    o = restore_only("fake", speedup=2.0)
     what = o._pause_region(OFFER, NOW)
     assert what == {
         "provider": "fake",
