@@ -137,6 +137,39 @@ def write_job_yaml(tmp_path: Path, spec: dict[str, Any]) -> Path:
     return path
 
 
+#: A local job of two trials whose command is ``python train.py`` (the spec-check tests).
+LOCAL_SPEC: dict[str, Any] = {
+    "name": "t1",
+    "command": ["python", "train.py"],
+    "metric": {"name": "acc"},
+    "steps": 4,
+    "trials": 2,
+    "search_space": {"lr": {"type": "real", "low": 0.003, "high": 0.3, "log": True}},
+    "providers": [{"name": "local"}],
+}
+
+
+def write_local_spec(folder: Path, script: str | None = "train.py", **changes: Any) -> Path:
+    """LOCAL_SPEC (with ``changes``) as job.yaml in ``folder`` (made if missing), beside a
+    ``script`` (none if ``script`` is None)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    if script:
+        (folder / script).write_text("pass\n")
+    return write_job_yaml(folder, {**LOCAL_SPEC, **changes})
+
+
+def load_refused(path: Path) -> str:
+    """The SpecError ``load_spec`` raises for the spec at ``path``, less its leading file name
+    (checked to be there)."""
+    from spotwise.errors import SpecError
+    from spotwise.spec import load_spec
+
+    with pytest.raises(SpecError) as info:
+        load_spec(path)
+    assert info.value.message.startswith(f"{path}: ")
+    return info.value.message.removeprefix(f"{path}: ")
+
+
 def tune_refused(tmp_path: Path, path: Path) -> str:
     """Run `tune` (the core call) on the spec at ``path``; return the SpecError's message, once
     checked that it is one line, exit 2, and that the store holds no job (so no trial and no

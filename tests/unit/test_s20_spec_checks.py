@@ -10,37 +10,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
+from shared_helpers import LOCAL_SPEC as SPEC
+from shared_helpers import load_refused as refused
+from shared_helpers import write_local_spec as write
 
 from spotwise.errors import SpecError
 from spotwise.spec import JobSpec, load_spec, parse_spec
 
 ROOT = Path(__file__).resolve().parents[2]
-SPEC: dict[str, Any] = {
-    "name": "t1",
-    "command": ["python", "train.py"],
-    "metric": {"name": "acc"},
-    "steps": 4,
-    "trials": 2,
-    "search_space": {"lr": {"type": "real", "low": 0.003, "high": 0.3, "log": True}},
-    "providers": [{"name": "local"}],
-}
-
-
-def write(tmp_path: Path, script: str | None = "train.py", **changes: Any) -> Path:
-    """The spec (with ``changes``) as job.yaml in ``tmp_path``, beside a ``script``."""
-    if script:
-        (tmp_path / script).write_text("pass\n")
-    path = tmp_path / "job.yaml"
-    path.write_text(yaml.safe_dump({**SPEC, **changes}, sort_keys=False))
-    return path
-
-
-def refused(path: Path) -> str:
-    with pytest.raises(SpecError) as info:
-        load_spec(path)
-    assert info.value.message.startswith(f"{path}: ")
-    return info.value.message.removeprefix(f"{path}: ")
 
 
 # ---- M5: the policy ----------------------------------------------------------------------------

@@ -17,37 +17,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
+from shared_helpers import LOCAL_SPEC as SPEC
+from shared_helpers import load_refused as refused
+from shared_helpers import write_local_spec as write
 
 from spotwise.errors import SpecError
 from spotwise.spec import JobSpec, load_spec, load_stored_spec, parse_spec
 
-SPEC: dict[str, Any] = {
-    "name": "t1",
-    "command": ["python", "train.py"],
-    "metric": {"name": "acc"},
-    "steps": 4,
-    "trials": 2,
-    "search_space": {"lr": {"type": "real", "low": 0.003, "high": 0.3, "log": True}},
-    "providers": [{"name": "local"}],
-}
 SYSTEM_PATH = "/usr/bin:/bin"
-
-
-def write(folder: Path, **changes: Any) -> Path:
-    """The spec (with ``changes``) as job.yaml in ``folder``, beside a train.py."""
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "train.py").write_text("pass\n")
-    path = folder / "job.yaml"
-    path.write_text(yaml.safe_dump({**SPEC, **changes}, sort_keys=False))
-    return path
-
-
-def refused(path: Path) -> str:
-    with pytest.raises(SpecError) as info:
-        load_spec(path)
-    assert info.value.message.startswith(f"{path}: ")
-    return info.value.message.removeprefix(f"{path}: ")
 
 
 def tool(folder: Path, name: str = "run.sh") -> Path:
