@@ -17,6 +17,7 @@ from typing import Any
 import contract
 import numpy as np
 import pytest
+from orphan_parent import parent_script
 
 from spotwise.errors import ProviderError
 from spotwise.providers import local_exec
@@ -56,27 +57,7 @@ SPAWNS = (
 
 # An orchestrator stand-in: a provisioner on a one-zone market launches one trial, says which,
 # and waits to be killed. argv: records dir, trial argv as JSON.
-PARENT = """
-import json, sys, time
-from pathlib import Path
-import numpy as np
-from spotwise.providers.base import LaunchRequest, Market, our_tags
-from spotwise.providers.local import LocalProvisioner
-from spotwise.providers.replay import MarketClock, ReplayMarket
-from spotwise.traces import TraceSet
-
-t0 = 1_700_000_000.0
-traces = TraceSet(["us-east-1a"], t0 + 10.0 * np.arange(40), np.ones((1, 40), dtype=bool),
-                  np.ones((1, 40)), instance_type="p3.2xlarge", on_demand_price=5.0,
-                  gap_seconds=10.0)
-market = ReplayMarket(traces)
-prov = LocalProvisioner(market, MarketClock(t0, 1.0), records_dir=Path(sys.argv[1]))
-(offer,) = market.offers(at=t0, market=Market.ON_DEMAND)
-tags = our_tags("JOB_ID", "trial-1", "tok-1")
-inst = prov.launch(LaunchRequest(offer, tuple(json.loads(sys.argv[2])), {}, tags, "tok-1", ""))
-print(json.dumps({"instance_id": inst.instance_id}), flush=True)
-time.sleep(120)
-""".replace("JOB_ID", JOB)
+PARENT = parent_script(JOB)
 
 
 def wait_for(predicate: Callable[[], Any], what: str, timeout: float = WAIT) -> Any:

@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from orphan_parent import parent_script
 from test_local import LEAD, REVOKE_AT, SPEEDUP, T0, TICKS, ZONE_A, ZONE_B, FakeWall, state_of
 from test_local import wait_for as _wait_for
 from test_trial_agent import FlakyBlobs, _config
@@ -330,27 +331,7 @@ def test_run_trial_waits_for_the_session_and_reaches_the_trainer_under_timeout(
 # ---- spotwise cancel after the orchestrator died -------------------------------------------------
 # an orchestrator stand-in (as in test_local_orphans): launches argv (JSON) on a one-zone market,
 # prints its instance id, waits to be killed
-PARENT = """
-import json, sys, time
-from pathlib import Path
-import numpy as np
-from spotwise.providers.base import LaunchRequest, Market, our_tags
-from spotwise.providers.local import LocalProvisioner
-from spotwise.providers.replay import MarketClock, ReplayMarket
-from spotwise.traces import TraceSet
-
-t0 = 1_700_000_000.0
-traces = TraceSet(["us-east-1a"], t0 + 10.0 * np.arange(40), np.ones((1, 40), dtype=bool),
-                  np.ones((1, 40)), instance_type="p3.2xlarge", on_demand_price=5.0,
-                  gap_seconds=10.0)
-market = ReplayMarket(traces)
-prov = LocalProvisioner(market, MarketClock(t0, 1.0), records_dir=Path(sys.argv[1]))
-(offer,) = market.offers(at=t0, market=Market.ON_DEMAND)
-tags = our_tags("job-timeout", "trial-1", "tok-1")
-inst = prov.launch(LaunchRequest(offer, tuple(json.loads(sys.argv[2])), {}, tags, "tok-1", ""))
-print(json.dumps({"instance_id": inst.instance_id}), flush=True)
-time.sleep(120)
-"""
+PARENT = parent_script("job-timeout")
 
 
 def test_cancel_after_a_crash_kills_the_trainer_under_timeout(
