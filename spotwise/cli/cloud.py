@@ -303,7 +303,11 @@ def _print_prices(result: dict[str, Any]) -> None:
     console = _console()
     if "history" in result:
         h = result["history"]
-        span = _span(h["start"], h["end"])
+        # from the window's start or the first point shown, whichever is later: a window
+        # reaching before the trace titled the table from a date no row has (--history 10000d:
+        # 1995 for a 2023 trace); the price in effect at the start may be older than it
+        times = [r["observed_at"] for r in shown if r.get("observed_at") is not None]
+        span = _span(max(h["start"], min(times, default=h["start"])), h["end"])
         table = listing(f"{result['provider']} spot price history, {span}" + _source_mark(result))
         for col in ("time", "zone", "instance type"):
             table.add_column(col, no_wrap=True)

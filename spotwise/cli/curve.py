@@ -77,7 +77,7 @@ def fit(
     if total_steps is not None and not total_steps > 0:
         raise SpecError(f"--total-steps must be a positive number of steps, got {total_steps:g}")
     metric = resolve_metric(file, metric, "FILE")
-    r = curve_fit(file, curve_id, metric, theta, total_steps, _direction(direction))
+    r = curve_fit(file, curve_id, metric, theta, total_steps, parse_direction(direction))
     f, n = r["fit"], r["observed"]
     if total_steps is not None and total_steps < f.last_step:
         raise SpecError(
@@ -161,7 +161,7 @@ def _print_fit(r: dict[str, Any], out: dict[str, Any]) -> None:
 _DIRECTIONS = {"maximize": "max", "max": "max", "minimize": "min", "min": "min"}
 
 
-def _direction(value: str | None) -> str | None:
+def parse_direction(value: str | None) -> str | None:
     """``--direction``: maximize/minimize (or max/min) as the predictors' ``max``/``min``."""
     from spotwise.errors import SpecError
 
@@ -252,7 +252,7 @@ def eval_(
 
     check_theta(theta)
     names = _methods(methods)
-    d = _direction(direction)
+    d = parse_direction(direction)
     metric = resolve_metric(curves, metric, "--curves")
     res = curve_eval(curves, metric, theta, names, d)
     for line in res.get("warnings", []):  # curves that end at different steps (review-am F11)

@@ -7,14 +7,19 @@ Heavy imports stay inside the commands (``spotwise --help`` stays fast).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from spotwise.cli.options import JsonOpt
+from spotwise.cli.simulate_checks import (
+    check_file,
+    load_traces_ref,
+    reject_group_options,
+    sim_direction,
+    spec_errors,
+)
 from spotwise.errors import SpecError
 
 if TYPE_CHECKING:
@@ -163,7 +168,10 @@ def simulate(
         ),
     ] = None,
     direction: Annotated[
-        str | None, typer.Option("--direction", help="maximize or minimize (default: by metric).")
+        str | None,
+        typer.Option(
+            "--direction", help="maximize or minimize (max/min also work; default: by metric)."
+        ),
     ] = None,
     spot_price: SpotPriceOpt = None,
     on_demand_price: OdPriceOpt = None,
@@ -184,7 +192,7 @@ def simulate(
 ) -> None:
     """Run a tuning job per policy on the same traces, curves and seeds (virtual clock)."""
     if ctx.invoked_subcommand is not None:
-        _reject_group_options(ctx)
+        reject_group_options(ctx)
         return
     if traces is None or curves is None:
         raise SpecError(
@@ -220,12 +228,12 @@ def simulate(
     )  # fmt: skip
     check_prices(spot_price, on_demand_price)
     check_revocation_model(revocation_model)
-    _check_file(out, "--out", "result.json")
-    _check_file(plot, "--plot", "plot.png")
+    check_file(out, "--out", "result.json")
+    check_file(plot, "--plot", "plot.png")
     if plot is not None:
         check_plot()  # matplotlib, before a run of minutes
-    ts = _load(traces, load_traces)
-    pool = load_curve_pool(curves, metric=metric, direction=direction)
+    ts = load_traces_ref(traces, load_traces)
+    pool = load_curve_pool(curves, metric=metric, direction=sim_direction(direction))
     check_time_scale(pool, time_scale)
     risk = _risk(ts, revocation_model, start_from, names)
     result = run_suite(
@@ -300,13 +308,13 @@ def deadline(
     check_sampling(starts, seed, start_from)
     rule = billing_rule(billing)
     check_revocation_model(revocation_model)
-    _check_file(out, "--out", "result.json")
-    ts = _load(
+    check_file(out, "--out", "result.json")
+    ts = load_traces_ref(
         traces,
         lambda p: load_cbl_folder(p) if p.is_dir() and find_json(p) else load_traces(p),
     )
     risk = _risk(ts, revocation_model, start_from, names) if "spotwise" in names else None
-    with _spec_errors("simulate deadline"):
+    with spec_errors("simulate deadline"):
         result = run_deadline_suite(
             ts,
             job,
@@ -335,66 +343,3 @@ def _risk(ts: TraceSet, model: str, start_from: float, names: list[str]) -> Risk
         return Risk(None, 3600.0, "none (no policy chosen reads a forecast)")  # review-ac F5
     train_fraction = start_from if start_from >= 0.2 else 0.7
     return revocation_risk(ts, model, train_fraction, from_tick=int(start_from * ts.n_ticks))
-
-
-def _check_file(path: Path | None, flag: str, example: str) -> None:
-    """``--out``/``--plot``: a file in an existing folder, checked before the run (never
-    creates folders)."""
-    if path is None:
-        return
-    if path.is_dir():
-        raise SpecError(f"{flag} {path}: is a folder; name the file, e.g. {flag} {path / example}")
-    parent = path.parent
-    if parent.exists() and not parent.is_dir():
-        raise SpecError(f"{flag} {path}: {parent} is a file, not a folder; pick another path")
-    if not parent.is_dir():
-        raise SpecError(
-            f"{flag} {path}: folder {parent} does not exist",
-            hint=f"create it first (mkdir -p {parent}), or check the path for a typo",
-        )
-
-
-@contextmanager
-def _spec_errors(command: str) -> Iterator[None]:
-    """A ValueError of the core becomes a one-line SpecError naming the command."""
-    try:
-        yield
-    except ValueError as e:
-        raise SpecError(f"{command}: {e}") from None
-
-
-def _load(ref: str, loader: Any) -> Any:
-    """``--traces``: ``builtin:NAME`` (the shipped copy) or a path, read by ``loader``."""
-    from spotwise.providers.replay import resolve_trace
-
-    try:
-        path = resolve_trace(ref)
-    except SpecError as e:
-        raise SpecError(f"--traces: {e.message.removeprefix('replay.trace: ')}") from None
-    return loader(path)
-
-
-def _reject_group_options(ctx: typer.Context) -> None:
-    """``simulate --traces T deadline``: the options before the subcommand are simulate's own."""
-    import shlex
-
-    given = {
-        p.opts[0]: ctx.params[p.name]
-        for p in ctx.command.params
-        if p.name and getattr(ctx.get_parameter_source(p.name), "name", "") == "COMMANDLINE"
-    }
-    if not given:
-        return
-    sub = ctx.invoked_subcommand or ""
-    cmd = getattr(ctx.command, "commands", {}).get(sub)
-    takes = {o for p in (cmd.params if cmd else []) for o in p.opts}
-    moved = [f for f in given if f in takes]
-    parts = [f"put {', '.join(moved)} after '{sub}'"] if moved else []
-    parts += [f"{f} does not apply to '{sub}'" for f in given if f not in takes]
-    raise SpecError(
-        f"simulate {sub}: options before '{sub}' belong to simulate: {'; '.join(parts)}",
-        hint=" ".join(
-            ["spotwise simulate", sub]
-            + [f if given[f] is True else f"{f} {shlex.quote(str(given[f]))}" for f in moved]
-        ),
-    )

@@ -36,12 +36,18 @@ def emit(
 
 
 def _command() -> str:
+    """The command line as one can paste it: ``spotwise ...`` from the console script,
+    ``python -m spotwise ...`` under ``python -m`` (whose ``argv[0]`` is __main__.py's path)."""
     import shlex
 
-    argv = (
-        ["spotwise", *sys.argv[1:]] if sys.argv and sys.argv[0].endswith("spotwise") else sys.argv
-    )
-    return " ".join(shlex.quote(a) for a in argv)
+    name = Path(sys.argv[0]).name if sys.argv else ""
+    if name == "__main__.py" and Path(sys.argv[0]).parent.name == "spotwise":
+        head = ["python", "-m", "spotwise"]
+    elif name.removesuffix(".exe") == "spotwise":
+        head = ["spotwise"]
+    else:  # another program calling the app: its own command line
+        return " ".join(shlex.quote(a) for a in sys.argv)
+    return " ".join([*head, *(shlex.quote(a) for a in sys.argv[1:])])
 
 
 def _plain(v: Any) -> Any:

@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from spotwise.errors import SpecError, check_choice
+from spotwise.errors import SpecError, check_choice, did_you_mean
 from spotwise.planner.policy import Policy, get_policy, policy_names
 from spotwise.planner.sim_curves import DEFAULT_STEP_SECONDS, CurvePool
 from spotwise.planner.sim_summary import summarize
@@ -46,8 +46,14 @@ def parse_policies(text: str | Sequence[str], valid: Sequence[str] | None = None
     names = [n.strip() for n in (text.split(",") if isinstance(text, str) else text) if n.strip()]
     if not names:
         raise SpecError(f"--policy: name at least one of {', '.join(valid or policy_names())}")
+    known = {*policy_names(), *(valid or ())}
     for n in names:
-        get_policy(n)  # unknown → SpecError listing the valid names
+        if n not in known:  # the option's error, not the registry's "policy: unknown ..."
+            choices = list(valid or known)
+            raise SpecError(
+                f"--policy: unknown policy {n!r}{did_you_mean(n, choices)}; "
+                f"valid: {', '.join(choices)}"
+            )
         if valid is not None and n not in valid:
             raise SpecError(f"--policy: {n!r} is not a deadline policy; valid: {', '.join(valid)}")
     return list(dict.fromkeys(names))

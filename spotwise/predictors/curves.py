@@ -192,7 +192,13 @@ def load_curves(
             step, val, lr, sec = (_number(row, c, p, reader.line_num, label) for c in cols4)
             if not np.isfinite(step) or (lcbench and int(step) in LCBENCH_DROP_EPOCHS):
                 continue
-            raw.setdefault(row[id_col], []).append((step, val, lr, sec))
+            cid = row[id_col]
+            if cid is None or not cid.strip():  # '' was taken as a curve of its own
+                raise SpecError(
+                    f"{label}: {p.name} line {reader.line_num}: empty {id_col}; "
+                    f"give every row its curve's {id_col}"
+                )
+            raw.setdefault(cid, []).append((step, val, lr, sec))
     if not raw:
         raise SpecError(f"{label}: {p} has no rows")
     out: dict[str, Curve] = {}
