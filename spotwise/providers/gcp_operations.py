@@ -5,15 +5,21 @@ readable."""
 
 from __future__ import annotations
 
+import logging
 import re
-from collections.abc import Callable, Sequence
+import time
+from collections.abc import Callable, Iterable, Sequence
 
+from spotwise.errors import ProviderError
 from spotwise.providers.gcp import GcpClients, GcpSettings
 from spotwise.providers.gcp_errors import api_error
 from spotwise.providers.gcp_instances import operation_times
 from spotwise.providers.gcp_launch import GUEST_NAMESPACE, json_dict
 
 INSTANCE_ID = re.compile(r"^([a-z]+-[a-z]+\d+-[a-z])/([a-z][-a-z0-9]{0,62})$")  # zone/name
+WARN_EVERY_S = 60.0  # a guest read that keeps failing is said again this often, with a count
+
+log = logging.getLogger("spotwise.providers")
 
 
 class GcpOperations:
@@ -22,6 +28,8 @@ class GcpOperations:
     settings: GcpSettings
     clients: GcpClients
     clock: Callable[[], float]
+    # instances whose last guest read failed → [failed reads, monotonic time of the last warning]
+    _guest_failing: dict[str, list[float]]
 
     def _operations(self, kind: str, *, end: bool = False) -> dict[str, float]:
         """instance id → time of its latest zone operation of type ``kind`` (GCE keeps an
@@ -72,3 +80,33 @@ class GcpOperations:
             if entry.namespace == GUEST_NAMESPACE and entry.key == "notice":
                 return json_dict(entry.value) or {}
         return None
+
+    def _guest_notices(self, instance_ids: Iterable[str]) -> dict[str, dict[str, object]]:
+        """instance id → the notice record its agent wrote to the guest attributes, of those
+        that have one. A read that fails (a 403, a 429, a 5xx) is no notice of that instance
+        this pass: logged once, then at most once every :data:`WARN_EVERY_S` with a count, and
+        tried again at the next pass; the other instances are read all the same."""
+        out: dict[str, dict[str, object]] = {}
+        for iid in instance_ids:
+            try:
+                rec = self._guest_notice(iid)
+            except ProviderError as e:
+                self._guest_failed(iid, e)
+                continue
+            if self._guest_failing.pop(iid, None) is not None:
+                log.info("the guest attributes of %s can be read again", iid)
+            if rec is not None:
+                out[iid] = rec
+        return out
+
+    def _guest_failed(self, iid: str, e: ProviderError) -> None:
+        failed = self._guest_failing.get(iid)
+        now = time.monotonic()
+        if failed is None:
+            self._guest_failing[iid] = [1, now]
+            log.warning("%s (no notice from it this pass; read again at each poll)", e)
+            return
+        failed[0] += 1
+        if now - failed[1] >= WARN_EVERY_S:
+            failed[1] = now
+            log.warning("%s (%d failed reads; read again at each poll)", e, failed[0])

@@ -22,8 +22,12 @@
   (a restarted controller's own job), never of other jobs' VMs in the project.
 * ``notices`` reads the agent's status in the artifacts folder (the agent polls the metadata
   server's ``instance/preempted``), plus two signals of its own: ``compute.instances.preempted``
-  operations, and the ``spotwise/notice`` guest attribute the agent also writes. Each
-  instance's interruption is reported once.
+  operations, and the ``spotwise/notice`` guest attribute the agent also writes — both only of
+  the instances of this object's jobs (those it launched for, or a describe filtered by
+  ``spotwise:job`` named), never of other jobs' VMs in the project. A guest read that fails
+  is logged and tried again at the next pass; the other instances' notices still come. Each
+  instance's interruption is reported once: a pass whose listing fails keeps the notices it
+  had read for the next call.
 * ``progress`` returns the trial's new events from the artifacts folder. A stop request (the
   trial's local stop file) and the local control file are relayed there, as on AWS.
 
@@ -116,6 +120,9 @@ class GcpProvisioner(GcpOperations):
         self._terminated: set[str] = set()
         self._deleting: dict[str, tuple[str, str, int]] = {}  # id → zone, delete op, attempt
         self._noticed: set[str] = set()
+        self._held: list[Notice] = []  # read by a notices() call that failed: for the next
+        self._jobs: set[str] = set()  # our jobs: launched for, or described by (``notices``)
+        self._guest_failing: dict[str, list[float]] = {}
         self._cache: dict[tuple[tuple[str, str], ...], tuple[float, list[Instance]]] = {}
         self._last_scan = -1e18
 
@@ -130,6 +137,7 @@ class GcpProvisioner(GcpOperations):
         job, trial = request.tags[TAG_JOB], request.tags[TAG_TRIAL]
         artifacts = artifacts_uri(NAME, self.settings.options, ckpt, job, trial)
         name = instance_name(request.client_token)
+        self._jobs.add(job)
         instances = self.clients.get("InstancesClient")
         self._cache.clear()
         try:
@@ -255,6 +263,8 @@ class GcpProvisioner(GcpOperations):
             self._known[iid].exists = False
         out = [i for i in self._known.values() if _has(i, want)]
         own_job = TAG_JOB in want  # never follow (read the folders of) other jobs' VMs
+        if own_job:
+            self._jobs.add(want[TAG_JOB])
         for inst in out:
             if own_job:
                 self._follow(inst.instance_id)
@@ -348,31 +358,39 @@ class GcpProvisioner(GcpOperations):
 
     # ---- notices / progress ----------------------------------------------------------------
     def notices(self) -> list[Notice]:
-        out: list[Notice] = []
+        out, self._held = self._held, []
         for n in self.tracks.notices():  # what the agents wrote: the deadline they were given
             if n.kind is NoticeKind.INTERRUPTION:
                 if n.instance_id in self._noticed:
                     continue
                 self._noticed.add(n.instance_id)
             out.append(n)
-        if time.monotonic() - self._last_scan < self.poll_s:
+        if time.monotonic() - self._last_scan < self.poll_s or not self._jobs:
             return out
         self._last_scan = time.monotonic()
+        try:
+            out += self._scan()
+        except ProviderError:
+            self._held = out  # handed out once: by the next call
+            raise
+        return out
+
+    def _scan(self) -> list[Notice]:
+        """Interruptions of our jobs' instances (only theirs: a read per running instance)
+        from the preemption operations and the agents' guest attributes."""
         lead = rule_for(NAME).notice_lead_s
-        ours = {i.instance_id: i for i in self.describe()}
+        ours = {i.instance_id: i for j in sorted(self._jobs) for i in self.describe({TAG_JOB: j})}
+        out: list[Notice] = []
         for iid, at in self._preempted().items():
             if iid in ours and iid not in self._noticed:
                 out.append(Notice(iid, NoticeKind.INTERRUPTION, at, at + lead))
                 self._noticed.add(iid)
-        for iid, inst in ours.items():
-            if iid in self._noticed or inst.state is not InstanceState.RUNNING:
-                continue
-            rec = self._guest_notice(iid)
-            if rec is not None:
-                at = float(rec.get("received_at") or self.clock())  # type: ignore[arg-type]
-                deadline = float(rec.get("deadline") or at + lead)  # type: ignore[arg-type]
-                out.append(Notice(iid, NoticeKind.INTERRUPTION, at, deadline))
-                self._noticed.add(iid)
+        up = [i for i, x in ours.items() if x.state is InstanceState.RUNNING]
+        for iid, rec in self._guest_notices([i for i in up if i not in self._noticed]).items():
+            at = float(rec.get("received_at") or self.clock())  # type: ignore[arg-type]
+            deadline = float(rec.get("deadline") or at + lead)  # type: ignore[arg-type]
+            out.append(Notice(iid, NoticeKind.INTERRUPTION, at, deadline))
+            self._noticed.add(iid)
         return out
 
     def progress(self, instance_id: str) -> list[dict[str, object]]:
