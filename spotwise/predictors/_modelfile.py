@@ -66,8 +66,9 @@ def finite(values: Any, field: str, lo: float = -math.inf, hi: float = math.inf)
     return out
 
 
-def count(value: Any, field: str) -> int:
-    """``value`` as a whole number ≥ 1 (a length, a width, a number of members)."""
+def count(value: Any, field: str, most: int) -> int:
+    """``value`` as a whole number in [1, ``most``] (a length, a width, a number of members):
+    ``most`` keeps a damaged or hand-edited file from sizing a net too big to allocate."""
     try:
         n = int(value)
         whole = n == float(value)
@@ -75,6 +76,8 @@ def count(value: Any, field: str) -> int:
         raise ValueError(f"{field} is {value!r}, not a whole number; retrain it") from None
     if not whole or n < 1:
         raise ValueError(f"{field} is {value!r}, not a whole number ≥ 1; retrain it")
+    if n > most:
+        raise ValueError(f"{field} is {n}, more than the {most} this spotwise loads; retrain it")
     return n
 
 

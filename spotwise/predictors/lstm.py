@@ -268,8 +268,9 @@ class LSTMModel(_TraceModel):
 
         if config["f_seq"] != len(SEQ_FEATURES) or config["f_stat"] != len(STAT_FEATURES):
             raise ValueError("the saved LSTM was built for other features; retrain it")
-        self.seq_len, self.hidden, self.head = (count(config[k], k) for k in _WIDTHS)
-        members = count(config["members"], "members")
+        self.seq_len, self.hidden, self.head = (count(config[k], k, _MOST[k]) for k in _WIDTHS)
+        members = count(config["members"], "members", _MOST["members"])
+        _check_shapes(tensors, members, self.hidden, self.head)  # before a net is allocated
         self.norm = _norm(config["norm"])
         platt = finite(config["platt"], "platt")
         if len(platt) != 2:
@@ -285,6 +286,43 @@ class LSTMModel(_TraceModel):
 
 
 _WIDTHS = ("seq_len", "hidden", "head")
+# the most a model file may say: 16x what ``spotwise predictor train`` writes (32, 32, 32) and
+# twice the 8 members tried on validation (docs/predictors.md); an absurd width in a damaged or
+# hand-edited file would otherwise size a net (or a history window) too big to allocate
+_MOST = {"seq_len": 512, "hidden": 512, "head": 512, "members": 16}
+
+
+def _check_shapes(tensors: object, members: int, hidden: int, head: int) -> None:
+    """The saved weights are those of ``members`` nets of these widths: a config that says
+    otherwise is refused before :func:`_net` allocates what it says."""
+    from spotwise.predictors._revfeatures import SEQ_FEATURES, STAT_FEATURES
+
+    f_seq, f_stat, g = len(SEQ_FEATURES), len(STAT_FEATURES), 4 * hidden  # LSTM: 4 gates
+    one = {
+        "lstm.weight_ih_l0": (g, f_seq),
+        "lstm.weight_hh_l0": (g, hidden),
+        "lstm.bias_ih_l0": (g,),
+        "lstm.bias_hh_l0": (g,),
+        "head.0.weight": (head, hidden + f_stat),
+        "head.0.bias": (head,),
+        "head.2.weight": (1, head),
+        "head.2.bias": (1,),
+    }
+    want = {f"members.{k}.{n}": shape for k in range(members) for n, shape in one.items()}
+    if not isinstance(tensors, dict):
+        raise TypeError("tensors is not a mapping")
+    got = {str(n): tuple(t.shape) for n, t in tensors.items()}
+    if set(got) != set(want):
+        extra = sorted(set(got) ^ set(want))[0]
+        raise ValueError(
+            f"its weights are not those of {members} member(s) (first odd one: {extra}); retrain it"
+        )
+    for n, shape in want.items():
+        if got[n] != shape:
+            raise ValueError(
+                f"weight {n} is shaped {got[n]}, not {shape} as hidden {hidden}, head {head} "
+                "say; retrain it"
+            )
 
 
 def _norm(norm: Any) -> dict[str, list[float]]:
@@ -306,7 +344,7 @@ def _norm(norm: Any) -> dict[str, list[float]]:
 
 
 def _check_weights(tensors: dict[str, Any]) -> None:
-    """Every weight finite: a NaN weight makes every probability NaN (then 0.5)."""
+    """Every weight finite: a NaN weight makes every probability NaN (a predict error)."""
     import torch
 
     for name, t in tensors.items():

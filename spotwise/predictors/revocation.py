@@ -19,24 +19,29 @@ V100 trace, see ``docs/predictors.md``); its features are zone-agnostic, so it s
 Models are saved as ``{"name", "horizon_s", "config", "tensors", "trained_on"}`` of plain types
 and tensors and loaded with ``torch.load(..., weights_only=True)``: no pickled objects.
 ``trained_on`` records the ticks a model was fitted on (:mod:`._provenance`), so an evaluation
-can refuse to score it on them.
+can refuse to score it on them. The interface and the plumbing the models share (the checks of a
+trace at their boundary, the unavailable → 1.0 rule, save) are :mod:`._tracemodel`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any
 
 from spotwise.errors import PredictorError, SpecError, did_you_mean
 from spotwise.predictors._modelfile import (  # NotAModelFile: re-exported, raised by load
     NotAModelFile,
-    atomic_save,
     finite,
     floats,
     read_model_doc,
 )
-from spotwise.predictors._provenance import read_record, record
+from spotwise.predictors._provenance import read_record
+from spotwise.predictors._tracemodel import (  # the interface and plumbing, re-exported
+    FORMAT,
+    RevocationModel,
+    _TraceModel,
+)
 
 if TYPE_CHECKING:
     import numpy as np
@@ -46,119 +51,9 @@ if TYPE_CHECKING:
 
 MODELS_DIR = Path(__file__).resolve().parent / "models"
 PRETRAINED = MODELS_DIR / "revocation-lstm-skynomad-v100.pt"
-FORMAT = "spotwise-revocation/1"
-
-
-@runtime_checkable
-class RevocationModel(Protocol):
-    """Per-zone probability that spot is revoked within ``horizon_s`` of a tick."""
-
-    name: str
-    horizon_s: float
-    trained_on: dict[str, Any] | None  # the ticks it was fitted on (._provenance.record)
-
-    def fit(self, traces: TraceSet, horizon_s: float) -> None: ...
-
-    def predict_proba(self, traces: TraceSet, tick: int) -> np.ndarray:
-        """(Z,) probabilities given the history up to and including ``tick``."""
-        ...
-
-    def predict_series(self, traces: TraceSet, ticks: np.ndarray) -> np.ndarray:
-        """(Z, len(ticks)) probabilities; one vectorised pass, for simulation."""
-        ...
-
-    def save(self, path: str | Path) -> None: ...
-
-
-class _TraceModel:
-    """Shared plumbing: tick bookkeeping, the unavailable → 1.0 rule, clipping, save."""
-
-    name = "?"
-    seq_len = 1
-
-    def __init__(self) -> None:
-        self.horizon_s = 3600.0
-        self.fitted = False
-        self.trained_on: dict[str, Any] | None = None
-
-    # subclasses implement these two
-    def _fit(self, traces: TraceSet, horizon_s: float) -> None:
-        raise NotImplementedError
-
-    def _score(
-        self, traces: TraceSet, lo: int, hi: int, zi: np.ndarray, ti: np.ndarray
-    ) -> np.ndarray:
-        """Probabilities of samples (zone, tick) with ticks in [lo, hi)."""
-        raise NotImplementedError
-
-    def _state(self) -> tuple[dict[str, Any], dict[str, Any]]:
-        raise NotImplementedError
-
-    def _load_state(self, config: dict[str, Any], tensors: dict[str, Any]) -> None:
-        raise NotImplementedError
-
-    def fit(self, traces: TraceSet, horizon_s: float) -> None:
-        from spotwise.predictors._revfeatures import labels
-
-        if not horizon_s > 0:
-            raise SpecError(f"horizon must be > 0 seconds, got {horizon_s=}")
-        if traces.n_ticks < 3:
-            raise PredictorError(
-                f"{self.name}: a trace of {traces.n_ticks} ticks is too short to fit"
-            )
-        _, valid = labels(traces, horizon_s)
-        if not valid.any():
-            raise PredictorError(
-                f"{self.name}: no labelled tick (spot never available, or the trace is shorter "
-                f"than the {horizon_s:g} s horizon)"
-            )
-        self.horizon_s = float(horizon_s)
-        self._fit(traces, float(horizon_s))
-        self.trained_on = record(traces)
-        self.fitted = True
-
-    def predict_proba(self, traces: TraceSet, tick: int) -> np.ndarray:
-        import numpy as np
-
-        return self.predict_series(traces, np.array([tick]))[:, 0]
-
-    def predict_series(self, traces: TraceSet, ticks: np.ndarray) -> np.ndarray:
-        import numpy as np
-
-        if not self.fitted:
-            raise PredictorError(
-                f"{self.name}: call fit() (or load a saved model) before predicting"
-            )
-        ticks = np.asarray(ticks, dtype=np.int64).reshape(-1)
-        z = len(traces.zones)
-        out = np.ones((z, len(ticks)))
-        if len(ticks) == 0:
-            return out
-        if ticks.min() < 0 or ticks.max() >= traces.n_ticks:
-            raise PredictorError(
-                f"ticks must lie in [0, {traces.n_ticks}), got {ticks.min()}..{ticks.max()}"
-            )
-        lo, hi = int(ticks.min()), int(ticks.max()) + 1
-        zi, col = np.nonzero(traces.available[:, ticks])
-        if len(zi):
-            p = self._score(traces, lo, hi, zi, ticks[col] - lo)
-            out[zi, col] = np.clip(np.nan_to_num(p, nan=0.5), 0.0, 1.0)
-        return out
-
-    def save(self, path: str | Path) -> None:
-        if not self.fitted:
-            raise PredictorError(f"{self.name}: nothing to save, the model is not fitted")
-        config, tensors = self._state()
-        doc = {
-            "format": FORMAT,
-            "name": self.name,
-            "horizon_s": self.horizon_s,
-            "config": config,
-            "tensors": tensors,
-        }
-        if self.trained_on is not None:
-            doc["trained_on"] = self.trained_on
-        atomic_save(doc, Path(path))
+# what a model file may say: well above what ``spotwise predictor train`` writes (a horizon up to
+# its trace's span); an absurd horizon made a forecast overflow instead of being refused
+MAX_HORIZON_S = 100 * 365.25 * 86400.0  # 100 years
 
 
 def _train_samples(traces: TraceSet, horizon_s: float, stride: int = 1) -> tuple[Any, Any, Any]:
@@ -379,6 +274,11 @@ def load(path: str | Path) -> RevocationModel:
         (model.horizon_s,) = floats([doc["horizon_s"]])
         if not 0 < model.horizon_s < float("inf"):
             raise ValueError(f"its horizon_s {model.horizon_s:g} is not a positive duration")
+        if model.horizon_s > MAX_HORIZON_S:
+            raise ValueError(
+                f"its horizon_s {model.horizon_s:g} is more than 100 years "
+                f"({MAX_HORIZON_S:g} s); retrain it"
+            )
         model._load_state(doc["config"], doc["tensors"])
     except KeyError as e:
         raise NotAModelFile(p, f"an incomplete {doc['name']} model: no {e} entry") from None
