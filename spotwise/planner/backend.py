@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from spotwise.errors import ProviderError, SpecError, check_choice
+from spotwise.planner.offer_filter import allowed_offers as _filter
 from spotwise.providers.base import Catalog, Market, Offer, Provisioner
 from spotwise.providers.billing import BillingRule, rule_for
 from spotwise.providers.channel import check_reachable
@@ -111,17 +112,6 @@ class NoOfferWatch:
             f"{what} for {minutes} min; spotwise keeps polling (`spotwise prices` shows the "
             f"market; `spotwise cancel {self.job_id}`, then widen the providers' filters)"
         )
-
-
-def _filter(offers: list[Offer], p: ProviderSpec) -> list[Offer]:
-    return [
-        o
-        for o in offers
-        if (not p.regions or o.region in p.regions)
-        and (not p.zones or o.zone in p.zones)
-        and (not p.instance_types or o.instance_type in p.instance_types)
-        and o.market.value in p.markets
-    ]
 
 
 def replay_risk(

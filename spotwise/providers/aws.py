@@ -39,6 +39,7 @@ from spotwise.errors import (
     TransientError,
     did_you_mean,
 )
+from spotwise.providers.aws_denied import account_error
 from spotwise.providers.registry import INSTALL_HINT, CheckResult, ProviderConfig
 
 if TYPE_CHECKING:
@@ -206,6 +207,13 @@ def error_code(exc: BaseException) -> str:
     return ""
 
 
+def error_message(exc: BaseException) -> str:
+    """The message of a botocore ClientError's answer, else the exception's text."""
+    response = getattr(exc, "response", None)
+    error = response.get("Error") if isinstance(response, dict) else None
+    return str(error.get("Message") or exc) if isinstance(error, dict) else str(exc)
+
+
 def is_sdk_error(exc: BaseException) -> bool:
     """True for botocore's ClientError / BotoCoreError (without importing botocore here);
     BotoCoreError covers the failures to reach AWS (``EndpointConnectionError``,
@@ -261,9 +269,11 @@ def transient_error(exc: BaseException, action: str) -> TransientError | None:
 
 def provider_error(exc: BaseException, action: str) -> ProviderError:
     """Map a botocore error to our tree: no credentials → ProviderUnavailable, throttling →
-    ThrottledError, quota → QuotaError, no capacity → CapacityError (``lasting`` for
-    :data:`LASTING_CAPACITY_CODES`), a failure that passes (5xx, timeout, dropped connection)
-    → TransientError, anything else → ProviderError. The message never carries a secret."""
+    ThrottledError, a missing IAM permission or a region not enabled → ProviderUnavailable
+    with the fix (:mod:`spotwise.providers.aws_denied`), quota → QuotaError, no capacity →
+    CapacityError (``lasting`` for :data:`LASTING_CAPACITY_CODES`), a failure that passes
+    (5xx, timeout, dropped connection) → TransientError, anything else → ProviderError. The
+    message never carries a secret."""
     from botocore.exceptions import NoCredentialsError, PartialCredentialsError
 
     code = error_code(exc)
@@ -283,6 +293,9 @@ def provider_error(exc: BaseException, action: str) -> ProviderError:
         return ProviderUnavailable(
             f"aws: credentials rejected while {action} ({code})", hint="spotwise check"
         )
+    denied = account_error(code, redact(error_message(exc)), action)
+    if denied is not None:  # a missing IAM permission, a region not enabled: the fix, one line
+        return denied
     if code in THROTTLE_CODES:  # botocore's own retries gave up; spotwise's back-off is next
         return ThrottledError(
             f"aws: the AWS API is throttling requests ({code}) while {action}",

@@ -1,8 +1,10 @@
 """The Azure Catalog: VM sizes from ``resource_skus.list``, prices from the Retail Prices API.
 
 Hardware (vCPUs, memory, GPUs, zones, Spot capability, subscription restrictions) comes from the
-resource SKUs of a region. Prices come live from the public Retail Prices API (cached per region
-for the catalog's life) or, offline / on failure, from the shipped dated catalog. An Azure
+resource SKUs of a region. Prices come live from the public Retail Prices API (read again per
+region after :data:`LIVE_TTL_S`, as the planner refreshes its offers) or, offline, from the
+shipped dated catalog; while the API fails, from the last live prices if recent, else the shipped
+catalog, the API tried again after :data:`RETRY_AFTER_S`. An Azure
 "zone" in an :class:`Offer` is ``<region>-<n>`` for zonal placement, or the region name itself
 where a size has no zones. Sizes without a price are never offered, nor, with
 ``options.max_price``, a Spot offer priced above it (ARM would refuse it).
@@ -15,9 +17,10 @@ the prices, else from :meth:`AzureCatalog.lists_region`).
 from __future__ import annotations
 
 import logging
+import math
 import re
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,6 +38,9 @@ from spotwise.providers.bounded import CallDeadlineExceeded, call_within
 from spotwise.providers.gcp_prices import PriceRow, PriceTable
 
 log = logging.getLogger(__name__)
+LIVE_TTL_S = 300.0  # live prices are read again after this (the planner's offer refresh)
+RETRY_AFTER_S = 60.0  # after a failed Retail Prices call, the next try waits this long
+STALE_OK_S = 3600.0  # while the API fails, live prices this young beat the shipped catalog
 _GPU_IN_NAME = re.compile(r"_(H100|A100|A10|T4|V100|K80|M60|P100|P40|L4|L40S|MI300X)(_|$)")
 _GPU_FAMILY = {
     "standardNCSv3Family": "V100",
@@ -101,13 +107,22 @@ def parse_sku(raw: Any, region: str) -> Sku | None:
 class AzureCatalog:
     name = NAME
 
-    def __init__(self, settings: AzureSettings, client: Any | None, fallback: PriceTable) -> None:
+    def __init__(
+        self,
+        settings: AzureSettings,
+        client: Any | None,
+        fallback: PriceTable,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.settings = settings
         self.client = client  # None: offline (hardware and prices from the catalog CSV)
         self.fallback = fallback
+        self.clock = clock  # when live prices were read and when a read failed
         self._skus: dict[str, list[Sku]] = {}
         self._sizes: dict[str, set[str]] = {}  # region → every VM size ARM lists there
-        self._live: dict[str, PriceTable] = {}
+        self._live: dict[str, tuple[float, PriceTable]] = {}  # region → (read at, prices)
+        self._failed_at: dict[str, float] = {}  # region → when its last read failed
 
     def regions(self) -> list[str]:
         return list(self.settings.regions) or self.fallback.regions()
@@ -219,17 +234,34 @@ class AzureCatalog:
 
     # ---- prices ----------------------------------------------------------------------------
     def prices(self, region: str) -> PriceTable:
-        """Live Retail API prices for a region (cached), else the shipped catalog."""
+        """Live Retail API prices for a region, read again once :data:`LIVE_TTL_S` old. When a
+        read fails: the last live prices while younger than :data:`STALE_OK_S`, else the
+        shipped catalog, for this call only: the API is asked again at the first call
+        :data:`RETRY_AFTER_S` after the failure (a passing 503 never pins a job to the
+        shipped prices). Offline, or ``prices_source`` not ``live``: the shipped catalog."""
         if self.settings.opt("prices_source", "live") != "live" or self.client is None:
             return self.fallback
-        if region not in self._live:
+        now = self.clock()
+        read_at, live = self._live.get(region, (-math.inf, self.fallback))
+        if now - read_at < LIVE_TTL_S:
+            return live
+        kept = live if now - read_at < STALE_OK_S else self.fallback
+        failed = self._failed_at.get(region)
+        if failed is None or now - failed >= RETRY_AFTER_S:
             try:
                 items = self._retail_items(region)
-                self._live[region] = PriceTable(azure_prices.rows_from_items(items))
             except ProviderError as e:
-                log.warning("%s; using the shipped Azure price catalog", e.message)
-                self._live[region] = self.fallback
-        return self._live[region]
+                self._failed_at[region] = now
+                said = "the shipped Azure price catalog"
+                if kept is not self.fallback:
+                    said = f"the live prices read {now - read_at:.0f} s ago"
+                log.warning("%s; using %s", e.message, said)  # asked again after RETRY_AFTER_S
+            else:
+                self._failed_at.pop(region, None)
+                table = PriceTable(azure_prices.rows_from_items(items))
+                self._live[region] = (now, table)
+                return table
+        return kept
 
     def _retail_items(self, region: str) -> list[dict[str, Any]]:
         """The region's Retail Prices API items, all pages within one ``api_deadline_s``

@@ -19,6 +19,7 @@ state may still hold a billed resource (a VM stopped from inside, a Spot VM pree
 from __future__ import annotations
 
 import enum
+import math
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
@@ -67,6 +68,15 @@ class Offer:
     def key(self) -> str:
         """Stable identity of the offer (without its price)."""
         return f"{self.provider}:{self.zone}:{self.instance_type}:{self.market.value}"
+
+    @property
+    def billable(self) -> bool:
+        """Whether a bill can use its price: finite and above 0 (an on-demand life is billed its
+        on-demand price; a spot offer's on-demand price may be 0, "unknown"). An offer at $0,
+        below or NaN would be bought first and billed nothing, past any budget."""
+        on_demand = self.market is Market.ON_DEMAND
+        billed = self.on_demand_price_per_hour if on_demand else self.price_per_hour
+        return min(self.price_per_hour, billed) > 0 and math.isfinite(self.price_per_hour + billed)
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,7 @@ from __future__ import annotations
 import csv
 import io
 import logging
+import math
 import re
 import time
 from collections.abc import Iterable, Sequence
@@ -136,6 +137,9 @@ def load(path: str | Path | None = None, *, default: Path = SHIPPED) -> PriceTab
 
 
 def parse(text: str, where: str = "<csv>") -> list[PriceRow]:
+    """The rows of a catalog CSV. A price must be a positive, finite number of USD/h (``spot``
+    may be empty: no spot price): a row priced 0, negative or NaN would be offered first and
+    billed at that price, past any budget, so it is refused with its file, line and column."""
     reader = csv.DictReader(io.StringIO(text))
     missing = set(COLUMNS) - set(reader.fieldnames or ())
     if missing:
@@ -143,6 +147,8 @@ def parse(text: str, where: str = "<csv>") -> list[PriceRow]:
     rows = []
     for n, rec in enumerate(reader, start=2):
         try:
+            on_demand = _usd(rec["on_demand"], where, n, "on_demand")
+            spot = _usd(rec["spot"], where, n, "spot") if rec["spot"] else None
             rows.append(
                 PriceRow(
                     instance_type=rec["instance_type"],
@@ -152,15 +158,29 @@ def parse(text: str, where: str = "<csv>") -> list[PriceRow]:
                     memory_gb=float(rec["memory_gb"] or 0),
                     gpus=int(float(rec["gpus"] or 0)),
                     gpu_name=rec["gpu_name"] or "",
-                    on_demand=float(rec["on_demand"]),
-                    spot=float(rec["spot"]) if rec["spot"] else None,
+                    on_demand=on_demand,
+                    spot=spot,
                     as_of=date.fromisoformat(rec["as_of"]).isoformat(),
                     source=rec["source"],
                 )
             )
-        except (KeyError, ValueError) as e:
+        except (KeyError, ValueError, TypeError) as e:
             raise ConfigError(f"price catalog {where} line {n} is invalid: {e}") from None
     return rows
+
+
+def _usd(raw: str | None, where: str, line: int, column: str) -> float:
+    """A catalog cell that must be a price: a positive, finite number, else ConfigError."""
+    value = _positive(raw)
+    if value is None:
+        empty = column == "spot"
+        raise ConfigError(
+            f"price catalog {where} line {line}: column {column} must be a positive number of "
+            f"USD/h, got {(raw or '').strip()!r}",
+            hint=f"correct or remove that row of {where}"
+            + ("; leave spot empty for a type sold without spot" if empty else ""),
+        )
+    return value
 
 
 def write(rows: Sequence[PriceRow], path: str | Path) -> Path:
@@ -201,6 +221,7 @@ def from_skypilot_csv(
     as_of: str | None = None,
     source: str = "skypilot-catalog-v7",
     dropped: list[str] | None = None,
+    unpriced: list[str] | None = None,
 ) -> list[PriceRow]:
     """Turn a SkyPilot v7 GCP ``vms.csv`` into region-level rows, GPUs of bundled families added.
 
@@ -208,7 +229,10 @@ def from_skypilot_csv(
     so is every machine type of an accelerator-optimized family (a2/a3/a4/g2/g4..., see
     ``_ACCELERATOR_FAMILY``) that ``_BUNDLED`` cannot join with its GPUs' row: its machine row
     is the host part only (an 8-GPU a3-edgegpu-8g at ~1/9 of its price). ``dropped``, when
-    given, receives ``"<type> in <region>"`` for each one.
+    given, receives ``"<type> in <region>"`` for each one. A price that is not a positive,
+    finite number (0, negative, NaN) is never written: such an on-demand price drops the row,
+    such a spot price leaves the row without spot (a GPU row's likewise); ``unpriced``, when
+    given, receives ``"<type> in <region>"`` (``" (spot)"`` added when only spot was dropped).
     """
     day = as_of or datetime.fromtimestamp(time.time(), UTC).date().isoformat()
     machines: dict[tuple[str, str], dict[str, str]] = {}
@@ -227,9 +251,12 @@ def from_skypilot_csv(
             gpus.setdefault((rec["AcceleratorName"], count, region), rec)
     out: list[PriceRow] = []
     for (itype, region), rec in machines.items():
-        od, spot = _num(rec.get("Price")), _num(rec.get("SpotPrice"))
+        od, spot = _positive(rec.get("Price")), _positive(rec.get("SpotPrice"))
         if od is None:
+            if _bad(rec.get("Price")):
+                _note(unpriced, f"{itype} in {region}")  # 0, negative, NaN: never offered
             continue
+        spot_bad = spot is None and _bad(rec.get("SpotPrice"))
         gpu_name, gpu_count = "", 0
         bundled = _bundled_gpu(itype)
         if bundled is None and _ACCELERATOR_FAMILY.match(itype):
@@ -239,14 +266,25 @@ def from_skypilot_csv(
         if bundled is not None:
             gpu_name, gpu_count = bundled
             g = gpus.get((gpu_name, gpu_count, region))
-            g_od = _num(g.get("Price")) if g else None
+            g_od = _positive(g.get("Price")) if g else None
             if g is None or g_od is None:
                 if dropped is not None:
                     dropped.append(f"{itype} in {region}")
                 continue
-            g_spot = _num(g.get("SpotPrice"))
+            g_spot = _positive(g.get("SpotPrice"))
+            spot_bad = spot_bad or (
+                spot is not None and g_spot is None and _bad(g.get("SpotPrice"))
+            )
             od += g_od
             spot = None if spot is None or g_spot is None else spot + g_spot
+        od, spot = round(od, 5), None if spot is None else round(spot, 5)  # as written
+        if od <= 0:  # below 0.000005 USD/h: written as 0, which no catalog may hold
+            _note(unpriced, f"{itype} in {region}")
+            continue
+        if spot is not None and spot <= 0:
+            spot, spot_bad = None, True
+        if spot_bad:
+            _note(unpriced, f"{itype} in {region} (spot)")
         out.append(
             PriceRow(
                 instance_type=itype,
@@ -256,8 +294,8 @@ def from_skypilot_csv(
                 memory_gb=float(rec.get("MemoryGiB") or 0),
                 gpus=gpu_count,
                 gpu_name=gpu_name,
-                on_demand=round(od, 5),
-                spot=None if spot is None else round(spot, 5),
+                on_demand=od,
+                spot=spot,
                 as_of=day,
                 source=source,
             )
@@ -289,21 +327,26 @@ def refresh(
     else:
         text = Path(source).read_text(encoding="utf-8")
     dropped: list[str] = []
-    rows = from_skypilot_csv(text, regions=regions, instance_types=instance_types, dropped=dropped)
+    unpriced: list[str] = []
+    rows = from_skypilot_csv(
+        text, regions=regions, instance_types=instance_types, dropped=dropped, unpriced=unpriced
+    )
     why = f"; {_said(dropped)} dropped: their GPUs have no price row" if dropped else ""
+    if unpriced:
+        why += f"; {_said(unpriced, 'price')} dropped: not a positive number of USD/h"
     if not rows:
         raise ProviderError(
             f"gcp: no prices matched in {source} for {regions=} {instance_types=}{why}"
         )
-    if dropped:
+    if why:
         log.warning("gcp: prices refreshed from %s%s", source, why)
     return write(rows, dest)
 
 
-def _said(dropped: Sequence[str]) -> str:
+def _said(dropped: Sequence[str], what: str = "machine-type row") -> str:
     """``3 machine-type rows (a3-edgegpu-8g in us-central1, ...)``, at most 5 named."""
     shown = ", ".join(dropped[:5]) + (", ..." if len(dropped) > 5 else "")
-    return f"{len(dropped)} machine-type row{'s' * (len(dropped) != 1)} ({shown})"
+    return f"{len(dropped)} {what}{'s' * (len(dropped) != 1)} ({shown})"
 
 
 def _bundled_gpu(itype: str) -> tuple[str, int] | None:
@@ -319,3 +362,19 @@ def _num(v: str | None) -> float | None:
         return float(v) if v not in (None, "") else None
     except ValueError:
         return None
+
+
+def _positive(v: str | None) -> float | None:
+    """``v`` as a price: a positive, finite number, else None (0, negative, NaN, inf, text)."""
+    value = _num(v)
+    return value if value is not None and math.isfinite(value) and value > 0 else None
+
+
+def _bad(v: str | None) -> bool:
+    """A cell that holds something, but not a price (empty is "no price", not bad)."""
+    return v not in (None, "") and _positive(v) is None
+
+
+def _note(into: list[str] | None, what: str) -> None:
+    if into is not None:
+        into.append(what)
