@@ -79,7 +79,8 @@ def resume(
         typer.Option(
             "--deadline-hours",
             help="Set the job's budget.deadline_hours: the resumed run's deadline, counted from "
-            "the resume. Default: the deadline it was started with, in full again.",
+            "the resume (market hours on the replay: 3600/speedup wall s each). Default: the "
+            "deadline it was started with, in full again.",
             show_default=False,
         ),
     ] = None,
@@ -163,7 +164,8 @@ def status(
     marked `~` (`cost_is_estimate`): its running instances as if they ended at its
     orchestrator's last save (`running_usd`; `billed_usd`: the lives billed by then).
 
-    Exit codes: 0 shown. 2: a --db URL it cannot use. 3: no such job, or no spotwise database
+    Exit codes: 0 shown. 2: a --db URL it cannot use. 3: no such job (or a job-id prefix that
+    matches several: each is named), or no spotwise database
     (a missing or empty file, an in-memory URL such as sqlite:/// with an unset variable, a
     database without spotwise's tables: never created here) or its server cannot be reached.
     5: the database failed (unreadable or corrupt, locked past 30 s, a schema revision from a
@@ -202,7 +204,8 @@ def trials(job: JobArg = None, db: DbOpt = None, json_out: JsonOpt = False) -> N
     heartbeat or end: a resumed older job, not the newest created) with params, step, metric,
     cost. The table's title names the job.
 
-    Exit codes as for `status` (3: no such job, no job yet, or no spotwise database).
+    Exit codes as for `status` (3: no such job, a prefix that matches several, no job yet, or
+    no spotwise database).
 
     Examples:
       spotwise trials                 # the job most recently active
@@ -239,9 +242,10 @@ def cancel(
     not be listed, or its terminate was refused): it may still be billed; run it again to
     retry; or the orchestrator was still stopping when the wait ended. 2: refused, nothing
     done (its orchestrator runs on another machine or in another pid namespace, or its pid
-    is held by a process this user cannot inspect: see --force). 3: no such job, or no
-    database. 4: done, but instances carrying the job's tags that it did not launch were
-    left running, each named in the answer (1 wins over 4). 5: the database failed
+    is held by a process this user cannot inspect: see --force). 3: no such job (or a
+    job-id prefix that matches several), or no database. 4: done, but instances carrying
+    the job's tags that it did not launch were left running, each named in the answer (1
+    wins over 4). 5: the database failed
     (corrupt, locked past 30 s, a schema from a newer spotwise): run it again once it works.
 
     Examples:

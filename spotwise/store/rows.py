@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 
 from sqlmodel import Session, SQLModel, col, func, select
 
-from spotwise.errors import NotFoundError, SpecError, StoreError
+from spotwise.errors import NotFoundError, StoreError
 from spotwise.store.models import INSTANCE_STATES
 
 RowT = TypeVar("RowT", bound=SQLModel)
@@ -43,7 +43,9 @@ def find_by_id_or_prefix(
     session: Session, model: type[RowT], key: str, prefix: str, what: str, hint: str
 ) -> RowT:
     """The row whose id is ``key``, or else the only one whose id starts with ``key`` (or with
-    ``prefix-key``). NotFoundError when none; SpecError when the prefix is ambiguous."""
+    ``prefix-key``). NotFoundError when none, and when the prefix is ambiguous (no one row:
+    exit 3, never the 2 a command gives for its own refusals, e.g. `cancel`'s "runs
+    elsewhere")."""
     row = session.get(model, key)
     if row is not None:
         return row
@@ -58,7 +60,7 @@ def find_by_id_or_prefix(
             first = session.exec(select(id_col).where(match).order_by(id_col).limit(5))
             shown = [str(i) for i in first]
             rest = f", … and {total - len(shown)} more" if total > len(shown) else ""
-            raise SpecError(
+            raise NotFoundError(
                 f"{what} id prefix {key!r} is ambiguous: it matches {', '.join(shown)}{rest}",
                 hint="give more characters of the id",
             )

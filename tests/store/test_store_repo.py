@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from spotwise.errors import NotFoundError, SpecError, StoreError
+from spotwise.errors import NotFoundError, StoreError
 from spotwise.providers.base import InstanceState, Market
 from spotwise.store import InstanceRow, Job, JobState, Store, Trial, TrialState, session_scope
 
@@ -60,8 +60,9 @@ def test_unknown_job_and_prefix_lookup(store: Store) -> None:
     b = store.create_job("b", "{}", "b.yaml", "p", "minimize", job_id="j-abc22222")
     assert store.get_job("j-abc1").id == a.id
     assert store.get_job("abc2").id == b.id  # without the "j-"
-    with pytest.raises(SpecError, match="ambiguous"):
+    with pytest.raises(NotFoundError, match="ambiguous") as ambiguous:
         store.get_job("j-abc")
+    assert ambiguous.value.exit_code == 3  # not 2: cancel's "refused, see --force"
     with pytest.raises(NotFoundError):
         store.get_job("")
     with pytest.raises(NotFoundError):  # LIKE wildcards are escaped
@@ -72,14 +73,14 @@ def test_ambiguous_prefix_lists_five_and_counts_the_rest(store: Store) -> None:
     for i in range(7):
         store.create_job(f"j{i}", "{}", "a.yaml", "p", "minimize", job_id=f"j-ab{i}00000")
     shown = ", ".join(f"j-ab{i}00000" for i in range(5))
-    with pytest.raises(SpecError) as err:
+    with pytest.raises(NotFoundError) as err:
         store.get_job("j-ab")
     assert err.value.message == (
         f"job id prefix 'j-ab' is ambiguous: it matches {shown}, … and 2 more"
     )
     store.create_job("x", "{}", "a.yaml", "p", "minimize", job_id="j-cd100000")
     store.create_job("y", "{}", "a.yaml", "p", "minimize", job_id="j-cd200000")
-    with pytest.raises(SpecError) as err:  # two matches: both listed, no count
+    with pytest.raises(NotFoundError) as err:  # two matches: both listed, no count
         store.get_job("cd")
     assert err.value.message == (
         "job id prefix 'cd' is ambiguous: it matches j-cd100000, j-cd200000"
