@@ -210,8 +210,11 @@ def error_line(
     """The first of ``err``'s errors as one line: the field's dotted path, what is wrong as
     YAML would write it, and the fix; an unknown field names the field of ``model`` meant.
     ``sources``: the text of the spec's plain scalars read as no string, by location
-    (:class:`SpecDocument`), to show a value as it was written (``1e6``, not 1000000.0)."""
-    e = err.errors()[0]
+    (:class:`SpecDocument`), to show a value as it was written (``1e6``, not 1000000.0).
+    A required field reported missing beside an unknown field that is its typo (``provider:``
+    for ``providers:``) is told as the typo: "add it" would ask for a second section."""
+    errors = err.errors()
+    e, meant = _shown(errors, model)
     where = tuple(x for x in e["loc"] if not (isinstance(x, str) and x in _PARAM_TAGS))
     loc = ".".join(map(str, where))
     msg = e["msg"].removeprefix("Value error, ")
@@ -221,8 +224,7 @@ def error_line(
     shown = written if written is not None and value is not None else yaml_text(value)
     if e["type"] == "extra_forbidden":  # a typo of a field: name the one meant
         typo, names = str(e["loc"][-1]), fields_at(model, e["loc"][:-1])
-        longer = [n for n in names if _within(typo, n)]  # `sped`: speedup, not seed
-        close = did_you_mean(typo, longer if len(longer) == 1 else names)
+        close = _close_field(typo, names)
         msg = "unknown field" + close
         # removing a misspelt field would drop what it sets (`budget.max_cost_dollars`: the
         # job would run without a cap): name the fields that may be meant (review-ag F1)
@@ -234,6 +236,8 @@ def error_line(
             if valid
             else fix
         )
+        if meant is not None:  # the field it misspells is required (review-ao F1)
+            fix = f"rename it: '{meant}' is required"
     elif e["type"] in ("int_type", "int_parsing"):  # a strict count: `trials: true`, "8", 40.0
         msg = f"must be an integer, got {shown}"
         whole = isinstance(value, float) and value.is_integer()  # `steps: 1e3`, 40.0
@@ -260,12 +264,35 @@ def error_line(
     elif len(e["loc"]) == 1 and e["type"] in ("list_type", "model_type", "dict_type"):
         fix = _SHAPES.get(str(e["loc"][0]), "")
         msg = msg.split(" or instance of ")[0]  # pydantic's class names mean nothing here
-    more = f" (+{len(err.errors()) - 1} more)" if len(err.errors()) > 1 else ""
+    rest = len(errors) - 1 - (meant is not None)  # the missing field is told as its typo
+    more = f" (+{rest} more)" if rest > 0 else ""
     line = f"spec field '{loc or '<root>'}': {msg}" + (f"; {fix}" if fix else "") + more
     return line.replace("\r", "\\r").replace("\n", "\\n")  # one line, even for odd keys
 
 
 _PARAM_TAGS = {"real", "int", "categorical"}
+
+
+def _close_field(typo: str, names: list[str]) -> str:
+    """' (did you mean X?)' for an unknown field ``typo`` among a model's ``names``, or ''."""
+    longer = [n for n in names if _within(typo, n)]  # `sped`: speedup, not seed
+    return did_you_mean(typo, longer if len(longer) == 1 else names)
+
+
+def _shown(errors: list[Any], model: type[BaseModel]) -> tuple[Any, str | None]:
+    """The error to show, and the required field it means when that is an unknown field
+    whose did-you-mean is a field reported missing beside it (``provider:`` for
+    ``providers:``, ``search_space.lr.lo`` for ``low``); else the first error and None."""
+    for missing in (m for m in errors if m["type"] == "missing"):
+        parent, name = tuple(missing["loc"][:-1]), str(missing["loc"][-1])
+        names = fields_at(model, parent)
+        for typo in errors:
+            loc = tuple(typo["loc"])
+            if typo["type"] != "extra_forbidden" or loc[:-1] != parent:
+                continue
+            if _close_field(str(loc[-1]), names) == f" (did you mean {name!r}?)":
+                return typo, name
+    return errors[0], None
 
 
 def _within(typo: str, name: str) -> bool:

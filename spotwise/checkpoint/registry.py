@@ -70,11 +70,15 @@ def check_location(uri: str) -> None:
 
     if not isinstance(uri, str) or not uri.strip():
         raise SpecError(f"checkpoint location must be a non-empty path or URI, got {uri!r}")
-    if what := uri_credentials(uri):  # never echoed: a key pair, a SAS token
-        raise SpecError(
-            f"checkpoint location {what} (not shown: it may be a credential); "
-            f"{NO_CREDENTIALS_IN_URI}"
-        )
+    typo = _scheme_typo(uri)  # `s3:/bucket/x`: read as the URI meant for the credential check
+    for form in (uri, typo[1] if typo else ""):
+        if what := uri_credentials(form):  # never echoed: a key pair, a SAS token
+            raise SpecError(
+                f"checkpoint location {what} (not shown: it may be a credential); "
+                f"{NO_CREDENTIALS_IN_URI}"
+            )
+    if typo is not None:
+        raise SpecError(typo[0], hint=f"for a local folder of that name, write ./{uri.strip()}")
     m = _SCHEME_RE.match(uri)
     if m is None:
         return
@@ -88,6 +92,34 @@ def check_location(uri: str) -> None:
         parse(uri)
     except ProviderError as e:
         raise SpecError(f"checkpoint location: {e.message}", hint=e.hint) from None
+
+
+# `s3:/bucket/x`, `gs:bucket`, `file:/abs`: a registered scheme without its `//`
+_TYPO_RE = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]+):(?!//)(.*)$", re.DOTALL)
+_EXAMPLES = {
+    "s3": "s3://BUCKET/PREFIX",
+    "gs": "gs://BUCKET/PREFIX",
+    "az": "az://ACCOUNT/CONTAINER/PREFIX",
+    "file": "file:///abs/path",
+}
+
+
+def _scheme_typo(uri: str) -> tuple[str, str] | None:
+    """For a location that starts with a registered scheme and a colon but no ``//``
+    (``s3:/bucket/x``, ``gs:bucket``, ``file:/abs``), which read as a path would be a local
+    folder named ``s3:`` (review-ao F3): the refusal, naming the URI meant, and that URI;
+    None for anything else. A colon further on (``./runs/a:b``) and ``./s3:/x`` are folders."""
+    m = _TYPO_RE.match(uri.strip())
+    if m is None or m.group(1).lower() not in _SCHEMES:
+        return None
+    written, scheme, rest = m.group(1), m.group(1).lower(), m.group(2).lstrip("/")
+    repaired = meant = f"{scheme}://{rest}"
+    if scheme == "file":  # a file URI names an absolute folder; `file:runs` meant a folder
+        meant = f"file:///{rest}" if m.group(2).startswith("/") else rest
+    if not rest:
+        meant = _EXAMPLES.get(scheme, f"{scheme}://...")
+    why = f"checkpoint location {uri!r} has no '//' after '{written}:' (did you mean {meant}?)"
+    return why, repaired
 
 
 _FILE_FIX = "use a folder path (relative to the spec, e.g. checkpoints) or file:///abs/path"
