@@ -68,7 +68,7 @@ def test_cancels_help_lists_its_exit_codes() -> None:
         "4: done, but instances carrying the job's tags that it did not launch were left "
         "running, each named in the answer (1 wins over 4)"
     ) in text
-    assert "3: no such job, or no database." in text
+    assert "3: no such job (or a job-id prefix that matches several), or no database." in text
 
 
 def test_cancel_of_a_running_orchestrator_names_what_its_drain_left_alone(
