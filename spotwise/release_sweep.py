@@ -13,6 +13,7 @@ from spotwise.errors import ProviderError
 from spotwise.release import _resumed_since, _rule, _sum_job, _whole_life_cost
 from spotwise.release_reference import OnDemandReference, _unknown_text
 from spotwise.release_text import _found_text, _looked_in, not_ours_text
+from spotwise.store.bills import InstanceBills
 
 
 def sweep_finished(store: Any, job: Any, state: str) -> dict[str, Any]:
@@ -56,6 +57,7 @@ def sweep_finished(store: Any, job: Any, state: str) -> dict[str, Any]:
     res = rec.reconcile_records(spec, job.id, held, _resumed_since(store, job.id, set(rows), job))
     now = release.wall_now()  # the cancel's clock (a test gives its own: review-aj N1)
     found: list[dict[str, Any]] = []
+    bills = InstanceBills(store, rows)  # each instance decided on its own (review-al F7)
     billed_trials: dict[str, float] = {}
     od_price = OnDemandReference(store, spec, job)
     for inst in {i.instance_id: i for i in res.listed if i.holds_resource()}.values():
@@ -72,8 +74,8 @@ def sweep_finished(store: Any, job: Any, state: str) -> dict[str, Any]:
         row = rows.get(launch)
         if row is not None and one["outcome"] == "terminated":
             one["trial"] = row.trial_id
-            # ``rows``: another instance of the same launch is billed on top of this bill
-            usd = _bill_outlived(store, row, inst, now, _rule(spec, row.provider), od_price, rows)
+            # ``bills``: another instance of the same launch is billed on top of this bill
+            usd = _bill_outlived(store, row, inst, now, _rule(spec, row.provider), od_price, bills)
             if usd is None:  # another cancel (or the job's resumed run) billed it first
                 one["billed_by_another"], usd = True, 0.0
             one["billed_usd"] = usd
@@ -121,7 +123,7 @@ def _bill_outlived(
     now: float,
     rule: Any,
     od_price: OnDemandReference,
-    rows: dict[str, Any] | None = None,
+    bills: InstanceBills | None = None,
 ) -> float | None:
     """Bill an instance found after its record ``row`` was closed, terminated now, to that
     record: from its start to now (one stopped: to when it stopped), at the record's price,
@@ -132,13 +134,17 @@ def _bill_outlived(
     (``od_price``), for those of the seconds that fall in its useful window (up to its last
     report: an instance outliving a bill that the orchestrator already referenced adds none);
     a failed launch's instance none, as the drain's sweep bills a stray. What is added is a part
-    of the record's bill dated ``now`` (:mod:`spotwise.store.bills`), written only while the
-    record's bill is still as ``row`` read it *before the instance was listed* (two cancels, or
-    a cancel and the drain's stray sweep, that found the same instance: the second adds
-    nothing, where it added a second part, and its trial counted it twice; a record read again
-    after the listing held the other's bill already, and was billed twice). Returns the
-    dollars added (``rows``: the record as written is put there, under its id, for the next
-    instance of its launch to be billed on); None: another billed it."""
+    of the record's bill dated ``now`` naming the instance (:mod:`spotwise.store.bills`),
+    written only while the record's bill is still as ``row`` read it *before the instance was
+    listed*, and never where a part names the instance already (two cancels, or a cancel and
+    the drain's stray sweep, that found the same instance: the second adds nothing, where it
+    added a second part, and its trial counted it twice; a record read again after the listing
+    held the other's bill already, and was billed twice). A write lost to another process's
+    bill of *another* instance of the launch is made again on the record as then read
+    (:class:`~spotwise.store.bills.InstanceBills`, review-al F7: the launch's later instances
+    were left unbilled). Returns the dollars added (``bills``: the sweep's records, the next
+    instance of a launch billed on this one's bill); None: another billed it."""
+    bills = bills if bills is not None else InstanceBills(store, {row.id: row})
     own = row.provider_instance_id == inst.instance_id
     start = (row.launched_at if own else None) or inst.launched_at or None
     end = now
@@ -150,25 +156,25 @@ def _bill_outlived(
         usd = _whole_life_cost(row, extra_s, False, rule) - row.cost_usd if extra_s else 0.0
     else:
         usd = rule.charge([(extra_s, row.price_per_hour)], revoked_by_provider=False)
-    known = {} if row.provider_instance_id else {"provider_instance_id": inst.instance_id}
     od = 0.0
     if own and row.state != "failed":
         od = od_price.reference(row, inst, start, extra_s)
-    billed = {} if not (usd or od or extra_s) else {"ended_at": max(row.ended_at or end, end)}
-    done = store.rebill_instance_if_unchanged(
-        row,
-        cost_usd=row.cost_usd + usd,
-        on_demand_cost_usd=row.on_demand_cost_usd + od,
-        market_seconds=row.market_seconds + extra_s,
-        billed_at=now,  # a part of its bill dated now: counted once (review-af F10)
-        **billed,
-        **({"launched_at": start} if row.launched_at is None and start else {}),
-        **known,
-    )
-    if done is None:
+    billed = bool(usd or od or extra_s)
+
+    def fields(seen: Any) -> dict[str, Any]:
+        """What the bill sets on the record as read (not added to it)."""
+        out: dict[str, Any] = {"billed_at": now}  # a part dated now: counted once (review-af F10)
+        if billed:
+            out["ended_at"] = max(seen.ended_at or end, end)
+        if seen.launched_at is None and start:
+            out["launched_at"] = start
+        if not seen.provider_instance_id:
+            out["provider_instance_id"] = inst.instance_id
+        return out
+
+    add = {"cost_usd": usd, "on_demand_cost_usd": od, "market_seconds": extra_s}
+    if bills.bill(row.id, inst.instance_id, add, fields).written is None:
         if row.id in od_price.unknown:  # not billed here: nothing to say of it
             od_price.unknown.remove(row.id)
         return None
-    if rows is not None:
-        rows[row.id] = done
     return float(usd)

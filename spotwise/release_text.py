@@ -31,7 +31,7 @@ def _found_text(found: list[dict[str, Any]], where: list[str], others: bool = Fa
         elif f.get("billed_by_another"):  # its record's bill changed since this cancel read it
             parts.append(
                 f"{f['instance_id']} terminated, billed to trial {f['trial']} by another cancel "
-                f"(or the job's resumed run) at the same time (launch {f['launch_id']})"
+                f"(or the job's resumed run) (launch {f['launch_id']})"
             )
         else:
             parts.append(

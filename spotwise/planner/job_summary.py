@@ -33,18 +33,16 @@ class JobSummary(Actions):
         job = self.store.get_job(self.job_id)
         state = job.state.value if hasattr(job.state, "value") else str(job.state)
         direction = self.spec.metric.direction
+        # the dollars as the job's row holds them (its records' sum: :meth:`_cost_to_records`),
+        # so that `tune` and `status` give one figure
+        dollars = {"cost_usd": job.cost_usd, "on_demand_cost_usd": job.on_demand_cost_usd}
+        totals = {**self._totals(), **dollars}
         out = summary(
-            self.job_id,
-            state,
-            self.policy.name,
-            self.trials,
-            direction,
-            self._totals(),
-            wall_seconds,
+            self.job_id, state, self.policy.name, self.trials, direction, totals, wall_seconds
         )
         out["trials_planned"] = self.spec.trials
         cap = getattr(getattr(self.spec, "budget", None), "max_cost_usd", None)
-        over = round(self.spent_usd - cap, 6) if cap is not None else 0.0
+        over = round(job.cost_usd - cap, 6) if cap is not None else 0.0
         if over > 0:  # never silent: lives billed past their last step longer than projected
             row = out["limits"].setdefault("budget", {"stopped": 0, "never_started": 0})
             row["exceeded_usd"] = over
@@ -93,6 +91,21 @@ class JobSummary(Actions):
             migrations=self.migrations,
             early_stopped=self.early_stopped,
         )
+
+    def _cost_to_records(self) -> None:
+        """The job's cost and on-demand figure become its instance records' sums, in one
+        statement (:meth:`~spotwise.store.bills.BillWrites.update_job_cost_to_records`), after
+        its end is written: a bill another process wrote to one of its records after this run
+        read its totals (a cancel's sweep of the finished job, racing its resume) is in the
+        records, not in this run's count, which every save and the end wrote over the
+        cancel's sum (s20 report_G case (a)); each trial's cost becomes its lives' sum first,
+        for the same reason (a resumed trial's bills wrote its own count over it). Only where
+        the run and its drain ended without a failure: a record write that failed after its
+        bill was counted (case (b)) leaves the run's own count, then the better figure."""
+        for t in self.trials:
+            t.cost_usd = self.store.update_trial_cost_to_lives(t.trial_id)
+        job = self.store.update_job_cost_to_records(self.job_id)
+        self.spent_usd, self.on_demand_usd = job.cost_usd, job.on_demand_cost_usd
 
 
 def not_ours_lines(events: Iterable[Any]) -> list[str]:

@@ -186,6 +186,8 @@ class Orchestrator(JobSummary):
                 said = self.drain_error(closing)
                 state, error = "failed", said if error is None else f"{error}; {said}"
             self._finish_job(state, self.leftover_error(error))
+            if closing is None and crashed is None:  # every bill this run made is on a record
+                self._cost_to_records()
             if closing is not None and crashed is None:
                 raise closing  # a bug: the exit code says so (the job's record is complete)
         return self.summary(time.monotonic() - wall0)

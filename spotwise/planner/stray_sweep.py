@@ -30,6 +30,7 @@ from spotwise.providers.base import (
     launched_by,
     not_ours_line,
 )
+from spotwise.store.bills import InstanceBills
 
 if TYPE_CHECKING:
     from spotwise.planner.launch_cleanup import Unconfirmed
@@ -104,7 +105,7 @@ class StraySweep(TrialBook):
         the cloud's own identity of it is that launch): any other is left alone
         (:meth:`_ours`). The records are read before the listing: one whose bill changed since
         (a `spotwise cancel` that found the same stray and billed it first) is not billed
-        again, here or for its launch's other strays (:meth:`_bill_stray`)."""
+        again; each of a launch's strays is decided on its own (:meth:`_bill_stray`)."""
         rows = {r.id: r for r in self.store.list_instances(self.job_id)}
         try:
             found = self.backend.provisioner.describe({TAG_JOB: self.job_id})
@@ -114,7 +115,7 @@ class StraySweep(TrialBook):
         known = {r.provider_instance_id for r in rows.values()} | set(self.leftover_ids)
         trials = {t.trial_id: t for t in self.trials}
         found = [i for i in found if i.instance_id not in known]  # each life's own: settled
-        lost: set[str] = set()  # launches another process billed since they were read
+        bills = InstanceBills(self.store, rows)  # each stray decided on its own (review-al F7)
         for inst in self._ours(found, set(rows), now):
             row = rows[inst.tags[TAG_LAUNCH]]
             if not inst.holds_resource():
@@ -134,52 +135,52 @@ class StraySweep(TrialBook):
             if not self._terminate_quietly(t, [inst.instance_id], now, "a stray instance"):
                 self.leftover_ids.append(inst.instance_id)
                 continue
-            if row.id in lost:  # the other process, which listed it too, bills it
+            if bills.elsewhere(row.id, inst.instance_id):  # the other process bills it
                 continue
             # from its start as the provider lists it (no start known: nothing to bill)
             start = inst.launched_at if inst.launched_at > 0 else now
             cost, seconds = self._bill_discarded(t, [inst], start, now, offer)
-            if not self._bill_stray(t, row, inst, cost, seconds, rows):
-                lost.add(row.id)
+            self._bill_stray(t, row.id, inst, cost, seconds, bills)
 
     def _bill_stray(
         self,
         t: TrialRun,
-        row: Any,
+        row_id: str,
         inst: Instance,
         cost: float,
         seconds: float,
-        rows: dict[str, Any],
+        bills: InstanceBills,
     ) -> bool:
         """Add a terminated stray's ``cost`` and ``seconds`` (already in the trial's and the
-        job's spend: :meth:`_bill_discarded`) to its launch's record ``row`` as read before the
-        listing (``rows``: the next stray of the launch adds to this one's bill), only while
-        the record is still as read; whether it was. Else another process (a cancel's sweep
-        that found the same stray) billed the record first: what it added replaces ``cost`` in
-        the spend, so that the job's end counts the stray once, as its record does. The trial's
-        cost becomes its lives' sum, in one statement (was: the orchestrator's own count, over
-        a bill a cancel had set meanwhile)."""
+        job's spend: :meth:`_bill_discarded`) to its launch's record ``row_id`` as read before
+        the listing (then as written or read by ``bills``: the next stray of the launch adds to
+        this one's bill), only while the record is still as read; whether it was. What another
+        process (a cancel's sweep that found the same strays) billed the record meanwhile is
+        added to the spend, and where it billed this stray, its bill replaces ``cost``, so that
+        the job's end counts each stray once, as the record does. The trial's cost becomes its
+        lives' sum, in one statement (was: the orchestrator's own count, over a bill a cancel
+        had set meanwhile)."""
         close: dict[str, object] = {}
-        u = self.unconfirmed.get(row.id)
+        u = self.unconfirmed.get(row_id)
         settles = u is not None and not u.ids  # its launch's listings never found it
         if settles:
             close = {"state": "failed", "end_reason": "failed", "ended_at": time.time()}
-        done = self.store.rebill_instance_if_unchanged(
-            row,
-            cost_usd=row.cost_usd + cost,
-            market_seconds=row.market_seconds + seconds,
-            **({} if row.provider_instance_id else {"provider_instance_id": inst.instance_id}),
-            **close,
+
+        def fields(seen: Any) -> dict[str, Any]:
+            named = {} if seen.provider_instance_id else {"provider_instance_id": inst.instance_id}
+            return {**named, **close}
+
+        out = bills.bill(
+            row_id, inst.instance_id, {"cost_usd": cost, "market_seconds": seconds}, fields
         )
-        if done is None:
-            took = self.store.get_instance(row.id).cost_usd - row.cost_usd
-            t.cost_usd += took - cost
-            self.spent_usd += took - cost
-        else:
-            rows[row.id] = done
-            if settles:  # settled: no longer a leftover
-                del self.unconfirmed[row.id]
-                self.leftover_ids.remove(launch_leftover(row.id))
-        if cost or done is None:  # over what _bill_discarded wrote (the orchestrator's count)
+        took = out.others_usd - (0.0 if out.written is not None else cost)
+        if took:
+            t.cost_usd += took
+            self.spent_usd += took
+        if out.written is not None and settles:
+            del self.unconfirmed[row_id]  # settled: no longer a leftover
+            self.leftover_ids.remove(launch_leftover(row_id))
+        # over what _bill_discarded wrote (the orchestrator's count)
+        if cost or out.written is None or out.others_usd:
             self.store.update_trial_cost_to_lives(t.trial_id)
-        return done is not None
+        return out.written is not None

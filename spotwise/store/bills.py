@@ -18,15 +18,20 @@ in the window of the time it was *written*, never of a time in the past:
 Two processes that bill the same record at once (two `spotwise cancel` of one job, or a cancel
 and the drain's stray sweep) each write it with a compare-and-set, :class:`BillWrites`: only the
 first applies, so a life is billed once; each then sets its trial's and job's cost to their
-records' sum in one statement, so that neither misses the other's bill.
+records' sum in one statement, so that neither misses the other's bill. A sweep bills each
+instance it found (a stray, an instance that outlived its record) as a part naming it
+(:data:`PART_INSTANCE`), so that a sweep whose compare-and-set lost can tell which instances
+the other billed and bill the launch's others itself (:class:`InstanceBills`, review-al F7).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from sqlalchemy import and_, func, or_, update
@@ -40,6 +45,9 @@ RowT = TypeVar("RowT", Job, Trial)
 
 #: The columns of a record's bill; a change of one on a closed record is a part of its own.
 BILL_COLUMNS = ("cost_usd", "on_demand_cost_usd", "market_seconds")
+#: The key of a part of a record's bill that names the instance it billed (a sweep's bill of a
+#: stray or of an instance that outlived its record: :class:`InstanceBills`).
+PART_INSTANCE = "instance"
 
 
 def extra_bills(row: Any) -> list[dict[str, float]]:
@@ -49,13 +57,18 @@ def extra_bills(row: Any) -> list[dict[str, float]]:
     return parts
 
 
-def stamp_bill(row: InstanceRow, fields: dict[str, Any], now: float | None = None) -> None:
+def stamp_bill(
+    row: InstanceRow,
+    fields: dict[str, Any],
+    now: float | None = None,
+    part_of: str | None = None,
+) -> None:
     """Date the bill an update of ``row`` writes (``fields``, changed in place; ``billed_at``
     in them: when this bill was written). Closing the record: its ``billed_at`` as given (none:
     NULL, its end). On a record already closed, a change of its bill is appended to its
-    ``extra_bills_json`` as a part dated ``billed_at`` (else ``now``), and the record's own
-    ``billed_at`` is pinned (to its end as it was) so that moving its ``ended_at`` does not
-    move its first bill."""
+    ``extra_bills_json`` as a part dated ``billed_at`` (else ``now``), naming the instance it
+    bills (``part_of``) when given, and the record's own ``billed_at`` is pinned (to its end as
+    it was) so that moving its ``ended_at`` does not move its first bill."""
     at = fields.pop("billed_at", None)
     if row.state not in TERMINAL_INSTANCE_STATES:
         if fields.get("state", row.state) in TERMINAL_INSTANCE_STATES:
@@ -65,10 +78,36 @@ def stamp_bill(row: InstanceRow, fields: dict[str, Any], now: float | None = Non
     if not any(delta.values()):
         return
     when = at if at is not None else (time.time() if now is None else now)
-    part = {"at": float(when), **{k: delta.get(k, 0.0) for k in BILL_COLUMNS}}
+    part: dict[str, Any] = {"at": float(when), **{k: delta.get(k, 0.0) for k in BILL_COLUMNS}}
+    if part_of is not None:
+        part[PART_INSTANCE] = part_of
     fields["extra_bills_json"] = json.dumps([*extra_bills(row), part])
     if row.billed_at is None:
         fields["billed_at"] = row.ended_at if row.ended_at is not None else when
+
+
+def billed_instances(row: InstanceRow) -> set[str]:
+    """The instances the parts of ``row``'s bill name (:data:`PART_INSTANCE`)."""
+    return {str(p[PART_INSTANCE]) for p in extra_bills(row) if PART_INSTANCE in p}
+
+
+def parts_since(seen: InstanceRow, fresh: InstanceRow) -> list[dict[str, Any]] | None:
+    """The parts of record ``fresh``'s bill written since it was read as ``seen``, each naming
+    its instance; None when what changed cannot be told apart by instance: the record was open
+    (a close writes no part), or a bill names none (an older spotwise's) or is not all in
+    parts."""
+    shut = TERMINAL_INSTANCE_STATES
+    if seen.state not in shut or fresh.state not in shut:
+        return None
+    before, after = extra_bills(seen), extra_bills(fresh)
+    added: list[dict[str, Any]] = after[len(before) :]
+    if after[: len(before)] != before or any(PART_INSTANCE not in p for p in added):
+        return None
+    for k in BILL_COLUMNS:
+        moved = float(getattr(fresh, k)) - float(getattr(seen, k))
+        if not math.isclose(moved, sum(float(p.get(k, 0.0)) for p in added), abs_tol=1e-9):
+            return None
+    return added
 
 
 def _written(row: RowT | None, what: str, key: str) -> RowT:
@@ -148,13 +187,16 @@ class BillWrites:
         shut = sorted(TERMINAL_INSTANCE_STATES)
         return self._set_if(instance_id, fields, col(InstanceRow.state).not_in(shut))
 
-    def rebill_instance_if_unchanged(self, seen: InstanceRow, **fields: Any) -> InstanceRow | None:
+    def rebill_instance_if_unchanged(
+        self, seen: InstanceRow, part_of: str | None = None, **fields: Any
+    ) -> InstanceRow | None:
         """Update record ``seen`` (its bill, as :meth:`~spotwise.store.repo.Store.update_instance`
-        does: a closed record's change is a dated part, :func:`stamp_bill`) only while its state
-        and bill are still as ``seen`` read them. None: another process billed it since (two
-        cancels that found and terminated the same outlived instance: the second adds nothing)."""
+        does: a closed record's change is a dated part, :func:`stamp_bill`, naming the instance
+        ``part_of`` when given) only while its state and bill are still as ``seen`` read them.
+        None: another process billed it since (two cancels that found and terminated the same
+        outlived instance: the second adds nothing)."""
         fields = dict(fields)
-        stamp_bill(seen, fields)  # from the row as read: applied only where it still is
+        stamp_bill(seen, fields, part_of=part_of)  # from the row as read: applied where it still is
         kept = (*BILL_COLUMNS, "state", "ended_at", "billed_at", "extra_bills_json")
         same = [getattr(InstanceRow, k) == getattr(seen, k) for k in kept]
         return self._set_if(seen.id, fields, *same)
@@ -206,3 +248,63 @@ class BillWrites:
             if s.exec(stmt.execution_options(synchronize_session=False)).rowcount != 1:
                 return None
             return s.get(InstanceRow, key)
+
+
+@dataclass(frozen=True)
+class Billed:
+    """What :meth:`InstanceBills.bill` did for one instance."""
+
+    written: InstanceRow | None  # the record as written here; None: another process billed it
+    others_usd: float  # what other processes added to the record, first seen billing this one
+
+
+class InstanceBills:
+    """One sweep's bills of the instances it terminated to their launches' records (the drain's
+    stray sweep, `spotwise cancel`'s sweep of a finished job), decided per instance, each by
+    its own compare-and-set (review-al F7: one lost compare-and-set left the launch's later
+    instances unbilled, assumed billed by the other process, which may have listed only the
+    first). ``rows``: each record as read before the listing, then as last written or read
+    here. An instance is billed as a part naming it; where the write loses, the record is read
+    again: an instance a part written since names was billed by the other process (never
+    again here), the others are billed on the record as now read. Where a change names no
+    instance (an older spotwise; a record that was open), the record's instances are left to
+    the other process, as before."""
+
+    TRIES = 8  # writes lost to other instances' bills before one is left to the other process
+
+    def __init__(self, store: Any, rows: dict[str, InstanceRow]) -> None:
+        self.store, self.rows = store, rows
+        self.blind: set[str] = set()  # records changed by a bill that names no instance
+
+    def elsewhere(self, row_id: str, instance_id: str) -> bool:
+        """The instance was billed to the record (by another process, or by this sweep), or may
+        have been (:attr:`blind`): it is not billed (again) here."""
+        return row_id in self.blind or instance_id in billed_instances(self.rows[row_id])
+
+    def bill(
+        self,
+        row_id: str,
+        instance_id: str,
+        add: Mapping[str, float],
+        fields: Callable[[InstanceRow], dict[str, Any]] = lambda row: {},
+    ) -> Billed:
+        """Add ``add`` (bill columns) and set ``fields(record)`` on record ``row_id``, as a part
+        naming ``instance_id``, unless another process billed that instance to it."""
+        seen, others = self.rows[row_id], 0.0
+        for _ in range(self.TRIES):
+            if self.elsewhere(row_id, instance_id):
+                return Billed(None, others)
+            values = {k: float(getattr(seen, k)) + v for k, v in add.items()}
+            done = self.store.rebill_instance_if_unchanged(
+                seen, part_of=instance_id, **fields(seen), **values
+            )
+            if done is not None:
+                self.rows[row_id] = done
+                return Billed(done, others)
+            fresh = self.store.get_instance(row_id)
+            others += float(fresh.cost_usd) - float(seen.cost_usd)
+            if parts_since(seen, fresh) is None:
+                self.blind.add(row_id)
+            self.rows[row_id] = seen = fresh
+        self.blind.add(row_id)  # still changing: left to the other process, as before
+        return Billed(None, others)
