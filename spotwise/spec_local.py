@@ -95,7 +95,7 @@ def _program_problem(program: str, base: Path, env: dict[str, str]) -> str:
         if not os.access(full, os.X_OK):
             return (
                 f"the program {program!r} is not executable; make it so (chmod +x {full}), "
-                f"or run it through its interpreter, e.g. [bash, {program}]"
+                f"or run it through its interpreter, {_through_interpreter(program, full)}"
             )
         return ""
     if shutil.which(program, path=_trial_path(env, base)) is None:
@@ -105,6 +105,38 @@ def _program_problem(program: str, base: Path, env: dict[str, str]) -> str:
             "or give its path"
         )
     return ""
+
+
+def _through_interpreter(program: str, full: Path) -> str:
+    """How to run the script ``program`` (at ``full``) through its interpreter: the one its
+    ``#!`` line names, else the one its suffix says; a python one as ``[python, train.py]``
+    (spotwise's own interpreter), any other by its name, the path as given: ``[sh, ./run.sh]``
+    (review-ao F8: a python script was told ``[bash, ./train.py]``)."""
+    name = _shebang(full) or _BY_SUFFIX.get(full.suffix.lower(), "")
+    if _PYTHON.fullmatch(name):
+        return f"e.g. [python, {program.removeprefix('./')}]"
+    if name:
+        return f"e.g. [{name}, {program}]"
+    script = program.removeprefix("./")
+    return f"e.g. [python, {script}] for a Python script, [bash, {program}] for a shell one"
+
+
+#: the interpreter a script without a ``#!`` line is run by, by its suffix
+_BY_SUFFIX = {".py": "python", ".sh": "bash", ".bash": "bash"}
+
+
+def _shebang(full: Path) -> str:
+    """The interpreter's name on the ``#!`` line of ``full`` (``/usr/bin/env python3`` and
+    ``/usr/bin/env -S python3 -u`` give ``python3``); "" when it has none or is unreadable."""
+    try:
+        with full.open("rb") as f:
+            first = f.readline(256).decode("utf-8", "replace")
+    except OSError:
+        return ""
+    words = first[2:].split() if first.startswith("#!") else []
+    if words and Path(words[0]).name == "env":  # env's options and NAME=value come first
+        words = [w for w in words[1:] if not w.startswith("-") and "=" not in w]
+    return Path(words[0]).name if words else ""
 
 
 def _trial_path(env: dict[str, str], base: Path) -> str:

@@ -167,7 +167,9 @@ def forecast(
     from spotwise.cli.cloud import provider_option
     from spotwise.predictors.service import forecast as run
 
-    res = run(provider_option(provider), at, model, _seconds(horizon) if horizon else None)
+    if horizon:
+        _seconds(horizon)  # a typo is refused first; the text goes on: a bare number is seconds
+    res = run(provider_option(provider), at, model, horizon or None)
     emit(res, as_json, _print_forecast)
 
 

@@ -6,10 +6,13 @@ what the commands do; these only say what they will not do, and why.
 
 from __future__ import annotations
 
+import math
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from spotwise.errors import SpecError
+from spotwise.units import parse_duration
 
 if TYPE_CHECKING:
     from spotwise.traces import TraceSet
@@ -119,3 +122,26 @@ def check_split(
             f"--test-fraction {test_fraction:g} keeps {fmt(trace_span(ts, test0, ts.n_ticks))} of "
             f"the trace for testing, less than the --horizon {h}; raise --test-fraction"
         )
+
+
+def check_forecast_horizon(ts: TraceSet, model_s: float, asked: float | str, trace: str) -> None:
+    """Refuse a forecast ``--horizon`` (seconds, or as typed: a bare number is seconds) other
+    than the model's; training a model for it is offered only where ``predictor train`` takes
+    it on ``trace`` (the shipped one; review-ao F9: ``--horizon 60`` was told to train a 1m one)."""
+    h, n = parse_duration(asked, field="--horizon"), str(asked).strip()
+    if abs(model_s - h) <= 1e-6:
+        return
+    bare = isinstance(asked, str) and re.fullmatch(r"[0-9.]+", n) is not None
+    hint = f"pass --horizon {fmt(model_s)} (the model's); "
+    hint += f"no model can be trained for {fmt(h)}: it is "
+    if bare and abs(h * 60 - model_s) <= 1e-6:  # minutes meant: the model's horizon
+        hint = f"for {n} minutes write --horizon {n}m ({fmt(model_s)}, the model's)"
+    elif h < ts.gap_seconds:
+        hint += f"shorter than one tick of the trace ({fmt(math.ceil(ts.gap_seconds))})"
+    elif h > (span := trace_span(ts, 0, ts.n_ticks)):
+        hint += f"longer than the trace ({fmt(span)})"
+    else:
+        hint = f"spotwise predictor train --traces {trace} --horizon {fmt(h)} --out model.pt, "
+        hint += "then pass --model model.pt"
+    said = f"{n} is {fmt(h)} (a bare number is seconds)" if bare else fmt(h)
+    raise SpecError(f"--horizon {said}: the model predicts a {fmt(model_s)} horizon", hint=hint)

@@ -16,6 +16,7 @@ from spotwise.errors import (
     SpotwiseError,
 )
 from spotwise.predictors._argchecks import (
+    check_forecast_horizon,
     check_horizon,
     check_model_name,
     check_out,
@@ -24,6 +25,7 @@ from spotwise.predictors._argchecks import (
     fmt,
     trace_span,
 )
+from spotwise.units import parse_duration
 
 if TYPE_CHECKING:
     from spotwise.predictors.revocation import RevocationModel
@@ -226,7 +228,6 @@ def evaluate_path(
 def _at_offset(text: str) -> float | None:
     """Seconds after the trace start in an ``--at`` offset: hours (``36``, ``1.5``, ``36h``) or a
     duration (``90m``, ``1d12h``); ``None`` when ``text`` is neither."""
-    from spotwise.units import parse_duration
 
     number = text[:-1] if text[-1:].lower() == "h" else text
     try:
@@ -284,9 +285,10 @@ def forecast(
     provider: str = "local",
     at: str | None = None,
     model_path: str | Path | None = None,
-    horizon_s: float | None = None,
+    horizon_s: float | str | None = None,
 ) -> dict[str, Any]:
-    """Per spot offer of ``provider``: zone, instance type, price, availability, p_revoke."""
+    """Per spot offer of ``provider``: zone, instance type, price, availability, p_revoke;
+    ``horizon_s`` is seconds or ``--horizon`` as typed (a bare number is seconds)."""
     if provider != "local":
         given = [
             flag
@@ -309,12 +311,8 @@ def forecast(
 
     ts = load_market_traces(BUILTIN)
     model = _model(model_path)
-    if horizon_s is not None and abs(model.horizon_s - horizon_s) > 1e-6:
-        raise SpecError(
-            f"--horizon {fmt(horizon_s)}: the model predicts a {fmt(model.horizon_s)} horizon",
-            hint=f"spotwise predictor train --traces {BUILTIN} --horizon {fmt(horizon_s)} "
-            "--out model.pt, then pass --model model.pt",
-        )
+    if horizon_s is not None:
+        check_forecast_horizon(ts, model.horizon_s, horizon_s, BUILTIN)
     if model.horizon_s < ts.gap_seconds:
         raise SpecError(
             f"--model {model_path}: its {fmt(model.horizon_s)} horizon is shorter than one tick "

@@ -117,7 +117,7 @@ def test_a_program_path_must_be_an_executable_file(tmp_path: Path) -> None:
     (tmp_path / "run.sh").write_text("#!/bin/sh\nexec python train.py\n")
     assert refused(write(tmp_path, script=None, command=["./run.sh"])) == (
         "spec field 'command': the program './run.sh' is not executable; make it so (chmod +x "
-        f"{tmp_path}/run.sh), or run it through its interpreter, e.g. [bash, ./run.sh]"
+        f"{tmp_path}/run.sh), or run it through its interpreter, e.g. [sh, ./run.sh]"
     )
     os.chmod(tmp_path / "run.sh", 0o755)
     assert load_spec(write(tmp_path, script=None, command=["./run.sh"])).command == ["./run.sh"]
