@@ -130,7 +130,9 @@ class StraySweep(TrialBook):
                 instance_type=row.instance_type,
                 market=Market(row.market),
                 price_per_hour=row.price_per_hour,
-                on_demand_price_per_hour=0.0,  # not billed here: only the price is
+                # a cloud bills an on-demand life at the offer's on-demand price, which for an
+                # on-demand record is its price (review-an F3: 0.0 billed such a stray $0)
+                on_demand_price_per_hour=row.price_per_hour if row.market == "on-demand" else 0.0,
             )
             if not self._terminate_quietly(t, [inst.instance_id], now, "a stray instance"):
                 self.leftover_ids.append(inst.instance_id)

@@ -145,3 +145,34 @@ def test_each_stray_is_billed_exactly_once_whoever_bills_it(
     assert _parts(row) == ["i-s1", "i-s2"]
     assert trial_cost == pytest.approx(PRICE + 2 * HALF)
     assert lc.spent_usd == pytest.approx(PRICE + 2 * HALF)
+
+
+@pytest.mark.parametrize("market", ["spot", "on-demand"])
+def test_a_stray_is_billed_at_its_records_price_on_either_market(
+    tmp_path: Path, market: str
+) -> None:
+    """review-an F3: the stray's offer carried an on-demand price of 0.0, and a cloud bills an
+    on-demand life at that price (backend._price_at_launch): an on-demand stray was billed $0.
+    The real cloud pricing, one stray up half an hour."""
+    from spotwise.planner.backend import _price_at_launch
+
+    now = time.time()
+    db = f"sqlite:///{tmp_path / 'state.db'}"
+    trial = types.SimpleNamespace(trial_id=_job(db, now), cost_usd=PRICE)
+    with Store.open_existing(db) as store:
+        store.update_instance("l-0", market=market)
+        lc = object.__new__(LaunchCleanup)
+        lc.store, lc.job_id, lc.leftover_ids, lc.unconfirmed = store, "j-aws", [], {}
+        lc.spent_usd, lc.trials = PRICE, [trial]
+        lc._event = lambda *a, **k: None  # type: ignore[method-assign]
+        lc.backend = types.SimpleNamespace(  # type: ignore[assignment]
+            provisioner=types.SimpleNamespace(
+                describe=lambda _: [_stray("i-s1", now)], terminate=lambda ids: None
+            ),
+            segments=_price_at_launch,
+            rule_of=lambda o: rule_for("aws"),
+        )
+        lc._sweep_strays(now)
+        row = store.get_instance("l-0")
+    assert row.cost_usd == pytest.approx(PRICE + HALF)  # on-demand was $0.95: the stray free
+    assert lc.spent_usd == pytest.approx(PRICE + HALF)
