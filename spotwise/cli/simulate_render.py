@@ -20,7 +20,8 @@ from spotwise.errors import SpecError
 def emit(
     result: dict[str, Any], out: Path | None, as_json: bool, table: Callable[[dict[str, Any]], None]
 ) -> None:
-    """Record the command line, write ``--out``, then print JSON or the table."""
+    """Record the command line, write ``--out`` (indented, for people), then print the JSON on
+    one line as every ``--json`` does (a .jsonl appender gets one record), or the table."""
     result["command"] = _command()
     text = json_text(result, indent=2, default=_plain)
     if out is not None:  # its folder was checked before the run: never created here
@@ -30,7 +31,7 @@ def emit(
             why = e.strerror or type(e).__name__
             raise SpecError(f"--out {out}: cannot write there ({why}); pick another path") from None
     if as_json:
-        typer.echo(text)
+        typer.echo(json_text(result, default=_plain))
     else:
         table(result)
 
