@@ -76,8 +76,9 @@ def load_model_file(path: str | Path, field: str = "--model") -> RevocationModel
     p = Path(path).expanduser()
     if not p.exists():
         raise SpecError(f"{field} {path}: does not exist", hint=f"train one: {_TRAIN_HINT}")
-    if not p.is_file():
-        raise SpecError(f"{field} {path}: a folder, not a model file", hint=_TRAIN_HINT)
+    if not p.is_file():  # a folder, or a device such as /dev/null (review-ao M7)
+        what = "a folder" if p.is_dir() else "not a regular file"
+        raise SpecError(f"{field} {path}: {what}, not a model file", hint=_TRAIN_HINT)
     try:
         return load(p)
     except NotAModelFile as e:
