@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from spotwise.errors import SpecError
+from spotwise.errors import SpecError, did_you_mean
 from spotwise.job_facts import budget_of as budget_of  # `costs.budget_of`, as before
 from spotwise.job_facts import simulated as is_simulated
 from spotwise.states import FINISHED_JOB_STATES
@@ -156,7 +156,13 @@ def group_key(row: LifeRow, by: str, simulated: bool = False, at: float | None =
         when = at if at is not None else row.ended_at
         day = math.ceil((when or 0.0) / 86400.0) - 1 if when else 0  # review-ah F7
         return datetime.fromtimestamp(day * 86400.0, UTC).strftime("%Y-%m-%d")
-    raise SpecError(f"--by: {by!r} is not a grouping; use one of {', '.join(GROUPS)}")
+    raise not_a_grouping(by)
+
+
+def not_a_grouping(by: str) -> SpecError:
+    """``--by``'s one-line error for ``by`` (no :data:`GROUPS` member), with a did-you-mean."""
+    close = did_you_mean(by, GROUPS)
+    return SpecError(f"--by: {by!r} is not a grouping{close}; use one of {', '.join(GROUPS)}")
 
 
 def billed_seconds(row: LifeRow, billing: str | None = None) -> float:
@@ -346,7 +352,7 @@ def report(
     from spotwise.store import Store
 
     if by not in GROUPS:
-        raise SpecError(f"--by: {by!r} is not a grouping; use one of {', '.join(GROUPS)}")
+        raise not_a_grouping(by)
     now = time.time() if now is None else now
     start, end = window(since, until, now)
     store = Store.open_existing(db)

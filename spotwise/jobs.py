@@ -49,15 +49,17 @@ def tune(
             policy or spec.policy, spec.policy_options, chosen_by="from --policy" if other else ""
         )
     except SpecError as e:
-        if not other or e.message.startswith("policy:"):
+        if not other:
             raise
+        if e.message.startswith("policy:"):  # an unknown --policy: the option's error (M6)
+            raise SpecError("--policy:" + e.message.removeprefix("policy:")) from None
         raise SpecError(
             f"{spec_path}: {e.message}",
             hint=f"the spec's policy_options are for {spec.policy}: drop --policy {policy}, "
             f"or change policy_options for {policy}",
         ) from None
     if note := deadline_note(policy or spec.policy, spec.budget.deadline_hours):
-        logging.getLogger(__name__).warning("%s", note)
+        logging.getLogger(__name__).warning("warning: %s", note)  # as every warning (M5)
     store = Store.open(db)
     try:
         out = run_job(

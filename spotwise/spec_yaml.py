@@ -22,6 +22,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from spotwise.errors import SpecError, did_you_mean
+from spotwise.spec_words import literal_words, pattern_words, untagged_words
 from spotwise.spec_yaml12 import Loc, install_core_schema, load_yaml11, scalar_notes
 
 if typing.TYPE_CHECKING:
@@ -61,7 +62,7 @@ def read_spec_document(path: Path) -> SpecDocument:
             f"spec file {path} not found; pass the path to a job YAML, e.g. "
             "examples/digits/job.yaml"
         )
-    text = path.read_text()
+    text = _spec_text(path)
     loader = _loader_class()(text)
     try:
         node = loader.get_single_node()
@@ -80,6 +81,28 @@ def read_spec_document(path: Path) -> SpecDocument:
         raise SpecError(f"{path}:{where} is not valid YAML: {getattr(e, 'problem', e)}") from None
     finally:
         loader.dispose()
+
+
+def _spec_text(path: Path) -> str:
+    """The spec's text read as UTF-8 whatever the locale (a BOM dropped); SpecError (one line)
+    for bytes that are not UTF-8 text: a UTF-16 file (PowerShell's ``>``) or Latin-1 exited 70,
+    "a bug" (review-ao F6)."""
+    data = path.read_bytes()
+    skip = 3 if data.startswith(b"\xef\xbb\xbf") else 0
+    try:
+        text = data[skip:].decode("utf-8")
+        at = data.find(b"\x00")  # valid UTF-8, never in YAML: UTF-16 with no BOM
+        if at < 0:
+            return text
+    except UnicodeDecodeError as e:
+        at = skip + e.start
+    utf16 = data[:2] in (b"\xff\xfe", b"\xfe\xff") or b"\x00" in data[:64]
+    line = data.count(b"\n", 0, at) + 1
+    where = ": UTF-16?" if utf16 else f", line {line}"
+    raise SpecError(
+        f"{path}: the spec is not UTF-8 text (byte 0x{data[at]:02x} at {at}{where}); "
+        "save it as UTF-8"
+    )
 
 
 def _folder_message(folder: Path) -> str:
@@ -254,7 +277,14 @@ def error_line(
         msg = f"must be a string, got {shown}"
         fix = f'quote it, e.g. {key}"{text}"'
     elif e["type"] == "union_tag_not_found":  # a search_space parameter without `type`
-        msg, fix = "has no type", "add type: real, int or categorical"
+        for_type, msg, fix = untagged_words(value)  # `typ: real`: the key written named
+        loc = ".".join(map(str, (*where, for_type))) if for_type is not None else loc
+    elif e["type"] == "literal_error":  # `providers[].name: lcoal`: say the value meant
+        msg, fix = literal_words(str((e.get("ctx") or {}).get("expected", "")), value, shown)
+    elif e["type"] == "string_pattern_mismatch" and (
+        said := pattern_words(str((e.get("ctx") or {}).get("pattern")), value, shown, loc)
+    ):  # `name: tiny job`: the pattern in words, not a regex
+        msg, fix = said
     elif e["type"] == "union_tag_invalid":  # `type: float`
         tag = str((e.get("ctx") or {}).get("tag", value))
         msg = f"unknown type {tag!r}{did_you_mean(tag, sorted(_PARAM_TAGS))}"

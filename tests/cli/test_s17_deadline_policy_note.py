@@ -28,8 +28,8 @@ def test_tune_warns_when_a_deadline_policy_has_no_deadline(
         jobs.tune(SPEC, db=f"sqlite:///{tmp_path / 's.db'}", policy=policy)
     assert ran  # it still runs: a warning, not a refusal
     assert [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING] == [
-        f"policy {policy} plans for a deadline (budget.deadline_hours) and the spec sets none: "
-        "it places each trial on the cheapest spot offer, as spot-greedy does"
+        f"warning: policy {policy} plans for a deadline (budget.deadline_hours) and the spec "
+        "sets none: it places each trial on the cheapest spot offer, as spot-greedy does"
     ]
 
 

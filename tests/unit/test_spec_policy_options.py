@@ -176,5 +176,5 @@ def test_tune_policy_other_with_other_options_names_the_valid_ones(tmp_path: Pat
 
 def test_tune_policy_unknown_still_lists_the_policies(tmp_path: Path) -> None:
     path = _write(tmp_path, policy="asha", policy_options={"min_steps": 3})
-    with pytest.raises(SpecError, match=r"^policy: unknown policy 'ash' .*valid: "):
+    with pytest.raises(SpecError, match=r"^--policy: unknown policy 'ash' .*valid: "):
         jobs.tune(path, db=f"sqlite:///{tmp_path / 'x.db'}", policy="ash")

@@ -87,8 +87,14 @@ class Spotwise:
     ) -> None:
         if not 0.0 < epsilon < 0.5:
             raise ValueError(f"epsilon must be in (0, 0.5), got {epsilon=}")
-        if not check_at or not all(0.0 < f < 1.0 for f in check_at):
-            raise ValueError(f"check_at fractions must lie in (0, 1), got {check_at=}")
+        if not check_at:  # `check_at: []` (review-ao M4)
+            raise ValueError(
+                "check_at is an empty list; give at least one fraction in (0, 1), e.g. "
+                "check_at: [0.2, 0.5], or leave it out for the default"
+            )
+        if not all(0.0 < f < 1.0 for f in check_at):
+            bad = next(f for f in check_at if not 0.0 < f < 1.0)
+            raise ValueError(f"check_at fractions must lie in (0, 1), got {bad:g}")
         self.epsilon, self.check_at, self.margin = epsilon, tuple(sorted(check_at)), margin
         self.od_exit_factor = od_exit_factor
         self.predict = predictor or earlycurve_predictor()
