@@ -30,7 +30,9 @@ def report_cmd(
             help="Window start: a duration before --until (24h, 7d, 30d for a month, …; an "
             "uppercase M is refused: 1m is a minute), a UTC date or "
             "time (2026-11-24 is 00:00 UTC; 2026-11-24T07:00, with Z or an offset such as "
-            "+02:00), today, yesterday, or `all`.",
+            "+02:00), epoch seconds (a number from 1000000000 on, as --json's since/until; a "
+            "smaller bare number is a duration in seconds: 60 is a minute), today, yesterday, "
+            "or `all`.",
         ),
     ] = "24h",
     until: Annotated[
