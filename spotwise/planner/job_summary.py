@@ -46,7 +46,13 @@ class JobSummary(Actions):
         if over > 0:  # never silent: lives billed past their last step longer than projected
             row = out["limits"].setdefault("budget", {"stopped": 0, "never_started": 0})
             row["exceeded_usd"] = over
-        out["resumable"] = resumable(self.trials, self.spec.trials)
+        # a run the broken-command rule stopped: `resume` runs its killed trials again once the
+        # command is mended (planner/resume_broken.py), though every planned trial was made
+        killed = self._broken() and any(
+            t.state == "failed" and t.crashed and not t.carried and t.furthest == 0
+            for t in self.trials
+        )
+        out["resumable"] = resumable(self.trials, self.spec.trials) or killed
         if self.resume:
             out["resumed"] = {
                 "previous_state": self.resume.from_state.value,

@@ -10,6 +10,9 @@ into the orchestrator's starting state.
   deadline rather than judged by the policy) are queued again with their own id, parameters
   and checkpoint folder: the next launch resumes each from its checkpoint
   (``SPOTWISE_RESUME_STEP``); work after the checkpoint is lost, as after a revocation.
+  So are the failed trials a broken command killed before it did anything (a run that the
+  rule "two failures, no step reported" stopped; :mod:`spotwise.planner.resume_broken`):
+  their failures say nothing of their points, which the search is not told as failures.
 * New trials are created as usual until the spec's ``trials``.
 * The job keeps its id, records and spend: the budget covers both runs. A deadline counts from
   the resume (the replay market's clock starts again too).
@@ -35,6 +38,7 @@ from typing import Any
 from spotwise.errors import ConfigError, SpecError
 from spotwise.planner.lasting_refusals import LastingRefusals, read_lasting_refusals
 from spotwise.planner.policy import INVALID_METRIC, Phase
+from spotwise.planner.resume_broken import command_killed
 from spotwise.planner.runstate import (
     CHECKPOINT_SAVES_KEPT,
     LIMITS,
@@ -224,15 +228,21 @@ def _read_trials(
     for r in store.list_instances(job_id):
         launches.setdefault(r.trial_id, []).append(r)
     stopped_for, crashed = _endings(store, job_id)
-    launched = {e.instance_id: e for e in store.events(job_id, kind="launch")}
+    events = store.events(job_id)
+    launched = {e.instance_id: e for e in events if e.kind == "launch"}
+    rows = store.list_trials(job_id)
+    observed = {row.id: store.observations(row.id) for row in rows}
+    # failed before the command did anything (a broken command, mended since): run again
+    killed = command_killed(events, rows, observed, crashed)
     trials, ended, stopped, was_stopped = [], [], [], set()
-    for row in store.list_trials(job_id):
+    for row in rows:
         if row.state is TrialState.STOPPED_EARLY:
             was_stopped.add(row.id)
-        obs = store.observations(row.id)
+        obs = observed[row.id]
         curve = {o.step: o.metric for o in obs}  # in the order recorded: the newest wins
-        t = _trial(row, spec, curve, launches.get(row.id, []), stopped_for.get(row.id))
-        t.crashed = row.id in crashed
+        again = row.id in killed
+        t = _trial(row, spec, curve, launches.get(row.id, []), stopped_for.get(row.id), again)
+        t.crashed = row.id in crashed and not again
         _timing(t, obs, launched, {r.id: r.instance_type for r in launches.get(row.id, [])})
         trials.append(t)
         told = _told(row, t)
@@ -334,10 +344,16 @@ def _timing(
 
 
 def _trial(
-    row: Any, spec: JobSpec, curve: dict[int, float], launches: list[Any], stop_reason: str | None
+    row: Any,
+    spec: JobSpec,
+    curve: dict[int, float],
+    launches: list[Any],
+    stop_reason: str | None,
+    killed: bool = False,
 ) -> TrialRun:
     """A trial of the earlier run as the orchestrator holds one: as it ended, or queued again
-    from its checkpoint (unfinished, or stopped by a limit of the job: not judged a loser)."""
+    from its checkpoint (unfinished, stopped by a limit of the job: not judged a loser; or
+    ``killed``: failed before a broken command did anything, :mod:`.resume_broken`)."""
     stored = row.params  # JSON with sorted keys: shown in the spec's order, as the search's
     params = {n: stored[n] for n in spec.search_space if n in stored}
     t = TrialRun(row.id, row.number, params, spec.steps, spec.checkpoint.every)
@@ -348,7 +364,7 @@ def _trial(
     t.lives_started = sum(1 for r in launches if r.launched_at is not None)
     state = TrialState(row.state)
     # furthest stays 0: what it reported before does not show that the command works now
-    if not runs_again(state.value, stop_reason):
+    if not (killed or runs_again(state.value, stop_reason)):
         t.phase, t.state, t.step, t.curve = Phase.DONE, state.value, row.step, curve
         t.carried = True  # ended before: not this run's failure (a mended command runs on)
         t.stop_reason = stop_reason if state is TrialState.STOPPED_EARLY else None

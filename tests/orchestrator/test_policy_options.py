@@ -110,8 +110,9 @@ def test_asha_min_steps_from_the_spec_decides_where_a_trial_is_first_judged(
 @pytest.mark.timeout(180)
 def test_a_resumed_job_rebuilds_asha_with_its_stored_options(tmp_path: Path) -> None:
     """The first run's command is missing: two trials fail and the job stops as broken. Once
-    the script exists the job is resumed: its last trials run under asha as the stored spec
-    set it (min_steps 3), so the late starter is not stopped at step 1 and wins."""
+    the script exists the job is resumed: the two trials the broken command killed run again
+    (review-ao F11), then the last two, under asha as the stored spec set it (min_steps 3), so
+    the poor starter is not stopped at step 1 and wins."""
     write_trace(tmp_path / "trace.csv", avail_ticks=900)
     db = f"sqlite:///{tmp_path / 'spotwise.db'}"
     script = tmp_path / "train.py"
@@ -126,7 +127,7 @@ def test_a_resumed_job_rebuilds_asha_with_its_stored_options(tmp_path: Path) -> 
 
     assert out["state"] == "succeeded", out
     trials = _trials(db, first["job_id"])
-    assert [trials[n][0] for n in (0, 1)] == ["failed", "failed"]
-    assert trials[2][:3] == ("completed", list(range(1, 9)), pytest.approx(0.08))
-    assert trials[3] == ("completed", list(range(1, 9)), pytest.approx(0.8), None)
+    assert trials[0][:3] == ("completed", list(range(1, 9)), pytest.approx(0.08))
+    assert trials[1] == ("completed", list(range(1, 9)), pytest.approx(0.8), None)
+    assert [trials[n][3] for n in (2, 3)] == ["asha rung 3", "asha rung 3"]  # poor throughout
     assert out["best"]["metric"] == pytest.approx(0.8)

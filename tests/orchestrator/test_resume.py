@@ -115,9 +115,10 @@ def test_cancelled_job_resumes_from_checkpoints(
 @pytest.mark.timeout(120)
 def test_a_job_whose_command_was_broken_runs_on_once_it_is_mended(tmp_path: Path) -> None:
     """Every trial crashed (the script was missing): the job stopped as broken. The user
-    writes the script and resumes: the two failed trials stay failed (not run again), and the
-    job's third trial runs the mended command, although two failures and no reported step is
-    the rule that stops a broken job (it judges this run's trials only)."""
+    writes the script and resumes: the two trials the broken command killed run again with
+    their own ids and parameters (review-ao F11: their failures said nothing of their points),
+    and the job's third trial runs the mended command, although two failures and no reported
+    step is the rule that stops a broken job (it judges this run's trials only)."""
     write_trace(tmp_path / "trace.csv")
     db = f"sqlite:///{tmp_path / 'spotwise.db'}"
     script = tmp_path / "train.py"
@@ -132,10 +133,11 @@ def test_a_job_whose_command_was_broken_runs_on_once_it_is_mended(tmp_path: Path
     out = jobs.resume(first["job_id"], db=db, run_root=tmp_path / "runs")
 
     assert out["state"] == "succeeded", out
-    assert out["resumed"] == {"previous_state": "failed", "requeued_trials": []}
     with Store.open_existing(db) as store:
         trials = store.list_trials(first["job_id"])
         records = store.list_instances(first["job_id"])
-    assert [t.state.value for t in trials] == ["failed", "failed", "completed"]
-    assert trials[2].final_metric == 0.05  # tiny_trial: step / 100
-    assert sum(1 for r in records if r.trial_id in (trials[0].id, trials[1].id)) == 4
+    again = [trials[0].id, trials[1].id]
+    assert out["resumed"] == {"previous_state": "failed", "requeued_trials": again}
+    assert [t.state.value for t in trials] == ["completed"] * 3
+    assert [t.final_metric for t in trials] == [0.05] * 3  # tiny_trial: step / 100
+    assert sum(1 for r in records if r.trial_id in again) == 6  # 2 crashed lives each, then 1
