@@ -8,10 +8,13 @@ typer's pretty exceptions off, so neither is used on those paths: a third of ``s
 
 ``install()`` puts a stand-in module for each in ``sys.modules`` (only where the real one is
 not loaded yet). A stand-in loads the real module the first time anything is asked of it:
-an attribute of the module, or any use of the class it names (calling it, a class attribute
-such as ``Traceback.from_exception``, ``isinstance``/``issubclass``). After that load the real
-module is in ``sys.modules`` and on the ``rich`` package, so later imports get it directly.
-Nothing changes for code that uses them; they are only not loaded until used.
+a name of the module other than a dunder, or any use of the class it names (calling it, a
+class attribute such as ``Traceback.from_exception``, ``isinstance``/``issubclass``, a class
+derived from it, which derives from the real class). After that load the real module is in
+``sys.modules`` and on the ``rich`` package, so later imports get it directly. A dunder of the
+stand-in module (``__file__``, ``__path__``: what tools that walk ``sys.modules`` ask) is
+answered as a module without it answers, without loading. What still tells a stand-in from the
+real class: ``type(obj) is StandIn`` (use isinstance) and pickling the stand-in class itself.
 """
 
 from __future__ import annotations
@@ -30,6 +33,14 @@ class _Forwarding(type):
 
     _module_name: str
     _class_name: str
+
+    def __new__(mcls, name: str, bases: tuple[type, ...], ns: dict[str, Any], **kw: Any) -> Any:
+        """A stand-in (no bases), or a class derived from one: made from the real class, so
+        that ``class M(Markdown)`` is a Markdown whose methods are its own."""
+        if not any(isinstance(b, _Forwarding) for b in bases):
+            return super().__new__(mcls, name, bases, ns, **kw)
+        real = tuple(b._real_class() if isinstance(b, _Forwarding) else b for b in bases)
+        return types.new_class(name, real, kw, lambda body: body.update(ns))
 
     def _real_class(cls) -> Any:
         return getattr(_load(cls._module_name), cls._class_name)
@@ -51,8 +62,11 @@ class _DeferredModule(types.ModuleType):
     """Stand-in module: its class is a forwarding stand-in; any other name loads the real one."""
 
     def __getattr__(self, name: str) -> Any:
-        if name == "__path__":  # the import system asks on every `from ... import`: a module,
-            raise AttributeError(name)  # not a package, has none (no reason to load)
+        if name.startswith("__") and name.endswith("__") and name != "__all__":
+            # the import system asks __path__ on every `from ... import`; tools walking
+            # sys.modules ask __file__: answered as by a module without it, nothing loaded (a
+            # load in their loop would change sys.modules under it)
+            raise AttributeError(name)
         return getattr(_load(self.__name__), name)
 
 

@@ -107,3 +107,32 @@ def test_a_module_already_loaded_is_left_as_it_is() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["True", "_DeferredModule", "True"]
+
+
+def test_a_class_derived_from_a_stand_in_is_a_real_subclass_and_walks_load_nothing() -> None:
+    """review-ap AP1: `class M(Markdown)` built plain Markdowns (its own methods lost), and a
+    walk over sys.modules asking `__file__` loaded the real module mid-loop ("dictionary
+    changed size during iteration")."""
+    done = _python(
+        """
+        import sys
+        import spotwise.cli  # installs the stand-ins
+        files = [getattr(m, "__file__", None) for m in list(sys.modules.values())]
+        for name, m in sys.modules.items():  # no load while walking
+            getattr(m, "__file__", None)
+        assert "markdown_it" not in sys.modules
+        from rich.markdown import Markdown
+
+        class Mine(Markdown):
+            def extra(self):
+                return "mine " + type(self).__name__ + super().__repr__()[:0]
+
+        m = Mine("# hi")
+        import rich.markdown as real
+        assert isinstance(m, real.Markdown) and isinstance(m, Mine) and m.extra() == "mine Mine"
+        assert issubclass(Mine, real.Markdown) and issubclass(Mine, Markdown)
+        print("OK")
+        """
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "OK"
