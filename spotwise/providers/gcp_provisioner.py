@@ -26,8 +26,8 @@
   the instances of this object's jobs (those it launched for, or a describe filtered by
   ``spotwise:job`` named), never of other jobs' VMs in the project. A guest read that fails
   is logged and tried again at the next pass; the other instances' notices still come. Each
-  instance's interruption is reported once: a pass whose listing fails keeps the notices it
-  had read for the next call.
+  instance's interruption is reported once: a pass whose listing fails still hands out the
+  agents' notices it read (it raises the failure only when it has none).
 * ``progress`` returns the trial's new events from the artifacts folder. A stop request (the
   trial's local stop file) and the local control file are relayed there, as on AWS.
 
@@ -81,7 +81,7 @@ from spotwise.providers.gcp_launch import (
     request_id,
 )
 from spotwise.providers.gcp_operations import INSTANCE_ID as _ID
-from spotwise.providers.gcp_operations import GcpOperations
+from spotwise.providers.gcp_operations import GcpOperations, log
 from spotwise.providers.gcp_prices import PriceTable
 from spotwise.providers.trialfiles import Tracks
 
@@ -120,7 +120,6 @@ class GcpProvisioner(GcpOperations):
         self._terminated: set[str] = set()
         self._deleting: dict[str, tuple[str, str, int]] = {}  # id → zone, delete op, attempt
         self._noticed: set[str] = set()
-        self._held: list[Notice] = []  # read by a notices() call that failed: for the next
         self._jobs: set[str] = set()  # our jobs: launched for, or described by (``notices``)
         self._guest_failing: dict[str, list[float]] = {}
         self._cache: dict[tuple[tuple[str, str], ...], tuple[float, list[Instance]]] = {}
@@ -358,7 +357,7 @@ class GcpProvisioner(GcpOperations):
 
     # ---- notices / progress ----------------------------------------------------------------
     def notices(self) -> list[Notice]:
-        out, self._held = self._held, []
+        out: list[Notice] = []
         for n in self.tracks.notices():  # what the agents wrote: the deadline they were given
             if n.kind is NoticeKind.INTERRUPTION:
                 if n.instance_id in self._noticed:
@@ -370,9 +369,11 @@ class GcpProvisioner(GcpOperations):
         self._last_scan = time.monotonic()
         try:
             out += self._scan()
-        except ProviderError:
-            self._held = out  # handed out once: by the next call
-            raise
+        except ProviderError as e:
+            if not out:
+                raise  # nothing to hand out: the orchestrator sees the failure (and pauses)
+            # the agents' notices need no listing: not held behind a scan that keeps failing
+            log.warning("%s (the agents' notices are handed out; scanned again next pass)", e)
         return out
 
     def _scan(self) -> list[Notice]:
