@@ -286,12 +286,15 @@ def _local(p: ProviderSpec, r: ReplaySpec, base_dir: Path, run_dir: Path) -> Bac
         notice_floor_wall_s=r.notice_floor_s,
         logs_dir=run_dir / "logs",
     )
-    offers = _filter(market.offers(at=start), p)
+    listed = market.offers(at=start)
+    offers = _filter(listed, p)
     if not offers:
+        unpriced = sorted({o.zone for o in listed if not o.billable})  # review-ap AP2
+        no_price = f" ({', '.join(unpriced)}: no price in the trace)" if unpriced else ""
         raise SpecError(
             "spec field 'providers.0': no offer of the replayed market matches its regions/zones/"
             f"instance_types/markets; the trace has {market.instance_type} in "
-            f"{', '.join(market.traces.zones)}"
+            f"{', '.join(market.traces.zones)}{no_price}"
         )
     return Backend(
         provider="local",
