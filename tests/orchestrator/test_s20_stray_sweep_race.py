@@ -17,31 +17,11 @@ import types
 from pathlib import Path
 
 import pytest
-from shared_helpers import record_life
+from stray_sweep_harness import OFFER, PRICE, aws_job, sweep
 
 from spotwise.planner.launch_cleanup import LaunchCleanup
-from spotwise.providers.base import Instance, InstanceState, Market, Offer, our_tags
-from spotwise.providers.billing import rule_for
+from spotwise.providers.base import Instance, InstanceState, our_tags
 from spotwise.store import Store
-
-PRICE = 0.95  # record_life's
-OFFER = Offer("aws", "us-east-1", "us-east-1a", "p3.2xlarge", Market.SPOT, PRICE, 3.0)
-SPEC = json.dumps({"providers": [{"name": "aws", "regions": ["us-east-1"]}]})
-
-
-def _job(db: str, now: float) -> str:
-    """A running AWS job with one trial whose life l-0 (instance i-0) ran an hour, $0.95."""
-    with Store.open(db) as s:
-        s.create_job("j", SPEC, "job.yaml", "spot-greedy", "maximize", job_id="j-aws")
-        s.update_job("j-aws", state="running", cost_usd=PRICE)
-        record_life(
-            s, "j-aws", 0, "l-0", requested_at=now - 7200, launched_at=now - 7200,
-            provider_instance_id="i-0", state="terminated", end_reason="completed",
-            ended_at=now - 3600, cost_usd=PRICE, market_seconds=3600.0,
-        )  # fmt: skip
-        trial_id: str = s.get_instance("l-0").trial_id
-        s.update_trial(trial_id, cost_usd=PRICE)
-    return trial_id
 
 
 def _cancel_bills_the_stray(db: str, trial_id: str) -> None:
@@ -76,17 +56,7 @@ def _sweep(store: Store, trial: object, now: float, race: str, db: str) -> Launc
         if race == "terminate":
             _cancel_bills_the_stray(db, trial_id)
 
-    lc = object.__new__(LaunchCleanup)
-    lc.store, lc.job_id, lc.leftover_ids, lc.unconfirmed = store, "j-aws", [], {}
-    lc.spent_usd, lc.trials = PRICE, [trial]  # type: ignore[list-item]
-    lc._event = lambda *a, **k: None  # type: ignore[method-assign]
-    lc.backend = types.SimpleNamespace(  # type: ignore[assignment]
-        provisioner=types.SimpleNamespace(describe=describe, terminate=terminate),
-        segments=lambda o, a, b: [(b - a, o.price_per_hour)],
-        rule_of=lambda o: rule_for("aws"),
-    )
-    lc._sweep_strays(now)
-    return lc
+    return sweep(store, trial, now, describe, terminate)
 
 
 @pytest.mark.parametrize("race", ["listing", "terminate"])
@@ -97,7 +67,7 @@ def test_a_stray_a_cancel_billed_at_the_same_time_is_billed_once(tmp_path: Path,
     once: where the cancel's bill came first, it is the stray's, not a second one."""
     now = time.time()
     db = f"sqlite:///{tmp_path / 'state.db'}"
-    trial = types.SimpleNamespace(trial_id=_job(db, now), cost_usd=PRICE)
+    trial = types.SimpleNamespace(trial_id=aws_job(db, now), cost_usd=PRICE)
     with Store.open_existing(db) as store:
         lc = _sweep(store, trial, now, race, db)
         row = store.get_instance("l-0")
@@ -116,7 +86,7 @@ def test_a_stray_sets_its_trial_to_its_lives_sum(tmp_path: Path) -> None:
     count missed the hour a cancel had billed to the trial's life)."""
     now = time.time()
     db = f"sqlite:///{tmp_path / 'state.db'}"
-    trial = types.SimpleNamespace(trial_id=_job(db, now), cost_usd=0.2)
+    trial = types.SimpleNamespace(trial_id=aws_job(db, now), cost_usd=0.2)
     with Store.open_existing(db) as store:
         _sweep(store, trial, now, "", db)
         row = store.get_instance("l-0")

@@ -17,33 +17,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from shared_helpers import record_life
+from stray_sweep_harness import OFFER, PRICE, aws_job, sweep
 
 from spotwise.planner.launch_cleanup import LaunchCleanup
-from spotwise.providers.base import Instance, InstanceState, Market, Offer, our_tags
+from spotwise.providers.base import Instance, InstanceState, our_tags
 from spotwise.providers.billing import rule_for
 from spotwise.release_sweep import _bill_outlived
 from spotwise.store import Store
 
-PRICE = 0.95  # record_life's
 HALF = PRICE / 2  # a stray up half an hour
-OFFER = Offer("aws", "us-east-1", "us-east-1a", "p3.2xlarge", Market.SPOT, PRICE, 3.0)
-SPEC = json.dumps({"providers": [{"name": "aws", "regions": ["us-east-1"]}]})
-
-
-def _job(db: str, now: float) -> str:
-    """A running AWS job with one trial whose life l-0 (instance i-0) ran an hour, $0.95."""
-    with Store.open(db) as s:
-        s.create_job("j", SPEC, "job.yaml", "spot-greedy", "maximize", job_id="j-aws")
-        s.update_job("j-aws", state="running", cost_usd=PRICE)
-        record_life(
-            s, "j-aws", 0, "l-0", requested_at=now - 7200, launched_at=now - 7200,
-            provider_instance_id="i-0", state="terminated", end_reason="completed",
-            ended_at=now - 3600, cost_usd=PRICE, market_seconds=3600.0,
-        )  # fmt: skip
-        trial_id: str = s.get_instance("l-0").trial_id
-        s.update_trial(trial_id, cost_usd=PRICE)
-    return trial_id
 
 
 def _stray(name: str, now: float) -> Instance:
@@ -81,23 +63,13 @@ def _sweep(store: Store, trial: Any, now: float, db: str, cancel: dict[str, str]
             if cancel.get(f"terminate {iid}"):
                 _cancel_bills(db, trial.trial_id, by_id[cancel[f"terminate {iid}"]], now)
 
-    lc = object.__new__(LaunchCleanup)
-    lc.store, lc.job_id, lc.leftover_ids, lc.unconfirmed = store, "j-aws", [], {}
-    lc.spent_usd, lc.trials = PRICE, [trial]
-    lc._event = lambda *a, **k: None  # type: ignore[method-assign]
-    lc.backend = types.SimpleNamespace(  # type: ignore[assignment]
-        provisioner=types.SimpleNamespace(describe=describe, terminate=terminate),
-        segments=lambda o, a, b: [(b - a, o.price_per_hour)],
-        rule_of=lambda o: rule_for("aws"),
-    )
-    lc._sweep_strays(now)
-    return lc
+    return sweep(store, trial, now, describe, terminate)
 
 
 def _after(tmp_path: Path, cancel: dict[str, str]) -> tuple[Any, LaunchCleanup, float, Any]:
     now = time.time()
     db = f"sqlite:///{tmp_path / 'state.db'}"
-    trial = types.SimpleNamespace(trial_id=_job(db, now), cost_usd=PRICE)
+    trial = types.SimpleNamespace(trial_id=aws_job(db, now), cost_usd=PRICE)
     with Store.open_existing(db) as store:
         lc = _sweep(store, trial, now, db, cancel)
         row = store.get_instance("l-0")
@@ -158,21 +130,11 @@ def test_a_stray_is_billed_at_its_records_price_on_either_market(
 
     now = time.time()
     db = f"sqlite:///{tmp_path / 'state.db'}"
-    trial = types.SimpleNamespace(trial_id=_job(db, now), cost_usd=PRICE)
+    trial = types.SimpleNamespace(trial_id=aws_job(db, now), cost_usd=PRICE)
     with Store.open_existing(db) as store:
         store.update_instance("l-0", market=market)
-        lc = object.__new__(LaunchCleanup)
-        lc.store, lc.job_id, lc.leftover_ids, lc.unconfirmed = store, "j-aws", [], {}
-        lc.spent_usd, lc.trials = PRICE, [trial]
-        lc._event = lambda *a, **k: None  # type: ignore[method-assign]
-        lc.backend = types.SimpleNamespace(  # type: ignore[assignment]
-            provisioner=types.SimpleNamespace(
-                describe=lambda _: [_stray("i-s1", now)], terminate=lambda ids: None
-            ),
-            segments=_price_at_launch,
-            rule_of=lambda o: rule_for("aws"),
-        )
-        lc._sweep_strays(now)
+        strays = [_stray("i-s1", now)]
+        lc = sweep(store, trial, now, lambda _: strays, lambda ids: None, _price_at_launch)
         row = store.get_instance("l-0")
     assert row.cost_usd == pytest.approx(PRICE + HALF)  # on-demand was $0.95: the stray free
     assert lc.spent_usd == pytest.approx(PRICE + HALF)
