@@ -42,6 +42,13 @@ def tune(
     from spotwise.spec import load_spec
     from spotwise.store import Store
 
+    if policy is not None and not policy.strip():  # `--policy ''` ran the spec's in silence
+        from spotwise.planner.policy import policy_names
+
+        raise SpecError(
+            f"--policy: empty; name one of {', '.join(policy_names())}, or leave it out for "
+            "the spec's policy"
+        )
     spec = load_spec(spec_path)
     other = policy is not None and policy != spec.policy  # `--policy OTHER`
     try:  # an unknown policy, or options it does not take: refused before anything is written

@@ -58,3 +58,12 @@ def test_tune_deadline_note_is_a_warning_line(
         "warning: policy greedy plans for a deadline (budget.deadline_hours) and the spec sets "
         "none: it places each trial on the cheapest spot offer, as spot-greedy does"
     ]
+
+
+def test_an_empty_policy_option_is_refused(tmp_path: Path) -> None:
+    """`tune --policy ''` quietly ran the spec's own policy (helper J's note)."""
+
+    with pytest.raises(SpecError) as info:
+        jobs.tune(tmp_path / "job.yaml", db=f"sqlite:///{tmp_path / 'x.db'}", policy=" ")
+    assert info.value.message.startswith("--policy: empty; name one of asha, ")
+    assert not (tmp_path / "x.db").exists()
