@@ -102,7 +102,8 @@ def deadline_note(policy: str, deadline_hours: float | None) -> str:
         return ""
     return (
         f"policy {policy} plans for a deadline (budget.deadline_hours) and the spec sets none: "
-        "it places each trial on the cheapest spot offer, as spot-greedy does"
+        "it places each trial on the spot offer cheapest per step, as spot-greedy does, but "
+        "waits for spot where spot-greedy would take on-demand"
     )
 
 

@@ -1,7 +1,8 @@
 """A job spec's checks that read more than its fields, done after the spec model validates (not
 in it, so that a job stored by an older spotwise still loads): each provider's options (the
-providers' registry), the policy's name and options (the policy registry), and the size of a
-finite search space; and :func:`cost_cap_note`, the warning for a cloud job with no cost cap.
+providers' registry), the policy's name and options (the policy registry), the size of a
+finite search space and, for the et/rf optimizers, its real ranges within float32; and
+:func:`cost_cap_note`, the warning for a cloud job with no cost cap.
 """
 
 from __future__ import annotations
@@ -24,6 +25,29 @@ def check_parsed(spec: JobSpec, source: str) -> None:
     _check_policy(spec, source)
     _check_policy_options(spec, source)
     _check_space_size(spec, source)
+    _check_float32_ranges(spec, source)
+
+
+FLOAT32_MAX = 3.4028234663852886e38  # a linear real range's bound (et/rf cast points to it)
+
+
+def _check_float32_ranges(spec: JobSpec, source: str) -> None:
+    """The et and rf optimizers' trees read points as float32: a linear real range past its
+    largest value made the second trial's ``tell`` fail mid-job (review-aq AQ8; a log range is
+    read as its log10, and gp reads float64)."""
+    if spec.search.optimizer not in ("et", "rf"):
+        return
+    for name, p in spec.search_space.items():
+        if getattr(p, "type", None) != "real" or getattr(p, "log", False):
+            continue
+        for end in ("low", "high"):
+            if abs(getattr(p, end)) > FLOAT32_MAX:
+                raise SpecError(
+                    f"{source}: spec field 'search': optimizer {spec.search.optimizer} reads "
+                    f"points as float32: search_space.{name}.{end} must be within "
+                    f"±{FLOAT32_MAX:.4g}, got {getattr(p, end):g}; narrow the range, set log: "
+                    "true, or use optimizer: gp"
+                )
 
 
 def _check_policy(spec: JobSpec, source: str) -> None:

@@ -32,8 +32,9 @@ def tune(
         typer.Option(
             help="Policy to run (overrides the spec): spot-greedy, on-demand, asha, spottune, "
             "spotwise, or Can't Be Late's deadline policies greedy and uniform-progress "
-            "(docs/simulation.md; they need budget.deadline_hours, else they place by price "
-            "as spot-greedy, with a warning). The spec's policy_options apply to it: options "
+            "(docs/simulation.md; they need budget.deadline_hours, else they place on spot "
+            "by price per step as spot-greedy but never fall back to on-demand, with a "
+            "warning). The spec's policy_options apply to it: options "
             "it does not take are refused."
         ),
     ] = None,

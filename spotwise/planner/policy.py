@@ -90,6 +90,8 @@ class TrialView:
     # runs at ``seconds_per_step`` (a view built by hand, the simulator's one-type market)
     step_seconds: tuple[tuple[str, float], ...] = ()
     done_at: float | None = None  # market time its last step was seen on its current instance
+    # whether its current instance has reported a step yet (None: unknown, a view built by hand)
+    reported_on_life: bool | None = None
 
     def seconds_on(self, offer: OfferView | None) -> float:
         """Market seconds per step on ``offer``'s instance type (``seconds_per_step`` when the

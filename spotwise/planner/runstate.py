@@ -16,6 +16,8 @@ from typing import Any
 
 from spotwise.planner.policy import OfferView, Phase, PlannerView, TrialView
 from spotwise.planner.speeds import step_seconds
+from spotwise.planner.startup_floor import note_unreported_life as note_unreported_life
+from spotwise.planner.startup_floor import startup_floor_s
 from spotwise.providers.base import Offer
 from spotwise.providers.billing import BillingRule
 
@@ -107,6 +109,9 @@ class TrialRun:
     step_s: dict[str, float] = field(default_factory=dict)
     restart_overhead_s: float | None = None  # launch → first report, its steps included
     restart_steps: int = 0  # the steps that first report covered (timed into the overhead)
+    # market seconds of its longest life taken or stopped before its first report: its
+    # start-up was longer (a censored observation, :func:`startup_floor_s`)
+    unreported_life_s: float = 0.0
     # its newest timed checkpoint saves: (market time read, market seconds the save took)
     checkpoint_saves: list[tuple[float, float]] = field(default_factory=list)
     # its newest lives' wind-downs: (market time billed to, market seconds past its last step)
@@ -152,6 +157,7 @@ def trial_view(
         reported=tuple(sorted(t.reported.items())),
         step_seconds=step_seconds,
         done_at=life.done_at if life else None,
+        reported_on_life=(life.first_report_at is not None) if life else None,
     )
 
 
@@ -209,7 +215,10 @@ def build_view(
         max_cost_usd=max_cost_usd,
         started_at=started_at,
         deadline=deadline,
-        restart_overhead_s=sum(overheads) / len(overheads) if overheads else 60.0,
+        restart_overhead_s=max(
+            sum(overheads) / len(overheads) if overheads else 60.0,
+            startup_floor_s(trials, now, default_sps if observed else None),
+        ),
         notice_lead_s=min(r.notice_lead_s for r in rules.values()),
         free_if_revoked_within_s=min(r.free_if_revoked_within_s for r in rules.values()),
         tick_s=tick_s,

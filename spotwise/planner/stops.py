@@ -34,14 +34,24 @@ class Stops(LaunchRetry):
         self._event("stop_early", now, t, reason=why, already_stopping_for=t.stop_reason)
 
     def _stop_paying(self, t: TrialRun, action: StopEarly, now: float) -> None:
-        """A trial stopped for the budget is abandoned: its instance is terminated at the end
-        of this decision pass (:meth:`_release_budget_stops`) rather than billed while the trial
-        winds down (its result is its last metric), unless the provider is taking it anyway."""
-        if action.reason == "budget" and t.life is not None and not t.life.exited:
+        """A trial stopped for a limit of the job (budget, deadline) is abandoned: its instance
+        is terminated at the end of this decision pass (:meth:`_release_budget_stops`) rather
+        than billed while the trial winds down (its result is its last metric), unless the
+        provider is taking it anyway.
+
+        A deadline stop too (review-aq AQ6): asked to leave at its next step boundary, a trial
+        still starting up or in a long step ran on, billed, past the deadline (two on-demand
+        lives $6.2 past it, for one step each that counted for nothing). No checkpoint is
+        waited for: the one it last wrote stays for `spotwise resume` (which runs a trial
+        stopped by a limit again), and at most the steps since it are lost, where waiting for
+        the next boundary bills an unbounded step (or the rest of a start-up) past the deadline.
+        """
+        if action.reason in LIMITS and t.life is not None and not t.life.exited:
             self.budget_stops.append((t, t.life))
 
     def _release_budget_stops(self, now: float) -> None:
-        """Terminate the instances of this pass's budget stops in one provider call.
+        """Terminate the instances of this pass's budget (and deadline) stops in one provider
+        call.
 
         One call each made every stop wait for the ones before it (the local provider waits a
         kill grace per call, minutes of a fast replayed clock; a cloud API has its own round

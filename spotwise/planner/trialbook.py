@@ -32,7 +32,14 @@ from spotwise.planner.policy import (
     TrialExited,
 )
 from spotwise.planner.report import best_of, last_reported, reported_final, unreported_final
-from spotwise.planner.runstate import LIMITS, Life, TrialRun, note_checkpoint_save, note_report
+from spotwise.planner.runstate import (
+    LIMITS,
+    Life,
+    TrialRun,
+    note_checkpoint_save,
+    note_report,
+    note_unreported_life,
+)
 from spotwise.planner.search import Search
 from spotwise.planner.trial_output import LAST_LINE_CHARS, last_line, life_log  # noqa: F401
 from spotwise.providers.base import InstanceState
@@ -190,6 +197,7 @@ class TrialBook:
             or state is InstanceState.REVOKED
             or t.stopping == "migrate"
         )
+        note_unreported_life(t, life, now, taken or t.stopping is not None)  # its start-up
         if finished:
             self._close_trial(t, "completed", now)
         elif max(t.step, t.checkpoint_step) >= t.steps_total and not taken and not t.stopping:

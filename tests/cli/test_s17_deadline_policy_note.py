@@ -29,7 +29,8 @@ def test_tune_warns_when_a_deadline_policy_has_no_deadline(
     assert ran  # it still runs: a warning, not a refusal
     assert [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING] == [
         f"warning: policy {policy} plans for a deadline (budget.deadline_hours) and the spec "
-        "sets none: it places each trial on the cheapest spot offer, as spot-greedy does"
+        "sets none: it places each trial on the spot offer cheapest per step, as spot-greedy "
+        "does, but waits for spot where spot-greedy would take on-demand"
     ]
 
 

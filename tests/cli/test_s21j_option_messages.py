@@ -56,7 +56,8 @@ def test_tune_deadline_note_is_a_warning_line(
     said = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert said == [
         "warning: policy greedy plans for a deadline (budget.deadline_hours) and the spec sets "
-        "none: it places each trial on the cheapest spot offer, as spot-greedy does"
+        "none: it places each trial on the spot offer cheapest per step, as spot-greedy does, but "
+        "waits for spot where spot-greedy would take on-demand"
     ]
 
 

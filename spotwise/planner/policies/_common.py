@@ -96,6 +96,26 @@ def within_budget(
     return None, spend  # the running trials' projections leave no room yet: wait for them
 
 
+def first_fit(
+    view: PlannerView, spend: float, t: TrialView, ranked: list[OfferView]
+) -> tuple[Action | None, float, OfferView]:
+    """The favourite of ``ranked`` (best first) as :func:`within_budget` judges it, with the
+    projected spend after it and the offer; when it cannot fit even once the running trials
+    are done, the next offers in order before ``StopEarly(budget)``: the first that fits now,
+    else wait when one fits later (review-aq AQ4: the favourite, maybe the dearer launch, judged
+    alone stopped a trial while a cheaper offer fit); a favourite that only waits keeps waiting."""
+    action, after = within_budget(view, spend, t, ranked[0])
+    if not isinstance(action, StopEarly):
+        return action, after, ranked[0]
+    waits = False
+    for o in ranked[1:]:
+        nxt, after = within_budget(view, spend, t, o)
+        if isinstance(nxt, Launch):
+            return nxt, after, o
+        waits = waits or nxt is None
+    return (None if waits else action), spend, ranked[0]
+
+
 def can_start_before_deadline(view: PlannerView, trial: TrialView) -> bool:
     """Whether a launch now could make at least one step before the deadline."""
     if view.deadline is None:
@@ -135,7 +155,9 @@ def place(
     could not make a step before it) and the budget: a launch is made only when the projected
     spend of the running trials plus this trial's start-up, remaining steps and wind-down at
     the offer's price stays within ``max_cost_usd``; one that fits only once they are done waits
-    (:func:`within_budget`); until a step has been timed, one trial at a time (:func:`free_slots`).
+    (:func:`within_budget`); when the best-scoring offer does not fit, the next ones in score
+    order are tried (:func:`first_fit`); until a step has been timed, one trial at a
+    time (:func:`free_slots`).
     """
     slots = free_slots(view)
     if slots <= 0:
@@ -149,8 +171,8 @@ def place(
         if not can_start_before_deadline(view, t):
             actions.append(StopEarly(t.trial_id, "deadline"))
             continue
-        best = min(candidates, key=lambda o: (score(view, t, o), o.key))
-        action, spend = within_budget(view, spend, t, best)
+        ranked = sorted(candidates, key=lambda o: (score(view, t, o), o.key))
+        action, spend, _ = first_fit(view, spend, t, ranked)
         if action is not None:
             actions.append(action)
     return actions
@@ -246,9 +268,21 @@ def shed_for_budget(view: PlannerView) -> list[Action]:
     return out
 
 
+#: a life with no report yet counts as starting for up to this many times the job's start-up
+STARTING_BOUND = 3.0
+
+
 def _starting(view: PlannerView, t: TrialView) -> bool:
-    """Still in its start-up: launched less than the job's measured start-up ago."""
-    return t.launched_at is not None and view.now < t.launched_at + view.restart_overhead_s
+    """Still in its start-up: its instance has reported no step yet (review-aq AQ2: the clock
+    alone, the job's *mean* start-up, called a slower start-up over and shed it, wasting it
+    all), for up to :data:`STARTING_BOUND` times the job's start-up (a life that never reports
+    is not spared for ever); where that is unknown, launched less than the start-up ago."""
+    if t.launched_at is None:
+        return False
+    elapsed = view.now - t.launched_at
+    if t.reported_on_life is False:
+        return elapsed < STARTING_BOUND * view.restart_overhead_s
+    return elapsed < view.restart_overhead_s
 
 
 def finish_eta(view: PlannerView, t: TrialView) -> float:

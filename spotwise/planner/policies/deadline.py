@@ -14,7 +14,11 @@ A job's state is idle, on spot or on on-demand. With ``C(t)`` the remaining comp
 Both are stateless: "stay on on-demand until the end" follows from the Safety Net condition,
 which only gets tighter once it holds. For a tuning job with several trials the quantities are
 per slot: the remaining work of every unfinished trial (and of the trials not yet created, at
-full length) divided by ``parallel``.
+full length) divided by the slots it can use (``parallel``, or fewer when fewer trials are
+left: one trial cannot use the other slots), and never less than the longest single trial's.
+Both place by the list price per step as ``spot-greedy`` does (the trial's speed on each
+offer's instance type); on-demand, they take the offers that finish the trial's remaining steps
+by the deadline first (:func:`by_deadline`).
 """
 
 from __future__ import annotations
@@ -22,13 +26,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from spotwise.planner.policies._common import (
+    can_start_before_deadline,
     checkpoint_on_notice,
+    first_fit,
     free_slots,
     guards,
     needy,
     price_per_step,
     projected_spend,
-    within_budget,
 )
 from spotwise.planner.policy import (
     Action,
@@ -37,6 +42,8 @@ from spotwise.planner.policy import (
     OfferView,
     Phase,
     PlannerView,
+    StopEarly,
+    TrialView,
     register_policy,
 )
 
@@ -91,16 +98,24 @@ def job_clock(view: PlannerView, expected_fraction: float = 1.0) -> JobClock | N
         return None
     sps_known = [t.seconds_per_step for t in view.trials]
     sps = sum(sps_known) / len(sps_known) if sps_known else 60.0
-    remaining = done = 0.0
+    remaining = done = longest = 0.0
     steps_total = view.trials[0].steps_total if view.trials else 1
+    live = 0
     for t in view.trials:
         done += (t.step - t.start_step) * t.seconds_per_step  # this run's: its window's
         if not t.phase.is_terminal():
+            live += 1
             remaining += t.remaining_steps * t.seconds_per_step
+            longest = max(longest, t.remaining_steps * t.seconds_per_step)
     unseen = max(view.trials_total - len(view.trials), 0)
-    remaining += unseen * steps_total * sps * expected_fraction
+    if unseen:
+        remaining += unseen * steps_total * sps * expected_fraction
+        longest = max(longest, steps_total * sps * expected_fraction)
     p = max(view.parallel, 1)
-    remaining, done = remaining / p, done / p
+    # per slot: the remaining work over the slots it can use (fewer trials than slots use
+    # fewer), and never less than the longest trial's, which one slot runs alone (review-aq AQ5)
+    remaining = max(remaining / max(min(p, live + unseen), 1), longest)
+    done = done / p
     return JobClock(
         remaining=remaining,
         left=view.deadline - view.now,
@@ -113,22 +128,48 @@ def job_clock(view: PlannerView, expected_fraction: float = 1.0) -> JobClock | N
     )
 
 
-def cheapest(view: PlannerView, spot: bool) -> OfferView | None:
-    pool = [o for o in view.offers if o.available and o.is_spot == spot]
-    return min(pool, key=lambda o: (o.price, o.key)) if pool else None
+def finishes_in_time(view: PlannerView, t: TrialView, o: OfferView) -> bool:
+    """Whether a launch of ``t`` on ``o`` now makes its remaining steps by the deadline (at its
+    speed on ``o``'s instance type, after the start-up), as ``past_deadline`` judges it."""
+    if view.deadline is None:
+        return True
+    return view.now + view.restart_overhead_s + t.remaining_steps * t.seconds_on(o) <= view.deadline
 
 
-def launch_all(view: PlannerView, offer: OfferView | None) -> list[Action]:
-    """Every trial that needs an instance on ``offer``, as far as the budget allows."""
-    if offer is None:
+def by_deadline(view: PlannerView, t: TrialView, ranked: list[OfferView]) -> list[OfferView]:
+    """``ranked`` (best first) with the offers that finish ``t`` by the deadline first, in their
+    order, then the others fastest first: the cheapest on-demand per step can be a slower type
+    that misses the deadline (review-aq AQ1: a T4 at a sixth of a V100's price, 20 steps late)."""
+    if view.deadline is None:
+        return ranked
+    ok = [o for o in ranked if finishes_in_time(view, t, o)]
+    keys = {o.key for o in ok}
+    return ok + sorted((o for o in ranked if o.key not in keys), key=t.seconds_on)
+
+
+def launch_all(view: PlannerView, offers: list[OfferView]) -> list[Action]:
+    """Every trial that needs an instance on its offer among ``offers``, cheapest per step (on
+    on-demand: those finishing by the deadline first), as far as the budget allows; a trial
+    that could not make a step before the deadline is stopped, as ``place`` does."""
+    if not offers:
         return []
     actions: list[Action] = []
     spend = projected_spend(view)
     for t in needy(view)[: max(free_slots(view), 0)]:
-        action, spend = within_budget(view, spend, t, offer)
+        if not can_start_before_deadline(view, t):
+            actions.append(StopEarly(t.trial_id, "deadline"))
+            continue
+        ranked = sorted(offers, key=lambda o: (price_per_step(view, t, o), o.key))
+        if not any(o.is_spot for o in offers):  # on-demand: finish by the deadline first
+            ranked = by_deadline(view, t, ranked)
+        action, spend, _ = first_fit(view, spend, t, ranked)
         if action is not None:
             actions.append(action)
     return actions
+
+
+def _pool(view: PlannerView, spot: bool) -> list[OfferView]:
+    return [o for o in view.offers if o.available and o.is_spot == spot]
 
 
 @register_policy("greedy")
@@ -144,8 +185,8 @@ class Greedy:
         clock = job_clock(view)
         actions = checkpoint_on_notice(view, event)
         if clock is not None and clock.safety_net:
-            return [*actions, *launch_all(view, cheapest(view, spot=False))]
-        return [*actions, *launch_all(view, cheapest(view, spot=True))]
+            return [*actions, *launch_all(view, _pool(view, spot=False))]
+        return [*actions, *launch_all(view, _pool(view, spot=True))]
 
 
 @register_policy("uniform-progress")
@@ -160,12 +201,12 @@ class UniformProgress:
             return stop
         clock = job_clock(view)
         actions = checkpoint_on_notice(view, event)
-        spot, od = cheapest(view, spot=True), cheapest(view, spot=False)
+        spot, od = _pool(view, spot=True), _pool(view, spot=False)
         if clock is None:  # no deadline: plain spot placement by price
             from spotwise.planner.policies._common import place
 
             return [*actions, *place(view, price_per_step, markets=lambda o: o.is_spot)]
-        if spot is not None and not clock.safety_net:
+        if spot and not clock.safety_net:
             # hysteresis: leave on-demand only once ahead of ep(t + 2d)
             if clock.done >= clock.expected(clock.elapsed + 2.0 * clock.d):
                 actions += [

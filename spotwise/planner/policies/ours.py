@@ -44,16 +44,16 @@ from spotwise.planner.policies._common import (
     checkpoint_on_notice,
     earlycurve_predictor,
     final_value,
+    first_fit,
     free_slots,
     guards,
     needy,
     observed,
     projected_spend,
     stop_invalid,
-    within_budget,
 )
 from spotwise.planner.policies.asha import judged_reports, mark_judged, report_judged_at
-from spotwise.planner.policies.deadline import JobClock, job_clock
+from spotwise.planner.policies.deadline import JobClock, by_deadline, job_clock
 from spotwise.planner.policies.odds import _noise, p_beat
 from spotwise.planner.policies.spottune import crosses_first_hour
 from spotwise.planner.policy import (
@@ -248,8 +248,12 @@ class Spotwise:
                 pool = spots or []  # no deadline: wait for spot rather than pay on-demand
             if not pool:
                 continue
-            best = min(pool, key=lambda o: (self._per_useful_step(view, t, o, fresh=True), o.key))
-            action, spend = within_budget(view, spend, t, best)
+            ranked = sorted(
+                pool, key=lambda o: (self._per_useful_step(view, t, o, fresh=True), o.key)
+            )
+            if pool is od:  # on-demand: those finishing by the deadline first (review-aq AQ1)
+                ranked = by_deadline(view, t, ranked)
+            action, spend, best = first_fit(view, spend, t, ranked)  # the budget: review-aq AQ4
             if not isinstance(action, Launch):  # stopped for the budget, or waiting for room
                 actions += [action] if action is not None else []
                 continue
