@@ -2,6 +2,7 @@
 
     python bench/predictors.py            # everything (about 5-10 min on 2 CPU cores)
     python bench/predictors.py --quick    # the two acceptance commands only
+    python bench/predictors.py --curves-only  # part 2 only, written into the existing JSON
 
 1. Revocation: ``spotwise predictor eval --traces ../shared/data/spot/skynomad-v100-2023 --json``
    (the acceptance command: all four models fitted on the first 70 % of the ticks, scored on the
@@ -169,14 +170,37 @@ def shipped_training() -> dict[str, Any]:
     return r
 
 
+def curves_only(out: Path) -> None:
+    """Part 2 alone, at every θ: its rows replace ``curves`` in ``out`` (dated apart)."""
+    doc = json.loads(out.read_text()) if out.exists() else {}
+    t0 = time.perf_counter()
+    doc["curves"] = curves(False)
+    doc["curves_generated"] = datetime.now(UTC).isoformat(timespec="seconds")
+    doc["curves_seconds"] = round(time.perf_counter() - t0, 1)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(doc, indent=1) + "\n")
+    rows = doc["curves"]["acceptance"]["result"]["rows"]
+    print(table(rows, ("name", "mae", "top10_recall_at_25", "band_coverage", "fit_ms_per_curve")))
+    print(f"wrote {out} (curves) in {doc['curves_seconds']} s")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="only the two acceptance commands")
+    ap.add_argument(
+        "--curves-only",
+        action="store_true",
+        help="only part 2 (EarlyCurve on LCBench), replacing `curves` in the existing --out "
+        "file and keeping its other parts (no revocation model is fitted or scored)",
+    )
     ap.add_argument("--out", type=Path, default=OUT)
     args = ap.parse_args()
     if not SHARED.is_dir():
         sys.exit(f"{SHARED} is absent: the benchmark needs the shared real data")
     os.chdir(ROOT)  # the commands use paths relative to the repository, as documented
+    if args.curves_only:
+        curves_only(args.out)
+        return
     import torch
 
     t0 = time.perf_counter()

@@ -7,7 +7,10 @@ is written straight into a SQLite file in a temporary folder. Each round runs th
 this process (typer's ``CliRunner``, a 160-column console), text and ``--json`` in
 alternation: the database read, the rendering and the printing, not the interpreter's start.
 The text lists the 50 newest lives and every one still held (55 rows); ``--json`` all 5,000.
-The absolute seconds depend on the machine.
+The baseline is the read the text made before it read only what it shows: the core call
+``jobs.status(JOB)`` reading every life (``read_all_s``), against ``jobs.status(JOB,
+newest=50)`` (``read_newest_s``), in alternation too. The ratios to it, measured in the same
+process, are the figures to compare; the absolute seconds depend on the machine and its load.
 """
 
 from __future__ import annotations
@@ -79,6 +82,7 @@ def main() -> None:
     from rich.console import Console
     from typer.testing import CliRunner
 
+    from spotwise import jobs
     from spotwise.cli import render
     from spotwise.cli.app import app
 
@@ -95,13 +99,23 @@ def main() -> None:
             return took, done.stdout
 
         run()  # imports and the schema check, once
+
+        def read(newest: int | None) -> float:
+            t0 = time.perf_counter()
+            jobs.status("j-big", db=db, newest=newest)
+            return time.perf_counter() - t0
+
         text_s: list[float] = []
         json_s: list[float] = []
+        all_s: list[float] = []
+        newest_s: list[float] = []
         for _ in range(args.rounds):
             took, text = run()
             text_s.append(took)
             took, out = run("--json")
             json_s.append(took)
+            all_s.append(read(None))
+            newest_s.append(read(50))
         rows = sum(1 for line in text.splitlines() if line.lstrip().startswith("t-"))
         listed = len(json.loads(out)["instances"])
     result: dict[str, Any] = {
@@ -110,7 +124,12 @@ def main() -> None:
         f"python {platform.python_version()}",
         "instance_lives": TRIALS * LIVES_EACH,
         "trials": TRIALS,
+        "command": " ".join(["python", "bench/status_big.py", *sys.argv[1:]]),
         "rounds": args.rounds,
+        "baseline": "jobs.status(JOB): every life read (the text's read before newest-N)",
+        "read_newest_vs_baseline": round(statistics.median(newest_s) / statistics.median(all_s), 3),
+        "read_all_s_median": statistics.median(all_s),
+        "read_newest_s_median": statistics.median(newest_s),
         "text_s_median": statistics.median(text_s),
         "json_s_median": statistics.median(json_s),
         "text_rows_shown": rows,
