@@ -193,3 +193,15 @@ def test_spotwise_launches_on_an_offer_that_fits_when_its_favourite_does_not() -
     tight = replace(v, max_cost_usd=1.5)
     acts = get_policy("spotwise").decide(tight, Tick(0.0))
     assert acts == [StopEarly("t1", "budget")]
+
+
+# ---- the same rule for the on-demand and spot-greedy policies (_common.place) ----------------
+
+
+@pytest.mark.parametrize("name", ["on-demand", "spot-greedy"])
+def test_every_policys_on_demand_placement_finishes_by_the_deadline_first(name: str) -> None:
+    """No spot to be had: the on-demand pool is placed by price per step, the types that
+    finish the trial by the deadline first (was: the T4, cheaper per step, 1367 s late)."""
+    v = view((waiting(),), deadline=NOW + 1300.0)
+    assert launches(name, v) == [P3_OD.key]
+    assert launches(name, view((waiting(),), deadline=None)) == [G4_OD.key]  # no deadline

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol
 
+from spotwise.planner.policies.finish import by_deadline
 from spotwise.planner.policy import (
     INVALID_METRIC,
     Action,
@@ -152,13 +153,11 @@ def place(
     """Launch every trial that needs an instance on its best-scoring available offer.
 
     Respects ``parallel`` (running trials count against it), the deadline (no launch that
-    could not make a step before it) and the budget: a launch is made only when the projected
-    spend of the running trials plus this trial's start-up, remaining steps and wind-down at
-    the offer's price stays within ``max_cost_usd``; one that fits only once they are done waits
-    (:func:`within_budget`); when the best-scoring offer does not fit, the next ones in score
-    order are tried (:func:`first_fit`); until a step has been timed, one trial at a
-    time (:func:`free_slots`).
-    """
+    could not make a step before it; on-demand, the offers finishing by it first) and the
+    budget: a launch only when the projected spend plus this trial's start-up, steps and
+    wind-down at the offer's price stays within ``max_cost_usd``, else wait while one fits once
+    the others are done (:func:`within_budget`), trying the next offers (:func:`first_fit`);
+    until a step has been timed, one trial at a time (:func:`free_slots`)."""
     slots = free_slots(view)
     if slots <= 0:
         return []
@@ -172,6 +171,8 @@ def place(
             actions.append(StopEarly(t.trial_id, "deadline"))
             continue
         ranked = sorted(candidates, key=lambda o: (score(view, t, o), o.key))
+        if not any(o.is_spot for o in candidates):  # on-demand: finish by the deadline first
+            ranked = by_deadline(view, t, ranked)
         action, spend, _ = first_fit(view, spend, t, ranked)
         if action is not None:
             actions.append(action)
@@ -268,15 +269,13 @@ def shed_for_budget(view: PlannerView) -> list[Action]:
     return out
 
 
-#: a life with no report yet counts as starting for up to this many times the job's start-up
-STARTING_BOUND = 3.0
+STARTING_BOUND = 3.0  # a life with no report yet is starting for up to this many start-ups
 
 
 def _starting(view: PlannerView, t: TrialView) -> bool:
-    """Still in its start-up: its instance has reported no step yet (review-aq AQ2: the clock
-    alone, the job's *mean* start-up, called a slower start-up over and shed it, wasting it
-    all), for up to :data:`STARTING_BOUND` times the job's start-up (a life that never reports
-    is not spared for ever); where that is unknown, launched less than the start-up ago."""
+    """Still in its start-up: its instance has reported no step yet (review-aq AQ2: the job's
+    *mean* start-up called a slower one over, shed with all of it spent), for up to
+    :data:`STARTING_BOUND` start-ups; where that is unknown, launched less than one ago."""
     if t.launched_at is None:
         return False
     elapsed = view.now - t.launched_at

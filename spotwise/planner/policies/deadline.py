@@ -35,6 +35,8 @@ from spotwise.planner.policies._common import (
     price_per_step,
     projected_spend,
 )
+from spotwise.planner.policies.finish import by_deadline as by_deadline
+from spotwise.planner.policies.finish import finishes_in_time as finishes_in_time
 from spotwise.planner.policy import (
     Action,
     Checkpoint,
@@ -43,7 +45,6 @@ from spotwise.planner.policy import (
     Phase,
     PlannerView,
     StopEarly,
-    TrialView,
     register_policy,
 )
 
@@ -126,25 +127,6 @@ def job_clock(view: PlannerView, expected_fraction: float = 1.0) -> JobClock | N
         d=view.restart_overhead_s,
         tick=max(view.tick_s, 0.0),
     )
-
-
-def finishes_in_time(view: PlannerView, t: TrialView, o: OfferView) -> bool:
-    """Whether a launch of ``t`` on ``o`` now makes its remaining steps by the deadline (at its
-    speed on ``o``'s instance type, after the start-up), as ``past_deadline`` judges it."""
-    if view.deadline is None:
-        return True
-    return view.now + view.restart_overhead_s + t.remaining_steps * t.seconds_on(o) <= view.deadline
-
-
-def by_deadline(view: PlannerView, t: TrialView, ranked: list[OfferView]) -> list[OfferView]:
-    """``ranked`` (best first) with the offers that finish ``t`` by the deadline first, in their
-    order, then the others fastest first: the cheapest on-demand per step can be a slower type
-    that misses the deadline (review-aq AQ1: a T4 at a sixth of a V100's price, 20 steps late)."""
-    if view.deadline is None:
-        return ranked
-    ok = [o for o in ranked if finishes_in_time(view, t, o)]
-    keys = {o.key for o in ok}
-    return ok + sorted((o for o in ranked if o.key not in keys), key=t.seconds_on)
 
 
 def launch_all(view: PlannerView, offers: list[OfferView]) -> list[Action]:
