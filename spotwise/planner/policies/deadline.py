@@ -26,14 +26,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from spotwise.planner.policies._common import (
-    can_start_before_deadline,
     checkpoint_on_notice,
-    first_fit,
-    free_slots,
     guards,
-    needy,
+    place,
     price_per_step,
-    projected_spend,
 )
 from spotwise.planner.policies.finish import by_deadline as by_deadline
 from spotwise.planner.policies.finish import finishes_in_time as finishes_in_time
@@ -44,7 +40,6 @@ from spotwise.planner.policy import (
     OfferView,
     Phase,
     PlannerView,
-    StopEarly,
     register_policy,
 )
 
@@ -132,22 +127,9 @@ def job_clock(view: PlannerView, expected_fraction: float = 1.0) -> JobClock | N
 def launch_all(view: PlannerView, offers: list[OfferView]) -> list[Action]:
     """Every trial that needs an instance on its offer among ``offers``, cheapest per step (on
     on-demand: those finishing by the deadline first), as far as the budget allows; a trial
-    that could not make a step before the deadline is stopped, as ``place`` does."""
-    if not offers:
-        return []
-    actions: list[Action] = []
-    spend = projected_spend(view)
-    for t in needy(view)[: max(free_slots(view), 0)]:
-        if not can_start_before_deadline(view, t):
-            actions.append(StopEarly(t.trial_id, "deadline"))
-            continue
-        ranked = sorted(offers, key=lambda o: (price_per_step(view, t, o), o.key))
-        if not any(o.is_spot for o in offers):  # on-demand: finish by the deadline first
-            ranked = by_deadline(view, t, ranked)
-        action, spend, _ = first_fit(view, spend, t, ranked)
-        if action is not None:
-            actions.append(action)
-    return actions
+    that could not make a step before the deadline is stopped: ``place`` over that pool."""
+    keys = {o.key for o in offers}
+    return place(view, price_per_step, markets=lambda o: o.key in keys)
 
 
 def _pool(view: PlannerView, spot: bool) -> list[OfferView]:
@@ -185,8 +167,6 @@ class UniformProgress:
         actions = checkpoint_on_notice(view, event)
         spot, od = _pool(view, spot=True), _pool(view, spot=False)
         if clock is None:  # no deadline: plain spot placement by price
-            from spotwise.planner.policies._common import place
-
             return [*actions, *place(view, price_per_step, markets=lambda o: o.is_spot)]
         if spot and not clock.safety_net:
             # hysteresis: leave on-demand only once ahead of ep(t + 2d)
