@@ -13,7 +13,7 @@ from spotwise.errors import ProviderError
 from spotwise.release import _resumed_since, _rule, _sum_job, _whole_life_cost
 from spotwise.release_reference import OnDemandReference, _unknown_text
 from spotwise.release_text import _found_text, _looked_in, not_ours_text
-from spotwise.store.bills import InstanceBills
+from spotwise.store.bills import InstanceBills, own_bill
 
 
 def sweep_finished(store: Any, job: Any, state: str) -> dict[str, Any]:
@@ -128,7 +128,8 @@ def _bill_outlived(
     """Bill an instance found after its record ``row`` was closed, terminated now, to that
     record: from its start to now (one stopped: to when it stopped), at the record's price,
     under the provider's billing ``rule``. The record's own instance has had part of that
-    billed already (its ``market_seconds``: the whole life is billed again, less that);
+    billed already (its ``market_seconds``, less those of the parts naming other instances of
+    the launch: the whole life is billed again, less that);
     another instance of the same launch (a retried create) is a life of its own. No start
     known: nothing to bill. Only the record's own life gets an on-demand reference
     (``od_price``), for those of the seconds that fall in its useful window (up to its last
@@ -150,15 +151,18 @@ def _bill_outlived(
     end = now
     if inst.state.is_terminal() and inst.ended_at is not None:
         end = min(inst.ended_at, now)
-    before = row.market_seconds if own else 0.0
+    # the record's own life: its bill less the parts of other instances of the launch (a stray
+    # billed to it first counted as the own life's: its extra time was under-billed by that)
+    life = _OwnLife(row, inst.instance_id) if own else row
+    before = life.market_seconds if own else 0.0
     extra_s = max(end - start - before, 0.0) if start is not None else 0.0
     if own:
-        usd = _whole_life_cost(row, extra_s, False, rule) - row.cost_usd if extra_s else 0.0
+        usd = _whole_life_cost(life, extra_s, False, rule) - life.cost_usd if extra_s else 0.0
     else:
         usd = rule.charge([(extra_s, row.price_per_hour)], revoked_by_provider=False)
     od = 0.0
     if own and row.state != "failed":
-        od = od_price.reference(row, inst, start, extra_s)
+        od = od_price.reference(life, inst, start, extra_s)
     billed = bool(usd or od or extra_s)
 
     def fields(seen: Any) -> dict[str, Any]:
@@ -178,3 +182,17 @@ def _bill_outlived(
             od_price.unknown.remove(row.id)
         return None
     return float(usd)
+
+
+class _OwnLife:
+    """Record ``row`` as the bill of its own instance ``instance_id``'s life: its bill columns
+    less the parts naming other instances of its launch (:func:`~spotwise.store.bills.own_bill`),
+    every other field the record's."""
+
+    def __init__(self, row: Any, instance_id: str) -> None:
+        self._row = row
+        for k, v in own_bill(row, instance_id).items():
+            setattr(self, k, v)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._row, name)

@@ -31,6 +31,7 @@ from spotwise.providers.base import (
     not_ours_line,
 )
 from spotwise.store.bills import InstanceBills
+from spotwise.store.models import TERMINAL_INSTANCE_STATES
 
 if TYPE_CHECKING:
     from spotwise.planner.launch_cleanup import Unconfirmed
@@ -159,9 +160,11 @@ class StraySweep(TrialBook):
         this one's bill), only while the record is still as read; whether it was. What another
         process (a cancel's sweep that found the same strays) billed the record meanwhile is
         added to the spend, and where it billed this stray, its bill replaces ``cost``, so that
-        the job's end counts each stray once, as the record does. The trial's cost becomes its
-        lives' sum, in one statement (was: the orchestrator's own count, over a bill a cancel
-        had set meanwhile)."""
+        the job's end counts each stray once, as the record does. A failed launch's record the
+        drain could not confirm clean is closed by its first stray's bill, unless a cancel
+        closed it meanwhile (its close and end stay; the launch is settled either way: no
+        leftover). The trial's cost becomes its lives' sum, in one statement (was: the
+        orchestrator's own count, over a bill a cancel had set meanwhile)."""
         close: dict[str, object] = {}
         u = self.unconfirmed.get(row_id)
         settles = u is not None and not u.ids  # its launch's listings never found it
@@ -170,7 +173,8 @@ class StraySweep(TrialBook):
 
         def fields(seen: Any) -> dict[str, Any]:
             named = {} if seen.provider_instance_id else {"provider_instance_id": inst.instance_id}
-            return {**named, **close}
+            # closed meanwhile (a cancel settled the launch): its close, its end, stay
+            return {**named, **(close if seen.state not in TERMINAL_INSTANCE_STATES else {})}
 
         out = bills.bill(
             row_id, inst.instance_id, {"cost_usd": cost, "market_seconds": seconds}, fields
@@ -179,8 +183,8 @@ class StraySweep(TrialBook):
         if took:
             t.cost_usd += took
             self.spent_usd += took
-        if out.written is not None and settles:
-            del self.unconfirmed[row_id]  # settled: no longer a leftover
+        if settles and bills.rows[row_id].state in TERMINAL_INSTANCE_STATES:
+            del self.unconfirmed[row_id]  # settled (here, or by a cancel): no longer a leftover
             self.leftover_ids.remove(launch_leftover(row_id))
         # over what _bill_discarded wrote (the orchestrator's count)
         if cost or out.written is None or out.others_usd:

@@ -110,6 +110,54 @@ def parts_since(seen: InstanceRow, fresh: InstanceRow) -> list[dict[str, Any]] |
     return added
 
 
+def decided_since(seen: InstanceRow, fresh: InstanceRow) -> set[str] | None:
+    """The instances another process billed to record ``fresh`` since it was read as ``seen``
+    (:func:`parts_since`'s); None when what changed cannot be told apart by instance.
+
+    A record read open and closed since (a `spotwise cancel` that settled the failed launch the
+    drain could not confirm clean while the drain billed its strays): its close is no part, but
+    a cancel's close of a launch that had no instance nor start names the instance it found by
+    the launch's tag and bills that one life, from the start it writes to its end; so where the
+    record named neither when read and its bill's seconds, less its parts', are exactly that
+    life, the close billed the instance it names. Any other change of the bill of a record
+    read open: None (which instance it billed cannot be told)."""
+    shut = TERMINAL_INSTANCE_STATES
+    if seen.state in shut:
+        parts = parts_since(seen, fresh)
+        return None if parts is None else {str(p[PART_INSTANCE]) for p in parts}
+    before, after = extra_bills(seen), extra_bills(fresh)
+    added: list[dict[str, Any]] = after[len(before) :]
+    if after[: len(before)] != before or any(PART_INSTANCE not in p for p in added):
+        return None
+    named = {str(p[PART_INSTANCE]) for p in added}
+
+    def unparted(k: str) -> float:  # what the bill moved by, outside the parts written since
+        moved = float(getattr(fresh, k)) - float(getattr(seen, k))
+        return moved - sum(float(p.get(k, 0.0)) for p in added)
+
+    if all(math.isclose(unparted(k), 0.0, abs_tol=1e-9) for k in BILL_COLUMNS):
+        return named  # no bill but the named parts (a close that billed nothing, no close)
+    iid, start, end = fresh.provider_instance_id, fresh.launched_at, fresh.ended_at
+    if fresh.state not in shut or seen.provider_instance_id or seen.launched_at is not None:
+        return None
+    if not iid or start is None or end is None:
+        return None
+    life_s = float(fresh.market_seconds) - sum(float(p.get("market_seconds", 0.0)) for p in added)
+    if not math.isclose(life_s, end - start, abs_tol=1e-3):  # a life from another start
+        return None
+    return named | {iid}
+
+
+def own_bill(row: InstanceRow, instance_id: str) -> dict[str, float]:
+    """Record ``row``'s bill columns less the parts naming an instance other than
+    ``instance_id`` (a stray's, a retried create's, billed to the same launch): what its bill
+    holds of the life of its own instance ``instance_id``."""
+    others = [p for p in extra_bills(row) if p.get(PART_INSTANCE) not in (None, instance_id)]
+    return {
+        k: float(getattr(row, k)) - sum(float(p.get(k, 0.0)) for p in others) for k in BILL_COLUMNS
+    }
+
+
 def _written(row: RowT | None, what: str, key: str) -> RowT:
     """The row an UPDATE just wrote (read back in its transaction); none: it does not exist."""
     if row is None:
@@ -266,20 +314,27 @@ class InstanceBills:
     first). ``rows``: each record as read before the listing, then as last written or read
     here. An instance is billed as a part naming it; where the write loses, the record is read
     again: an instance a part written since names was billed by the other process (never
-    again here), the others are billed on the record as now read. Where a change names no
-    instance (an older spotwise; a record that was open), the record's instances are left to
-    the other process, as before."""
+    again here), and so was the instance a cancel's close of a record read open names, where
+    that close billed it alone (:func:`decided_since`); the others are billed on the record as
+    now read. Where a change cannot be told apart by instance (an older spotwise's part naming
+    none; any other bill of a record read open), the record's instances are left to the other
+    process, as before."""
 
     TRIES = 8  # writes lost to other instances' bills before one is left to the other process
 
     def __init__(self, store: Any, rows: dict[str, InstanceRow]) -> None:
         self.store, self.rows = store, rows
         self.blind: set[str] = set()  # records changed by a bill that names no instance
+        # record → instances another process billed to it since it was read: its parts', and a
+        # cancel's close of the record read open (:func:`decided_since`)
+        self.closed_on: dict[str, set[str]] = {}
 
     def elsewhere(self, row_id: str, instance_id: str) -> bool:
         """The instance was billed to the record (by another process, or by this sweep), or may
         have been (:attr:`blind`): it is not billed (again) here."""
-        return row_id in self.blind or instance_id in billed_instances(self.rows[row_id])
+        if row_id in self.blind or instance_id in self.closed_on.get(row_id, ()):
+            return True
+        return instance_id in billed_instances(self.rows[row_id])
 
     def bill(
         self,
@@ -303,8 +358,11 @@ class InstanceBills:
                 return Billed(done, others)
             fresh = self.store.get_instance(row_id)
             others += float(fresh.cost_usd) - float(seen.cost_usd)
-            if parts_since(seen, fresh) is None:
+            decided = decided_since(seen, fresh)
+            if decided is None:
                 self.blind.add(row_id)
+            else:
+                self.closed_on.setdefault(row_id, set()).update(decided)
             self.rows[row_id] = seen = fresh
         self.blind.add(row_id)  # still changing: left to the other process, as before
         return Billed(None, others)
