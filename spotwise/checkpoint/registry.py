@@ -7,7 +7,8 @@ a :class:`~spotwise.checkpoint.gcs.GcsCheckpointStore` and ``az://account/contai
 added with one factory that imports its module inside the function (the module imports the
 cloud SDK lazily in turn), so importing this registry stays cheap — see ``_open_s3`` below.
 
-An unknown scheme raises :class:`~spotwise.errors.SpecError` listing the registered ones.
+An unknown scheme raises :class:`~spotwise.errors.SpecError` listing the registered ones; a
+registered one without its ``//`` or not in lower case, one naming the URI meant.
 """
 
 from __future__ import annotations
@@ -42,12 +43,17 @@ def registered_schemes() -> list[str]:
 
 
 def open_checkpoint_store(uri: str) -> CheckpointStore:
-    """The checkpoint store at ``uri``: a folder path, ``file://...``, or a registered scheme."""
+    """The checkpoint store at ``uri``: a folder path, ``file://...``, or a registered scheme.
+    A registered scheme misspelt (``s3:/b/x``, ``S3://b/x``) or a URI that may carry a
+    credential is refused in the spec's one line (:func:`check_location`), not opened."""
     if not isinstance(uri, str) or not uri.strip():
         raise SpecError(f"checkpoint location must be a non-empty path or URI, got {uri!r}")
+    if (typo := _misspelt(uri)) is not None:  # a hand-set SPOTWISE_CHECKPOINT_URI=s3:/b/x
+        _refuse_misspelt(uri, typo)  # as the spec refuses it: never a folder named 's3:'
     m = _SCHEME_RE.match(uri)
     if m is None:
         return LocalCheckpointStore(Path(uri))
+    _no_credentials(uri)  # as the spec: a store's own refusal would echo a key pair
     scheme = m.group(1).lower()
     factory = _SCHEMES.get(scheme)
     if factory is None:
@@ -66,19 +72,11 @@ def check_location(uri: str) -> None:
     may be a credential (``user:key@`` in its authority, a ``?query`` such as a SAS token, a
     ``#fragment``), refused without showing the URI. No I/O and no cloud SDK: a spec is
     checked before anything runs."""
-    from spotwise.providers.channel import NO_CREDENTIALS_IN_URI, uri_credentials
-
     if not isinstance(uri, str) or not uri.strip():
         raise SpecError(f"checkpoint location must be a non-empty path or URI, got {uri!r}")
-    typo = _scheme_typo(uri)  # `s3:/bucket/x`: read as the URI meant for the credential check
-    for form in (uri, typo[1] if typo else ""):
-        if what := uri_credentials(form):  # never echoed: a key pair, a SAS token
-            raise SpecError(
-                f"checkpoint location {what} (not shown: it may be a credential); "
-                f"{NO_CREDENTIALS_IN_URI}"
-            )
-    if typo is not None:
-        raise SpecError(typo[0], hint=f"for a local folder of that name, write ./{uri.strip()}")
+    _no_credentials(uri)
+    if (typo := _misspelt(uri)) is not None:
+        _refuse_misspelt(uri, typo)
     m = _SCHEME_RE.match(uri)
     if m is None:
         return
@@ -102,6 +100,44 @@ _EXAMPLES = {
     "az": "az://ACCOUNT/CONTAINER/PREFIX",
     "file": "file:///abs/path",
 }
+
+
+def _no_credentials(uri: str) -> None:
+    """Refuse, without showing it, a location that may carry a credential (a key pair before
+    ``@``, a SAS token in a ``?query``)."""
+    if not any(c in uri for c in "@?#"):  # none: the check's import (0.2 s) is not paid
+        return
+    from spotwise.providers.channel import NO_CREDENTIALS_IN_URI, uri_credentials
+
+    if what := uri_credentials(uri):  # never echoed
+        raise SpecError(
+            f"checkpoint location {what} (not shown: it may be a credential); "
+            f"{NO_CREDENTIALS_IN_URI}"
+        )
+
+
+def _misspelt(uri: str) -> tuple[str, str, str | None] | None:
+    """A registered scheme without its ``//`` (``s3:/bucket/x``), or a built-in one not in
+    lower case (``S3://bucket/x``, ``GS://``: the provisioners, the channel and the parsers of
+    s3, az and file read lower case only; a plugin's scheme is matched in any case): the
+    refusal, naming the URI meant, that URI, and a hint; None for anything else."""
+    if (typo := _scheme_typo(uri)) is not None:
+        return typo[0], typo[1], f"for a local folder of that name, write ./{uri.strip()}"
+    m = _SCHEME_RE.match(uri.strip())
+    written = m.group(1) if m else ""
+    if written == written.lower() or written.lower() not in _PARSERS:
+        return None
+    meant = written.lower() + uri.strip()[len(written) :]
+    why = f"checkpoint location {uri!r} has its scheme '{written}:' not in lower case "
+    why += f"(did you mean {meant}?)"
+    return why, meant, None
+
+
+def _refuse_misspelt(uri: str, typo: tuple[str, str, str | None]) -> None:
+    """The one-line refusal of a misspelt location; a credential in the URI it meant is
+    refused first, unshown (the refusal would echo it)."""
+    _no_credentials(typo[1])
+    raise SpecError(typo[0], hint=typo[2])
 
 
 def _scheme_typo(uri: str) -> tuple[str, str] | None:

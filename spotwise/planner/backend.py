@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from spotwise.errors import ProviderError, SpecError, check_choice
+from spotwise.errors import PredictorError, ProviderError, SpecError, check_choice
 from spotwise.planner.offer_filter import allowed_offers as _filter
 from spotwise.providers.base import Catalog, Market, Offer, Provisioner
 from spotwise.providers.billing import BillingRule, rule_for
@@ -122,7 +122,8 @@ def replay_risk(
     on is warned about: there its forecasts have seen the revocations they are asked about);
     ``none``, no forecast (None: every risk 0); a registered model's name, that model fitted
     now on the trace's ticks up to ``start`` (its labels look no further: no look-ahead).
-    The model is asked once per tick of the trace."""
+    The model is asked once per tick of the trace; a p it cannot give (NaN) is refused naming
+    the field and the fix: a SpecError at ``start`` (nothing recorded), later a PredictorError."""
     from spotwise.predictors.revocation import load_pretrained
 
     check_forecast(forecast)
@@ -142,7 +143,14 @@ def replay_risk(
     def risk(offers: list[Offer], t: float) -> dict[str, float]:
         tick = traces.tick_at(t)
         if tick not in cache:
-            p = _one_thread(model.predict_proba, traces, tick)
+            try:  # a NaN p is never read as 0.5 or 0: the job ends, failed, saying so
+                p = _one_thread(model.predict_proba, traces, tick)
+            except PredictorError as e:
+                why = e.message.removeprefix(f"{forecast}: ")
+                raise PredictorError(
+                    f"{_FORECAST}: {forecast} gave no usable forecast ({why}); set it to none "
+                    "(no forecast) or another model (base-rate, logistic)"
+                ) from None
             cache.clear()
             cache[tick] = {
                 z: float(p[i]) if per_hour == 1.0 else 1.0 - (1.0 - float(p[i])) ** per_hour
@@ -151,6 +159,11 @@ def replay_risk(
         by_zone = cache[tick]
         return {o.key: by_zone.get(o.zone, 0.0) for o in offers if o.market is Market.SPOT}
 
+    if start is not None:  # the start's forecast, before anything is recorded or bought
+        try:
+            risk([], start)
+        except PredictorError as e:
+            raise SpecError(e.message) from None
     return risk
 
 
@@ -186,7 +199,6 @@ def check_forecast(name: str) -> None:
 
 def _fitted_before(traces: TraceSet, start: float | None, name: str, field: str) -> Any:
     """Revocation model ``name`` fitted on the ticks of ``traces`` up to ``start`` (1 h ahead)."""
-    from spotwise.errors import PredictorError
     from spotwise.predictors.revocation import get_revocation_model
 
     upto = traces.tick_at(start if start is not None else float(traces.times[0])) + 1

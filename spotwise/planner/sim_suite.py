@@ -157,28 +157,44 @@ def revocation_risk(
     """Forecast every tick from ``from_tick`` on, once (earlier ticks get p = 1: never used).
 
     ``pretrained``: the shipped model; another registered name: that model fitted here on the
-    first ``train_fraction`` of this trace; ``none``: no forecast.
+    first ``train_fraction`` of this trace; ``none``: no forecast. A model that cannot be fitted
+    there, or gives a NaN p, is a SpecError naming ``--revocation-model`` and the fix (before
+    any run: nothing is written).
     """
     import numpy as np
 
+    from spotwise.errors import PredictorError
     from spotwise.predictors.revocation import get_revocation_model, load_pretrained
 
     check_revocation_model(model)
     if model == "none":
         return Risk(None, 3600.0, "none (p = 0 everywhere)")
+    fix = "pass --revocation-model none (no forecast) or another model (base-rate, logistic)"
     if model == "pretrained":
         m = load_pretrained()
         desc = f"pretrained {m.name} (shipped)"
     else:
         m = get_revocation_model(model)
         cut = max(int(train_fraction * traces.n_ticks), 3)
-        m.fit(traces.slice(0, cut), 3600.0)
+        try:
+            m.fit(traces.slice(0, cut), 3600.0)
+        except PredictorError as e:
+            raise SpecError(
+                f"--revocation-model {model} cannot be fitted on the first {cut} ticks of the "
+                f"trace ({e.message.removeprefix(f'{model}: ')}); {fix}"
+            ) from None
         desc = f"{m.name} fitted on the first {train_fraction:.0%} of the trace"
         if cut > from_tick:
             desc += " (overlaps the simulated period: in-sample)"
     p = np.ones((len(traces.zones), traces.n_ticks))
     lo = min(max(from_tick, 0), traces.n_ticks - 1)
-    p[:, lo:] = m.predict_series(traces, np.arange(lo, traces.n_ticks))
+    try:  # a NaN p is never read as 0.5 or 0
+        p[:, lo:] = m.predict_series(traces, np.arange(lo, traces.n_ticks))
+    except PredictorError as e:
+        raise SpecError(
+            f"--revocation-model {model} gave no usable forecast "
+            f"({e.message.removeprefix(f'{model}: ')}); {fix}"
+        ) from None
     return Risk(np.round(p, 9), float(m.horizon_s), desc)
 
 

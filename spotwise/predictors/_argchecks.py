@@ -61,6 +61,33 @@ def check_horizon(ts: TraceSet, horizon_s: float, which: str = "trace") -> None:
         )
 
 
+def check_model_horizon(
+    ts: TraceSet, model_s: float, horizon_s: float, model: str, trace: str, until: float
+) -> None:
+    """``predictor eval --model``: a ``--horizon`` other than the saved model's is refused,
+    saying what can be done instead. Training a model for it is offered only for a horizon
+    the trace supports: at least one tick (else the shortest it supports is said), at most
+    half its span (a training and a test part each that long); the hint was "train a model for
+    this horizon" for a horizon under a tick, which ``predictor train`` refuses."""
+    if abs(model_s - horizon_s) <= 1e-6:
+        return
+    h, tick, span = fmt(horizon_s), ts.gap_seconds, trace_span(ts, 0, ts.n_ticks)
+    hint = f"pass --horizon {fmt(model_s)} (the model's); "
+    if ts.n_ticks >= 2 and tick > 0 and horizon_s < tick:
+        hint += f"no model can be trained for {h}: it is shorter than one tick of the trace, "
+        hint += f"{fmt(math.ceil(tick))}, the shortest horizon it supports"
+    elif span < 2 * horizon_s:
+        hint += f"no model can be scored for {h} on this trace: it is more than half of it "
+        hint += f"({fmt(span)}), which must hold a training and a test part each that long"
+    else:
+        hint = f"pass --horizon {fmt(model_s)} (the model's), or train one for {h}: spotwise "
+        hint += f"predictor train --traces {trace} --horizon {h} --until {until:g} --out "
+        hint += "model.pt, then pass --model model.pt"
+    raise SpecError(
+        f"--model {model} predicts a {fmt(model_s)} horizon but --horizon is {h}", hint=hint
+    )
+
+
 def check_out(out: str | Path) -> Path:
     """``--out``: a file in an existing, writable folder (never creates folders)."""
     p = Path(out).expanduser()

@@ -18,6 +18,7 @@ from spotwise.errors import (
 from spotwise.predictors._argchecks import (
     check_forecast_horizon,
     check_horizon,
+    check_model_horizon,
     check_model_name,
     check_out,
     check_split,
@@ -189,13 +190,10 @@ def evaluate_path(
             "another trace; drop one of them"
         )
     model = load_model_file(model_path) if model_path is not None else None
-    if model is not None and abs(model.horizon_s - horizon_s) > 1e-6:
-        raise SpecError(
-            f"--model {model_path} predicts a {fmt(model.horizon_s)} horizon but --horizon is "
-            f"{fmt(horizon_s)}",
-            hint=f"pass --horizon {fmt(model.horizon_s)}, or train a model for this horizon",
-        )
     ts = _load(traces)
+    if model is not None:  # what can be done instead needs the trace: the ticks it supports
+        until = round(1 - test_fraction, 6)
+        check_model_horizon(ts, model.horizon_s, horizon_s, str(model_path), str(traces), until)
     check_horizon(ts, horizon_s)
     if train_on is not None:
         source = _load(train_on, "--train-on")
