@@ -46,6 +46,7 @@ from spotwise.planner.runstate import (
     TrialRun,
     runs_again,
 )
+from spotwise.planner.startup_floor import unreported_before
 from spotwise.spec import SEEDS, JobSpec, SearchSpec, load_stored_spec
 from spotwise.states import JobState, TrialState
 
@@ -244,6 +245,7 @@ def _read_trials(
         t = _trial(row, spec, curve, launches.get(row.id, []), stopped_for.get(row.id), again)
         t.crashed = row.id in crashed and not again
         _timing(t, obs, launched, {r.id: r.instance_type for r in launches.get(row.id, [])})
+        t.unreported_life_s = unreported_before(row.id, launches.get(row.id, []), obs, events)
         trials.append(t)
         told = _told(row, t)
         if told is not None and t.state == "stopped_early" and told[1] is not None:

@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Protocol
 
+from spotwise.planner.policies.curves import BAND_Z as BAND_Z
+from spotwise.planner.policies.curves import CurvePredictor as CurvePredictor
+from spotwise.planner.policies.curves import best_completed as best_completed
+from spotwise.planner.policies.curves import earlycurve_predictor as earlycurve_predictor
+from spotwise.planner.policies.curves import final_value as final_value
+from spotwise.planner.policies.curves import observed as observed
 from spotwise.planner.policies.finish import by_deadline
 from spotwise.planner.policy import (
     INVALID_METRIC,
@@ -118,10 +123,16 @@ def first_fit(
 
 
 def can_start_before_deadline(view: PlannerView, trial: TrialView) -> bool:
-    """Whether a launch now could make at least one step before the deadline."""
+    """Whether a launch now could make at least one step before the deadline (on the fastest
+    offer available for it)."""
     if view.deadline is None:
         return True
-    return view.now + view.restart_overhead_s + trial.seconds_per_step <= view.deadline
+    return view.now + view.restart_overhead_s + fastest_s(view, trial) <= view.deadline
+
+
+def fastest_s(view: PlannerView, t: TrialView) -> float:
+    """``t``'s seconds per step on the fastest available offer (none: its own speed)."""
+    return min((t.seconds_on(o) for o in view.offers if o.available), default=t.seconds_per_step)
 
 
 def needy(view: PlannerView) -> list[TrialView]:
@@ -149,11 +160,15 @@ def place(
     view: PlannerView,
     score: Score,
     markets: Callable[[OfferView], bool] = lambda o: True,
+    suits: Callable[[TrialView, OfferView], bool] | None = None,
 ) -> list[Action]:
-    """Launch every trial that needs an instance on its best-scoring available offer.
+    """Launch every trial that needs an instance on its best-scoring available offer (of those
+    that ``suits`` it, when given: a trial none suits waits).
 
     Respects ``parallel`` (running trials count against it), the deadline (no launch that
-    could not make a step before it; on-demand, the offers finishing by it first) and the
+    could not make a step before it; the offers finishing by it first: a pool of spot and
+    on-demand ranked per step put a trial on a slow on-demand type that could not finish
+    while a faster offer could, s22) and the
     budget: a launch only when the projected spend plus this trial's start-up, steps and
     wind-down at the offer's price stays within ``max_cost_usd``, else wait while one fits once
     the others are done (:func:`within_budget`), trying the next offers (:func:`first_fit`);
@@ -170,9 +185,11 @@ def place(
         if not can_start_before_deadline(view, t):
             actions.append(StopEarly(t.trial_id, "deadline"))
             continue
-        ranked = sorted(candidates, key=lambda o: (score(view, t, o), o.key))
-        if not any(o.is_spot for o in candidates):  # on-demand: finish by the deadline first
-            ranked = by_deadline(view, t, ranked)
+        pool = [o for o in candidates if suits is None or suits(t, o)]
+        ranked = sorted(pool, key=lambda o: (score(view, t, o), o.key))
+        ranked = by_deadline(view, t, ranked)  # those finishing by the deadline first
+        if not ranked:
+            continue
         action, spend, _ = first_fit(view, spend, t, ranked)
         if action is not None:
             actions.append(action)
@@ -315,13 +332,14 @@ def past_deadline(view: PlannerView) -> list[Action]:
 
 def _can_finish(view: PlannerView, t: TrialView, deadline: float) -> bool:
     """A running trial that will be done by the deadline, or one waiting for an instance that
-    a launch now would finish by then (the deadline policies' Safety Net launches it on
-    on-demand: stopping it first made a job with 93 s of slack miss its deadline)."""
+    a launch now would finish by then, on the fastest offer available for it (the deadline
+    policies' Safety Net launches it on on-demand: stopping it first made a job with 93 s of
+    slack miss its deadline; its last offer's speed stopped one a faster type would finish)."""
     if t.phase is Phase.RUNNING:
         return finish_eta(view, t) <= deadline
     if t.stopping:
         return False
-    return view.now + view.restart_overhead_s + t.remaining_steps * t.seconds_per_step <= deadline
+    return view.now + view.restart_overhead_s + t.remaining_steps * fastest_s(view, t) <= deadline
 
 
 def stop_invalid(view: PlannerView, event: object) -> list[Action]:
@@ -339,61 +357,3 @@ def stop_invalid(view: PlannerView, event: object) -> list[Action]:
 def guards(view: PlannerView) -> list[Action]:
     """The budget and deadline stops every policy applies before anything else."""
     return over_budget(view) or shed_for_budget(view) or past_deadline(view)
-
-
-# ---- learning curves ----------------------------------------------------------------------
-
-
-class CurvePredictor(Protocol):
-    """``(steps, values, total_steps, direction) -> (final, lo, hi)``: EarlyCurve, or a stand-in.
-
-    ``direction`` is the job's (``"maximize"`` / ``"minimize"``); ``(lo, hi)`` is a central 95 %
-    band of the final value.
-    """
-
-    def __call__(
-        self, steps: list[int], values: list[float], total_steps: int, direction: str
-    ) -> tuple[float, float, float]: ...
-
-
-BAND_Z = 1.96  # EarlyCurve's band is a central 95 % interval (spotwise.predictors.earlycurve.Z95)
-
-
-def earlycurve_predictor(name: str = "earlycurve") -> CurvePredictor:
-    """A registered curve predictor's pure ``predict_final`` (imported lazily: numpy/scipy)."""
-
-    def predict(
-        steps: list[int], values: list[float], total_steps: int, direction: str
-    ) -> tuple[float, float, float]:
-        from spotwise.predictors.earlycurve import get_curve_predictor
-
-        opts = {"direction": "max" if direction == "maximize" else "min"}
-        try:
-            pred = get_curve_predictor(name, **opts)
-        except TypeError:  # a predictor without a direction option (last-value, mean-last-k)
-            pred = get_curve_predictor(name)
-        final, lo, hi = pred.predict_final(steps, values, total_steps)  # type: ignore[arg-type]
-        return float(final), float(lo), float(hi)
-
-    return predict
-
-
-def observed(trial: TrialView, upto: int | None = None) -> tuple[list[int], list[float]]:
-    pts = [(s, v) for s, v in trial.curve if upto is None or s <= upto]
-    return [s for s, _ in pts], [v for _, v in pts]
-
-
-def final_value(trial: TrialView) -> float | None:
-    """The metric at the last step of a trial that ran to the end, else None."""
-    if trial.curve and trial.curve[-1][0] >= trial.steps_total:
-        return trial.curve[-1][1]
-    return None
-
-
-def best_completed(view: PlannerView) -> float | None:
-    best: float | None = None
-    for t in view.trials:
-        v = final_value(t)
-        if v is not None and (best is None or view.better(v, best)):
-            best = v
-    return best

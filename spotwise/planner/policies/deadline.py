@@ -16,6 +16,12 @@ which only gets tighter once it holds. For a tuning job with several trials the 
 per slot: the remaining work of every unfinished trial (and of the trials not yet created, at
 full length) divided by the slots it can use (``parallel``, or fewer when fewer trials are
 left: one trial cannot use the other slots), and never less than the longest single trial's.
+On a market of several instance types, each trial's work is timed at its speed on the
+fastest on-demand type (:func:`~.finish.fallback_seconds`: the last moment an on-demand launch
+still finishes in time), not on the type it last ran on; a spot type slower than that is taken
+only where the clock, with the trial's work at that type's speed, stays out of the Safety Net
+(:func:`spot_fits`): an instance that cannot finish in time, or whose revocation near its end
+would leave no time for the changeover, is not the spot the rules assume.
 Both place by the list price per step as ``spot-greedy`` does (the trial's speed on each
 offer's instance type); on-demand, they take the offers that finish the trial's remaining steps
 by the deadline first (:func:`by_deadline`).
@@ -23,6 +29,7 @@ by the deadline first (:func:`by_deadline`).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from spotwise.planner.policies._common import (
@@ -32,6 +39,7 @@ from spotwise.planner.policies._common import (
     price_per_step,
 )
 from spotwise.planner.policies.finish import by_deadline as by_deadline
+from spotwise.planner.policies.finish import fallback_seconds
 from spotwise.planner.policies.finish import finishes_in_time as finishes_in_time
 from spotwise.planner.policy import (
     Action,
@@ -40,6 +48,7 @@ from spotwise.planner.policy import (
     OfferView,
     Phase,
     PlannerView,
+    TrialView,
     register_policy,
 )
 
@@ -88,21 +97,31 @@ class JobClock:
         return self.left < self.remaining + self.safety_net_margin
 
 
-def job_clock(view: PlannerView, expected_fraction: float = 1.0) -> JobClock | None:
-    """The job's C, R, cp for a deadline; None without one."""
+def job_clock(
+    view: PlannerView, expected_fraction: float = 1.0, on: tuple[str, float] | None = None
+) -> JobClock | None:
+    """The job's C, R, cp for a deadline; None without one. A live trial's steps count at its
+    speed on the fastest on-demand type (:func:`~.finish.fallback_seconds`), done and
+    remaining alike (cp/C(0) stays its share of the steps); ``on``: (trial id, seconds per
+    step), that trial's at this speed instead (a spot type chosen for it: :func:`spot_fits`)."""
     if view.deadline is None:
         return None
-    sps_known = [t.seconds_per_step for t in view.trials]
-    sps = sum(sps_known) / len(sps_known) if sps_known else 60.0
+    speed = {
+        t.trial_id: t.seconds_per_step if t.phase.is_terminal() else fallback_seconds(view, t)
+        for t in view.trials
+    }
+    if on is not None:
+        speed[on[0]] = on[1]
+    sps = sum(speed.values()) / len(speed) if speed else 60.0
     remaining = done = longest = 0.0
     steps_total = view.trials[0].steps_total if view.trials else 1
     live = 0
     for t in view.trials:
-        done += (t.step - t.start_step) * t.seconds_per_step  # this run's: its window's
+        done += (t.step - t.start_step) * speed[t.trial_id]  # this run's: its window's
         if not t.phase.is_terminal():
             live += 1
-            remaining += t.remaining_steps * t.seconds_per_step
-            longest = max(longest, t.remaining_steps * t.seconds_per_step)
+            remaining += t.remaining_steps * speed[t.trial_id]
+            longest = max(longest, t.remaining_steps * speed[t.trial_id])
     unseen = max(view.trials_total - len(view.trials), 0)
     if unseen:
         remaining += unseen * steps_total * sps * expected_fraction
@@ -124,12 +143,39 @@ def job_clock(view: PlannerView, expected_fraction: float = 1.0) -> JobClock | N
     )
 
 
-def launch_all(view: PlannerView, offers: list[OfferView]) -> list[Action]:
-    """Every trial that needs an instance on its offer among ``offers``, cheapest per step (on
-    on-demand: those finishing by the deadline first), as far as the budget allows; a trial
-    that could not make a step before the deadline is stopped: ``place`` over that pool."""
+def spot_fits(
+    view: PlannerView, t: TrialView, o: OfferView, expected_fraction: float = 1.0
+) -> bool:
+    """Whether spot offer ``o`` keeps the job out of the Safety Net with ``t`` on it: a type at
+    least as fast as ``t``'s on-demand fallback does (the clock already holds the margin), a
+    slower one only where the clock with ``t``'s work at ``o``'s speed still does. A slower spot
+    run to its end eats the slack the changeover needs (revoked near its end, the on-demand
+    relaunch comes too late), and one that cannot finish by the deadline buys no final; with no
+    on-demand offer available there is nothing to keep the slack for."""
+    sps = t.seconds_on(o)
+    if view.deadline is None or sps <= fallback_seconds(view, t):
+        return True
+    if not any(x.available and not x.is_spot for x in view.offers):
+        return True
+    clock = job_clock(view, expected_fraction, on=(t.trial_id, sps))
+    return clock is None or not clock.safety_net
+
+
+def launch_all(
+    view: PlannerView,
+    offers: list[OfferView],
+    suits: Callable[[TrialView, OfferView], bool] | None = None,
+) -> list[Action]:
+    """Every trial that needs an instance on its offer among ``offers`` (those that ``suits``
+    it), cheapest per step (on on-demand: those finishing by the deadline first), as far as the
+    budget allows; a trial that could not make a step before the deadline is stopped:
+    ``place`` over that pool."""
     keys = {o.key for o in offers}
-    return place(view, price_per_step, markets=lambda o: o.key in keys)
+    return place(view, price_per_step, markets=lambda o: o.key in keys, suits=suits)
+
+
+def _fits(view: PlannerView) -> Callable[[TrialView, OfferView], bool]:
+    return lambda t, o: spot_fits(view, t, o)
 
 
 def _pool(view: PlannerView, spot: bool) -> list[OfferView]:
@@ -150,7 +196,7 @@ class Greedy:
         actions = checkpoint_on_notice(view, event)
         if clock is not None and clock.safety_net:
             return [*actions, *launch_all(view, _pool(view, spot=False))]
-        return [*actions, *launch_all(view, _pool(view, spot=True))]
+        return [*actions, *launch_all(view, _pool(view, spot=True), _fits(view))]
 
 
 @register_policy("uniform-progress")
@@ -169,14 +215,24 @@ class UniformProgress:
         if clock is None:  # no deadline: plain spot placement by price
             return [*actions, *place(view, price_per_step, markets=lambda o: o.is_spot)]
         if spot and not clock.safety_net:
-            # hysteresis: leave on-demand only once ahead of ep(t + 2d)
+            fits = _fits(view)
+            # hysteresis: leave on-demand only once ahead of ep(t + 2d), for a spot that fits
             if clock.done >= clock.expected(clock.elapsed + 2.0 * clock.d):
                 actions += [
                     Checkpoint(t.trial_id, "uniform-progress: back to spot")
                     for t in view.trials
-                    if t.phase is Phase.RUNNING and not t.stopping and _on_demand(view, t.offer_key)
+                    if t.phase is Phase.RUNNING
+                    and not t.stopping
+                    and _on_demand(view, t.offer_key)
+                    and any(fits(t, o) for o in spot)
                 ]
-            return [*actions, *launch_all(view, spot)]
+
+            def suits(t: TrialView, o: OfferView) -> bool:  # behind, no spot fits: on-demand
+                return (
+                    fits(t, o) if o.is_spot else clock.behind and not any(fits(t, s) for s in spot)
+                )
+
+            return [*actions, *launch_all(view, spot + od, suits)]
         if clock.safety_net or clock.behind:
             return [*actions, *launch_all(view, od)]
         return actions

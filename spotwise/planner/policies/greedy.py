@@ -1,7 +1,9 @@
 """``spot-greedy`` and ``on-demand``: the two reference policies.
 
 * ``spot-greedy`` places each trial on the available offer with the lowest list price per step
-  (seconds per step × price; spot when there is any, on-demand only when no spot is left),
+  (seconds per step × price, spot and on-demand ranked together: on one instance type spot is
+  always the cheaper, on several an on-demand type can be cheaper per step than a slower or
+  dearer spot one; with a deadline, the offers that finish the trial by it first),
   checkpoints on an interruption notice and relaunches from the checkpoint on the next best
   offer. No early stopping — what price-only tools do.
 * ``on-demand`` runs every trial on on-demand capacity to the end: the reference cost.

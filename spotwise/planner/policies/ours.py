@@ -53,7 +53,7 @@ from spotwise.planner.policies._common import (
     stop_invalid,
 )
 from spotwise.planner.policies.asha import judged_reports, mark_judged, report_judged_at
-from spotwise.planner.policies.deadline import JobClock, by_deadline, job_clock
+from spotwise.planner.policies.deadline import JobClock, by_deadline, job_clock, spot_fits
 from spotwise.planner.policies.odds import _noise, p_beat
 from spotwise.planner.policies.spottune import crosses_first_hour
 from spotwise.planner.policy import (
@@ -210,7 +210,7 @@ class Spotwise:
         still holds: never when R(t) < C(t) + 2d."""
         if clock is None or clock.safety_net:
             return []
-        choices = self._spot_choices(view, clock, True)
+        choices, frac = self._spot_choices(view, clock, True), self._expected_fraction(view)
         if not choices:
             return []
         ahead = clock.done >= clock.expected(clock.elapsed + 2.0 * clock.d)
@@ -226,6 +226,7 @@ class Spotwise:
             and t.trial_id not in busy
             and (o := view.offer(t.offer_key or "")) is not None
             and not o.is_spot
+            and any(spot_fits(view, t, c, frac) for c in choices)  # a spot it can finish on
         ]
 
     def _place(self, view: PlannerView, clock: JobClock | None) -> list[Action]:
@@ -233,19 +234,19 @@ class Spotwise:
         if slots <= 0:
             return []
         od = [o for o in view.offers if o.available and not o.is_spot]
-        spots = self._spot_choices(view, clock, False)
+        spots, frac = self._spot_choices(view, clock, False), self._expected_fraction(view)
         actions: list[Action] = []
         spend = projected_spend(view)
         for t in needy(view)[:slots]:
             if not can_start_before_deadline(view, t):
                 actions.append(StopEarly(t.trial_id, "deadline"))
                 continue
-            if clock is not None and (clock.safety_net or (not spots and clock.behind)):
+            # the spot types on which the clock keeps its margin at the trial's speed there
+            fit = [o for o in spots if clock is None or spot_fits(view, t, o, frac)]
+            if clock is not None and (clock.safety_net or (not fit and clock.behind)):
                 pool = od
-            elif clock is not None:
-                pool = spots  # ahead and no worthwhile spot: wait
-            else:
-                pool = spots or []  # no deadline: wait for spot rather than pay on-demand
+            else:  # ahead and no worthwhile spot, or no deadline: wait for spot
+                pool = fit
             if not pool:
                 continue
             ranked = sorted(
