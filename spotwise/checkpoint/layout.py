@@ -53,7 +53,8 @@ def content_name(name: str, digest: str, *, full: bool = False) -> str:
 
 def is_data_name(name: object) -> bool:
     """Whether ``name`` may be a checkpoint's data file: a plain file name in the folder, not a
-    dot name (``.``, ``..``, temporary files), not ``LATEST`` and not a manifest."""
+    dot name (``.``, ``..``, temporary files), not ``LATEST``, not a manifest, and without a
+    control character (a NUL made every store's open raise ValueError: review-at AT2)."""
     return (
         isinstance(name, str)
         and bool(name)
@@ -62,6 +63,7 @@ def is_data_name(name: object) -> bool:
         and not name.startswith(".")
         and name != LATEST
         and not name.endswith(".json")
+        and not any(c < " " or c == "\x7f" for c in name)
     )
 
 

@@ -74,7 +74,7 @@ class LocalCheckpointStore(ManifestCheckpointStore):
     def _move(self, src: str, dst: str) -> None:
         try:
             os.rename(self.root / src, self.root / dst)
-        except FileNotFoundError:
+        except (FileNotFoundError, ValueError):  # ValueError: a NUL in a name names no file
             return
         except OSError as e:
             raise CheckpointError(f"cannot rename checkpoint {self.root / src}: {e}") from e
@@ -88,6 +88,10 @@ class LocalCheckpointStore(ManifestCheckpointStore):
         except IsADirectoryError:  # the file's fault, not the store's: unusable, never retried
             raise UnusableCheckpointError(
                 f"checkpoint {self.root / key} is a folder, not a file"
+            ) from None
+        except ValueError:  # a name the OS refuses (a NUL byte): a manifest's fault (AT2)
+            raise UnusableCheckpointError(
+                f"checkpoint name {key!r} in {self.root} is not a file name"
             ) from None
         except OSError as e:
             raise CheckpointError(f"cannot read checkpoint {self.root / key}: {e}") from e
@@ -103,6 +107,8 @@ class LocalCheckpointStore(ManifestCheckpointStore):
     def _remove(self, key: str) -> None:
         try:
             (self.root / key).unlink(missing_ok=True)
+        except ValueError:  # a name the OS refuses (a NUL byte): no such file can exist
+            return
         except OSError as e:
             raise CheckpointError(f"cannot delete checkpoint {self.root / key}: {e}") from e
 

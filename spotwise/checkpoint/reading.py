@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from abc import ABC, abstractmethod
-from typing import Any
+from typing import Any, TypeGuard
 
 from spotwise.checkpoint.layout import (
     MANIFEST_RE,
@@ -121,7 +122,7 @@ class ManifestReader(ABC):
     def read(self, manifest: Manifest) -> bytes:
         """The bytes a manifest names, after checking their size and SHA-256."""
         name = manifest.get("file")
-        if not isinstance(name, str) or not is_data_name(name):
+        if not names_a_file(name):
             raise UnusableCheckpointError(
                 f"manifest of step {manifest.get('step')} in {self.uri} names no valid file: "
                 f"{name!r}"
@@ -202,7 +203,17 @@ class ManifestReader(ABC):
             name = self._load_manifest(mkey, step)["file"]
         except CheckpointError:
             return checkpoint_name(step)
-        return name if isinstance(name, str) and is_data_name(name) else checkpoint_name(step)
+        return name if names_a_file(name) else checkpoint_name(step)
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def names_a_file(name: object) -> TypeGuard[str]:
+    """Whether a manifest's ``file`` may be read: a data name
+    (:func:`~spotwise.checkpoint.layout.is_data_name`) without a control character: a NUL made
+    the OS refuse the path with ValueError, out of every load and save (review-at AT2)."""
+    return isinstance(name, str) and is_data_name(name) and not _CONTROL.search(name)
 
 
 def _raw(data: bytes, manifest: Manifest, where: str) -> bytes:

@@ -19,10 +19,12 @@ only find out after :meth:`Store.create_job` — some of it only after instances
 * on a cloud, an ``env`` entry named as a cloud credential variable
   (:data:`~spotwise.providers.channel.SECRET_ENV`), which every launch would refuse.
 
-An ``env`` entry that looks like a secret (:func:`secret_env_warnings`: its name, or a URL with
-a password as its value) is not refused (it may be meant), but once the job passes, one
-warning line per entry names the key, never the value: the spec is stored whole in the job's
-database, and on a cloud ``env`` is readable from the instance's user-data or metadata.
+An ``env`` entry, a ``command`` or an AWS ``setup`` that looks like it holds a secret
+(:func:`secret_env_warnings`: a secret's name, a URL with a password or a token as its user, a
+signed URL, a header's or a well-known token's value, ``NAME=value`` or ``--token value``) is
+not refused (it may be meant), but once the job passes, one warning line per field names it,
+never the value: the spec is stored whole in the job's database, and on a cloud it is readable
+from the instance's user-data or metadata.
 
 Each failure is a one-line :class:`~spotwise.errors.SpecError` (exit 2) naming the spec field,
 except a checkpoint location that could not be reached for a reason that passes (a 5xx, a
@@ -51,9 +53,37 @@ SECRET_NAME = re.compile(
     r"(?i)secret|passw|credential|api_?key|private_?key|access_?key|(?:^|_)token(?:_|$)"
     r"|(?:^|_)key$"
 )
-#: names whose value is where a credential is, not the credential: not warned about
-_A_PATH = re.compile(r"(?i)_(?:file|path|dir)$|^GOOGLE_APPLICATION_CREDENTIALS$")
-_URL_PASSWORD = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^/?#@\s:]*:[^/?#@\s]+@")
+#: names whose value is where a credential is, not the credential (a file, a secret manager's
+#: id, name or ARN: ``--secret-id``): not warned about
+_A_PATH = re.compile(r"(?i)_(?:file|path|dir|id|name|arn)$|^GOOGLE_APPLICATION_CREDENTIALS$")
+#: what a value holding a credential looks like (review-at AT3), and how a warning names it
+_SECRET_VALUE = (
+    (re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^/?#@\s:]*:[^/?#@\s]+@"), "a URL with a password"),
+    (re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[\w-]{20,}@"), "a URL with a token as its user"),
+    (
+        re.compile(
+            r"(?i)[?&](?:x-(?:amz|goog)-(?:signature|credential|security-token)|signature|sig"
+            r"|token|access_token|api_?key|key)=[^&#\s]"
+        ),
+        "a signed URL or a key in a URL's query",
+    ),
+    (
+        re.compile(r"(?i)\bbearer\s+[\w.~+/=-]{8,}|\bbasic\s+[A-Za-z0-9+/]{16,}=*(?![\w+/=])"),
+        "an Authorization header's value",
+    ),
+    (
+        re.compile(
+            r"\b(?:gh[pousr]_[A-Za-z0-9]{20,}|github_pat_\w{20,}|glpat-[\w-]{20,}"
+            r"|hf_[A-Za-z0-9]{20,}|sk-[\w-]{20,}|xox[abposr]-[\w-]{10,}|(?:AKIA|ASIA)[0-9A-Z]{16}"
+            r"|AIza[\w-]{35})|hooks\.slack\.com/services/"
+        ),
+        "a token",
+    ),
+)
+#: ``NAME=value`` (``export NAME=value``) and ``--name value`` (``--name=value``) in shell text
+#: or a command's arguments; a value taken from elsewhere (``$VAR``, ``$(...)``) is not a secret
+_ASSIGNED = re.compile(r"(?:^|[\s;&|(`])(?:export\s+)?([A-Za-z_][\w.-]*)=(\S*)")
+_FLAG = re.compile(r"(?:^|\s)--?([A-Za-z][\w-]*)(?:=|\s+)(\S+)")
 
 
 def preflight(spec: JobSpec, backend: Backend, checkpoint_root: str, source: str = "") -> None:
@@ -112,9 +142,9 @@ def _credential_env(spec: JobSpec) -> None:
 def secret_env_warnings(spec: JobSpec) -> list[str]:
     """One line per ``env`` entry that looks like a secret (its name matches
     :data:`SECRET_NAME`, unless it names a file or folder, or is a cloud credential variable;
-    or its value is a URL with a password), and an AWS ``setup`` with such a URL, naming the key
-    and never the value: where it can be read, and what to do instead. Not refused: the user
-    may mean it."""
+    or its value holds one: :func:`secret_in_text`), and one for a ``command`` or a
+    ``setup`` that holds one, naming the field (and the variable or flag) and never the value:
+    where it can be read, and what to do instead. Not refused: the user may mean it."""
     cloud = any(p.name != "local" for p in spec.providers)
     where = (
         "readable from the instance's user-data/metadata (by every process on it and anyone "
@@ -128,21 +158,47 @@ def secret_env_warnings(spec: JobSpec) -> list[str]:
         if cloud
         else "export it in the shell that runs spotwise instead: a local trial inherits it"
     )
-    lines = []
-    for key in sorted(spec.env):
-        if (SECRET_NAME.search(key) and not _A_PATH.search(key)) or key in SECRET_ENV:
-            what = "looks like a secret"
-        elif _URL_PASSWORD.search(spec.env[key]):
-            what = "holds a URL with a password"
-        else:
-            continue
-        name = key.replace("\r", "\\r").replace("\n", "\\n")  # one line, even for odd keys
-        lines.append(f"warning: spec field 'env.{name}' {what}: it is {where}; {instead}")
+    found = [
+        (f"env.{k}", "looks like a secret" if secret_name(k) else secret_in_text(v))
+        for k, v in sorted(spec.env.items())
+    ]
+    found.append(("command", secret_in_text(" ".join(spec.command))))
     for i, p in enumerate(spec.providers):  # AWS's setup: shell text, often a `git clone URL`
-        if _URL_PASSWORD.search(str(p.options.get("setup", ""))):
-            what = f"'providers.{i}.options.setup' holds a URL with a password"
-            lines.append(f"warning: spec field {what}: it is {where}; {instead}")
+        found.append(
+            (f"providers.{i}.options.setup", secret_in_text(str(p.options.get("setup", ""))))
+        )
+    lines = []
+    for field, what in found:
+        if what:
+            field = field.replace("\r", "\\r").replace("\n", "\\n")  # one line, even for odd keys
+            lines.append(f"warning: spec field '{field}' {what}: it is {where}; {instead}")
     return lines
+
+
+def secret_name(name: str) -> bool:
+    """A variable (or flag) name that looks like a secret's, not a file's: :data:`SECRET_NAME`."""
+    return bool(SECRET_NAME.search(name) and not _A_PATH.search(name)) or name in SECRET_ENV
+
+
+def secret_in_text(text: str) -> str:
+    """What in ``text`` (a value, shell text, a command's arguments) looks like a secret, as
+    the warning says it ("holds a URL with a password"); ``""`` for nothing."""
+    for pattern, what in _SECRET_VALUE:
+        if pattern.search(text):
+            return f"holds {what}"
+    for m in _ASSIGNED.finditer(text):
+        if secret_name(m[1]) and _literal(m[2]):
+            return f"sets {m[1]} to a value written in it"
+    for m in _FLAG.finditer(text):
+        if secret_name(m[1].replace("-", "_")) and _literal(m[2]) and not m[2].startswith("-"):
+            return f"passes --{m[1].lstrip('-')} a value written in it"
+    return ""
+
+
+def _literal(value: str) -> bool:
+    """A value written out, not taken from a variable, a command or a placeholder."""
+    value = value.strip("'\"")
+    return bool(value) and not value.startswith(("$", "`", "<", "{"))
 
 
 def _catalogs(backend: Backend) -> dict[str, Catalog]:

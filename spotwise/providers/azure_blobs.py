@@ -166,7 +166,8 @@ def error_code(exc: BaseException) -> str:
 def _first_line(exc: BaseException) -> str:
     text = str(getattr(exc, "message", "") or "").strip().splitlines()
     line = text[0].strip() if text else ""
-    line = re.sub(r"(https?://[^\s?'\"]+)\?[^\s'\"]*", r"\1", line)  # drop query strings (SAS)
+    # drop query strings (a SAS), of full URLs and of urllib3's "with url: /path?query" too
+    line = re.sub(r"(?<=\S)\?[^\s'\")]+", "", line)
     return re.sub(r"(?i)(bearer|sharedkey)\s+\S+", r"\1 <redacted>", line)[:200]
 
 

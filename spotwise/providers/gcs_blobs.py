@@ -33,6 +33,10 @@ _BUCKET_RE = re.compile(r"[a-z0-9][a-z0-9._-]{1,61}[a-z0-9]")
 _URI_RE = re.compile(r"^gs:/{1,2}([^/]*)/?(.*)$", re.IGNORECASE)
 _URL_PREFIX = re.compile(r"^(GET|POST|PUT|PATCH|DELETE|HEAD) \S+: ")
 _SECRET = re.compile(r"(ya29\.[\w.-]+|Bearer\s+\S+|[?&]key=[\w-]+)")
+#: A URL's query string (with or without its scheme and host: urllib3 writes "with url:
+#: /upload/...?uploadType=resumable&upload_id=..."): a resumable upload's session id is a
+#: capability to write to the bucket for a week (review-at AT5), a signed URL's a signature.
+QUERY = re.compile(r"(?<=\S)\?[^\s'\")]+")
 
 
 def parse_gs_uri(uri: str) -> tuple[str, str]:
@@ -146,7 +150,7 @@ def reason(exc: BaseException) -> str:
     except Exception:  # not JSON, no response, or no message: fall back to the exception's text
         text = str(getattr(exc, "message", None) or exc)
     text = _URL_PREFIX.sub("", " ".join(text.split()))
-    text = _SECRET.sub("<redacted>", text)
+    text = _SECRET.sub("<redacted>", QUERY.sub("", text))
     return text[:200].rstrip() or type(exc).__name__
 
 

@@ -214,6 +214,25 @@ class TrialAgent:
 
     # ---- the trial ----------------------------------------------------------------------
     def start(self) -> None:
+        """Start the trial; a failure before it runs (a program that is not there, an ``env``
+        the OS refuses: a name with '=', a NUL byte; a folder that cannot be made) is written
+        as its end with exit code 127, and :meth:`run` powers the machine off as after any
+        trial (review-at AT4: a ValueError killed the agent with no status and no power-off,
+        billing the instance until the job's budget, deadline or a cancel)."""
+        try:
+            self._start()
+        except Exception as e:  # anything: the controller must hear of it, the machine must stop
+            first = (str(e).strip().splitlines() or [""])[0]
+            what = f"{e}" if isinstance(e, OSError) else f"{type(e).__name__}: {first}"
+            program = (self.cfg.argv or ["?"])[0]
+            program = sys.executable if program in ("python", "python3") else program
+            why = f"cannot start {program!r}: {what}"
+            log.warning("%s", why)
+            self.proc = None
+            self.status.update(state="exited", exit_code=127, error=why)
+            self._start_reported = self._try("write the status", self.put_status)
+
+    def _start(self) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
         env = {
             **os.environ,
@@ -236,23 +255,16 @@ class TrialAgent:
                 os.getcwd(),
             )
         log.info("starting trial %s attempt %s: %s", self.cfg.trial_id, self.cfg.attempt, argv)
-        try:
-            with open(self.output, "ab") as out:  # the trial keeps its own handle
-                self.proc = subprocess.Popen(
-                    argv,
-                    cwd=cwd,
-                    env=env,
-                    stdin=subprocess.DEVNULL,
-                    stdout=out,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,
-                )
-        except OSError as e:
-            why = f"cannot start {argv[0]!r}: {e}"
-            log.warning("%s", why)
-            self.status.update(state="exited", exit_code=127, error=why)
-            self._start_reported = self._try("write the status", self.put_status)
-            return
+        with open(self.output, "ab") as out:  # the trial keeps its own handle
+            self.proc = subprocess.Popen(
+                argv,
+                cwd=cwd,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         self.group = Group(self.proc)
         log.info("trial pid %d", self.proc.pid)  # the instance emulator reads this line
         log.info("trial output in %s (copied below)", self.output)

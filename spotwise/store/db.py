@@ -8,7 +8,6 @@ SQLite (WAL mode) by default; any SQLAlchemy URL (e.g. PostgreSQL) through ``--d
 from __future__ import annotations
 
 import os
-import re
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -23,6 +22,8 @@ from sqlalchemy.pool import StaticPool
 from sqlmodel import Session
 
 from spotwise.errors import ConfigError, NotFoundError, StoreError
+from spotwise.store.dburl import AT_IN_PASSWORD, first_line, raw_at_redacted, scrubbed_reason
+from spotwise.store.dburl import redact as redact
 from spotwise.store.existing import check_existing_sqlite as check_existing_sqlite
 from spotwise.store.existing import in_memory_error as in_memory_error
 from spotwise.store.existing import (
@@ -78,35 +79,6 @@ def create_private_file(path: Path) -> None:
     os.close(fd)
 
 
-#: Query parameters of a database URL that carry a secret (libpq's ``password``,
-#: ``sslpassword``, ``sslkey``; a driver's ``token``/``secret``): hidden like the password.
-_SECRET_PARAM = re.compile(r"(?i)pass|secret|token|key")
-
-
-def redact(url: str | URL) -> str:
-    """``url`` without its password (in its user part or its query string), fit to print
-    (also for strings that do not parse)."""
-    try:
-        u = make_url(url)
-        query = {k: "***" if _SECRET_PARAM.search(k) else v for k, v in u.query.items()}
-        return u.set(query=query).render_as_string(hide_password=True).replace("%2A%2A%2A", "***")
-    except Exception:
-        text = re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", str(url))
-        return re.sub(
-            r"(?i)([?&][^=&#\s]*(?:pass|secret|token|key)[^=&#\s]*=)[^&#\s]*", r"\1***", text
-        )
-
-
-def _secrets(url: URL) -> list[str]:
-    """The secret values of ``url`` (its password, its secret query parameters), to scrub
-    from a driver's message."""
-    found = [str(url.password)] if url.password else []
-    for k, v in url.query.items():
-        if _SECRET_PARAM.search(k):
-            found += [v] if isinstance(v, str) else list(v)
-    return [f for f in found if f]
-
-
 def _config_error(url: str, reason: str, hint: str | None = None) -> ConfigError:
     if hint is None and "://" not in url and url.endswith((".db", ".sqlite", ".sqlite3")):
         hint = f"for a SQLite file use --db sqlite:///{Path(url).expanduser().resolve()}"
@@ -118,6 +90,8 @@ def _config_error(url: str, reason: str, hint: str | None = None) -> ConfigError
 
 
 def parse_url(url: str) -> URL:
+    if raw_at_redacted(url):
+        raise _config_error(url, AT_IN_PASSWORD)
     try:
         return make_url(url)
     except (ArgumentError, ValueError) as exc:
@@ -253,9 +227,7 @@ def _connect(engine: Engine) -> Connection:
     except SQLAlchemyError as exc:
         if engine.dialect.name == "sqlite":
             raise
-        reason = _first_line(exc)
-        for secret in _secrets(engine.url):  # drivers do not echo them; never risk it
-            reason = reason.replace(secret, "***")
+        reason = scrubbed_reason(exc, engine.url)
         raise DatabaseUnreachable(
             f"cannot connect to the database {redact(engine.url)} "
             f"given by --db/SPOTWISE_DB: {reason}",
@@ -263,17 +235,11 @@ def _connect(engine: Engine) -> Connection:
         ) from exc
 
 
-def _first_line(exc: BaseException) -> str:
-    orig = getattr(exc, "orig", None)
-    lines = str(orig if orig is not None else exc).strip().splitlines()
-    return lines[0].strip() if lines else type(exc).__name__
-
-
 def store_error(exc: BaseException, engine: Engine | None = None, action: str = "") -> StoreError:
     """One line for a database failure: the driver's message, no SQL, no parameters, no
     password. A SQLite file that is not a database says so as the read-only commands do
     (:func:`~spotwise.store.existing.not_sqlite_error`)."""
-    reason = _first_line(exc)
+    reason = first_line(exc) if engine is None else scrubbed_reason(exc, engine.url)
     path = sqlite_path(engine.url) if engine is not None else None
     if path is not None and "file is not a database" in reason:
         return not_sqlite_error(path)
