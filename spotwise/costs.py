@@ -127,6 +127,7 @@ class _Billed:
     """What :func:`billed_seconds` reads of a life, with its bill as it was at some time."""
 
     provider: str
+    market: str  # spot or on-demand: only a spot life is refunded (BillingRule.charge)
     price_per_hour: float
     end_reason: str | None
     cost_usd: float
@@ -135,7 +136,7 @@ class _Billed:
 
 
 def _as_billed(row: LifeRow, bill: Mapping[str, float]) -> Any:
-    return _Billed(row.provider, row.price_per_hour, row.end_reason, **bill)
+    return _Billed(row.provider, row.market, row.price_per_hour, row.end_reason, **bill)
 
 
 def group_key(row: LifeRow, by: str, simulated: bool = False, at: float | None = None) -> str:
@@ -172,6 +173,7 @@ def billed_seconds(row: LifeRow, billing: str | None = None) -> float:
     minimum, the rest rounded up to the rule's granularity. A life whose bill is $0 at a
     non-zero price was refunded whatever its end reason says (a life the provider took that a
     `spotwise cancel` closed, ``reconciled``). A provider without a rule: its seconds."""
+    from spotwise.providers.base import Market
     from spotwise.providers.billing import rule_for
 
     seconds = max(row.market_seconds, 0.0)
@@ -184,7 +186,9 @@ def billed_seconds(row: LifeRow, billing: str | None = None) -> float:
     if seconds == 0:  # billed, never timed: a life that started pays its minimum (release.py)
         return rule.minimum_s
     # the rule's dollars at $3600/h are its billed seconds (its minimum and rounding included)
-    return float(rule.charge([(seconds, 3600.0)], revoked_by_provider=row.end_reason == "revoked"))
+    taken = row.end_reason == "revoked"  # only a spot life is refunded (billing.charge)
+    market = Market.ON_DEMAND if row.market == Market.ON_DEMAND.value else Market.SPOT
+    return float(rule.charge([(seconds, 3600.0)], revoked_by_provider=taken, market=market))
 
 
 def tally(

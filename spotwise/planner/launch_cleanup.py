@@ -271,7 +271,7 @@ class LaunchCleanup(StraySweep):
         for inst in held:
             start = inst.launched_at if inst.launched_at > 0 else asked_at
             segs = self.backend.segments(offer, min(start, ended_at), ended_at)
-            cost += rule.charge(segs, revoked_by_provider=revoked)
+            cost += rule.charge(segs, revoked_by_provider=revoked, market=offer.market)
             seconds += sum(s for s, _ in segs)
         if cost:
             t.cost_usd += cost

@@ -134,7 +134,8 @@ class Ledger(Drain):
             segs = self.backend.segments(life.offer, life.launched_at, now)
             taken = life.notice_deadline is not None and not life.release_asked
             # the others as their bill would be if terminated now (AWS/GCP: a 60 s minimum)
-            total += self.backend.rule_of(life.offer).charge(segs, revoked_by_provider=taken)
+            rule = self.backend.rule_of(life.offer)
+            total += rule.charge(segs, revoked_by_provider=taken, market=life.offer.market)
         for u in self.unconfirmed.values():
             segs = self.backend.segments(u.offer, min(u.since(), now), now)
             total += sum(s * p for s, p in segs) / 3600.0

@@ -56,6 +56,7 @@ from spotwise.providers.base import (
     Offer,
 )
 from spotwise.providers.local_records import process_start
+from spotwise.providers.replay import ReplayMarket
 from spotwise.spec import JobSpec
 from spotwise.spec_options import cost_cap_note
 from spotwise.store.heartbeat import HEARTBEAT_EVERY_WALL_S, Heartbeat
@@ -99,6 +100,7 @@ class Orchestrator(JobSummary):
         self.read_failing: dict[str, ReadFailing] = {}  # provider read → its failures
         self.cancelled = False
         self.cancel_requested = False
+        self.trace_ended: str | None = None  # why a replayed job stopped at its trace's end
         self.spent_usd = 0.0
         self.on_demand_usd = 0.0
         self.revocations = self.migrations = self.early_stopped = 0
@@ -171,6 +173,7 @@ class Orchestrator(JobSummary):
             state, error = end_state(
                 self.trials, self.cancelled, spec.budget.max_cost_usd, str(self.run_dir / "logs")
             )
+            error = error or self.trace_ended
         except SpotwiseError as e:
             error = crashed = str(e)
             raise
@@ -220,6 +223,8 @@ class Orchestrator(JobSummary):
             if self.cancel_requested and not self.cancelled:
                 self.cancel()
             now = b.now()
+            if isinstance(b.catalog, ReplayMarket) and now >= b.catalog.end_time:
+                self._stop_at_trace_end(b.catalog, now)
             events: list[Event] = [*self._admit(), *self._collect(now)]
             events.append(Tick(now))
             offers = self._usable_offers(now)
@@ -264,6 +269,23 @@ class Orchestrator(JobSummary):
                 return
             prev_now = now
             time.sleep(self.opts.poll_s)
+
+    def _stop_at_trace_end(self, market: ReplayMarket, now: float) -> None:
+        """No market past the replayed trace's end: the job stops there as `simulate` cuts its
+        runs, said once (warning, ``trace_end`` event, the job's error), as a cancel whose
+        instances end with this pass (not billed on over a frozen market; checkpoints kept)."""
+        if self.trace_ended is None and not self.cancelled:
+            hours = (market.end_time - market.start_time) / 3600.0
+            self.trace_ended = said = (
+                f"market time passed the end of the replayed trace ({hours:g} h into it): the "
+                "market has no data after it, so the job stopped there (its instances ended, "
+                "their trials' last checkpoints kept for `spotwise resume`); set "
+                "providers.0.replay.start earlier or lower steps"
+            )
+            log.warning("%s: %s", self.job_id, said)
+            self._event("trace_end", now, message=said, end=market.end_time)
+            self.cancel()
+            self.budget_stops += [(t, t.life) for t in self.trials if t.life and not t.life.exited]
 
     def _watch_offers(self, offers: list[Offer], now: float) -> None:
         waiting = any(t.phase in (Phase.QUEUED, Phase.WAITING) for t in self.trials)

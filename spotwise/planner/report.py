@@ -77,7 +77,7 @@ def life_cost(
     speed, the life's seconds are split by steps (start-up included). Never more than the
     life's own seconds.
     """
-    cost = rule.charge(segments, revoked_by_provider=revoked)
+    cost = rule.charge(segments, revoked_by_provider=revoked, market=life.offer.market)
     seconds = sum(s for s, _ in segments)
     useful_s = _useful_seconds(life, seconds, kept_step, seconds_per_step)
     return cost, useful_s * life.offer.on_demand_price_per_hour / 3600.0, seconds

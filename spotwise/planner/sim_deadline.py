@@ -286,7 +286,7 @@ class DeadlineEngine:
             segments = self._segments(launched, t)
         else:
             segments = [(secs, offer.price_per_hour)]
-        self.cost += self.rule.charge(segments, revoked)
+        self.cost += self.rule.charge(segments, revoked, market=offer.market)
         if offer.market is Market.SPOT:
             self.spot_s += secs
         else:

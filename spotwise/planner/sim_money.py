@@ -38,7 +38,7 @@ class Meter:
     def charge(self, life: Life, end: float, revoked: bool) -> float:
         """The exact bill of a life ending at ``end`` (the market's priced segments)."""
         segs = self.market.segments(life.offer, life.launched_at, end)
-        return self.rule.charge(segs, revoked_by_provider=revoked)
+        return self.rule.charge(segs, revoked_by_provider=revoked, market=life.offer.market)
 
     def accrued(self, lives: list[Life], now: float) -> float:
         """What the running lives cost up to ``now``, as ``Ledger._running_cost`` counts them: a
@@ -55,7 +55,10 @@ class Meter:
                 dollars_h = self._integral(zi, now) - self._integral(zi, life.launched_at)
             else:
                 dollars_h = secs * life.offer.price_per_hour
-            total += self.rule.charge([(secs, dollars_h / secs)], revoked_by_provider=life.noticed)
+            segs = [(secs, dollars_h / secs)]
+            total += self.rule.charge(
+                segs, revoked_by_provider=life.noticed, market=life.offer.market
+            )
         return total
 
     def _integral(self, zi: int, t: float) -> float:

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from spotwise.errors import SpecError, did_you_mean
+from spotwise.providers.base import Market
 
 
 @dataclass(frozen=True)
@@ -27,10 +28,22 @@ class BillingRule:
         if min(self.minimum_s, self.free_if_revoked_within_s, self.notice_lead_s) < 0:
             raise ValueError(f"billing durations must be >= 0 for {self.provider}")
 
-    def charge(self, segments: Sequence[tuple[float, float]], revoked_by_provider: bool) -> float:
-        """Dollars for one instance life given ``(seconds, price_per_hour)`` segments in order."""
+    def charge(
+        self,
+        segments: Sequence[tuple[float, float]],
+        revoked_by_provider: bool,
+        *,
+        market: Market | None = None,
+    ) -> float:
+        """Dollars for one instance life given ``(seconds, price_per_hour)`` segments in order.
+
+        Only a spot life the provider revoked is refunded inside ``free_if_revoked_within_s``
+        (AWS's first hour, GCP's first minute): an on-demand life is billed whatever ended it
+        (a provider state read as a revocation must not make it free). ``market``: the life's
+        market; None (a caller that does not say) is taken as spot, as before it was passed."""
         total_s = sum(s for s, _ in segments)
-        if revoked_by_provider and total_s < self.free_if_revoked_within_s:
+        refundable = revoked_by_provider and market is not Market.ON_DEMAND
+        if refundable and total_s < self.free_if_revoked_within_s:
             return 0.0
         billed_s = max(self.minimum_s, _round_up(total_s, self.granularity_s)) if total_s else 0.0
         cost = sum(s * p for s, p in segments) / 3600.0
@@ -52,9 +65,13 @@ RULES: dict[str, BillingRule] = {
         free_if_revoked_within_s=3600.0,
         notice_lead_s=120.0,
         source=(
-            "https://aws.amazon.com/ec2/spot/pricing/ (Linux per-second billing, 60 s minimum; "
-            "'If your Spot instance is interrupted by Amazon EC2 in the first instance hour, "
-            "you will not be charged for that usage'); 2-minute interruption notice: "
+            "https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/billing-for-interrupted-spot-"
+            "instances.html (interrupted by Amazon EC2 in the first hour: no charge; after it: "
+            "the seconds used; stopped or terminated by you: the seconds used) and "
+            "https://aws.amazon.com/ec2/spot/pricing/ (per-second billing, 60 s minimum). Holds "
+            "for Linux and Windows AMIs; AMIs billed by the hour (SUSE, RHEL in the older "
+            "table: full hours, an interrupted partial hour free) are not modelled. 2-minute "
+            "interruption notice: "
             "https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/spot-instance-termination-notices.html"
         ),
     ),
@@ -72,12 +89,20 @@ RULES: dict[str, BillingRule] = {
     "azure": BillingRule(
         provider="azure",
         granularity_s=1.0,
-        minimum_s=0.0,
+        minimum_s=300.0,
         free_if_revoked_within_s=0.0,
         notice_lead_s=30.0,
         source=(
-            "https://learn.microsoft.com/azure/virtual-machines/spot-vms (per-second billing, "
-            "no refund on eviction); Scheduled Events Preempt NotBefore >= 30 s: "
+            "https://learn.microsoft.com/en-us/answers/questions/2259765/clarification-on-"
+            "azure-vm-billing-for-short-runtim (accepted answer, quoting Microsoft's notice: a "
+            "5-minute minimum for all VMs, Spot included, from 2025-06-01; per second after "
+            "it). Microsoft's pages disagree: the older FAQ "
+            "https://azure.microsoft.com/resources/knowledge-center/if-my-virtual-machine-ran-"
+            "for-6-minutes-and-45/ bills per full minute the VM runs (6 min 45 s: 6 minutes), "
+            "no minimum; the higher estimate is kept, so a budget is not under-counted. No "
+            "refund on eviction: "
+            "https://learn.microsoft.com/azure/virtual-machines/spot-vms. Scheduled Events "
+            "Preempt NotBefore >= 30 s: "
             "https://learn.microsoft.com/azure/virtual-machines/linux/scheduled-events"
         ),
     ),

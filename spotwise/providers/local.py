@@ -4,7 +4,11 @@ the replay market.
 An instance stands for one instance of a chosen offer. A spot instance launched in zone z is
 revoked when the replayed trace says spot is no longer obtainable in z: the trial first gets a
 notice (SIGTERM, ``notice_lead_s`` of market time before the revocation — 120 s for AWS), then
-the process group is killed. Because a fast market clock can shrink 120 s of market time to a
+the process group is killed. A spot launch into a zone whose revocation is ``notice_lead_s`` or
+less ahead is refused (:class:`~spotwise.errors.CapacityError`) and the market offers that zone
+as unavailable meanwhile: the provider does not sell capacity it is reclaiming (the rule of
+``spotwise simulate``). No launch is accepted past the trace's end (the market has no data
+there). Because a fast market clock can shrink 120 s of market time to a
 fraction of a wall second, the notice lasts at least ``notice_floor_wall_s`` wall seconds
 (default 1 s) so a trial has time to write its checkpoint; the instance is still billed only up
 to the market revocation time.
@@ -103,6 +107,8 @@ class LocalProvisioner:
         done_grace_wall_s: float = 10.0,
     ) -> None:
         self.market = market
+        # its offers show a zone being reclaimed as unavailable, as launch refuses it
+        market.reclaim_lead_s = max(market.reclaim_lead_s, notice_lead_s)
         self.clock = clock
         self.notice_lead_s = notice_lead_s
         self.notice_floor_wall_s = notice_floor_wall_s
@@ -122,10 +128,10 @@ class LocalProvisioner:
             return self._procs[self._by_token[request.client_token]].instance
         offer, now = request.offer, self.clock.now()
         spot = offer.market is Market.SPOT
-        if spot and not self.market.available(offer.zone, now):
-            raise CapacityError(
-                f"local: no spot capacity for {offer.instance_type} in {offer.zone} now"
-            )
+        why = self.market.refusal(offer.zone, spot, now, self.notice_lead_s)
+        if why is not None:  # past the trace's end, or no spot capacity (being reclaimed)
+            raise CapacityError(f"local: cannot launch {offer.key}: {why}")
+        revoke_at = self.market.next_revocation(offer.zone, now) if spot else None
         instance_id = f"local-{request.client_token}"
         log = None
         if self.logs_dir is not None:
@@ -141,8 +147,7 @@ class LocalProvisioner:
                 log.write(f"spotwise: {e}\n".encode())
                 log.close()
             raise
-        revoke_at = self.market.next_revocation(offer.zone, now) if spot else None
-        notice_at = None if revoke_at is None else max(now, revoke_at - self.notice_lead_s)
+        notice_at = None if revoke_at is None else revoke_at - self.notice_lead_s
         inst = Instance(
             instance_id,
             offer,

@@ -8,7 +8,11 @@ maps wall time onto it with a speed-up (market seconds per wall second), so a tw
 crosses hours of real market; the simulator drives the same market with a virtual clock.
 
 A spot instance launched in zone z at time t0 is revoked at the first tick after t0 at which
-the trace says spot is no longer obtainable in z.
+the trace says spot is no longer obtainable in z. A zone whose revocation is ``reclaim_lead_s``
+or less ahead (the provider's notice lead: it refuses launches into capacity it is reclaiming,
+as the simulator does) is offered as unavailable; the local provider sets it for its market.
+The market ends at :attr:`ReplayMarket.end_time` (the last tick plus one gap): past it the
+trace says nothing, and every offer is unavailable.
 """
 
 from __future__ import annotations
@@ -169,10 +173,13 @@ class ReplayMarket:
         provider: str = "aws",
         spot_price: float | None = None,
         on_demand_price: float | None = None,
+        reclaim_lead_s: float = 0.0,
     ) -> None:
         import numpy as np
 
         self.traces = traces
+        # a spot zone revoked this close ahead is offered as unavailable (the notice lead)
+        self.reclaim_lead_s = reclaim_lead_s
         self.provider = provider
         self.name = "replay"
         self.instance_type = _instance_type_name(traces.instance_type)
@@ -227,8 +234,9 @@ class ReplayMarket:
             )
         if instance_types and self.instance_type not in instance_types:
             return []
-        t = self.traces.times[0] if at is None else at
+        t = float(self.traces.times[0] if at is None else at)
         i = self.traces.tick_at(t)
+        ended = t >= self.end_time  # no data past the trace: nothing is offered as obtainable
         hw = HARDWARE.get(self.instance_type, {})
         out: list[Offer] = []
         for z in self.traces.zones:
@@ -241,6 +249,7 @@ class ReplayMarket:
                 if market is not None and m is not market:
                     continue
                 spot = m is Market.SPOT
+                up = not ended and (not spot or self.obtainable(z, t))
                 out.append(
                     Offer(
                         provider=self.provider,
@@ -250,7 +259,7 @@ class ReplayMarket:
                         market=m,
                         price_per_hour=float(self._price[zi, i]) if spot else self.on_demand_price,
                         on_demand_price_per_hour=self.on_demand_price,
-                        available=bool(self.traces.available[zi, i]) if spot else True,
+                        available=up,
                         **hw,  # type: ignore[arg-type]
                     )
                 )
@@ -294,14 +303,52 @@ class ReplayMarket:
     def available(self, zone: str, t: float) -> bool:
         return bool(self.traces.available[self.zone_index(zone), self.traces.tick_at(t)])
 
+    def obtainable(self, zone: str, t: float, lead_s: float | None = None) -> bool:
+        """Whether a spot launch in ``zone`` at ``t`` is accepted: spot is available at ``t``
+        and the zone is not revoked within ``lead_s`` (default :attr:`reclaim_lead_s`) after
+        it: the rule of ``simulate``'s offers (:mod:`spotwise.planner.sim_view`)."""
+        lead = self.reclaim_lead_s if lead_s is None else lead_s
+        zi, i = self.zone_index(zone), self.traces.tick_at(t)
+        row, times = self.traces.available[zi], self.traces.times
+        if not row[i]:
+            return False
+        j = i + 1  # the first unavailable tick after i is the revocation: is one that close?
+        while j < len(times) and float(times[j]) - t <= lead:
+            if not row[j]:
+                return False
+            j += 1
+        return True
+
+    def refusal(self, zone: str, spot: bool, t: float, lead_s: float) -> str | None:
+        """Why a launch in ``zone`` at ``t`` is refused, or None: past the trace's end there is
+        no market; a spot one where spot is not available or the zone is revoked within
+        ``lead_s`` (the provider's notice lead)."""
+        if t >= self.end_time:
+            hours = (self.end_time - self.start_time) / 3600.0
+            return f"the replayed trace ended {hours:g} h into it: no market after its end"
+        if spot and not self.available(zone, t):
+            return f"no spot capacity in {zone} now"
+        gone = self.next_revocation(zone, t) if spot else None
+        if gone is not None and gone - t <= lead_s:
+            return (
+                f"no spot capacity in {zone} now: it is reclaimed {gone - t:.0f} s later, "
+                f"within the {lead_s:g} s notice lead"
+            )
+        return None
+
     def spot_price(self, zone: str, t: float) -> float:
         return float(self._price[self.zone_index(zone), self.traces.tick_at(t)])
 
     def next_revocation(self, zone: str, t: float) -> float | None:
-        """Market time at which a spot instance running in ``zone`` at ``t`` is taken."""
+        """Market time at which a spot instance running in ``zone`` at ``t`` is taken: the
+        first tick after ``t``'s at which spot is not obtainable there; ``t`` itself when it is
+        not obtainable at ``t`` (an instance there now is being taken); None: never, in the
+        trace."""
         import numpy as np
 
         zi, i = self.zone_index(zone), self.traces.tick_at(t)
+        if not self.traces.available[zi, i]:
+            return float(t)
         row = self.traces.available[zi, i + 1 :]
         gone = np.flatnonzero(~row)
         return float(self.traces.times[i + 1 + gone[0]]) if len(gone) else None

@@ -304,13 +304,14 @@ def test_the_loop_terminates_a_failed_launchs_instance_within_the_budget(
 
 def test_a_young_life_counts_the_minimum_its_bill_would_have() -> None:
     """A life 20 s old would be billed AWS's and GCP's 60 s minimum if terminated now;
-    `simulate` counts that, `tune` counted 20 s. Azure has no minimum."""
+    `simulate` counts that, `tune` counted 20 s. Azure's minimum is 300 s (s22, review-au F5:
+    Microsoft's 5-minute minimum from 2025-06-01; this pinned 20 s before)."""
     led = _ledger(Prov(), [20.0])
     t = TrialRun("t-1", 0, {}, 10, 5)
     led.lives = {"i-1": (t, Life("l-1", "i-1", AWS, 0.0, 0, 0))}
     assert led._running_cost(20.0) == pytest.approx(usd(60.0))
     led.lives = {"i-1": (t, Life("l-1", "i-1", AZURE, 0.0, 0, 0))}
-    assert led._running_cost(20.0) == pytest.approx(usd(20.0))
+    assert led._running_cost(20.0) == pytest.approx(usd(300.0))
 
 
 # ---- 2. a noticed life is costed as its provider bills a life it takes --------------------

@@ -57,9 +57,13 @@ def test_gcp_preempted_within_the_first_minute_is_free_then_charged() -> None:
     assert GCP.charge([(30.0, PRICE)], revoked_by_provider=False) == pytest.approx(PRICE / 60)
 
 
-def test_azure_has_no_refund_and_no_minimum() -> None:
-    assert AZURE.charge([(30.0, 3.6)], revoked_by_provider=True) == pytest.approx(0.03)
-    assert AZURE.charge([(30.0, 3.6)], revoked_by_provider=False) == pytest.approx(0.03)
+def test_azure_has_no_refund_and_a_five_minute_minimum() -> None:
+    # s22 (review-au F5): Microsoft's notice of a 300 s minimum for every VM, Spot included,
+    # from 2025-06-01 (the rule's source): 30 s at $3.6/h bills 300 s ($0.30, not $0.03),
+    # evicted or not; past the minimum, per second
+    assert AZURE.charge([(30.0, 3.6)], revoked_by_provider=True) == pytest.approx(0.30)
+    assert AZURE.charge([(30.0, 3.6)], revoked_by_provider=False) == pytest.approx(0.30)
+    assert AZURE.charge([(405.5, 3.6)], revoked_by_provider=True) == pytest.approx(0.406)
 
 
 def test_an_empty_life_costs_nothing() -> None:
@@ -144,3 +148,21 @@ def test_the_on_demand_reference_counts_one_start_up_per_trial_not_one_per_life(
     # never more than the life's own seconds
     _, od, _ = life_cost(_life(50, 60, 1800.0), segments, rule, False, 60, 500.0)
     assert od == pytest.approx(2400.0 * 3.6 / 3600.0)
+
+
+def test_a_tune_life_on_demand_read_as_revoked_is_billed() -> None:
+    """review-au F7: the orchestrator's bill of a life (life_cost) passes the life's market:
+    an on-demand life that a provider state read as a revocation is billed, never refunded
+    as AWS refunds a spot life taken in its first hour."""
+    from dataclasses import replace
+
+    from spotwise.planner.report import life_cost
+    from spotwise.providers.base import Market
+
+    spot = _life(0, 10, 60.0)
+    on_demand = replace(spot.offer, market=Market.ON_DEMAND, price_per_hour=3.6)
+    spot_cost, _, _ = life_cost(spot, [(1200.0, 0.918)], rule_for("aws"), True, 10)
+    spot.offer = on_demand
+    od_cost, _, _ = life_cost(spot, [(1200.0, 3.6)], rule_for("aws"), True, 10)
+    assert spot_cost == 0.0  # a spot life AWS took in its first hour: free
+    assert od_cost == pytest.approx(1200.0 * 3.6 / 3600.0)  # $1.20

@@ -58,7 +58,8 @@ def _life(**kw: Any) -> SimpleNamespace:
         # per second, rounded up; a short life is billed AWS's 60 s minimum
         (dict(market_seconds=2563.4, cost_usd=0.71), None, 2564.0),
         (dict(end_reason="stopped", market_seconds=30.0, cost_usd=1 / 60), None, 60.0),
-        # GCP refunds the first minute only; Azure refunds nothing and has no minimum
+        # GCP refunds the first minute only; Azure refunds nothing and bills at least 300 s
+        # (s22, review-au F5: Microsoft's 5-minute minimum from 2025-06-01; was 30 s here)
         (dict(provider="gcp", end_reason="revoked", market_seconds=30.0, cost_usd=0.0), None, 0),
         (
             dict(provider="gcp", end_reason="revoked", market_seconds=120.0, cost_usd=0.03),
@@ -68,7 +69,7 @@ def _life(**kw: Any) -> SimpleNamespace:
         (
             dict(provider="azure", end_reason="revoked", market_seconds=30.0, cost_usd=0.01),
             None,
-            30,
+            300,
         ),
         # a life the provider took that `cancel` closed: its $0 bill says it was refunded
         (dict(end_reason="reconciled", market_seconds=900.0, cost_usd=0.0), None, 0.0),
