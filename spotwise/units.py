@@ -106,35 +106,75 @@ def parse_time(text: str, *, field: str, now: float) -> float:
 #: A bare number from here on is a time in epoch seconds (2001-09-09), not a duration: no
 #: window reaches 31 years back, and --json's since/until are such numbers
 EPOCH_FROM = 1e9
+#: The last second a date is written for (9999-12-31T23:59:59Z) and the first (0001-01-01):
+#: a window's bound outside them cannot be printed, nor is it a time a bill has (review-as AS3:
+#: `--since 1e12`, an epoch in milliseconds, exited 70 "internal error")
+LATEST = 253402300799.999
+EARLIEST = -62135596800.0
+
+
+def whole_ms(now: float) -> float:
+    """``now`` to the whole millisecond at or before it: a window ending then is the instant
+    its text (to the millisecond) names, so the next window, chained on that text, starts
+    exactly where it ended (review-as AS2: a bill in the fraction cut from the text was in
+    both windows)."""
+    ms = round(now * 1000.0)
+    while ms / 1000.0 > now:  # never after now: a window holds only bills written so far
+        ms -= 1
+    return ms / 1000.0
+
+
+def _out_of_range(field: str, text: str, value: float) -> SpecError:
+    """The one line for a bound past the year 9999 (or before the year 1): an epoch in
+    milliseconds or microseconds is named as such, with the division that fixes it."""
+    fix = "use epoch seconds (as --json's since/until), a date or a duration"
+    for unit, per_s in (("milliseconds", 1e3), ("microseconds", 1e6)):
+        if EPOCH_FROM <= value / per_s <= LATEST:
+            seconds = f"{value / per_s:.6f}".rstrip("0").rstrip(".")
+            fix = f"an epoch in {unit}? divide it by {per_s:.0f}: {seconds}"
+            break
+    if not value <= LATEST:  # inf too
+        return SpecError(f"{field}: {text!r} is past the year 9999, not a time; {fix}")
+    return SpecError(f"{field}: {text!r} is before the year 1, not a time; {fix}")
 
 
 def window(since: str, until: str | None, now: float) -> tuple[float | None, float]:
     """The report's window ``(start, end]`` from ``--since`` (``all``: None; a duration
     before the end such as ``24h``; a time, :func:`~spotwise.units.parse_time`) and
-    ``--until`` (None: ``now``; a time, or a duration before now). An end still to come is
-    ``now``: a window never ends after the bills written so far, so the next one, starting
-    at its end, misses none."""
+    ``--until`` (None: ``now``; a time, or a duration before now). ``now`` is taken to the
+    whole millisecond (:func:`whole_ms`). An end still to come is ``now``: a window never ends
+    after the bills written so far, so the next one, starting at its end, misses none. A bound
+    past the year 9999 (or an end before the year 1) is refused (SpecError, exit 2)."""
+    now = whole_ms(now)
 
     def when(text: str, field: str, before: float) -> float:
         try:  # epoch seconds, as --json gives since/until (review-ah F3: read as a duration,
-            if float(text) >= EPOCH_FROM:  # the previous line's until started in 1970)
-                return float(text)
+            number = float(text)  # the previous line's until started in 1970)
         except ValueError:
-            pass
+            number = None
+        if number is not None and number >= EPOCH_FROM:  # inf too: past 9999
+            if not number <= LATEST:
+                raise _out_of_range(field, text, number)
+            return number
         if _month_m(text):  # not lost in the "nor a time" line below
             raise _month_m_error(field, text)
         try:
-            return before - parse_duration(text, field=field)
+            value = before - parse_duration(text, field=field)
         except SpecError:
             try:
-                return parse_time(text, field=field, now=now)
+                value = parse_time(text, field=field, now=now)
             except SpecError:
                 raise SpecError(
                     f"{field}: {text!r} is not a duration (24h, 7d, 1h30m) nor a time "
                     "(2026-11-24, 2026-11-24T07:00Z, today, yesterday, epoch seconds)"
                 ) from None
+        if value > LATEST:  # a date-time whose offset puts it in the year 10000
+            raise _out_of_range(field, text, value)
+        return value
 
     end = now if until is None else min(when(until, "--until", now), now)
+    if end < EARLIEST:  # a duration reaching back past the year 1
+        raise _out_of_range("--until", str(until), end)
     if since.strip().lower() == "all":
         return None, end
     start = when(since, "--since", end)
@@ -149,4 +189,7 @@ def window(since: str, until: str | None, now: float) -> tuple[float | None, flo
 def _utc(ts: float) -> str:
     from datetime import UTC, datetime
 
-    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    try:
+        return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    except (OverflowError, ValueError, OSError):  # never past 9999 here (window refuses it)
+        return f"{ts!r} (epoch s)"

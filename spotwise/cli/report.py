@@ -39,10 +39,11 @@ def report_cmd(
         str | None,
         typer.Option(
             "--until",
-            help="Window end (default: now): a date or time as --since, today, yesterday, or "
-            "a duration before now (1h). A time still to come is taken as now. For cron, chain "
-            "windows: `--since yesterday --until today`, or each run's --since the previous "
-            "run's `until`.",
+            help="Window end (default: now, to the millisecond the text prints): a date or time "
+            "as --since, today, yesterday, or a duration before now (1h). A time still to come "
+            "is taken as now; one past the year 9999 is refused. For cron, chain windows: "
+            "`--since yesterday --until today`, or each run's --since the previous run's "
+            "`until`.",
         ),
     ] = None,
     by: Annotated[
@@ -62,9 +63,9 @@ def report_cmd(
             "replay's is listed, but nothing is billed for it), and only then. Exit 3 without "
             "a spotwise database (a missing or empty file, an in-memory URL such as sqlite:/// "
             "with an unset variable, a database without spotwise's tables, a server that cannot "
-            "be reached), 2 for a --db URL it cannot use, 5 when the database failed (corrupt "
-            "or unreadable, locked past 30 s, a schema from a newer spotwise): a wrong --db or "
-            "a broken database never reads as 'nothing held', nor as 'held'.",
+            "be reached), 2 for a --db URL it cannot use, 5 when the database failed (corrupt, "
+            "damaged or unreadable, locked past 30 s, a schema from a newer spotwise): a wrong "
+            "--db or a broken database never reads as 'nothing held', nor as 'held'.",
         ),
     ] = False,
     db: DbOpt = None,
@@ -119,13 +120,37 @@ def _money(row: dict[str, Any]) -> list[str]:
 
 
 def _when(ts: float | None) -> str:
-    """A window's bound to the second (and its fraction, when it has one: a window ending
-    `now` is chained on that exact time)."""
+    """A window's bound to the second, with the fraction it has (milliseconds, microseconds
+    when the millisecond is not exact): `--since` reads the text back as this very instant, so
+    a window chained on the text starts exactly where this one ended (review-as AS2: cut to
+    the millisecond, a bill in the fraction cut off was counted in both windows)."""
     if ts is None:
         return "the start"
+    from spotwise.units import parse_time
+
     when = datetime.fromtimestamp(ts, UTC)
-    ms = when.microsecond // 1000
-    return when.strftime("%Y-%m-%d %H:%M:%S") + (f".{ms:03d}" if ms else "")
+    second = when.strftime("%Y-%m-%d %H:%M:%S")
+    for text in (second, f"{second}.{when.microsecond // 1000:03d}"):
+        if parse_time(f"{text} UTC", field="--since", now=0.0) == ts:
+            return text
+    return f"{second}.{when.microsecond:06d}"
+
+
+def _exact(ts: float | None) -> bool:
+    """Whether :func:`_when`'s text of ``ts`` is ``ts`` itself (not for an epoch typed with
+    digits past the microsecond)."""
+    from spotwise.units import parse_time
+
+    return ts is None or parse_time(f"{_when(ts)} UTC", field="--since", now=0.0) == ts
+
+
+def _window_line(since: float | None, until: float) -> str:
+    """The report's first line: its window, and the epoch seconds too where the text is not
+    exactly them (chain on those)."""
+    line = f"bills written from {_when(since)} to {_when(until)} UTC"
+    if _exact(since) and _exact(until):
+        return line
+    return f"{line} (epoch s: {'all' if since is None else repr(since)} to {until!r})"
 
 
 def _money_table(by: str, sec: dict[str, Any], title: str | None = None) -> Table:
@@ -168,7 +193,7 @@ def _print_report(out: dict[str, Any]) -> None:
     console = Console(highlight=False)
     real, replay = out, out["replay"]
     console.print(f"[bold]cost report[/] by {out['by']}")
-    console.print(f"bills written from {_when(out['since'])} to {_when(out['until'])} UTC")
+    console.print(_window_line(out["since"], out["until"]))
     # a window may hold a later part of a closed record's bill and no life (review-ah F10)
     billed_real, billed_replay = _billed(real), _billed(replay)
     if billed_real:

@@ -31,6 +31,7 @@ from spotwise.store.existing import (
     not_sqlite_error,
     require_spotwise_schema,
     sqlite_file,
+    stored_revision,
 )
 
 ENV_VAR = "SPOTWISE_DB"
@@ -327,7 +328,7 @@ def migrate(engine: Engine, attempts: int = 5, *, existing: bool = False) -> Non
             with _connect(engine) as conn:
                 if existing:
                     require_spotwise_schema(conn, redact(engine.url))
-                current = current_revision(conn)
+                current = stored_revision(conn, redact(engine.url))  # review-as AS4
             if current == head:
                 return
             doing = "migrating the schema"

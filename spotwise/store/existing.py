@@ -198,7 +198,8 @@ def require_spotwise_schema(conn: Connection, where: str) -> None:
     (``alembic_version`` with a revision, and ``job``). On every backend: a read-only command
     never runs the migrations on a database without them (a PostgreSQL server's default
     ``postgres`` database got every spotwise table created in it, and `report --check` said
-    "nothing held"). Only reads the catalog."""
+    "nothing held"). spotwise's own ``job`` table with no revision recorded is a damaged
+    database (:func:`stored_revision`: StoreError, exit 5), not "no database". Only reads."""
     insp = sa.inspect(conn)
     found = {t for t in SPOTWISE_TABLES if insp.has_table(t)}
     why = ""
@@ -207,9 +208,58 @@ def require_spotwise_schema(conn: Connection, where: str) -> None:
     elif found != set(SPOTWISE_TABLES):
         why = _partial(found)
     elif conn.execute(sa.text("SELECT count(*) FROM alembic_version")).scalar() == 0:
+        if _spotwise_job_table(insp):
+            raise damaged_version_error(where, [])
         why = "its alembic_version records no revision"
     if why:
         raise NotFoundError(
             f"no spotwise database at {where} ({why}); run `spotwise tune SPEC` first",
             hint=FIX_HINT,
         )
+
+
+#: Columns of spotwise's ``job`` table since its first revision: a ``job`` table with them is
+#: spotwise's (another program's ``job`` table is left alone, "no database")
+JOB_COLUMNS = frozenset({"id", "spec_json", "spec_path", "policy", "state", "created_at"})
+
+
+def _spotwise_job_table(insp: sa.Inspector) -> bool:
+    if not insp.has_table("job"):
+        return False
+    return {c["name"] for c in insp.get_columns("job")} >= JOB_COLUMNS
+
+
+def stored_revision(conn: Connection, where: str) -> str | None:
+    """The schema revision the database on ``conn`` records in ``alembic_version``; None where
+    it records none and has no spotwise tables yet (a new database: the migrations create
+    them). Read here, not by alembic, whose answer to several rows was a revision of None
+    (review-as AS4). A damaged database is a StoreError (exit 5,
+    :func:`damaged_version_error`): several revision rows, or none beside spotwise's ``job``
+    table (a `tune` there failed on CREATE TABLE, a read said "no database, run tune")."""
+    insp = sa.inspect(conn)
+    if not insp.has_table("alembic_version"):
+        return None
+    rows = [str(r[0]) for r in conn.execute(sa.text("SELECT version_num FROM alembic_version"))]
+    if len(rows) == 1:
+        return rows[0]
+    if rows or _spotwise_job_table(insp):
+        raise damaged_version_error(where, rows)
+    return None
+
+
+def damaged_version_error(where: str, revisions: list[str]) -> StoreError:
+    """A spotwise database whose ``alembic_version`` holds no revision (``revisions`` empty)
+    or several: edited by hand, or a damaged page; never "no database" (its instances may
+    still run), nor a revision it does not hold."""
+    held = (
+        "holds no revision"
+        if not revisions
+        else f"holds {len(revisions)} revisions ({', '.join(map(repr, sorted(revisions)))}), "
+        "not one"
+    )
+    return StoreError(
+        f"damaged spotwise database at {where}: its alembic_version table {held}; it was "
+        "edited or damaged",
+        hint="restore it from a copy: the instances it recorded may still run (see the "
+        "provider's console)",
+    )
