@@ -36,54 +36,19 @@ from __future__ import annotations
 
 import difflib
 import logging
-import re
 from collections.abc import Mapping, Sequence
 
 from spotwise.errors import NotFoundError, SpecError, SpotwiseError
 from spotwise.planner.backend import Backend, provider_config
 from spotwise.planner.checkpoint_probe import probe_checkpoint_root
+from spotwise.planner.secret_scan import secret_env_warnings as secret_env_warnings
+from spotwise.planner.secret_scan import secret_in_text as secret_in_text
 from spotwise.providers.base import Catalog, Market
 from spotwise.providers.channel import SECRET_ENV
 from spotwise.providers.registry import cloud_module, missing_required
 from spotwise.spec import JobSpec, ProviderSpec
 
 log = logging.getLogger("spotwise.planner")
-#: ``env`` names that look like a secret (``TOKENIZERS_PARALLELISM`` and ``MAX_TOKENS`` do not)
-SECRET_NAME = re.compile(
-    r"(?i)secret|passw|credential|api_?key|private_?key|access_?key|(?:^|_)token(?:_|$)"
-    r"|(?:^|_)key$"
-)
-#: names whose value is where a credential is, not the credential (a file, a secret manager's
-#: id, name or ARN: ``--secret-id``): not warned about
-_A_PATH = re.compile(r"(?i)_(?:file|path|dir|id|name|arn)$|^GOOGLE_APPLICATION_CREDENTIALS$")
-#: what a value holding a credential looks like (review-at AT3), and how a warning names it
-_SECRET_VALUE = (
-    (re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^/?#@\s:]*:[^/?#@\s]+@"), "a URL with a password"),
-    (re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[\w-]{20,}@"), "a URL with a token as its user"),
-    (
-        re.compile(
-            r"(?i)[?&](?:x-(?:amz|goog)-(?:signature|credential|security-token)|signature|sig"
-            r"|token|access_token|api_?key|key)=[^&#\s]"
-        ),
-        "a signed URL or a key in a URL's query",
-    ),
-    (
-        re.compile(r"(?i)\bbearer\s+[\w.~+/=-]{8,}|\bbasic\s+[A-Za-z0-9+/]{16,}=*(?![\w+/=])"),
-        "an Authorization header's value",
-    ),
-    (
-        re.compile(
-            r"\b(?:gh[pousr]_[A-Za-z0-9]{20,}|github_pat_\w{20,}|glpat-[\w-]{20,}"
-            r"|hf_[A-Za-z0-9]{20,}|sk-[\w-]{20,}|xox[abposr]-[\w-]{10,}|(?:AKIA|ASIA)[0-9A-Z]{16}"
-            r"|AIza[\w-]{35})|hooks\.slack\.com/services/"
-        ),
-        "a token",
-    ),
-)
-#: ``NAME=value`` (``export NAME=value``) and ``--name value`` (``--name=value``) in shell text
-#: or a command's arguments; a value taken from elsewhere (``$VAR``, ``$(...)``) is not a secret
-_ASSIGNED = re.compile(r"(?:^|[\s;&|(`])(?:export\s+)?([A-Za-z_][\w.-]*)=(\S*)")
-_FLAG = re.compile(r"(?:^|\s)--?([A-Za-z][\w-]*)(?:=|\s+)(\S+)")
 
 
 def preflight(spec: JobSpec, backend: Backend, checkpoint_root: str, source: str = "") -> None:
@@ -137,68 +102,6 @@ def _credential_env(spec: JobSpec) -> None:
             "credentials from their own identity (instance profile, service account, managed "
             "identity)"
         )
-
-
-def secret_env_warnings(spec: JobSpec) -> list[str]:
-    """One line per ``env`` entry that looks like a secret (its name matches
-    :data:`SECRET_NAME`, unless it names a file or folder, or is a cloud credential variable;
-    or its value holds one: :func:`secret_in_text`), and one for a ``command`` or a
-    ``setup`` that holds one, naming the field (and the variable or flag) and never the value:
-    where it can be read, and what to do instead. Not refused: the user may mean it."""
-    cloud = any(p.name != "local" for p in spec.providers)
-    where = (
-        "readable from the instance's user-data/metadata (by every process on it and anyone "
-        "allowed to describe it) and stored in the job's database"
-        if cloud
-        else "stored in the job's database with the spec"
-    )
-    instead = (
-        "give instances credentials through their identity (instance profile, service "
-        "account, managed identity) or fetch the secret from a secret manager in the trial"
-        if cloud
-        else "export it in the shell that runs spotwise instead: a local trial inherits it"
-    )
-    found = [
-        (f"env.{k}", "looks like a secret" if secret_name(k) else secret_in_text(v))
-        for k, v in sorted(spec.env.items())
-    ]
-    found.append(("command", secret_in_text(" ".join(spec.command))))
-    for i, p in enumerate(spec.providers):  # AWS's setup: shell text, often a `git clone URL`
-        found.append(
-            (f"providers.{i}.options.setup", secret_in_text(str(p.options.get("setup", ""))))
-        )
-    lines = []
-    for field, what in found:
-        if what:
-            field = field.replace("\r", "\\r").replace("\n", "\\n")  # one line, even for odd keys
-            lines.append(f"warning: spec field '{field}' {what}: it is {where}; {instead}")
-    return lines
-
-
-def secret_name(name: str) -> bool:
-    """A variable (or flag) name that looks like a secret's, not a file's: :data:`SECRET_NAME`."""
-    return bool(SECRET_NAME.search(name) and not _A_PATH.search(name)) or name in SECRET_ENV
-
-
-def secret_in_text(text: str) -> str:
-    """What in ``text`` (a value, shell text, a command's arguments) looks like a secret, as
-    the warning says it ("holds a URL with a password"); ``""`` for nothing."""
-    for pattern, what in _SECRET_VALUE:
-        if pattern.search(text):
-            return f"holds {what}"
-    for m in _ASSIGNED.finditer(text):
-        if secret_name(m[1]) and _literal(m[2]):
-            return f"sets {m[1]} to a value written in it"
-    for m in _FLAG.finditer(text):
-        if secret_name(m[1].replace("-", "_")) and _literal(m[2]) and not m[2].startswith("-"):
-            return f"passes --{m[1].lstrip('-')} a value written in it"
-    return ""
-
-
-def _literal(value: str) -> bool:
-    """A value written out, not taken from a variable, a command or a placeholder."""
-    value = value.strip("'\"")
-    return bool(value) and not value.startswith(("$", "`", "<", "{"))
 
 
 def _catalogs(backend: Backend) -> dict[str, Catalog]:
