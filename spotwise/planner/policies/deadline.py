@@ -21,7 +21,12 @@ fastest on-demand type (:func:`~.finish.fallback_seconds`: the last moment an on
 still finishes in time), not on the type it last ran on; a spot type slower than that is taken
 only where the clock, with the trial's work at that type's speed, stays out of the Safety Net
 (:func:`spot_fits`): an instance that cannot finish in time, or whose revocation near its end
-would leave no time for the changeover, is not the spot the rules assume.
+would leave no time for the changeover, is not the spot the rules assume. A trial running on
+on-demand is moved to such a type only where it still fits after the changeover the move
+causes (:func:`leaves_for_spot`: its checkpoint, the wait for the next decision and the
+relaunch's start-up): judged on the slack at the decision alone, it came at the margin's edge;
+one decision later, the trial waited for a spot that no longer fitted and went back to the
+same on-demand type (review-av F2).
 Both place by the list price per step as ``spot-greedy`` does (the trial's speed on each
 offer's instance type); on-demand, they take the offers that finish the trial's remaining steps
 by the deadline first (:func:`by_deadline`).
@@ -144,21 +149,48 @@ def job_clock(
 
 
 def spot_fits(
-    view: PlannerView, t: TrialView, o: OfferView, expected_fraction: float = 1.0
+    view: PlannerView,
+    t: TrialView,
+    o: OfferView,
+    expected_fraction: float = 1.0,
+    lose_s: float = 0.0,
 ) -> bool:
     """Whether spot offer ``o`` keeps the job out of the Safety Net with ``t`` on it: a type at
     least as fast as ``t``'s on-demand fallback does (the clock already holds the margin), a
-    slower one only where the clock with ``t``'s work at ``o``'s speed still does. A slower spot
-    run to its end eats the slack the changeover needs (revoked near its end, the on-demand
-    relaunch comes too late), and one that cannot finish by the deadline buys no final; with no
-    on-demand offer available there is nothing to keep the slack for."""
+    slower one only where the clock with ``t``'s work at ``o``'s speed still does, with
+    ``lose_s`` market seconds fewer left (a move's changeover: :func:`leaves_for_spot`). A
+    slower spot run to its end eats the slack the changeover needs (revoked near its end, the
+    on-demand relaunch comes too late), and one that cannot finish by the deadline buys no
+    final; with no on-demand offer available there is nothing to keep the slack for."""
     sps = t.seconds_on(o)
     if view.deadline is None or sps <= fallback_seconds(view, t):
         return True
     if not any(x.available and not x.is_spot for x in view.offers):
         return True
     clock = job_clock(view, expected_fraction, on=(t.trial_id, sps))
-    return clock is None or not clock.safety_net
+    return clock is None or clock.left - lose_s >= clock.remaining + clock.safety_net_margin
+
+
+def changeover_s(view: PlannerView) -> float:
+    """Market seconds a move off a running instance can cost before its relaunch has booted:
+    the checkpoint write, up to a decision interval until the trial, then waiting, is placed
+    again, and the relaunch's start-up."""
+    return view.checkpoint_s + max(view.tick_s, 0.0) + view.restart_overhead_s
+
+
+def leaves_for_spot(
+    view: PlannerView, t: TrialView, spots: list[OfferView], expected_fraction: float = 1.0
+) -> bool:
+    """Whether ``t``, running on on-demand, may be checkpointed to move to one of ``spots``: one
+    fits (:func:`spot_fits`) with the move's changeover (:func:`changeover_s`) already spent.
+    The relaunch the move causes is judged by :func:`spot_fits` at the next decision; a move
+    judged on the slack of now was made at the margin's edge, the relaunch found the spot no
+    longer fitting, the trial waited and took the same on-demand type again, and did it again
+    on the way to the deadline (review-av F2: three on-demand launches, each with its start-up
+    and minimum, for 40 steps due in 3600 s). A type as fast as the fallback always fits, so on
+    one instance type the move is decided as before."""
+    lose = changeover_s(view)
+    return any(spot_fits(view, t, o, expected_fraction, lose) for o in spots)
 
 
 def launch_all(
@@ -217,6 +249,7 @@ class UniformProgress:
         if spot and not clock.safety_net:
             fits = _fits(view)
             # hysteresis: leave on-demand only once ahead of ep(t + 2d), for a spot that fits
+            # after the changeover the move causes
             if clock.done >= clock.expected(clock.elapsed + 2.0 * clock.d):
                 actions += [
                     Checkpoint(t.trial_id, "uniform-progress: back to spot")
@@ -224,7 +257,7 @@ class UniformProgress:
                     if t.phase is Phase.RUNNING
                     and not t.stopping
                     and _on_demand(view, t.offer_key)
-                    and any(fits(t, o) for o in spot)
+                    and leaves_for_spot(view, t, spot)
                 ]
 
             def suits(t: TrialView, o: OfferView) -> bool:  # behind, no spot fits: on-demand

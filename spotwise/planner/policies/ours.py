@@ -53,7 +53,8 @@ from spotwise.planner.policies._common import (
     stop_invalid,
 )
 from spotwise.planner.policies.asha import judged_reports, mark_judged, report_judged_at
-from spotwise.planner.policies.deadline import JobClock, by_deadline, job_clock, spot_fits
+from spotwise.planner.policies.deadline import JobClock, job_clock, leaves_for_spot, spot_fits
+from spotwise.planner.policies.finish import by_deadline
 from spotwise.planner.policies.odds import _noise, p_beat
 from spotwise.planner.policies.spottune import crosses_first_hour
 from spotwise.planner.policy import (
@@ -226,7 +227,7 @@ class Spotwise:
             and t.trial_id not in busy
             and (o := view.offer(t.offer_key or "")) is not None
             and not o.is_spot
-            and any(spot_fits(view, t, c, frac) for c in choices)  # a spot it can finish on
+            and leaves_for_spot(view, t, choices, frac)  # a spot that still fits once moved
         ]
 
     def _place(self, view: PlannerView, clock: JobClock | None) -> list[Action]:
