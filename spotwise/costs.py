@@ -9,7 +9,8 @@ Written for cron jobs: one call reads the store, the rest is arithmetic on its r
   is a part of its own, counted in the window in which it was written
   (:mod:`spotwise.store.bills`). So consecutive windows, each starting where the previous one
   ended, count every dollar once. Windows are half-open, ``(since, until]``: a bill written
-  exactly on a boundary is in one window.
+  exactly on a boundary is in one window. A window ending now ends a minute before it
+  (:func:`~spotwise.units.report_window`): a bill is dated before its write commits.
 * Lives that have not ended (a job still running, or an instance its job's drain could not
   terminate) are listed apart as **held**, with their hourly price: they are the money that is
   still flowing. One whose job has finished, or whose orchestrator has stopped, is a
@@ -41,9 +42,11 @@ from spotwise.errors import SpecError, did_you_mean
 from spotwise.job_facts import budget_of as budget_of  # `costs.budget_of`, as before
 from spotwise.job_facts import simulated as is_simulated
 from spotwise.states import FINISHED_JOB_STATES
+from spotwise.units import SETTLE_S, report_window
 from spotwise.units import window as window  # `costs.window`, as before
 
 GROUPS = ("provider", "job", "instance-type", "zone", "market", "day")
+_wait = time.sleep  # how `report` waits for a window's last bills (tests replace it)
 
 
 class LifeRow(Protocol):
@@ -258,7 +261,9 @@ def summarize(
     """The report from the store's rows; ``jobs`` describes every job of those rows. Of the
     ``ended`` lives' bills it counts the parts written in ``(since, until]`` (``since`` None:
     any time; ``until`` None: ``now``, when the held lives are measured; :func:`pieces`): the
-    real clouds' in ``totals`` and ``groups``, the replayed market's apart in ``replay``."""
+    real clouds' in ``totals`` and ``groups``, the replayed market's apart in ``replay``.
+    ``settled``: the window ends :data:`~spotwise.units.SETTLE_S` or more before ``now`` (every
+    bill dated in it was written when it was read: its numbers are final)."""
     sim = frozenset(j for j, info in jobs.items() if info.simulated)
     lo = float("-inf") if since is None else since
     hi = now if until is None else until
@@ -305,6 +310,8 @@ def summarize(
     return {
         "since": since,
         "until": hi,
+        "now": now,
+        "settled": hi + SETTLE_S <= now + 1e-6,
         "by": by,
         # real clouds only: money; the replayed market's simulated dollars are never added in
         "totals": real["totals"],
@@ -347,9 +354,10 @@ def report(
     now: float | None = None,
     until: str | None = None,
 ) -> dict[str, Any]:
-    """The cost report of the bills written in a window (:func:`window`: ``since`` a duration
-    such as ``24h``/``7d`` before ``until``, a time, or ``all``; ``until`` a time, default
-    now), grouped ``by`` one of :data:`GROUPS`, with every instance still held."""
+    """The cost report of the bills written in a window (:func:`~spotwise.units.report_window`:
+    ``since`` a duration such as ``24h``/``7d`` before ``until``, a time, or ``all``; ``until``
+    a time, default a minute before now; a time given less than a minute ago is waited for),
+    grouped ``by`` one of :data:`GROUPS`, with every instance still held (to ``now``)."""
     from spotwise.last_alive import last_alive
     from spotwise.liveness import orchestrator_state
     from spotwise.spec import STORED, ReplaySpec
@@ -358,16 +366,21 @@ def report(
     if by not in GROUPS:
         raise not_a_grouping(by)
     now = time.time() if now is None else now
-    start, end = window(since, until, now)
+    win = report_window(since, until, now)
+    start, end = win.start, win.end
     store = Store.open_existing(db)
     try:
+        if win.ready_at > now:  # a time given, less than a minute ago: its bills may be
+            _wait(win.ready_at - now)  # waiting for the write lock still (review-as AS1)
+            now = win.ready_at
+        # one statement: a record closed while this reads is billed or held, never neither
+        billed, held = store.report_rows(start)
         ended = [  # lives: launches a provider accepted (a refused one is no life, no bill),
             # and a failed launch's instance that ran until we terminated it (billed)
             r
-            for r in store.list_billed(start)
+            for r in billed
             if r.launched_at is not None or r.cost_usd > 0
         ]
-        held = store.list_instances(None, active_only=True)
         held_by = {r.job_id for r in held}
         jobs: dict[str, JobInfo] = {}
         found = store.jobs_by_id(r.job_id for r in [*ended, *held])  # one query (review-af F7)

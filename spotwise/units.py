@@ -5,6 +5,7 @@ dates, date-times, ``today``/``yesterday`` and epoch seconds; a report's window.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 from spotwise.errors import SpecError
 
@@ -138,16 +139,46 @@ def _out_of_range(field: str, text: str, value: float) -> SpecError:
     return SpecError(f"{field}: {text!r} is before the year 1, not a time; {fix}")
 
 
-def window(since: str, until: str | None, now: float) -> tuple[float | None, float]:
-    """The report's window ``(start, end]`` from ``--since`` (``all``: None; a duration
-    before the end such as ``24h``; a time, :func:`~spotwise.units.parse_time`) and
-    ``--until`` (None: ``now``; a time, or a duration before now). ``now`` is taken to the
-    whole millisecond (:func:`whole_ms`). An end still to come is ``now``: a window never ends
-    after the bills written so far, so the next one, starting at its end, misses none. A bound
-    past the year 9999 (or an end before the year 1) is refused (SpecError, exit 2)."""
-    now = whole_ms(now)
+#: Seconds a window ending "now" ends before now: twice the store's lock timeouts (SQLite's
+#: busy timeout, PostgreSQL's ``lock_timeout``, 30 s), the longest a bill dated before its
+#: write waits for the write lock (review-as AS1: the orchestrator dates a life's end, then
+#: waits; a report in that gap saw it held, and the next window, starting at that report's
+#: end, after the bill's date: neither counted it). So every bill dated in a window is written
+#: before the window is read.
+SETTLE_S = 60.0
 
-    def when(text: str, field: str, before: float) -> float:
+
+@dataclass(frozen=True)
+class Window:
+    """A report's window ``(start, end]`` and when it may be read: ``ready_at``, when every
+    bill dated by ``end`` has been written (``end`` + :data:`SETTLE_S`; ``end`` itself for
+    ``--until now``, read at once and not final)."""
+
+    start: float | None
+    end: float
+    ready_at: float
+
+
+def report_window(since: str, until: str | None, now: float) -> Window:
+    """The report's window from ``--since`` (``all``: no start; a duration before the end
+    such as ``24h``; a time, :func:`~spotwise.units.parse_time`) and ``--until``:
+
+    * None (the default), a duration before now (``1h``) or a time still to come: at most
+      :data:`SETTLE_S` before ``now``, to the whole millisecond (:func:`whole_ms`): a bill
+      dated before its write commits is written by then, and a bill of the last minute is in
+      the next window, which starts at this one's end. Read at once.
+    * a time already past (a date, ``today``, epoch seconds): that very time, so windows
+      chained on whole days stay whole whenever the cron runs; read at ``ready_at`` (the
+      caller waits, at most :data:`SETTLE_S`, when the time is less than that ago).
+    * ``now``: ``now`` itself, read at once: a look at the bills written so far, not final
+      (one still being written may be dated before it): not a window to chain on.
+
+    A bound past the year 9999 (or an end before the year 1) is refused (SpecError, exit 2)."""
+    now_ms = whole_ms(now)
+    settled = whole_ms(now - SETTLE_S)
+
+    def when(text: str, field: str, before: float) -> tuple[float, bool]:
+        """``text`` as a time, and whether it was a duration (a time relative to ``before``)."""
         try:  # epoch seconds, as --json gives since/until (review-ah F3: read as a duration,
             number = float(text)  # the previous line's until started in 1970)
         except ValueError:
@@ -155,35 +186,50 @@ def window(since: str, until: str | None, now: float) -> tuple[float | None, flo
         if number is not None and number >= EPOCH_FROM:  # inf too: past 9999
             if not number <= LATEST:
                 raise _out_of_range(field, text, number)
-            return number
+            return number, False
         if _month_m(text):  # not lost in the "nor a time" line below
             raise _month_m_error(field, text)
         try:
-            value = before - parse_duration(text, field=field)
+            return before - parse_duration(text, field=field), True
         except SpecError:
-            try:
-                value = parse_time(text, field=field, now=now)
-            except SpecError:
-                raise SpecError(
-                    f"{field}: {text!r} is not a duration (24h, 7d, 1h30m) nor a time "
-                    "(2026-11-24, 2026-11-24T07:00Z, today, yesterday, epoch seconds)"
-                ) from None
+            pass
+        try:
+            value = parse_time(text, field=field, now=now_ms)
+        except SpecError:
+            raise SpecError(
+                f"{field}: {text!r} is not a duration (24h, 7d, 1h30m) nor a time "
+                "(2026-11-24, 2026-11-24T07:00Z, today, yesterday, epoch seconds)"
+            ) from None
         if value > LATEST:  # a date-time whose offset puts it in the year 10000
             raise _out_of_range(field, text, value)
-        return value
+        return value, False
 
-    end = now if until is None else min(when(until, "--until", now), now)
+    if until is None:
+        end, ready = settled, settled + SETTLE_S
+    elif until.strip().lower() == "now":
+        end = ready = now_ms
+    else:
+        end, relative = when(until, "--until", now_ms)
+        if relative or end > now_ms:  # a minute ago, or still to come: as the default
+            end = min(end, settled)
+        ready = end + SETTLE_S
     if end < EARLIEST:  # a duration reaching back past the year 1
         raise _out_of_range("--until", str(until), end)
     if since.strip().lower() == "all":
-        return None, end
-    start = when(since, "--since", end)
+        return Window(None, end, ready)
+    start = when(since, "--since", end)[0]
     if start >= end:
         raise SpecError(
             f"--since: the window must start before it ends ({_utc(start)} is not before "
             f"{_utc(end)})"
         )
-    return (None if start <= 0 else start), end  # back past 1970: every bill, as `all`
+    return Window(None if start <= 0 else start, end, ready)  # back past 1970: all, as `all`
+
+
+def window(since: str, until: str | None, now: float) -> tuple[float | None, float]:
+    """:func:`report_window`'s ``(start, end]``."""
+    got = report_window(since, until, now)
+    return got.start, got.end
 
 
 def _utc(ts: float) -> str:

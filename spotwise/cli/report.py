@@ -39,11 +39,15 @@ def report_cmd(
         str | None,
         typer.Option(
             "--until",
-            help="Window end (default: now, to the millisecond the text prints): a date or time "
-            "as --since, today, yesterday, or a duration before now (1h). A time still to come "
-            "is taken as now; one past the year 9999 is refused. For cron, chain windows: "
-            "`--since yesterday --until today`, or each run's --since the previous run's "
-            "`until`.",
+            help="Window end (default: a minute before now, to the millisecond the text "
+            "prints: a bill dated before its write commits, which may wait 30 s for the "
+            "database's lock, is written by then; one of the last minute is in the next "
+            "window): a date or time as --since, today, yesterday, or a duration before now "
+            "(1h). A time still to come is taken as the default; a time less than a minute ago "
+            "is waited for (up to a minute); one past the year 9999 is refused. `now` ends at "
+            "this very instant, read at once: a bill still being written may be missing, so do "
+            "not chain on it. For cron, chain windows: `--since yesterday --until today`, or "
+            "each run's --since the previous run's `until`.",
         ),
     ] = None,
     by: Annotated[
@@ -79,9 +83,11 @@ def report_cmd(
     the past, in the window of the cancel), never in a window already reported. What a closed
     record is billed later (an instance found after it closed) is counted when it is billed.
     So windows that follow each other (`--since yesterday --until today` every day) count
-    every dollar once. Lives still held are listed apart with their hourly price. Costs on the
-    `local` provider come from the replayed market: simulated dollars, in a table of their own
-    (`replay` in --json), never added to the real clouds' totals.
+    every dollar once; a window ends a minute before now by default, so that a bill dated
+    before its write commits is in it, or in the next. Lives still held are listed apart with
+    their hourly price. Costs on the `local` provider come from the replayed market: simulated
+    dollars, in a table of their own (`replay` in --json), never added to the real clouds'
+    totals.
 
     `hours` is instance time, refunded time included; `billed h` (`billed_hours` in --json)
     is the time charged for under each provider's rule (AWS refunds a spot instance it revokes
@@ -153,6 +159,24 @@ def _window_line(since: float | None, until: float) -> str:
     return f"{line} (epoch s: {'all' if since is None else repr(since)} to {until!r})"
 
 
+def _settle_note(out: dict[str, Any]) -> str | None:
+    """A line under the window's when its end is near the read: held back a minute (the
+    default: say where the last minute's bills go), or ``--until now`` (not final)."""
+    from spotwise.units import SETTLE_S
+
+    if not out["settled"]:
+        return (
+            "[yellow]the window ends now (--until now): a bill still being written may be "
+            "missing; not final, do not chain on it[/]"
+        )
+    if out["now"] - out["until"] < SETTLE_S + 1.0:
+        return (
+            f"[dim]the window ends {SETTLE_S:g} s before now: the bills of the last minute are "
+            "counted in the next window, which starts where this one ends[/]"
+        )
+    return None
+
+
 def _money_table(by: str, sec: dict[str, Any], title: str | None = None) -> Table:
     """The money of one section of the report (the real clouds', or the replay's)."""
     from spotwise.cli.output import listing
@@ -194,6 +218,8 @@ def _print_report(out: dict[str, Any]) -> None:
     real, replay = out, out["replay"]
     console.print(f"[bold]cost report[/] by {out['by']}")
     console.print(_window_line(out["since"], out["until"]))
+    if note := _settle_note(out):
+        console.print(note)
     # a window may hold a later part of a closed record's bill and no life (review-ah F10)
     billed_real, billed_replay = _billed(real), _billed(replay)
     if billed_real:

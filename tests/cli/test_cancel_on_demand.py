@@ -89,7 +89,7 @@ def _agree(db: str, job: str, *, replay: bool = False) -> dict[str, Any]:
     """The job as `status` shows it, after checking that its cost and on-demand figure are
     what `report` sums of its records (and what they sum to)."""
     shown = jobs.status(job, db=db)
-    out = costs.report(since="all", by="job", db=db)
+    out = costs.report(since="all", until="now", by="job", db=db)  # the bills just written
     (group,) = [g for g in (out["replay"] if replay else out)["groups"] if g["key"] == job]
     with Store.open_existing(db) as s:
         rows = s.list_instances(job)

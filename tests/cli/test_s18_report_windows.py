@@ -33,6 +33,7 @@ from spotwise import costs, jobs
 from spotwise.cli.app import app
 from spotwise.errors import SpecError
 from spotwise.store import Store
+from spotwise.units import SETTLE_S
 
 H, D = 3600.0, 86400.0
 T0 = 1_795_478_400.0  # 2026-11-24 00:00:00 UTC
@@ -97,8 +98,9 @@ def test_lives_a_cancel_closes_after_a_report_ran_are_in_the_next_window(
     assert [r.ended_at for r in rows] == [pytest.approx(t0 + 30.0)] * 3  # back-dated into A
     assert billed == pytest.approx(sum(r.cost_usd for r in rows)) and billed > 0.0
 
-    b_until = time.time()
-    b = costs.report(since=f"{b_until - a_until}s", db=db, now=b_until)  # starts at A's end
+    # B, chained on A's `until`, run a minute after the cancel (a window ends SETTLE_S before
+    # its report ran: the cancel's bills, dated when it ran, are in by then)
+    b = costs.report(since=repr(a["until"]), db=db, now=time.time() + SETTLE_S)
     assert b["replay"]["totals"]["lives"] == 3  # was 0: in no window
     assert _cost(b, "replay") == pytest.approx(billed)
     again = costs.report(since="1h", db=db, now=a_until)
@@ -156,7 +158,8 @@ def test_an_instance_billed_after_its_record_closed_counts_each_dollar_once(
     from spotwise.release_sweep import _bill_outlived
 
     db, inst = _outlived_store(tmp_path)
-    day1 = costs.report(since="24h", db=db, now=T0 + D)
+    # each day's report runs SETTLE_S after midnight: its window ends at midnight
+    day1 = costs.report(since="24h", db=db, now=T0 + D + SETTLE_S)
     assert _cost(day1) == pytest.approx(30.60)
     with Store.open_existing(db) as s:
         usd = _bill_outlived(
@@ -168,7 +171,7 @@ def test_an_instance_billed_after_its_record_closed_counts_each_dollar_once(
     assert (row.cost_usd, row.market_seconds) == (pytest.approx(367.20), 120 * H)
     assert row.ended_at == T0 + 5 * D
 
-    lines = [costs.report(since="24h", db=db, now=T0 + n * D) for n in range(1, 6)]
+    lines = [costs.report(since="24h", db=db, now=T0 + n * D + SETTLE_S) for n in range(1, 6)]
     assert [_cost(x) for x in lines] == pytest.approx([30.60, 0, 0, 0, 336.60])
     assert sum(_cost(x) for x in lines) == pytest.approx(367.20)  # was 397.80
     # the life is counted once, where its record closed; day 5 holds its added hours only
@@ -198,7 +201,7 @@ def test_the_drain_sweep_billing_a_closed_record_counts_in_the_window_it_is_writ
         row = s.get_instance("l-0")
         s.update_instance("l-0", cost_usd=row.cost_usd + 1.53, market_seconds=row.market_seconds)
         assert s.get_instance("l-0").ended_at == ended  # the record's end as it was
-    today = costs.report(since="1h", db=db)
+    today = costs.report(since="1h", db=db, now=time.time() + SETTLE_S)  # a minute later
     assert (_cost(then), _cost(today)) == (pytest.approx(30.60), pytest.approx(1.53))  # was 0
     # re-running the past window gives its numbers (the added $1.53 went there: in no line)
     assert _cost(costs.report(since="24h", db=db, now=ended + H)) == pytest.approx(30.60)
@@ -332,18 +335,23 @@ def test_whole_utc_days_chain_and_count_every_life_once(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("since", "until", "window"),
     [
-        ("2026-11-24T07:00", None, (T0 + 7 * H, T0 + 3 * D)),
+        ("2026-11-24T07:00", None, (T0 + 7 * H, T0 + 3 * D - SETTLE_S)),  # now, settled
         ("2026-11-24T07:00Z", "2026-11-25", (T0 + 7 * H, T0 + D)),
         ("2026-11-24T09:00:30+02:00", "2026-11-24 12:00", (T0 + 7 * H + 30, T0 + 12 * H)),
         ("24h", "2026-11-26", (T0 + D, T0 + 2 * D)),  # a duration: before --until
         ("6h", "1d", (T0 + 2 * D - 6 * H, T0 + 2 * D)),  # --until a duration: before now
-        ("yesterday", "2030-01-01", (T0 + 2 * D, T0 + 3 * D)),  # still to come: now
-        ("all", "today", (None, T0 + 3 * D)),
+        ("yesterday", "2030-01-01", (T0 + 2 * D, T0 + 3 * D - SETTLE_S)),  # to come: as None
+        ("all", "today", (None, T0 + 3 * D)),  # midnight, now: read a minute later (waited)
     ],
 )
 def test_since_and_until_take_dates_times_and_durations(
-    tmp_path: Path, since: str, until: str | None, window: tuple[float | None, float]
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    since: str,
+    until: str | None,
+    window: tuple[float | None, float],
 ) -> None:
+    monkeypatch.setattr(costs, "_wait", lambda seconds: None)  # `today` at midnight waits
     out = costs.report(since=since, until=until, db=_lives_store(tmp_path), now=T0 + 3 * D)
     assert (out["since"], out["until"]) == window
 

@@ -161,11 +161,12 @@ def test_status_trials_report_and_cancel_json_have_every_documented_key(
     assert one["orchestrator"] is None  # finished: null, not missing
     assert one["budget"] == {"max_cost_usd": 5.0, "exceeded_usd": None}
     check("trials", cli("trials", "--db", db))
-    report = cli("report", "--since", "all", "--by", "job", "--db", db)
+    # `--until now`: the job's bills, written a moment ago (the default window ends 60 s back)
+    report = cli("report", "--since", "all", "--until", "now", "--by", "job", "--db", db)
     check("report", report)
     (group,) = report["replay"]["groups"]
     assert (group["budget_usd"], group["exceeded_usd"]) == (5.0, None)
-    by_provider = cli("report", "--since", "all", "--db", db)
+    by_provider = cli("report", "--since", "all", "--until", "now", "--db", db)
     check("report", by_provider)
     assert by_provider["replay"]["groups"][0]["budget_usd"] is None  # no one cap: null
     out = cli("cancel", job_id, "--db", db)

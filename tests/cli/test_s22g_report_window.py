@@ -68,15 +68,19 @@ def test_chaining_on_the_text_reports_until_counts_a_bill_once(
     """The finding's repro: window A (until = now) holds the bill; B, started on A's text
     `until`, held it again ($1 + $1 of a $1 bill)."""
     db = _store(tmp_path)
-    code, text, err = _report(monkeypatch, capsys, NOW_A, "--since", "1h", "--db", db)
+    # each run SETTLE_S after the instant its window ends at (the default holds the end back)
+    settle = units.SETTLE_S
+    code, text, err = _report(monkeypatch, capsys, NOW_A + settle, "--since", "1h", "--db", db)
     assert code == 0, err
     found = re.search(r"^bills written from .* to (\S+ \S+) UTC$", text, re.MULTILINE)
     assert found is not None, text
     shown = f"{found.group(1)} UTC"
     assert shown == "2026-11-25 08:49:10.780 UTC"
-    code, out, err = _report(monkeypatch, capsys, NOW_A, "--since", "1h", "--db", db, "--json")
+    code, out, err = _report(
+        monkeypatch, capsys, NOW_A + settle, "--since", "1h", "--db", db, "--json"
+    )
     a = json.loads(out)
-    later = BASE + 60.0
+    later = BASE + 60.0 + settle
     code, out, err = _report(monkeypatch, capsys, later, "--since", shown, "--db", db, "--json")
     b = json.loads(out)
     code, out, err = _report(monkeypatch, capsys, later, "--since", "all", "--db", db, "--json")
@@ -89,10 +93,11 @@ def test_chaining_on_the_text_reports_until_counts_a_bill_once(
 
 
 def test_a_window_ending_now_ends_on_a_whole_millisecond_never_after_now() -> None:
-    assert window("24h", None, NOW_A) == (BASE + 0.780 - 86400.0, BASE + 0.780)
+    assert window("24h", "now", NOW_A) == (BASE + 0.780 - 86400.0, BASE + 0.780)
+    assert window("24h", None, NOW_A)[1] == BASE + 0.780 - units.SETTLE_S  # held back, whole
     assert window("all", "now", NOW_A) == (None, BASE + 0.780)
     assert window("all", "1h", NOW_A) == (None, BASE + 0.780 - 3600.0)
-    assert window("all", "2030-01-01", NOW_A) == (None, BASE + 0.780)  # to come: now
+    assert window("all", "2030-01-01", NOW_A) == (None, BASE + 0.780 - units.SETTLE_S)  # None
     # an explicit end keeps its digits: the next window is chained on it as given
     assert window("all", repr(BASE + 0.5), NOW_A) == (None, BASE + 0.5)
     rng = random.Random(7)
@@ -151,5 +156,5 @@ def test_a_bound_past_the_year_9999_is_one_line_exit_2(
 def test_an_end_before_the_year_1_is_refused_and_a_start_there_is_every_bill() -> None:
     with pytest.raises(SpecError, match=r"^--until: '99999999999w' is before the year 1"):
         window("all", "99999999999w", NOW_A)
-    assert window("99999999999w", None, NOW_A) == (None, BASE + 0.780)  # as `all`, as before
+    assert window("99999999999w", "now", NOW_A) == (None, BASE + 0.780)  # as `all`, as before
     assert units._utc(float("inf")) == "inf (epoch s)"  # a message never fails on its time

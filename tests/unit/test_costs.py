@@ -16,6 +16,7 @@ from spotwise.cli.app import app
 from spotwise.costs import JobInfo, summarize
 from spotwise.errors import SpecError
 from spotwise.store import Store
+from spotwise.units import SETTLE_S
 
 NOW = 1_790_000_000.0  # 2026-09-21 13:33:20 UTC
 H = 3600.0
@@ -197,7 +198,8 @@ def test_report_reads_the_window_from_the_store(
 ) -> None:
     db = _store(tmp_path, monkeypatch)
     day = costs.report(since="24h", db=db, now=NOW)
-    assert day["since"] == NOW - 24 * H
+    # the default window ends SETTLE_S before now (a bill being written is in it or the next)
+    assert (day["since"], day["until"]) == (NOW - SETTLE_S - 24 * H, NOW - SETTLE_S)
     assert [(g["key"], g["lives"], g["cost_usd"]) for g in day["groups"]] == [("aws", 1, 1.0)]
     assert [(g["key"], g["lives"], g["cost_usd"]) for g in day["replay"]["groups"]] == [
         ("aws (replay)", 1, 2.0)

@@ -35,7 +35,9 @@ def _store(tmp_path: Path) -> str:
 
 
 def _lives(db: str, now: float) -> int:
-    return int(costs.report(since="24h", db=db, now=now)["totals"]["lives"])
+    # `--until now`: the window ends at `now` itself (the default ends SETTLE_S before it,
+    # tests/unit/test_s22i_report_settle.py), so this tests the boundary at `now`
+    return int(costs.report(since="24h", until="now", db=db, now=now)["totals"]["lives"])
 
 
 def test_a_life_ending_on_a_window_boundary_is_counted_in_one_window(tmp_path: Path) -> None:
@@ -44,7 +46,7 @@ def test_a_life_ending_on_a_window_boundary_is_counted_in_one_window(tmp_path: P
     assert _lives(db, T + DAY) == 0  # (T, T + 24h] does not: not counted twice
     assert _lives(db, T - 1.0) == 0  # not ended yet in (T - 1 - 24h, T - 1]
     assert _lives(db, T + DAY - 1.0) == 1  # (T - 1, T + 24h - 1] holds it
-    every = costs.report(since="all", db=db, now=T)["totals"]
+    every = costs.report(since="all", until="now", db=db, now=T)["totals"]
     assert (every["lives"], every["cost_usd"]) == (1, 1.5)
 
 

@@ -24,9 +24,10 @@ def test_an_uppercase_m_is_refused_for_since_and_until(text: str) -> None:
 
 
 def test_a_month_and_a_minute_as_they_are_written() -> None:
-    assert window("30d", None, NOW) == (NOW - 30 * 86400.0, NOW)
-    assert window("1m", None, NOW) == (NOW - 60.0, NOW)
-    assert window("1min", None, NOW) == (NOW - 60.0, NOW)
+    # `now`: the window ends at NOW itself (the default ends a minute before it, SETTLE_S)
+    assert window("30d", "now", NOW) == (NOW - 30 * 86400.0, NOW)
+    assert window("1m", "now", NOW) == (NOW - 60.0, NOW)
+    assert window("1min", "now", NOW) == (NOW - 60.0, NOW)
     assert window("90MIN", "1h", NOW) == (NOW - 3600.0 - 5400.0, NOW - 3600.0)
 
 
