@@ -11,6 +11,7 @@ billed $0.
 
 from __future__ import annotations
 
+import json
 import math
 import sys
 import time
@@ -42,9 +43,27 @@ from spotwise.store import Store  # noqa: E402
 class LostLaunch(EmulatedGCE):
     """The first GET of an inserted VM answers 500, and so does every listing of that
     launch's VMs (the discard's, under its ``spotwise-launch`` label): the launch fails and
-    nothing can confirm that its VM is gone. Listings of the whole job still answer."""
+    nothing can confirm that its VM is gone. Listings of the whole job still answer.
+
+    That VM runs no copy of the trial (its agent is not booted: ``boots_lost_vm``): with no
+    hold on the relaunch (see ``lossy``) the copy ran beside the relaunch on the trial's one
+    checkpoint folder, and on a loaded machine (a trial's torch import taking seconds longer
+    in one process than in the other) it saved step 12 before the relaunch loaded its
+    checkpoint: the relaunch resumed there with nothing left to report, twice, and the trial
+    failed (1 of 2 completed). These tests are about the lost VM's record and bill, which its
+    creation time gives, not about a copy of its trial."""
 
     lost: str = ""  # the launch id whose GET failed
+    # whether the first inserted VM boots its agent (launches are made one at a time: the
+    # first GET, the one that fails, is of the first insert's VM)
+    boots_lost_vm: bool = False
+    unbooted: str = ""  # the VM whose agent was not booted
+
+    def _insert(self, request: Any) -> Any:
+        if self.boots_lost_vm or self.unbooted:
+            return super()._insert(request)
+        self.unbooted = json.loads(request.body)["name"]
+        return fake_gce.FakeGCE._insert(self, request)  # made, and nothing runs on it
 
     def _get(self, request: Any) -> Any:
         if not self.lost and "/instances/sw-" in request.url:
@@ -77,7 +96,8 @@ def lossy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[LostLaunc
         "spotwise.providers.gcp.default_credentials", lambda: (gcp_credentials(TOKEN), PROJECT)
     )
     # the lost launch can never be listed: relaunch its trial at once (the hold would wait
-    # out RELAUNCH_HOLD_MAX_WALL_S), as these tests are about its record and its VM
+    # out RELAUNCH_HOLD_MAX_WALL_S), as these tests are about its record and its VM (which
+    # runs no copy of the trial: LostLaunch.boots_lost_vm)
     monkeypatch.setattr("spotwise.planner.launch_cleanup.RELAUNCH_HOLD_MAX_WALL_S", 0.0)
     # nor is the same request called again (its GET would now answer, and its VM be adopted:
     # see the last test of this part), as these tests are about the cleanup path
@@ -107,6 +127,7 @@ def test_an_unconfirmed_failed_launch_is_a_leftover_that_cancel_terminates(
     job, lost = summary["job_id"], lossy.lost
     assert lost, "the fault was never injected"
     (vm,) = [n for n in _ours(lossy) if n.startswith(f"sw-{lost}-")]
+    assert lossy.unbooted == vm  # the VM with no copy of the trial is the lost one
     assert _ours(lossy) == {vm: "RUNNING"}  # the lost launch's VM outlived the job
 
     # the job names it as a leftover (`tune` exits 1 on that), by its launch (no instance id
@@ -160,6 +181,7 @@ def test_the_drain_finds_the_lost_launchs_vm_by_the_jobs_label(
     summary = jobs.tune(spec, db=db, run_root=tmp_path / "runs")
     job, lost = summary["job_id"], lossy.lost
     assert lost, "the fault was never injected"
+    assert lossy.unbooted.startswith(f"sw-{lost}-")  # no copy of the trial ran on it
     assert summary["completed"] == 2 and "leftover_instances" not in summary, summary
     assert _ours(lossy) == {}  # nothing of ours is left
     with Store.open_existing(db) as s:
@@ -175,7 +197,9 @@ def test_the_drain_finds_the_lost_launchs_vm_by_the_jobs_label(
 
 class LostAnswer(LostLaunch):
     """Only the first GET of the first inserted VM answers 500: the launch's answer is lost
-    once, the VM is there."""
+    once, the VM is there (and runs the trial: it is adopted)."""
+
+    boots_lost_vm = True
 
     def _get(self, request: Any) -> Any:
         if self.lost:
