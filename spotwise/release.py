@@ -12,9 +12,11 @@ from __future__ import annotations
 import socket
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from spotwise.last_alive import last_alive
+from spotwise.providers.base import Market
 from spotwise.release_reference import OnDemandReference
 from spotwise.release_reference import _unknown_text as _unknown_text  # jobs.py's
 
@@ -38,7 +40,9 @@ def _release(store: Any, job: Any, orchestrator_died: bool = False) -> dict[str,
     ones get an on-demand reference, under the orchestrator's rule
     (:class:`~spotwise.release_reference.OnDemandReference`): up to its last report (a life the
     provider took: its last checkpoint), less a relaunch's start-up; the idle time after, and
-    work nobody saw, are billed but not referenced (the saving is never overstated).
+    work nobody saw, are billed but not referenced (the saving is never overstated). Each other
+    instance of a record's launch this cancel terminated (a retried create) is billed to the
+    record too, from its start, as a part naming it (:func:`_bill_record`): one life each.
 
     Returns ``terminated_instances`` (ids terminated now), ``closed_records`` (how many this
     cancel closed: a record another cancel closed first is left as that one billed it),
@@ -55,6 +59,7 @@ def _release(store: Any, job: Any, orchestrator_died: bool = False) -> dict[str,
     first = spec.providers[0]
     ends: dict[str, float | None] = {}  # launch id → when it ended (None: now)
     seen: dict[str, tuple[Any, Any]] = {}  # launch id → (its Settled, the instance listed)
+    listed: dict[str, tuple[Any, str | None]] = {}  # a cloud's: each instance, its record
     records: list[dict[str, Any]] = []
     errors: list[str] = []
     not_ours: list[str] = []
@@ -109,14 +114,17 @@ def _release(store: Any, job: Any, orchestrator_died: bool = False) -> dict[str,
                     job.id, rec.UNLISTED, looked, instance_id=one.held.launch_id, host=here
                 )
         terminated, errors, not_ours = res.terminated, res.errors, res.not_ours
-        listed = {i.instance_id: i for i in res.listed}
+        # every instance of the job listed, with the record its id names when it is not the
+        # record its launch tag names (never billed as another instance of that launch)
+        names = {r.provider_instance_id: r.id for r in every if r.provider_instance_id}
+        listed = {i.instance_id: (i, names.get(i.instance_id)) for i in res.listed}
         for one in res.records:
             if one.outcome != rec.OPEN:
                 ends[one.held.launch_id] = one.ended_at
             if one.revoked:  # listed or not (a GCE preempted operation of a VM gone since)
                 taken.add(one.held.launch_id)
             if one.found:
-                seen[one.held.launch_id] = (one, listed.get(one.instance_id))
+                seen[one.held.launch_id] = (one, listed.get(one.instance_id, (None, None))[0])
             records.append(
                 {
                     "launch_id": one.held.launch_id,
@@ -134,62 +142,21 @@ def _release(store: Any, job: Any, orchestrator_died: bool = False) -> dict[str,
     od_price = OnDemandReference(store, spec, job, speedup)
     for row in rows:
         found, inst = seen.get(row.id, (None, None))
-        # a launch that never answered (its orchestrator died mid-launch, or its failure could
-        # not be confirmed clean) has no instance id or start: the instance the provider
-        # listed for it gives both, and it is billed from its creation (else from the
-        # request: it cannot have started earlier). No instance listed: nothing to bill.
-        # The provider's creation time is the life's start whenever it says (the record's is
-        # when the launch call answered, seconds later).
-        start = row.launched_at
-        known: dict[str, Any] = {}
-        if found is not None and row.provider_instance_id is None:
-            known["provider_instance_id"] = found.instance_id
-        if found is not None and found.launched_at:
-            if start is None:
-                known["launched_at"] = found.launched_at  # `spotwise report` bills from it
-            start = min(start or found.launched_at, found.launched_at)
-        elif found is not None and start is None:
-            start = row.requested_at
-            known["launched_at"] = start
-        if row.id not in ends:
+        # the launch's other instances this cancel terminated (a retried create): each a life
+        others = _others(row, found, listed, set(terminated))
+        if row.id not in ends and not others:
+            known, _ = _known(row, found)
             if known:
                 store.update_instance(row.id, **known)
             continue
-        end = min(ends[row.id] or now, now)
-        extra_s = 0.0
-        if start is not None and row.end_reason != "not deleted":
-            extra_s = max((end - start) * speedup - row.market_seconds, 0.0)
+        end = min(ends[row.id] or now, now) if row.id in ends else None
         revoked = row.id in taken or (found is not None and found.revoked)
-        cost = row.cost_usd
-        # a life that started is billed at least the rule's minimum, even when nothing
-        # measured how long it ran (a dead local job's trial that never reported: review-ac F3)
-        unbilled = start is not None and row.launched_at is not None and not row.market_seconds
-        if extra_s or revoked or (unbilled and row.end_reason != "not deleted"):
-            cost = _whole_life_cost(row, extra_s, revoked, _rule(spec, row.provider))
-        extra_usd = cost - row.cost_usd
-        # a launch that never answered was no life of the trial to its orchestrator either
-        od = 0.0
-        if row.launched_at is not None:
-            od = od_price.reference(row, inst, start, extra_s, revoked)
-        # only while it is still open: of two cancels that read it open, the one whose close
-        # applied bills this life; the other leaves it (it had billed it twice: one cancel
-        # killing a live process, billed up to now, then the other's bill to its last-alive
-        # time was a part of its own)
-        if store.close_instance_if_open(
-            row.id,
-            state="terminated",
-            end_reason="reconciled",
-            ended_at=end,
-            billed_at=now,  # `report` counts it now, not in a past window (review-af F4)
-            cost_usd=cost,
-            on_demand_cost_usd=row.on_demand_cost_usd + od,
-            market_seconds=row.market_seconds + extra_s,
-            **known,
-        ):
-            closed += 1
-            extra_by_trial[row.trial_id] = extra_by_trial.get(row.trial_id, 0.0) + extra_usd
-        elif row.id in od_price.unknown:  # not billed here: nothing to say of its reference
-            od_price.unknown.remove(row.id)
+        how = _Close(end, now, speedup, revoked, _rule(spec, row.provider))
+        usd = _bill_record(store, row, found, inst, others, how, od_price)
+        if usd is None:  # another cancel closed it first, as it billed it
+            continue
+        closed += end is not None
+        extra_by_trial[row.trial_id] = extra_by_trial.get(row.trial_id, 0.0) + usd
     # a trial's cost is its lives' sum, set, not added to (review-ah F6), in one statement
     for trial_id in [trial_id for trial_id, extra_usd in extra_by_trial.items() if extra_usd]:
         store.update_trial_cost_to_lives(trial_id)
@@ -204,6 +171,129 @@ def _release(store: Any, job: Any, orchestrator_died: bool = False) -> dict[str,
         **({"on_demand_unknown": od_price.unknown} if od_price.unknown else {}),
         **({"not_ours": not_ours} if not_ours else {}),
     }
+
+
+_TRIES = 8  # bills another process wrote to a record first, before it is left to that one
+
+
+@dataclass(frozen=True)
+class _Close:
+    """How :func:`_bill_record` bills a record: up to ``end`` (None: the record stays open,
+    only the launch's other instances are billed), written at ``now``; ``speedup``: market
+    seconds per wall second; ``revoked``: its provider took the life; ``rule``: its billing."""
+
+    end: float | None
+    now: float
+    speedup: float
+    revoked: bool
+    rule: Any
+
+
+def _known(row: Any, found: Any) -> tuple[dict[str, Any], float | None]:
+    """What record ``row`` learns of the instance ``found`` for it (a launch that never
+    answered has no instance id or start: the instance the provider listed for it gives both,
+    and it is billed from its creation, else from the request: it cannot have started
+    earlier; no instance listed: nothing to bill), and its life's start. The provider's
+    creation time is the life's start whenever it says (the record's is when the launch call
+    answered, seconds later)."""
+    start = row.launched_at
+    known: dict[str, Any] = {}
+    if found is not None and row.provider_instance_id is None:
+        known["provider_instance_id"] = found.instance_id
+    if found is not None and found.launched_at:
+        if start is None:
+            known["launched_at"] = found.launched_at  # `spotwise report` bills from it
+        start = min(start or found.launched_at, found.launched_at)
+    elif found is not None and start is None:
+        start = row.requested_at
+        known["launched_at"] = start
+    return known, start
+
+
+def _others(
+    row: Any, found: Any, listed: dict[str, tuple[Any, str | None]], terminated: set[str]
+) -> list[Any]:
+    """The instances of record ``row``'s launch, other than the one it was settled on, that
+    this cancel terminated (a retried create of the launch, a failed launch's second
+    instance): each a life of its own, billed to the record (it was terminated and never
+    billed: review s22 A2 gap 1). One whose id another record names is that record's."""
+    from spotwise.providers.base import TAG_LAUNCH
+
+    own = found.instance_id if found is not None else row.provider_instance_id
+    return [
+        inst
+        for iid, (inst, named) in listed.items()
+        if inst.tags.get(TAG_LAUNCH) == row.id
+        and iid in terminated
+        and iid != own
+        and named in (None, row.id)
+    ]
+
+
+def _bill_record(
+    store: Any, row: Any, found: Any, inst: Any, others: list[Any], how: _Close, od: Any
+) -> float | None:
+    """Bill record ``row`` (read open): close it up to ``how.end`` with the bill of its own
+    life, the one it was settled on (``found``, listed as ``inst``), and add each of
+    ``others`` as a part naming it; returns the dollars added, None where another process
+    closed it first (it billed the life). Written only while the record is still as read
+    (a compare-and-set, :meth:`~spotwise.store.bills.BillWrites.rebill_instance_if_unchanged`):
+    a bill another process wrote to it meanwhile (the drain's stray sweep) was overwritten by
+    the bill computed from the earlier read (review s22 A2 gap 3); it is read again and billed
+    on that.
+
+    The own life is billed from its start (:func:`_known`) to its end in market seconds, less
+    what the record's bill holds of it: its bill less the parts that name another instance
+    (:class:`~spotwise.release_sweep._OwnLife`; a stray the drain billed to the open record
+    was counted as the own life's, which was under-billed by it: gap 2), under its rule
+    (:func:`_whole_life_cost`), with an on-demand reference for its useful seconds (``od``).
+    A record's bill that names no instance beyond the own life's seconds (a failed launch's
+    leftovers, billed together up to the drain) is taken as the others' first, so that none
+    is billed twice."""
+    from spotwise.release_sweep import _other_lives, _OwnLife
+    from spotwise.store.models import TERMINAL_INSTANCE_STATES
+
+    mark, cur = len(od.unknown), row
+    for _ in range(_TRIES):
+        del od.unknown[mark:]  # said once, of the try that is written
+        fields, start = _known(cur, found)
+        own = _OwnLife(cur, found.instance_id if found is not None else cur.provider_instance_id)
+        own_s = ((how.end or how.now) - start) * how.speedup if start is not None else 0.0
+        usd = 0.0
+        if how.end is not None:
+            extra_s = 0.0
+            if start is not None and cur.end_reason != "not deleted":
+                extra_s = max(own_s - own.market_seconds, 0.0)
+            cost = own.cost_usd
+            # a life that started is billed at least the rule's minimum, even when nothing
+            # measured how long it ran (a dead local job's trial that never reported: review-ac F3)
+            unbilled = start is not None and cur.launched_at is not None and not own.market_seconds
+            if extra_s or how.revoked or (unbilled and cur.end_reason != "not deleted"):
+                cost = _whole_life_cost(own, extra_s, how.revoked, how.rule)
+            usd = cost - own.cost_usd
+            # a launch that never answered was no life of the trial to its orchestrator either
+            ref = 0.0
+            if cur.launched_at is not None:
+                ref = od.reference(own, inst, start, extra_s, how.revoked)
+            fields |= {
+                "state": "terminated",
+                "end_reason": "reconciled",
+                "ended_at": how.end,
+                "billed_at": how.now,  # `report` counts it now, not in a past window (af F4)
+                "cost_usd": cur.cost_usd + usd,
+                "on_demand_cost_usd": cur.on_demand_cost_usd + ref,
+                "market_seconds": cur.market_seconds + extra_s,
+            }
+        parts = _other_lives(cur, others, max(own.market_seconds - own_s, 0.0), how)
+        if not fields and not parts:
+            return 0.0
+        if store.rebill_instance_if_unchanged(cur, parts=parts, **fields) is not None:
+            return usd + sum(p["cost_usd"] for p in parts.values())
+        cur = store.get_instance(row.id)
+        if cur.state in TERMINAL_INSTANCE_STATES:
+            break  # another cancel closed it: it billed the life (never twice)
+    del od.unknown[mark:]  # not billed here: nothing to say of its reference
+    return None
 
 
 def wall_now() -> float:
@@ -253,7 +343,12 @@ def _whole_life_cost(row: Any, extra_s: float, revoked: bool, rule: Any) -> floa
     segments = [(s, p) for s, p in ((s0, p0), (extra_s, row.price_per_hour)) if s > 0]
     if not segments and not revoked:  # it started: at least the minimum (0 s billed nothing)
         segments = [(rule.minimum_s, row.price_per_hour)] if rule.minimum_s > 0 else []
-    return float(rule.charge(segments, revoked_by_provider=revoked)) if segments else 0.0
+    if not segments:
+        return 0.0
+    # only a spot life is refunded when taken (review-av F1: an on-demand record read as
+    # revoked was billed $0 by a cancel)
+    market = Market.ON_DEMAND if row.market == Market.ON_DEMAND else Market.SPOT
+    return float(rule.charge(segments, revoked_by_provider=revoked, market=market))
 
 
 def _resumed_since(

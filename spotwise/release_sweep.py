@@ -10,6 +10,7 @@ from typing import Any
 
 from spotwise import release
 from spotwise.errors import ProviderError
+from spotwise.providers.base import Market
 from spotwise.release import _resumed_since, _rule, _sum_job, _whole_life_cost
 from spotwise.release_reference import OnDemandReference, _unknown_text
 from spotwise.release_text import _found_text, _looked_in, not_ours_text
@@ -184,12 +185,45 @@ def _bill_outlived(
     return float(usd)
 
 
+def _other_lives(
+    row: Any, others: list[Any], carry: float, how: Any
+) -> dict[str, dict[str, float]]:
+    """The bill of each of ``others`` (instances of ``row``'s launch terminated now, none the
+    record's own) from its start to now (one stopped: to when it stopped), at the record's
+    price, as the drain bills a stray (no on-demand reference); one a part of the record
+    names already (the drain's stray sweep billed it) is not billed again. ``carry``: seconds
+    of the record's bill that name no instance beyond its own life's, taken off the first."""
+    from spotwise.planner.reconcile_ends import stopped_end
+    from spotwise.store.bills import billed_instances
+
+    done, out = billed_instances(row), {}
+    for inst in sorted(others, key=lambda i: (i.launched_at, i.instance_id)):
+        if inst.instance_id in done or not inst.launched_at > 0:  # no start: nothing to bill
+            continue
+        stop = stopped_end(inst, row.provider)
+        life = max(min(stop.get("ended_at") or how.now, how.now) - inst.launched_at, 0.0)
+        seconds, carry = life - min(carry, life), carry - min(carry, life)
+        took = bool(stop.get("revoked"))  # a GCE VM preempted with STOP: its rule's refund
+        usd = 0.0
+        if seconds:
+            market = Market.ON_DEMAND if row.market == Market.ON_DEMAND else Market.SPOT
+            usd = how.rule.charge(
+                [(seconds, row.price_per_hour)], revoked_by_provider=took, market=market
+            )
+        out[inst.instance_id] = {
+            "cost_usd": float(usd),
+            "on_demand_cost_usd": 0.0,
+            "market_seconds": seconds,
+        }
+    return out
+
+
 class _OwnLife:
     """Record ``row`` as the bill of its own instance ``instance_id``'s life: its bill columns
     less the parts naming other instances of its launch (:func:`~spotwise.store.bills.own_bill`),
     every other field the record's."""
 
-    def __init__(self, row: Any, instance_id: str) -> None:
+    def __init__(self, row: Any, instance_id: str | None) -> None:
         self._row = row
         for k, v in own_bill(row, instance_id).items():
             setattr(self, k, v)

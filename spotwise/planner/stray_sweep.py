@@ -112,6 +112,7 @@ class StraySweep(TrialBook):
             found = self.backend.provisioner.describe({TAG_JOB: self.job_id})
         except ProviderError as e:
             self._event("error", now, None, error=f"the last listing of the job failed: {e}")
+            self._settled_by_cancel()  # the cancel's close is known all the same
             return
         known = {r.provider_instance_id for r in rows.values()} | set(self.leftover_ids)
         trials = {t.trial_id: t for t in self.trials}
@@ -144,6 +145,20 @@ class StraySweep(TrialBook):
             start = inst.launched_at if inst.launched_at > 0 else now
             cost, seconds = self._bill_discarded(t, [inst], start, now, offer)
             self._bill_stray(t, row.id, inst, cost, seconds, bills)
+        self._settled_by_cancel()
+
+    def _settled_by_cancel(self) -> None:
+        """A failed launch the drain could not confirm clean, with no instance of it found,
+        whose record a `spotwise cancel` closed meanwhile (it settled the launch: what it found
+        of it terminated and billed, or confirmed gone) is no leftover of the job (s22 A2 gap
+        4: it stayed one where the drain found no stray of it to bill)."""
+        for launch_id, u in list(self.unconfirmed.items()):
+            name = launch_leftover(launch_id)
+            if u.ids or name not in self.leftover_ids:
+                continue
+            if self.store.get_instance(launch_id).state in TERMINAL_INSTANCE_STATES:
+                del self.unconfirmed[launch_id]
+                self.leftover_ids.remove(name)
 
     def _bill_stray(
         self,

@@ -13,7 +13,8 @@ in the window of the time it was *written*, never of a time in the past:
   (the update's ``billed_at``, else now), in ``extra_bills_json``: the record's columns stay
   its whole bill (what `status`, `trials` and `cancel` add up), its first bill stays in the
   window that counted it, and the part is counted in its own. :func:`stamp_bill` does this in
-  :meth:`~spotwise.store.repo.Store.update_instance`, so no caller can forget it.
+  :meth:`~spotwise.store.repo.Store.update_instance`, so no caller can forget it. A bill of
+  another instance written to a record still open is a part too, dated with its close.
 
 Two processes that bill the same record at once (two `spotwise cancel` of one job, or a cancel
 and the drain's stray sweep) each write it with a compare-and-set, :class:`BillWrites`: only the
@@ -45,6 +46,8 @@ RowT = TypeVar("RowT", Job, Trial)
 
 #: The columns of a record's bill; a change of one on a closed record is a part of its own.
 BILL_COLUMNS = ("cost_usd", "on_demand_cost_usd", "market_seconds")
+#: The key of a part written while its record was open (its close dates it).
+OPEN_PART = "open"
 #: The key of a part of a record's bill that names the instance it billed (a sweep's bill of a
 #: stray or of an instance that outlived its record: :class:`InstanceBills`).
 PART_INSTANCE = "instance"
@@ -62,28 +65,51 @@ def stamp_bill(
     fields: dict[str, Any],
     now: float | None = None,
     part_of: str | None = None,
+    parts: Mapping[str, Mapping[str, float]] | None = None,
 ) -> None:
     """Date the bill an update of ``row`` writes (``fields``, changed in place; ``billed_at``
     in them: when this bill was written). Closing the record: its ``billed_at`` as given (none:
     NULL, its end). On a record already closed, a change of its bill is appended to its
     ``extra_bills_json`` as a part dated ``billed_at`` (else ``now``), naming the instance it
     bills (``part_of``) when given, and the record's own ``billed_at`` is pinned (to its end as
-    it was) so that moving its ``ended_at`` does not move its first bill."""
+    it was) so that moving its ``ended_at`` does not move its first bill. ``parts``: instance
+    → bill columns added on top of ``fields``' bill, each a part naming it.
+
+    On a record still open, a bill naming its instance is a part too (a stray the drain billed
+    to a leftover's record): the own life's bill is what the parts naming others leave
+    (:func:`own_bill`, s22 A2 gap 2); the record's close dates them with its first bill (an
+    open record is counted in `spotwise report` from its close)."""
     at = fields.pop("billed_at", None)
-    if row.state not in TERMINAL_INSTANCE_STATES:
-        if fields.get("state", row.state) in TERMINAL_INSTANCE_STATES:
-            fields["billed_at"] = at
-        return
-    delta = {k: float(fields[k]) - float(getattr(row, k)) for k in BILL_COLUMNS if k in fields}
-    if not any(delta.values()):
-        return
-    when = at if at is not None else (time.time() if now is None else now)
-    part: dict[str, Any] = {"at": float(when), **{k: delta.get(k, 0.0) for k in BILL_COLUMNS}}
-    if part_of is not None:
-        part[PART_INSTANCE] = part_of
-    fields["extra_bills_json"] = json.dumps([*extra_bills(row), part])
-    if row.billed_at is None:
-        fields["billed_at"] = row.ended_at if row.ended_at is not None else when
+    when = float(at if at is not None else (time.time() if now is None else now))
+    named: list[dict[str, Any]] = [
+        {"at": when, **{k: float(v.get(k, 0.0)) for k in BILL_COLUMNS}, PART_INSTANCE: iid}
+        for iid, v in (parts or {}).items()
+        if any(v.values())
+    ]
+    for k in BILL_COLUMNS if named else ():  # on top of the bill the fields set
+        fields[k] = float(fields.get(k, getattr(row, k))) + sum(p[k] for p in named)
+    moved = {k: float(fields[k]) - float(getattr(row, k)) for k in BILL_COLUMNS if k in fields}
+    rest = {"at": when, **{k: moved.get(k, 0.0) - sum(p[k] for p in named) for k in BILL_COLUMNS}}
+    rest |= {PART_INSTANCE: part_of} if part_of is not None else {}
+    more = [rest] if any(rest[k] for k in BILL_COLUMNS) else []
+    old = extra_bills(row)
+    if row.state in TERMINAL_INSTANCE_STATES:
+        if more or named:
+            fields["extra_bills_json"] = json.dumps([*old, *more, *named])
+            if row.billed_at is None:
+                fields["billed_at"] = row.ended_at if row.ended_at is not None else when
+    elif fields.get("state", row.state) in TERMINAL_INSTANCE_STATES:  # its close
+        fields["billed_at"] = at
+        close = at if at is not None else fields.get("ended_at", row.ended_at)
+        first = when if close is None else float(close)  # the close's first bill's date
+        if named or any(OPEN_PART in p for p in old):
+            out = [_dated(p, first) if OPEN_PART in p else p for p in old]
+            fields["extra_bills_json"] = json.dumps([*out, *(_dated(p, first) for p in named)])
+    elif named or (more and part_of is not None):  # a bill naming its instance, record open
+        mine = more if part_of is not None else []  # an unnamed bill of it: no part (its own)
+        fields["extra_bills_json"] = json.dumps(
+            [*old, *({**p, OPEN_PART: True} for p in [*mine, *named])]
+        )
 
 
 def billed_instances(row: InstanceRow) -> set[str]:
@@ -115,19 +141,21 @@ def decided_since(seen: InstanceRow, fresh: InstanceRow) -> set[str] | None:
     (:func:`parts_since`'s); None when what changed cannot be told apart by instance.
 
     A record read open and closed since (a `spotwise cancel` that settled the failed launch the
-    drain could not confirm clean while the drain billed its strays): its close is no part, but
-    a cancel's close of a launch that had no instance nor start names the instance it found by
-    the launch's tag and bills that one life, from the start it writes to its end; so where the
-    record named neither when read and its bill's seconds, less its parts', are exactly that
-    life, the close billed the instance it names. Any other change of the bill of a record
-    read open: None (which instance it billed cannot be told)."""
+    drain could not confirm clean while the drain billed its strays): a cancel's close names
+    the launch's other instances it billed in parts, and bills the one it found by the
+    launch's tag (where the launch had no instance nor start) as the record's own life, from
+    the start it writes to its end; so where the record named neither when read and its own
+    life's seconds (:func:`own_bill`) are exactly that life, the close billed the instance it
+    names. Any other change of a record read open: None (which instance cannot be told)."""
     shut = TERMINAL_INSTANCE_STATES
     if seen.state in shut:
         parts = parts_since(seen, fresh)
         return None if parts is None else {str(p[PART_INSTANCE]) for p in parts}
     before, after = extra_bills(seen), extra_bills(fresh)
     added: list[dict[str, Any]] = after[len(before) :]
-    if after[: len(before)] != before or any(PART_INSTANCE not in p for p in added):
+    if [_dated(p, None) for p in after[: len(before)]] != [_dated(p, None) for p in before]:
+        return None  # (a close dates them: no change)
+    if any(PART_INSTANCE not in p for p in added):
         return None
     named = {str(p[PART_INSTANCE]) for p in added}
 
@@ -142,13 +170,19 @@ def decided_since(seen: InstanceRow, fresh: InstanceRow) -> set[str] | None:
         return None
     if not iid or start is None or end is None:
         return None
-    life_s = float(fresh.market_seconds) - sum(float(p.get("market_seconds", 0.0)) for p in added)
+    life_s = own_bill(fresh, iid)["market_seconds"]  # less the parts of the launch's others
     if not math.isclose(life_s, end - start, abs_tol=1e-3):  # a life from another start
         return None
     return named | {iid}
 
 
-def own_bill(row: InstanceRow, instance_id: str) -> dict[str, float]:
+def _dated(part: dict[str, Any], at: float | None) -> dict[str, Any]:
+    """A part written while its record was open, dated ``at`` (its close; None: undated)."""
+    out = {k: v for k, v in part.items() if k not in ("at", OPEN_PART)}
+    return out if at is None else {**out, "at": at}
+
+
+def own_bill(row: InstanceRow, instance_id: str | None) -> dict[str, float]:
     """Record ``row``'s bill columns less the parts naming an instance other than
     ``instance_id`` (a stray's, a retried create's, billed to the same launch): what its bill
     holds of the life of its own instance ``instance_id``."""
@@ -236,16 +270,22 @@ class BillWrites:
         return self._set_if(instance_id, fields, col(InstanceRow.state).not_in(shut))
 
     def rebill_instance_if_unchanged(
-        self, seen: InstanceRow, part_of: str | None = None, **fields: Any
+        self,
+        seen: InstanceRow,
+        part_of: str | None = None,
+        parts: Mapping[str, Mapping[str, float]] | None = None,
+        **fields: Any,
     ) -> InstanceRow | None:
         """Update record ``seen`` (its bill, as :meth:`~spotwise.store.repo.Store.update_instance`
         does: a closed record's change is a dated part, :func:`stamp_bill`, naming the instance
-        ``part_of`` when given) only while its state and bill are still as ``seen`` read them.
-        None: another process billed it since (two cancels that found and terminated the same
-        outlived instance: the second adds nothing)."""
+        ``part_of`` when given; ``parts``: more, each naming its instance) only while its state,
+        bill and instance are still as ``seen`` read them. None: another process billed it
+        since (two cancels that found and terminated the same outlived instance: the second
+        adds nothing; a cancel closing a record the drain billed a stray to meanwhile)."""
         fields = dict(fields)
-        stamp_bill(seen, fields, part_of=part_of)  # from the row as read: applied where it still is
-        kept = (*BILL_COLUMNS, "state", "ended_at", "billed_at", "extra_bills_json")
+        stamp_bill(seen, fields, part_of=part_of, parts=parts)  # from the row as read
+        kept: tuple[str, ...] = (*BILL_COLUMNS, "state", "ended_at", "billed_at")
+        kept += ("extra_bills_json", "provider_instance_id", "launched_at")
         same = [getattr(InstanceRow, k) == getattr(seen, k) for k in kept]
         return self._set_if(seen.id, fields, *same)
 

@@ -182,12 +182,13 @@ def test_a_close_that_billed_another_life_than_it_names_leaves_the_launch_to_it(
     on the open record with its start; a second matched i-s2 (up 40 min) by the launch's tag
     and closed the record billing its 40 minutes, the record still naming i-s1. Which life the
     close billed cannot be told from the record: the drain bills neither (naming i-s1 billed,
-    it would bill i-s2's 40 minutes a second time)."""
+    it would bill i-s2's 40 minutes a second time); the cancel bills both lives it terminated,
+    i-s2 as the record's and i-s1 as a part (s22 helper A2: i-s1 was billed by nobody)."""
     db = f"sqlite:///{tmp_path / 'state.db'}"
     starts = {"i-s1": T - 1800, "i-s2": T - 2400}
     lc, row, trial_row = _drain(db, monkeypatch, starts, ["open i-s1", "terminated i-s2"])
     assert row.provider_instance_id == "i-s1"
-    assert (row.cost_usd, row.market_seconds) == (pytest.approx(PRICE * 2400 / 3600), 2400.0)
-    assert _parts(row) == {}
-    assert lc.spent_usd == pytest.approx(PRICE + PRICE * 2400 / 3600)  # the cancel's bill
-    assert trial_row.cost_usd == pytest.approx(PRICE + PRICE * 2400 / 3600)
+    assert (row.cost_usd, row.market_seconds) == (pytest.approx(PRICE * 4200 / 3600), 4200.0)
+    assert _parts(row) == {"i-s1": (pytest.approx(HALF), 1800.0)}  # the cancel terminated it
+    assert lc.spent_usd == pytest.approx(PRICE + PRICE * 4200 / 3600)  # the cancel's bills
+    assert trial_row.cost_usd == pytest.approx(PRICE + PRICE * 4200 / 3600)

@@ -82,8 +82,10 @@ def test_a_change_that_names_no_instance_leaves_the_launch_to_the_other(
         ours = InstanceBills(mine, {"l-0": seen})
         if change == "unnamed part":
             assert other.rebill_instance_if_unchanged(seen, cost_usd=1.8, market_seconds=7200.0)
-        else:
-            assert InstanceBills(other, {"l-0": seen}).bill("l-0", "i-a", HOUR).written
+        else:  # the other's bill closes it (a drain settling a failed launch): no part
+            shut = {"state": "terminated", "ended_at": 100.0}
+            bills = InstanceBills(other, {"l-0": seen})
+            assert bills.bill("l-0", "i-a", HOUR, lambda r: shut).written
         fresh = mine.get_instance("l-0")
         assert parts_since(seen, fresh) is None
         assert ours.bill("l-0", "i-a", HOUR).written is None

@@ -166,3 +166,18 @@ def test_a_tune_life_on_demand_read_as_revoked_is_billed() -> None:
     od_cost, _, _ = life_cost(spot, [(1200.0, 3.6)], rule_for("aws"), True, 10)
     assert spot_cost == 0.0  # a spot life AWS took in its first hour: free
     assert od_cost == pytest.approx(1200.0 * 3.6 / 3600.0)  # $1.20
+
+
+def test_a_cancels_bill_of_an_on_demand_life_read_as_revoked_is_not_refunded() -> None:
+    """review-av F1: `spotwise cancel`'s bill of a life (release._whole_life_cost) refunded an
+    on-demand life a provider listed as revoked: 1200 s at $3.06/h was billed $0."""
+    from types import SimpleNamespace
+
+    from spotwise.release import _whole_life_cost
+
+    def bill(market: str) -> float:
+        row = SimpleNamespace(market=market, market_seconds=0.0, cost_usd=0.0, price_per_hour=3.06)
+        return _whole_life_cost(row, 1200.0, True, rule_for("aws"))
+
+    assert bill("on-demand") == pytest.approx(1200.0 * 3.06 / 3600.0)  # $1.02
+    assert bill("spot") == 0.0  # a spot life AWS took in its first hour: free
