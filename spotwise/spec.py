@@ -273,22 +273,31 @@ class SearchSpec(_Strict):
         return v
 
 
+_UNITS = {"max_cost_usd": ("dollars", "10"), "deadline_hours": ("hours", "1.5")}
+
+
 class BudgetSpec(_Strict):
     max_cost_usd: float | None = Field(default=None, gt=0)
     deadline_hours: float | None = Field(default=None, gt=0)
+    # planner.no_word; > 0, finite: spec_options; unset, left out of a stored spec (which then
+    # reads as before, in an older spotwise too)
+    start_timeout_minutes: float | None = Field(
+        default=None, allow_inf_nan=True, exclude_if=lambda v: v is None
+    )
 
-    @field_validator("max_cost_usd", "deadline_hours", mode="before")
+    @field_validator("max_cost_usd", "deadline_hours", "start_timeout_minutes", mode="before")
     @classmethod
     def _number(cls, v: Any, info: ValidationInfo) -> Any:
         """A number (or a string of one, ``"10"``), never a bool (``max_cost_usd: true`` was a
         $1 cap) nor text (``1:30``, ``on``: strings in YAML 1.2, base 60 and true in 1.1)."""
         if v is None or stored(info):
             return v
-        what, example = ("dollars", "10") if info.field_name == "max_cost_usd" else ("hours", "1.5")
+        what, example = _UNITS.get(info.field_name or "", ("minutes", "45"))
         if isinstance(v, bool):
+            unset = "the default" if what == "minutes" else "no limit"
             raise ValueError(
                 f"must be a number, got {yaml_text(v)}; write {what} as a number, e.g. "
-                f"{example} (or leave it out for no limit)"
+                f"{example} (or leave it out for {unset})"
             )
         if isinstance(v, str):
             try:

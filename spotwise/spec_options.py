@@ -1,6 +1,7 @@
 """A job spec's checks that read more than its fields, done after the spec model validates (not
 in it, so that a job stored by an older spotwise still loads): ``env`` names and values (and
-``command`` arguments) the OS can pass on, each provider's options (the
+``command`` arguments) the OS can pass on, ``budget.start_timeout_minutes`` above 0,
+each provider's options (the
 providers' registry), the policy's name and options (the policy registry), the size of a
 finite search space and, for the et/rf optimizers, its real ranges within float32; and
 :func:`cost_cap_note`, the warning for a cloud job with no cost cap.
@@ -23,6 +24,7 @@ def check_parsed(spec: JobSpec, source: str) -> None:
     """The checks of a spec that passed its model, in this order (SpecError naming
     ``source``)."""
     _check_env(spec, source)
+    _check_start_timeout(spec, source)
     _check_options(spec, source)
     _check_policy(spec, source)
     _check_policy_options(spec, source)
@@ -53,6 +55,23 @@ def _check_env(spec: JobSpec, source: str) -> None:
                 f"{source}: spec field 'command.{i}': an argument cannot hold a NUL byte "
                 "(\\0); remove it"
             )
+
+
+def _check_start_timeout(spec: JobSpec, source: str) -> None:
+    """``budget.start_timeout_minutes`` (:mod:`spotwise.planner.no_word`) is a number of
+    minutes above 0: pydantic's own bounds said "Input should be greater than 0", or "leave it
+    out for no limit" of an infinite one, where leaving it out sets the default."""
+    from spotwise.spec_yaml import yaml_text
+
+    v = spec.budget.start_timeout_minutes
+    if v is not None and not 0 < v < math.inf:
+        shown = f"{v:g}" if math.isfinite(v) else yaml_text(v)
+        raise SpecError(
+            f"{source}: spec field 'budget.start_timeout_minutes': must be a number of minutes "
+            f"above 0, got {shown}; set how long an instance may run without a word from its "
+            "trial (e.g. 45), or leave it out for the default (30, or 3x the start-up the job "
+            "measured)"
+        )
 
 
 FLOAT32_MAX = 3.4028234663852886e38  # a linear real range's bound (et/rf cast points to it)

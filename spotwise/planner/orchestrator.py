@@ -9,8 +9,9 @@ several clouds: :mod:`spotwise.providers.multi`).
 Mixins keep this file readable: :class:`~spotwise.planner.trialbook.TrialBook` (progress
 intake, how a trial attempt ends), :class:`~spotwise.planner.ledger.Ledger` (billing,
 releasing noticed instances, draining at the end), :class:`~spotwise.planner.actions.Actions`
-(carrying out the policy's actions: launch, stop, checkpoint interval) and
-:class:`~spotwise.planner.job_summary.JobSummary` (the job's totals, summary and snapshot).
+(carrying out the policy's actions: launch, stop, checkpoint interval),
+:class:`~spotwise.planner.job_summary.JobSummary` (the job's totals, summary and snapshot) and
+:class:`~spotwise.planner.no_word.NoWord` (ending a life silent past its limit).
 """
 
 from __future__ import annotations
@@ -24,8 +25,8 @@ from typing import Any
 
 from spotwise.errors import SpotwiseError
 from spotwise.planner.backend import NoOfferWatch, open_backend
-from spotwise.planner.job_summary import JobSummary
 from spotwise.planner.ledger import Unconfirmed
+from spotwise.planner.no_word import NoWord
 from spotwise.planner.policy import (
     Event,
     NoticeReceived,
@@ -50,11 +51,7 @@ from spotwise.planner.runstate import (
 )
 from spotwise.planner.search import Search
 from spotwise.planner.trialbook import ReadFailing
-from spotwise.providers.base import (
-    TAG_JOB,
-    NoticeKind,
-    Offer,
-)
+from spotwise.providers.base import TAG_JOB, NoticeKind, Offer
 from spotwise.providers.local_records import process_start
 from spotwise.providers.replay import ReplayMarket
 from spotwise.spec import JobSpec
@@ -76,7 +73,7 @@ class RunOptions:
     update_every_s: float = 0.25
 
 
-class Orchestrator(JobSummary):
+class Orchestrator(NoWord):
     def __init__(
         self,
         spec: JobSpec,
@@ -226,6 +223,7 @@ class Orchestrator(JobSummary):
             if isinstance(b.catalog, ReplayMarket) and now >= b.catalog.end_time:
                 self._stop_at_trace_end(b.catalog, now)
             events: list[Event] = [*self._admit(), *self._collect(now)]
+            events += self._release_silent(now)  # lives silent since launch past the limit
             events.append(Tick(now))
             offers = self._usable_offers(now)
             self._watch_offers(offers, now)
@@ -247,6 +245,7 @@ class Orchestrator(JobSummary):
                     tick_s=max(now - prev_now, self.opts.poll_s * b.speedup, 1.0),
                     checkpoint_every_max=spec.checkpoint.every,
                     wind_down_default_s=max(WIND_DOWN_S, WIND_DOWN_WALL_S * b.speedup),
+                    no_word_s=self._no_word_s(),
                 )
                 for action in self.policy.decide(view, ev):
                     self._execute(action, offers, now)
@@ -278,9 +277,10 @@ class Orchestrator(JobSummary):
             hours = (market.end_time - market.start_time) / 3600.0
             self.trace_ended = said = (
                 f"market time passed the end of the replayed trace ({hours:g} h into it): the "
-                "market has no data after it, so the job stopped there (its instances ended, "
-                "their trials' last checkpoints kept for `spotwise resume`); set "
-                "providers.0.replay.start earlier or lower steps"
+                "market has no data after it, so the job stopped there, cancelled (its "
+                "instances ended, its trials' last checkpoints kept: `spotwise resume` replays "
+                "the market from providers.0.replay.start again); a job that does not fit "
+                "before the trace's end needs providers.0.replay.start earlier or fewer steps"
             )
             log.warning("%s: %s", self.job_id, said)
             self._event("trace_end", now, message=said, end=market.end_time)

@@ -64,6 +64,7 @@ class Life:
     done_at: float | None = None  # market time its trial's last step was seen on it
     finished_at: float | None = None  # market time its trial's `done` was seen (then teardown)
     lingered: bool = False  # terminated for running on after `done` (linger_limit_s)
+    heard: bool = False  # its trial (or agent) said something: not silent (planner.no_word)
 
 
 @dataclass
@@ -178,11 +179,13 @@ def build_view(
     tick_s: float = 60.0,
     checkpoint_every_max: int | None = None,
     wind_down_default_s: float = WIND_DOWN_S,
+    no_word_s: float | None = None,
 ) -> PlannerView:
     """The policy's view; ``rules``: the billing rule of each provider, by ``Offer.provider``
     (each offer carries its own provider's notice lead, refund window and minimum);
     ``wind_down_default_s``: the wind-down planned until one is measured
-    (:func:`wind_down_seconds`)."""
+    (:func:`wind_down_seconds`); ``no_word_s``: the job's "no word" limit
+    (:mod:`~spotwise.planner.no_word`), the most a silent life counts in the start-up floor."""
     observed = [t.seconds_per_step for t in trials if t.seconds_per_step]
     default_sps = sum(observed) / len(observed) if observed else 60.0
     # each live trial's speed on each instance type offered (a finished one needs none)
@@ -217,7 +220,7 @@ def build_view(
         deadline=deadline,
         restart_overhead_s=max(
             sum(overheads) / len(overheads) if overheads else 60.0,
-            startup_floor_s(trials, now, default_sps if observed else None),
+            startup_floor_s(trials, now, default_sps if observed else None, no_word_s),
         ),
         notice_lead_s=min(r.notice_lead_s for r in rules.values()),
         free_if_revoked_within_s=min(r.free_if_revoked_within_s for r in rules.values()),

@@ -16,18 +16,31 @@ if TYPE_CHECKING:
     from spotwise.planner.runstate import Life, TrialRun
 
 
-def startup_floor_s(trials: list[TrialRun], now: float, seconds_per_step: float | None) -> float:
+def startup_floor_s(
+    trials: list[TrialRun],
+    now: float,
+    seconds_per_step: float | None,
+    no_word_s: float | None = None,
+) -> float:
     """A lower bound on the job's start-up from the lives that never reported (review-aq AQ7):
     one taken or stopped before its first report (:func:`note_unreported_life`), or one still
     waiting for it now, ran longer than its start-up plus the step its first report covers.
     Dropping them kept the 60 s default through eight lives revoked after 600-3100 s without a
     report, and the deadline admitted launches that could not report before it. Less one step
-    (at the trial's speed, else ``seconds_per_step``; unknown: none), as :func:`startup_s`."""
+    (at the trial's speed, else ``seconds_per_step``; unknown: none), as :func:`startup_s`.
+
+    A live life that has said nothing at all yet counts at most ``no_word_s`` (the job's "no
+    word" limit, :mod:`~spotwise.planner.no_word`): past it the life is not starting but
+    broken, and is released as a failed attempt. Uncapped, a silent life raised the floor
+    with its own age, and the policy's start-up spare (``_starting``: three start-ups) kept
+    it "starting" forever (helper E, s22)."""
     floor = 0.0
     for t in trials:
         lives = [t.unreported_life_s]
-        if t.life is not None and t.life.first_report_at is None and not t.life.exited:
-            lives.append(now - t.life.launched_at)
+        life = t.life
+        if life is not None and life.first_report_at is None and not life.exited:
+            age = now - life.launched_at
+            lives.append(age if life.heard or no_word_s is None else min(age, no_word_s))
         sps = t.seconds_per_step or seconds_per_step
         step_s = max(t.restart_steps, 1) * sps if sps else 0.0
         floor = max(floor, max(lives) - step_s)

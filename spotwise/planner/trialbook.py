@@ -115,7 +115,9 @@ class TrialBook:
 
     def _read_progress(self, t: TrialRun, life: Life, now: float) -> list[Event]:
         events: list[Event] = []
-        for rec in self.backend.provisioner.progress(life.instance_id):
+        records = self.backend.provisioner.progress(life.instance_id)
+        life.heard = life.heard or bool(records)  # any record is word from it (no_word)
+        for rec in records:
             kind, step = rec.get("type"), rec.get("step")
             if not isinstance(step, int):
                 continue
@@ -183,7 +185,17 @@ class TrialBook:
         log.warning("%s: trial %s: %s", self.job_id, t.trial_id, message)
         self._event("invalid_step", now, t, record=str(kind), step=shown(step), message=message)
 
-    def _on_exit(self, t: TrialRun, code: int | None, state: InstanceState, now: float) -> Event:
+    def _on_exit(
+        self,
+        t: TrialRun,
+        code: int | None,
+        state: InstanceState,
+        now: float,
+        why: str | None = None,
+    ) -> Event:
+        """The trial has left its instance: its next phase, the event for the policy. ``why``:
+        the failure's reason when the planner ended a life that never reported an exit (the
+        "no word" limit, :mod:`~spotwise.planner.no_word`)."""
         life = t.life
         assert life is not None
         life.exited = True
@@ -224,9 +236,8 @@ class TrialBook:
             }
             if code is None:
                 detail["error"] = (
-                    f"the instance ended ({state.value}) without reporting an exit code"
-                    + (f"; its files cannot be read: {unread}" if unread else "")
-                )
+                    why or f"the instance ended ({state.value}) without reporting an exit code"
+                ) + (f"; its files cannot be read: {unread}" if unread else "")
             t.crashed = code is not None  # an exit code: the trial's own failure
             t.last_error = detail.get("error") or (
                 f"the trial exited with code {code} at step {t.step} of {t.steps_total}"

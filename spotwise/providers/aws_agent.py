@@ -48,6 +48,15 @@ REBALANCE = "latest/meta-data/events/recommendations/rebalance"
 CONFIG_VAR = "SPOTWISE_AGENT_CONFIG"
 _CONFIG_RE = re.compile(CONFIG_VAR + r"='([A-Za-z0-9+/=]+)'")
 NOTICE_LEAD_S = 120.0
+#: The launch scripts' line that powers the VM off when the script fails (a setup line, an
+#: agent that cannot start or fails), ``{what}`` naming what ran; an agent that exited 0 has
+#: ended its trial and scheduled its own power-off (``shutdown_after_s``). The GCP and Azure
+#: launch scripts carry the same line (:mod:`~spotwise.providers.gcp_launch`,
+#: :mod:`~spotwise.providers.azure_launch`).
+POWER_OFF_ON_FAILURE = (
+    """trap 'rc=$?; if [ "$rc" -ne 0 ]; then echo "spotwise: {what} failed (exit $rc): """
+    """powering off" >&2; shutdown -h now; fi' EXIT"""
+)
 
 
 @dataclass(kw_only=True)
@@ -83,19 +92,29 @@ def render_user_data(
     setup: str = "",
     log_file: str = "/var/log/spotwise-agent.log",
 ) -> str:
-    """The instance's user-data: a bash script that runs ``setup`` then starts the agent."""
+    """The instance's user-data: a bash script that runs ``setup`` then starts the agent.
+
+    When ``setup`` fails, or the agent cannot start or fails (spotwise missing from the image,
+    an import error, a crash), the script powers the machine off (:data:`POWER_OFF_ON_FAILURE`;
+    ``InstanceInitiatedShutdownBehavior: terminate`` makes that the end of its bill): nothing
+    else would, and the controller learns of it as an instance that ended without an exit
+    code. An agent that ran powers off by itself ``shutdown_after_s`` after the trial; with
+    ``shutdown_after_s < 0`` (never) the script does not either."""
     lines = [
         "#!/bin/bash",
         f"# spotwise trial agent: job {cfg.job_id} trial {cfg.trial_id} attempt {cfg.attempt} "
         f"(launch {cfg.launch_id})",
         "set -eu",
     ]
+    if cfg.shutdown_after_s >= 0:
+        lines.append(POWER_OFF_ON_FAILURE.format(what="setup or the trial agent"))
     if setup.strip():
         lines += ["# --- setup (providers[].options.setup) ---", setup.rstrip(), "# ---"]
     lines += [
         f"export {CONFIG_VAR}='{cfg.to_b64()}'",
-        f"exec {shlex.quote(python)} -m spotwise.providers.aws_agent "
-        f">>{shlex.quote(log_file)} 2>&1",
+        "# a child this script waits for (exec in a subshell): its failure reaches the trap",
+        f"(exec {shlex.quote(python)} -m spotwise.providers.aws_agent "
+        f">>{shlex.quote(log_file)} 2>&1)",
         "",
     ]
     return "\n".join(lines)

@@ -249,6 +249,10 @@ class AwsProvisioner:
     def progress(self, instance_id: str) -> list[dict[str, object]]:
         return self._reader.progress(instance_id)
 
+    def agent_heard(self, instance_id: str) -> bool:
+        """Whether its agent's status has been read (:mod:`spotwise.planner.no_word`)."""
+        return self._reader.heard(instance_id)
+
     # ---- the trial's files in S3 (see spotwise.providers.trialfiles) ------------------------
     def _sync(self, track: TrialFiles, force: bool = False) -> bool:
         return self._reader.sync(track, force)

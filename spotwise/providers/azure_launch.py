@@ -30,12 +30,19 @@ TAG_ON_DEMAND = "spotwise:on-demand-price"
 TAG_ARTIFACTS, TAG_ATTEMPT = "spotwise:artifacts", "spotwise:attempt"
 TAG_VALUE_LIMIT = 256
 _B64 = re.compile(r"^[A-Za-z0-9+/=]*$")
+# When a step fails or the agent cannot start or fails (spotwise missing from the image, an
+# import error, a crash), the VM powers off (the trap; aws_agent.POWER_OFF_ON_FAILURE): nothing
+# else would, and the controller deletes a stopped VM (still billed until deallocated). One
+# that ran powers off shutdown_after_s after the trial.
 CUSTOM_DATA = """#!/bin/sh
 # spotwise trial launcher (generated). The launch spec is base64 of JSON: data, never shell code.
 set -eu
+trap 'rc=$?; if [ "$rc" -ne 0 ]; then echo "spotwise: the launcher or the trial agent failed \
+(exit $rc): powering off" >&2; shutdown -h now; fi' EXIT
 mkdir -p /var/lib/spotwise
 echo '{payload}' | base64 -d > /var/lib/spotwise/launch.json
-exec python3 -m spotwise.providers.azure_agent --launch /var/lib/spotwise/launch.json
+# a child this script waits for (exec in a subshell): its failure reaches the trap
+(exec python3 -m spotwise.providers.azure_agent --launch /var/lib/spotwise/launch.json)
 """
 
 

@@ -361,6 +361,10 @@ class AzureProvisioner:
             self._follow(known)
         return self.tracks.progress(instance_id)
 
+    def agent_heard(self, instance_id: str) -> bool:
+        """Whether its agent's status has been read (:mod:`spotwise.planner.no_word`)."""
+        return self.tracks.heard(instance_id)
+
 
 def _stop_polling(poller: Any) -> None:
     """End the poller's thread at its next pause between polls (at most one more GET) rather

@@ -26,11 +26,17 @@ META_LAUNCH = "spotwise-launch"
 META_TAGS = "spotwise-tags"
 META_OFFER = "spotwise-offer"
 GUEST_NAMESPACE = "spotwise"
+# An agent that cannot start or fails (spotwise missing from the image, an import error, a
+# crash) powers the VM off (the trap; aws_agent.POWER_OFF_ON_FAILURE): nothing else would, and
+# the controller deletes a stopped VM. One that ran powers off shutdown_after_s after the trial.
 STARTUP_SCRIPT = """#!/bin/bash
 # spotwise trial launcher (generated, identical for every launch). The trial's argv and env are
 # JSON in the `spotwise-launch` metadata item; the agent reads them, the shell never does.
 set -euo pipefail
-exec python3 -m spotwise.providers.gcp_agent --from-metadata
+trap 'rc=$?; if [ "$rc" -ne 0 ]; then echo "spotwise: the trial agent failed (exit $rc): \
+powering off" >&2; shutdown -h now; fi' EXIT
+# a child this script waits for (exec in a subshell): its failure reaches the trap
+(exec python3 -m spotwise.providers.gcp_agent --from-metadata)
 """
 
 

@@ -398,3 +398,7 @@ class GcpProvisioner(GcpOperations):
         """The trial's events written to its artifacts folder since the last call."""
         self._follow(instance_id)
         return self.tracks.progress(instance_id)
+
+    def agent_heard(self, instance_id: str) -> bool:
+        """Whether its agent's status has been read (:mod:`spotwise.planner.no_word`)."""
+        return self.tracks.heard(instance_id)

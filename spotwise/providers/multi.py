@@ -138,6 +138,13 @@ class MultiProvisioner:
             raise ProviderError(f"{self.name}: no provider of this job owns {instance_id}")
         return self.members[owner].progress(instance_id)
 
+    def agent_heard(self, instance_id: str) -> bool:
+        """The owner's optional ``agent_heard`` (:mod:`spotwise.planner.no_word`); False for
+        an id no member owns, or an owner without it."""
+        owner = self.owner_of(instance_id)
+        method = getattr(self.members[owner], "agent_heard", None) if owner else None
+        return bool(method(instance_id)) if method is not None else False
+
 
 class MultiCatalog:
     """The members' catalogs as one: a call naming a region goes to the members that list

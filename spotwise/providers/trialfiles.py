@@ -63,6 +63,7 @@ class TrialFiles:
     notices_read: int = 0  # entries of the status's notice list taken in (good or skipped)
     reported: int = 0
     exit_code: int | None = None
+    heard: bool = False  # a status of the agent's was read (the controller's "no word" limit)
     ended: bool = False  # the instance is gone: nothing more will be written
     last_sync: float = -1e18
 
@@ -114,6 +115,7 @@ class TrialFiles:
         events, events_token = self.blobs.get(f"events-{self.attempt}.jsonl", self.events_token)
         self.status_token, self.events_token = status_token, events_token
         if status is not None:
+            self.heard = True
             self._read_status(status, now)
         if events is not None and len(events) > self.events_pos:
             new, self.events_pos = events[self.events_pos :], len(events)
@@ -293,6 +295,12 @@ class Tracks:
     def interrupted(self, instance_id: str) -> bool:
         track = self.by_id.get(instance_id)
         return track is not None and track.interrupted()
+
+    def heard(self, instance_id: str) -> bool:
+        """Whether a status of ``instance_id``'s agent has been read: its agent started (what
+        :mod:`spotwise.planner.no_word` asks through a provisioner's ``agent_heard``)."""
+        track = self.by_id.get(instance_id)
+        return track is not None and track.heard
 
     def observe(self, inst: Instance) -> None:
         """Give a described instance its trial's exit code; read once more when it has ended

@@ -118,7 +118,7 @@ def test_a_misspelt_field_gets_the_field_it_meant(path: str, value: Any, meant: 
 def test_a_field_like_no_other_names_the_fields_it_may_mean() -> None:
     """Was "remove it": for a misspelling no suggestion reaches (`budget.max_cost_dollars`),
     following it ran the job with no cap (review-ag F1)."""
-    fields = "the fields here are deadline_hours, max_cost_usd"
+    fields = "the fields here are deadline_hours, max_cost_usd, start_timeout_minutes"
     assert refused(with_("budget.colour", "red")) == (
         f"spec field 'budget.colour': unknown field; {fields}: rename it to the one meant, or "
         "remove it"
