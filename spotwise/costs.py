@@ -276,6 +276,15 @@ def summarize(
         for p in pieces(r, billing.get(r.job_id))
         if lo < p.at <= hi
     ]
+    # written after the window's end, up to the read (the default's last minute): not in this
+    # window but the next; said, so a report right after a job does not read as "nothing"
+    later = [
+        p
+        for r in ended
+        if r.ended_at is not None or getattr(r, "billed_at", None) is not None
+        for p in pieces(r, billing.get(r.job_id))
+        if hi < p.at <= now
+    ]
     real = section((p for p in got if p.row.job_id not in sim), by, False, billing, budgets)
     replay = section((p for p in got if p.row.job_id in sim), by, True, billing, budgets)
     held_rows: list[dict[str, Any]] = []
@@ -312,6 +321,10 @@ def summarize(
         "until": hi,
         "now": now,
         "settled": hi + SETTLE_S <= now + 1e-6,
+        "after_until": {
+            "cost_usd": sum((p.cost_usd for p in later if p.row.job_id not in sim), 0.0),
+            "simulated_usd": sum((p.cost_usd for p in later if p.row.job_id in sim), 0.0),
+        },
         "by": by,
         # real clouds only: money; the replayed market's simulated dollars are never added in
         "totals": real["totals"],

@@ -170,9 +170,15 @@ def _settle_note(out: dict[str, Any]) -> str | None:
             "missing; not final, do not chain on it[/]"
         )
     if out["now"] - out["until"] < SETTLE_S + 1.0:
+        later = out.get("after_until") or {}
+        money = [f"${later.get('cost_usd', 0.0):.4f}"] if later.get("cost_usd") else []
+        if later.get("simulated_usd"):
+            money.append(f"${later['simulated_usd']:.4f} simulated")
+        what = f" ({' and '.join(money)} billed since)" if money else ""
         return (
-            f"[dim]the window ends {SETTLE_S:g} s before now: the bills of the last minute are "
-            "counted in the next window, which starts where this one ends[/]"
+            f"[dim]the window ends {SETTLE_S:g} s before now: the bills of the last minute"
+            f"{what} are counted in the next window, which starts where this one ends "
+            "(`--until now` shows them now, not final)[/]"
         )
     return None
 

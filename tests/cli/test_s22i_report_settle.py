@@ -281,3 +281,31 @@ def test_the_text_and_json_say_where_the_window_ends(
     # a window that ended long ago: no note
     code, text, err = _cli(monkeypatch, capsys, T, "--since", "2h", "--until", "1h", "--db", db)
     assert "the window ends" not in text and code == 0
+
+
+def test_a_report_right_after_a_job_says_what_the_last_minute_billed(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """The default window ends a minute back: run just after a job (the README's main job
+    takes 30 s), it held none of the job's bills and printed only "nothing billed in this
+    window". The bills written since its end are said (text and `after_until` in --json), and
+    where they are counted."""
+    db = _store(tmp_path)
+    with Store.open_existing(db) as s:
+        _close(s, T - 10.0)  # closed 10 s before the report: after the window's end
+    monkeypatch.setenv("COLUMNS", "200")
+    code, out, err = _cli(monkeypatch, capsys, T, "--since", "all", "--db", db, "--json")
+    got = json.loads(out)
+    assert code == 0, err
+    assert got["totals"]["cost_usd"] == 0.0  # not in this window: in the next one
+    assert got["after_until"] == {"cost_usd": pytest.approx(PRICE), "simulated_usd": 0.0}
+    code, text, err = _cli(monkeypatch, capsys, T, "--since", "all", "--db", db)
+    assert "the bills of the last minute ($0.9500 billed since) are counted in the next" in text
+    assert "(`--until now` shows them now, not final)" in text
+    # with --until now they are in the window, and nothing is after it
+    code, out, err = _cli(
+        monkeypatch, capsys, T, "--since", "all", "--until", "now", "--db", db, "--json"
+    )
+    got = json.loads(out)
+    assert got["totals"]["cost_usd"] == pytest.approx(PRICE)
+    assert got["after_until"] == {"cost_usd": 0.0, "simulated_usd": 0.0}
