@@ -269,22 +269,16 @@ def summarize(
     hi = now if until is None else until
     billing = {j: info.billing for j, info in jobs.items()}
     budgets = {j: info.budget for j, info in jobs.items()}
-    got = [
+    every = [  # each record's bill as written, split once into its dated pieces
         p
         for r in ended
         if r.ended_at is not None or getattr(r, "billed_at", None) is not None
         for p in pieces(r, billing.get(r.job_id))
-        if lo < p.at <= hi
     ]
+    got = [p for p in every if lo < p.at <= hi]
     # written after the window's end, up to the read (the default's last minute): not in this
     # window but the next; said, so a report right after a job does not read as "nothing"
-    later = [
-        p
-        for r in ended
-        if r.ended_at is not None or getattr(r, "billed_at", None) is not None
-        for p in pieces(r, billing.get(r.job_id))
-        if hi < p.at <= now
-    ]
+    later = [p for p in every if hi < p.at <= now]
     real = section((p for p in got if p.row.job_id not in sim), by, False, billing, budgets)
     replay = section((p for p in got if p.row.job_id in sim), by, True, billing, budgets)
     held_rows: list[dict[str, Any]] = []
