@@ -24,18 +24,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import (
-    BaseModel,
-    BeforeValidator,
-    ConfigDict,
-    Field,
-    ValidationError,
-    ValidationInfo,
-    field_validator,
-    model_validator,
-)
+from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from spotwise.errors import SpecError, did_you_mean
+from spotwise.spec_base import STORED as STORED  # costs reads it here
+from spotwise.spec_base import Number, _no_bool, _Strict, stored
 from spotwise.spec_options import check_parsed
 from spotwise.spec_options import space_points as space_points  # planner.search reads it here
 from spotwise.spec_yaml import INF, error_line, number_example, read_spec_document, yaml_text
@@ -44,25 +37,8 @@ from spotwise.spec_yaml12 import Loc, refuse_changed
 PROVIDERS = ("local", "aws", "gcp", "azure")
 BUILTIN_TRACE = "builtin:skynomad-v100-2023"
 
-
-class _Strict(BaseModel):
-    # allow_inf_nan: a bound, speed-up or budget of .inf / .nan means nothing (an infinite
-    # budget is written by leaving it out)
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
-
-
 INT64 = (-(2**63), 2**63 - 1)  # the bounds of an int parameter (numpy's, the optimizer's)
 SEEDS = 2**32  # a seed is 0 <= seed < 2**32 (numpy's RandomState)
-
-
-def _no_bool(v: Any, info: ValidationInfo) -> Any:
-    """A number field takes no bool: pydantic read ``low: true`` as 1.0 (helper E, s20)."""
-    if isinstance(v, bool) and not stored(info):
-        raise ValueError(f"must be a number, got {yaml_text(v)}; write the number meant")
-    return v
-
-
-Number = Annotated[float, BeforeValidator(_no_bool)]  # a float field: never a bool
 
 
 class RealParam(_Strict):
@@ -224,16 +200,6 @@ def _option_text(x: Any) -> Any:
     if isinstance(x, int | float):
         return str(x)
     return x  # a string, or something pydantic refuses with its own message
-
-
-STORED = {"stored": True}  # validation context of a spec read back from the store
-
-
-def stored(info: ValidationInfo) -> bool:
-    """Whether a spec is being read back from the store (:func:`load_stored_spec`): checks
-    added after the job was written must not make it unreadable, or `cancel` could not
-    release what the job holds."""
-    return bool(isinstance(info.context, dict) and info.context.get("stored"))
 
 
 def load_stored_spec(spec_json: str) -> JobSpec:

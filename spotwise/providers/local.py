@@ -34,11 +34,9 @@ its trainer, in a group of its own under ``timeout``, still saves; a process tha
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -46,9 +44,8 @@ from pathlib import Path
 from typing import IO
 
 from spotwise.errors import CapacityError, ProviderError
-from spotwise.providers import event_lines, local_exec
+from spotwise.providers import event_lines
 from spotwise.providers.base import (
-    TAG_JOB,
     Instance,
     InstanceState,
     LaunchRequest,
@@ -57,14 +54,8 @@ from spotwise.providers.base import (
     NoticeKind,
     is_ours,
 )
-from spotwise.providers.local_records import (
-    MARKER_ENV,
-    ProcRecord,
-    process_start,
-    records_root,
-    remove_record,
-    write_record,
-)
+from spotwise.providers.local_records import MARKER_ENV, records_root, remove_record
+from spotwise.providers.local_start import start_trial
 from spotwise.providers.proc_group import Group
 from spotwise.providers.replay import MarketClock, ReplayMarket
 
@@ -141,7 +132,7 @@ class LocalProvisioner:
         env.update(request.env)
         env[MARKER_ENV] = instance_id
         try:
-            popen, record = self._start(request, instance_id, env, log)
+            popen, record = start_trial(request, instance_id, env, log, self.records_dir)
         except ProviderError as e:
             if log is not None:  # the log the job's error points to says why it is empty
                 log.write(f"spotwise: {e}\n".encode())
@@ -207,71 +198,6 @@ class LocalProvisioner:
             return []
         p.events_pos, out = event_lines.read_new(p.events_file, p.events_pos)
         return out
-
-    # ---- starting a process ---------------------------------------------------------------
-    def _start(
-        self, request: LaunchRequest, instance_id: str, env: dict[str, str], log: IO[bytes] | None
-    ) -> tuple[subprocess.Popen[bytes], Path]:
-        """Fork the exec helper, record its pid, then let it exec the trial's argv."""
-        argv = list(request.argv)
-        go_r, go_w = os.pipe()
-        status_r, status_w = os.pipe()
-        with open(go_w, "wb") as go, open(status_r, "rb") as status:
-            try:
-                helper = [sys.executable, "-I", "-S", local_exec.__file__]
-                popen = subprocess.Popen(
-                    [*helper, str(go_r), str(status_w), str(os.getpid())],
-                    pass_fds=(go_r, status_w),
-                    cwd=request.workdir or None,
-                    env=env,
-                    stdin=subprocess.DEVNULL,
-                    stdout=log if log is not None else subprocess.DEVNULL,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,
-                )
-            except OSError as e:
-                raise ProviderError(_start_failure(argv[0], request.workdir, e)) from None
-            finally:
-                os.close(go_r)
-                os.close(status_w)
-            try:
-                record = self._record(popen.pid, instance_id, request)
-            except (OSError, ProviderError) as e:
-                popen.kill()  # still the helper, waiting for its argv: nothing else to kill
-                popen.wait()
-                raise ProviderError(f"local: cannot record {instance_id} before start: {e}") from e
-            try:
-                go.write(json.dumps({"argv": argv, "env": env}).encode())
-                go.close()
-                failure = status.read().decode(errors="replace")  # end of file once exec'd
-            except BrokenPipeError:  # the helper died before reading its argv
-                failure = "0:the exec helper exited before starting it"
-        if failure:
-            popen.wait()
-            remove_record(record)
-            raise ProviderError(f"local: cannot start {argv[0]!r}: {failure.partition(':')[2]}")
-        return popen, record
-
-    def _record(self, pid: int, instance_id: str, request: LaunchRequest) -> Path:
-        start = process_start(pid)
-        if start is None:
-            raise ProviderError(f"process {pid} ended before it could be recorded")
-        try:
-            pgid = os.getpgid(pid)
-        except ProcessLookupError:
-            pgid = pid
-        rec = ProcRecord(
-            instance_id=instance_id,
-            job_id=request.tags[TAG_JOB],
-            pid=pid,
-            pgid=pgid,
-            start=start,
-            tags=dict(request.tags),
-            argv=list(request.argv),
-            launcher_pid=os.getpid(),
-            created_at=time.time(),
-        )
-        return write_record(self.records_dir, rec)
 
     # ---- the emulated market ------------------------------------------------------------
     def poll(self) -> None:
@@ -392,14 +318,3 @@ class LocalProvisioner:
         if p.record is not None:
             remove_record(p.record)
             p.record = None
-
-
-def _start_failure(program: str, workdir: str, e: OSError) -> str:
-    """Why the trial's process could not start, naming its working directory when that is
-    what failed (the error's file is then the folder, not the program)."""
-    if workdir and not os.path.isdir(workdir):
-        what = "is not a folder" if os.path.exists(workdir) else "does not exist"
-        return f"local: cannot start {program!r}: its working directory {workdir} {what}"
-    if workdir and e.filename == workdir:
-        return f"local: cannot start {program!r}: its working directory {workdir}: {e.strerror}"
-    return f"local: cannot start {program!r}: {e.strerror}"

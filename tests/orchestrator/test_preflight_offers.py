@@ -12,7 +12,8 @@ from typing import Any, NoReturn
 import pytest
 
 from spotwise.errors import ProviderError, SpecError
-from spotwise.planner.backend import Backend, NoOfferWatch
+from spotwise.planner.backend import Backend
+from spotwise.planner.offer_watch import NoOfferWatch
 from spotwise.planner.preflight import check_offers
 from spotwise.providers.base import Market, Offer
 from spotwise.spec import JobSpec, parse_spec

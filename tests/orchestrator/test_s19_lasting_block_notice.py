@@ -14,7 +14,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from spotwise.errors import ProviderError
-from spotwise.planner.backend import NoOfferWatch
+from spotwise.planner.offer_watch import NoOfferWatch
 from spotwise.planner.orchestrator import Orchestrator
 from spotwise.providers.base import Market, Notice, NoticeKind, Offer
 

@@ -14,7 +14,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from spotwise.costs import billed_seconds
+from spotwise.bill_parts import billed_seconds
 from spotwise.errors import CapacityError
 from spotwise.planner.sim_money import Meter
 from spotwise.planner.sim_state import Life as SimLife

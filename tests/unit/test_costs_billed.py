@@ -17,8 +17,9 @@ from shared_helpers import record_life
 from typer.testing import CliRunner
 
 from spotwise import costs
+from spotwise.bill_parts import billed_seconds
 from spotwise.cli.app import app
-from spotwise.costs import JobInfo, billed_seconds, summarize
+from spotwise.costs import JobInfo, summarize
 from spotwise.store import Store
 
 NOW = 1_790_000_000.0
