@@ -65,6 +65,7 @@ class Life:
     finished_at: float | None = None  # market time its trial's `done` was seen (then teardown)
     lingered: bool = False  # terminated for running on after `done` (linger_limit_s)
     heard: bool = False  # its trial (or agent) said something: not silent (planner.no_word)
+    said_done_step: int | None = None  # the furthest step its trial's `done` said (resumed_end)
 
 
 @dataclass

@@ -6,19 +6,26 @@ agent uploads the end of it to the trial's artifacts folder
 (:func:`~spotwise.providers.channel.read_output`), fetched here when the life ends. A failed
 attempt's error quotes the last line of that output (a traceback's exception line). Split out
 of :mod:`spotwise.planner.trialbook`, which uses it.
+
+:func:`attempts_events` reads back the events files (``events-<attempt>.jsonl``) of a trial's
+other attempts, which the orchestrator no longer follows or never did (a lost launch's copy of
+the trial: :mod:`spotwise.planner.resumed_end`).
 """
 
 from __future__ import annotations
 
+import json
 import re
+from collections.abc import Callable
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from spotwise.errors import ProviderError
 from spotwise.planner.runstate import Life, TrialRun
 from spotwise.spec import JobSpec
 
 LAST_LINE_CHARS = 300  # of a trial's last output line, quoted in its error
+ATTEMPTS_READ = 20  # a trial's newest other attempts whose events files are read back
 _CONTROL = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|[\x00-\x08\x0b-\x1f\x7f]")  # ANSI, controls
 
 
@@ -93,3 +100,100 @@ def life_log(owner: Owner, t: TrialRun, life: Life) -> tuple[Path | None, str, s
     except OSError:
         return None, last_line(output), unread
     return path, last_line(output), unread
+
+
+Records = list[dict[str, Any]]
+
+
+def attempts_events(owner: Owner, t: TrialRun, life: Life) -> tuple[dict[int, Records], str]:
+    """``({attempt: its records}, why some could not be read)``: the events files of the trial's
+    attempts other than ``life``'s (the newest ``ATTEMPTS_READ``; every launch uses up an
+    attempt number, a lost one too), each from the first place that has it: the trial's folder
+    of the job's run folder (where the local provider's trials write theirs), then the
+    artifacts folder of each cloud provider of the job (see
+    :mod:`spotwise.providers.channel`), the life's own first. An attempt whose file is found
+    nowhere is left out. Only whole lines that are JSON objects are kept."""
+    places = _places(owner, t, life)
+    found: dict[int, Records] = {}
+    unread: list[str] = []
+    numbers = [a for a in range(max(t.attempt, life.attempt), -1, -1) if a != life.attempt]
+    for attempt in numbers[:ATTEMPTS_READ]:
+        for where, read in places:
+            try:
+                data = read(f"events-{attempt}.jsonl")
+            except (ProviderError, OSError) as e:
+                why = f"{where}: {e}"
+                if why not in unread:
+                    unread.append(why)
+                continue
+            if data is not None:
+                found[attempt] = _records(data)
+                break
+    return found, "; ".join(unread)
+
+
+def _records(data: bytes) -> Records:
+    out: Records = []
+    for line in data.splitlines():
+        try:
+            rec = json.loads(line)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            continue
+        if isinstance(rec, dict):
+            out.append(rec)
+    return out
+
+
+Reader = Callable[[str], bytes | None]
+
+
+def _places(owner: Owner, t: TrialRun, life: Life) -> list[tuple[str, Reader]]:
+    """Where a trial's channel files may be: ``(what to call it, a reader of one name)``."""
+    folder = owner.run_dir / t.trial_id
+
+    def local(name: str) -> bytes | None:
+        try:
+            return (folder / name).read_bytes()
+        except FileNotFoundError:
+            return None
+
+    places: list[tuple[str, Reader]] = [(str(folder), local)]
+    from spotwise.providers.channel import REACH, artifacts_uri
+
+    own = life.offer.provider
+    seen: set[str] = set()
+    for p in sorted(owner.spec.providers, key=lambda q: q.name != own):
+        if p.name not in REACH:
+            continue
+        try:
+            uri = artifacts_uri(p.name, p.options, t.checkpoint_uri or "", owner.job_id, t.trial_id)
+        except ProviderError:  # not a folder its instances can reach: no attempt ran there
+            continue
+        if uri not in seen:
+            seen.add(uri)
+            region = life.offer.region if p.name == own else ""
+            places.append((uri, _blob_reader(p.options, uri, region)))
+    return places
+
+
+def _blob_reader(options: dict[str, str], uri: str, region: str) -> Reader:
+    """A reader of the artifacts folder ``uri``, opened at its first read, as
+    :func:`~spotwise.providers.channel.read_output` opens it (S3: the provider's region and
+    profile)."""
+    opened: list[Any] = []
+
+    def read(name: str) -> bytes | None:
+        if not opened:
+            from spotwise.providers.blobs_open import open_blobs, scheme_of
+
+            if scheme_of(uri) == "s3":
+                from spotwise.providers.s3_blobs import S3Blobs
+
+                profile = str(options.get("profile") or "") or None
+                opened.append(S3Blobs.from_uri(uri, region=region or None, profile=profile))
+            else:
+                opened.append(open_blobs(uri, channel=True))
+        data, _ = opened[0].get(name)
+        return data  # type: ignore[no-any-return]
+
+    return read

@@ -32,6 +32,7 @@ from spotwise.planner.policy import (
     TrialExited,
 )
 from spotwise.planner.report import best_of, last_reported, reported_final, unreported_final
+from spotwise.planner.resumed_end import note_done, settle
 from spotwise.planner.runstate import (
     LIMITS,
     Life,
@@ -159,8 +160,10 @@ class TrialBook:
                 self.store.update_trial(
                     t.trial_id, checkpoint_step=t.checkpoint_step, checkpoint_uri=t.checkpoint_uri
                 )
-            elif kind == "done" and life.finished_at is None:  # only its teardown is left
-                life.finished_at = now
+            elif kind == "done":
+                note_done(life, step)  # at its last step with nothing reported: resumed_end
+                if life.finished_at is None:  # only its teardown is left
+                    life.finished_at = now
         if events:
             self.store.update_trial(
                 t.trial_id,
@@ -210,8 +213,14 @@ class TrialBook:
             or t.stopping == "migrate"
         )
         note_unreported_life(t, life, now, taken or t.stopping is not None)  # its start-up
+        copied = None  # resumed at its last step from a checkpoint another copy of it saved:
+        if not (finished or taken or t.stopping):  # the copy's result (True), none (False)
+            copied = settle(self, t, life, code, log_file, output, now)
+        finished = finished or bool(copied)
         if finished:
             self._close_trial(t, "completed", now)
+        elif copied is not None:
+            self._close_trial(t, "failed", now)
         elif max(t.step, t.checkpoint_step) >= t.steps_total and not taken and not t.stopping:
             # its work is done, its result never reported: a relaunch would resume from a
             # checkpoint at its last step, report nothing again and pay for a second instance
