@@ -45,11 +45,11 @@ def tune(
 
     Exits 2 for a bad spec (nothing written); 1 when a provider cannot be used at the start
     (e.g. no cloud account or credentials: refused with one line before anything is
-    recorded), when every trial failed, when no trial has a final metric (a budget or deadline
-    left none; trials never reported their last step, or ended on NaN), or when an instance
-    could not be terminated at the end (it may still be billed: `spotwise cancel JOB`
-    retries); 130 when the job was cancelled (also when a replayed market reached the end of
-    its trace: the job stops there, resumable); otherwise 4 when
+    recorded), when every trial failed, when no trial has a final metric (a budget, deadline
+    or the end of a replayed market's trace left none; trials never reported their last step,
+    or ended on NaN), or when an instance could not be terminated at the end (it may still be
+    billed: `spotwise cancel JOB` retries); 130 when the job was cancelled (Ctrl-C or
+    `spotwise cancel`); otherwise 4 when
     instances carrying the job's tags that it did not launch were left running (listed as
     not launched by it: left alone). 5 when the database failed (corrupt, locked past 30 s,
     a schema from a newer spotwise): the job tries to release what it launched, but check
@@ -94,7 +94,9 @@ def resume(
     the spec's count; same job id, spend and stored spec.
 
     Trials that ended keep their results, and the search is told them again; trials the
-    budget or deadline stopped run again. A job whose orchestrator died is closed with
+    budget, the deadline or a replayed trace's end stopped run again (the replay starts again
+    at its replay.start: refused when the last run reached the trace's end keeping nothing, no
+    trial ended and no checkpoint saved). A job whose orchestrator died is closed with
     `spotwise cancel JOB` first; one that still holds an instance is refused (cancel releases
     it). A deadline counts again from the resume. Exit codes as for `tune`; 2 when the job
     cannot be resumed (nothing is written).

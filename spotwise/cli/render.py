@@ -175,11 +175,12 @@ def print_summary(s: dict[str, Any]) -> None:
     )
     planned = s.get("trials_planned", s["trials"])
     unmade = planned - s["trials"]
-    for limit, n in (s.get("limits") or {}).items():  # the budget or deadline bound
+    for limit, n in (s.get("limits") or {}).items():  # the budget, deadline or trace end bound
         before = f" ({n['never_started']} before starting)" if n["never_started"] else ""
         more = f"; {unmade} of {planned} planned never created" if unmade > 0 else ""
         if n["stopped"] or more:
-            console.print(f"[yellow]{limit}: {n['stopped']} trial(s) stopped{before}{more}[/]")
+            name = limit.replace("_", " ")  # trace_end: a replayed market's end
+            console.print(f"[yellow]{name}: {n['stopped']} trial(s) stopped{before}{more}[/]")
         if over := n.get("exceeded_usd"):  # the cost ended above max_cost_usd: never silent
             usd = f"{over:.{4 if over >= 1e-4 else 6}f}"
             console.print(

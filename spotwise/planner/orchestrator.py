@@ -50,10 +50,10 @@ from spotwise.planner.runstate import (
     whoami,
 )
 from spotwise.planner.search import Search
+from spotwise.planner.stops import TraceEnd, kept_progress
 from spotwise.planner.trialbook import ReadFailing
-from spotwise.providers.base import TAG_JOB, NoticeKind, Offer
+from spotwise.providers.base import TAG_JOB, NoticeKind, Offer, market_end
 from spotwise.providers.local_records import process_start
-from spotwise.providers.replay import ReplayMarket
 from spotwise.spec import JobSpec
 from spotwise.spec_options import cost_cap_note
 from spotwise.store.heartbeat import HEARTBEAT_EVERY_WALL_S, Heartbeat
@@ -97,7 +97,7 @@ class Orchestrator(NoWord):
         self.read_failing: dict[str, ReadFailing] = {}  # provider read → its failures
         self.cancelled = False
         self.cancel_requested = False
-        self.trace_ended: str | None = None  # why a replayed job stopped at its trace's end
+        self.trace_end: TraceEnd | None = None  # where a replayed job's market ended
         self.spent_usd = 0.0
         self.on_demand_usd = 0.0
         self.revocations = self.migrations = self.early_stopped = 0
@@ -170,7 +170,7 @@ class Orchestrator(NoWord):
             state, error = end_state(
                 self.trials, self.cancelled, spec.budget.max_cost_usd, str(self.run_dir / "logs")
             )
-            error = error or self.trace_ended
+            error = self._trace_end_error(state, error)
         except SpotwiseError as e:
             error = crashed = str(e)
             raise
@@ -190,7 +190,11 @@ class Orchestrator(NoWord):
                 self._cost_to_records()
             if closing is not None and crashed is None:
                 raise closing  # a bug: the exit code says so (the job's record is complete)
-        return self.summary(time.monotonic() - wall0)
+        out = self.summary(time.monotonic() - wall0)
+        te = self.trace_end
+        if te and not kept_progress(te.from_steps, te.ended, self.trials):
+            out["resumable"] = False  # a resume would replay the same end: it is refused
+        return out
 
     def _carry_over(self, resume: ResumePlan) -> None:
         """A resumed job starts from its earlier run: its trials, its totals (the budget
@@ -204,6 +208,7 @@ class Orchestrator(NoWord):
         self.revocations, self.migrations = int(tot["revocations"]), int(tot["migrations"])
         self.early_stopped = int(tot["early_stopped"])
         self.search.replay(resume.ended, [t.params for t in resume.requeued], resume.stopped)
+        self._refuse_resume_past_trace_end(resume.trials)  # before anything is written
         self.run_dir.parent.mkdir(parents=True, exist_ok=True, mode=0o700)  # runs/: private
         self.run_dir.mkdir(exist_ok=True, mode=0o700)  # nothing left to fail after the claim
         self.backend.start_clock()
@@ -216,12 +221,13 @@ class Orchestrator(NoWord):
         b, spec = self.backend, self.spec
         last_update = last_saved = 0.0
         prev_now = b.now()
+        end = market_end(b.catalog)  # a replayed trace's end; None for a cloud
         while True:
             if self.cancel_requested and not self.cancelled:
                 self.cancel()
             now = b.now()
-            if isinstance(b.catalog, ReplayMarket) and now >= b.catalog.end_time:
-                self._stop_at_trace_end(b.catalog, now)
+            if end is not None and now >= end:
+                self._stop_at_trace_end(end, now)
             events: list[Event] = [*self._admit(), *self._collect(now)]
             events += self._release_silent(now)  # lives silent since launch past the limit
             events.append(Tick(now))
@@ -269,24 +275,6 @@ class Orchestrator(NoWord):
             prev_now = now
             time.sleep(self.opts.poll_s)
 
-    def _stop_at_trace_end(self, market: ReplayMarket, now: float) -> None:
-        """No market past the replayed trace's end: the job stops there as `simulate` cuts its
-        runs, said once (warning, ``trace_end`` event, the job's error), as a cancel whose
-        instances end with this pass (not billed on over a frozen market; checkpoints kept)."""
-        if self.trace_ended is None and not self.cancelled:
-            hours = (market.end_time - market.start_time) / 3600.0
-            self.trace_ended = said = (
-                f"market time passed the end of the replayed trace ({hours:g} h into it): the "
-                "market has no data after it, so the job stopped there, cancelled (its "
-                "instances ended, its trials' last checkpoints kept: `spotwise resume` replays "
-                "the market from providers.0.replay.start again); a job that does not fit "
-                "before the trace's end needs providers.0.replay.start earlier or fewer steps"
-            )
-            log.warning("%s: %s", self.job_id, said)
-            self._event("trace_end", now, message=said, end=market.end_time)
-            self.cancel()
-            self.budget_stops += [(t, t.life) for t in self.trials if t.life and not t.life.exited]
-
     def _watch_offers(self, offers: list[Offer], now: float) -> None:
         waiting = any(t.phase in (Phase.QUEUED, Phase.WAITING) for t in self.trials)
         if said := self.offer_watch.note(offers, waiting, self.last_lasting_refusal):
@@ -309,12 +297,14 @@ class Orchestrator(NoWord):
         if self.cancelled:
             return True
         done = all(t.phase.is_terminal() for t in self.trials)
-        no_more = self._budget_spent() or self._broken()
+        no_more = self._budget_spent() or self._broken() or self.trace_end is not None
         return done and (len(self.trials) >= self.spec.trials or no_more)
 
     def _admit(self) -> list[Event]:
         """Create trials from the search while there is room for them."""
-        if self.cancelled or self._budget_spent() or self._broken() or self._doubtful():
+        if self.cancelled or self.trace_end or self._budget_spent() or self._broken():
+            return []  # past the replayed market's end (trace_end) no trial is created
+        if self._doubtful():
             return []
         active = sum(1 for t in self.trials if not t.phase.is_terminal())
         out: list[Event] = []

@@ -21,7 +21,7 @@ from spotwise.planner.startup_floor import startup_floor_s
 from spotwise.providers.base import Offer
 from spotwise.providers.billing import BillingRule
 
-LIMITS = ("budget", "deadline")  # the stop reasons that are the job's limits, not a policy's
+LIMITS = ("budget", "deadline", "trace_end")  # the job's limits, not a policy's (planner.stops)
 CHECKPOINT_SAVES_KEPT = 5  # a job's newest timed saves that its checkpoint_s is judged on
 WIND_DOWNS_KEPT = 5  # a job's newest measured wind-downs that its wind_down_s is judged on
 # the wind-down planned until one is measured: market seconds, and wall seconds at the market's

@@ -160,7 +160,12 @@ class Notice:
 
 @runtime_checkable
 class Catalog(Protocol):
-    """What can be bought, and for how much."""
+    """What can be bought, and for how much.
+
+    Optional: ``end_time`` (float, epoch seconds on the market's clock), where the market
+    itself ends: a replayed trace has no market past its end (read it with
+    :func:`market_end`; a live cloud's catalog has none, so it is not a member here: the
+    protocol's ``isinstance`` check would refuse such a catalog)."""
 
     name: str
 
@@ -256,6 +261,14 @@ def unconfirmed_launch(
     if inst.launch_identity is not None or not launch or launch not in launch_ids:
         return ""
     return "" if launched_by(inst, job_id, launch_ids, instance_ids) else launch
+
+
+def market_end(catalog: object) -> float | None:
+    """When the market a catalog sells on ends (epoch seconds on its clock): a catalog's
+    optional ``end_time`` (a replayed trace's end: :attr:`~spotwise.providers.replay.
+    ReplayMarket.end_time`); None for a live cloud, whose market goes on."""
+    end = getattr(catalog, "end_time", None)
+    return float(end) if isinstance(end, int | float) and not isinstance(end, bool) else None
 
 
 def listing_lag_s(provisioner: object) -> float:

@@ -290,6 +290,8 @@ class ReplayMarket:
 
     @property
     def end_time(self) -> float:
+        """Where the market ends (the last tick plus one gap): the catalog's optional market
+        end (:func:`~spotwise.providers.base.market_end`), at which a job stops."""
         return float(self.traces.times[-1]) + self.traces.gap_seconds
 
     def zone_index(self, zone: str) -> int:
