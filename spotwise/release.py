@@ -179,8 +179,9 @@ _TRIES = 8  # bills another process wrote to a record first, before it is left t
 @dataclass(frozen=True)
 class _Close:
     """How :func:`_bill_record` bills a record: up to ``end`` (None: the record stays open,
-    only the launch's other instances are billed), written at ``now``; ``speedup``: market
-    seconds per wall second; ``revoked``: its provider took the life; ``rule``: its billing."""
+    only the launch's other instances are billed; the others up to ``now``, the cancel's
+    time, not the bill's date: each write dates its own); ``speedup``: market seconds per
+    wall second; ``revoked``: its provider took the life; ``rule``: its billing."""
 
     end: float | None
     now: float
@@ -279,7 +280,6 @@ def _bill_record(
                 "state": "terminated",
                 "end_reason": "reconciled",
                 "ended_at": how.end,
-                "billed_at": how.now,  # `report` counts it now, not in a past window (af F4)
                 "cost_usd": cur.cost_usd + usd,
                 "on_demand_cost_usd": cur.on_demand_cost_usd + ref,
                 "market_seconds": cur.market_seconds + extra_s,
@@ -287,7 +287,11 @@ def _bill_record(
         parts = _other_lives(cur, others, max(own.market_seconds - own_s, 0.0), how)
         if not fields and not parts:
             return 0.0
-        if store.rebill_instance_if_unchanged(cur, parts=parts, **fields) is not None:
+        # dated as written (`report` counts it then, not in a past window: af F4), by the
+        # clock read once the write holds the lock, not by ``how.now``: a record written over
+        # a minute after it was in no chained window (s23, report_I item 3)
+        done = store.rebill_instance_if_unchanged(cur, parts=parts, clock=wall_now, **fields)
+        if done is not None:
             return usd + sum(p["cost_usd"] for p in parts.values())
         cur = store.get_instance(row.id)
         if cur.state in TERMINAL_INSTANCE_STATES:

@@ -136,7 +136,7 @@ def _bill_outlived(
     (``od_price``), for those of the seconds that fall in its useful window (up to its last
     report: an instance outliving a bill that the orchestrator already referenced adds none);
     a failed launch's instance none, as the drain's sweep bills a stray. What is added is a part
-    of the record's bill dated ``now`` naming the instance (:mod:`spotwise.store.bills`),
+    of the record's bill dated as written, naming the instance (:mod:`spotwise.store.bills`),
     written only while the record's bill is still as ``row`` read it *before the instance was
     listed*, and never where a part names the instance already (two cancels, or a cancel and
     the drain's stray sweep, that found the same instance: the second adds nothing, where it
@@ -168,7 +168,7 @@ def _bill_outlived(
 
     def fields(seen: Any) -> dict[str, Any]:
         """What the bill sets on the record as read (not added to it)."""
-        out: dict[str, Any] = {"billed_at": now}  # a part dated now: counted once (review-af F10)
+        out: dict[str, Any] = {}
         if billed:
             out["ended_at"] = max(seen.ended_at or end, end)
         if seen.launched_at is None and start:
@@ -178,7 +178,9 @@ def _bill_outlived(
         return out
 
     add = {"cost_usd": usd, "on_demand_cost_usd": od, "market_seconds": extra_s}
-    if bills.bill(row.id, inst.instance_id, add, fields).written is None:
+    # a part dated as written, by the cancel's clock once the write holds the lock (counted
+    # once: review-af F10; not ``now``, read before the loop: s23, report_I item 3)
+    if bills.bill(row.id, inst.instance_id, add, fields, release.wall_now).written is None:
         if row.id in od_price.unknown:  # not billed here: nothing to say of it
             od_price.unknown.remove(row.id)
         return None

@@ -7,7 +7,8 @@ in the window of the time it was *written*, never of a time in the past:
   its ``ended_at`` (the orchestrator closes a record when it sees it end; every record before
   revision 0005). A caller that closes a record with an end in the past (`spotwise cancel`,
   billing a dead orchestrator's lives up to when they ran, or an instance up to when its cloud
-  says it ended) passes ``billed_at=now``.
+  says it ended) dates it as written: a ``clock`` read once the write holds the lock
+  (:meth:`BillWrites.rebill_instance_if_unchanged`), never a time read before it waited.
 * What a closed record is billed after that (an instance found after its record closed, a
   stray the drain's last sweep bills to its launch) is a *part* of its own, dated when written
   (the update's ``billed_at``, else now), in ``extra_bills_json``: the record's columns stay
@@ -35,7 +36,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from sqlalchemy import and_, func, or_, update
+from sqlalchemy import func, update
 from sqlmodel import Session, col, select
 
 from spotwise.errors import NotFoundError, StoreError
@@ -199,14 +200,18 @@ def _written(row: RowT | None, what: str, key: str) -> RowT:
     return row
 
 
-def _lock(s: Session, model: type[Job] | type[Trial], key: str) -> None:
-    """Lock ``model``'s row ``key`` for this transaction before its sum is read (PostgreSQL:
-    ``SELECT ... FOR UPDATE``; SQLite, which serialises writers, has no such clause). Under
+def _lock(s: Session, model: type[Job] | type[Trial] | type[InstanceRow], key: str) -> None:
+    """Take the lock that writing ``model``'s row ``key`` waits for, first in this transaction
+    (SQLite: the database's write lock, ``BEGIN IMMEDIATE``; PostgreSQL: the row's, ``SELECT
+    ... FOR UPDATE``), so that what the write reads or dates is read once it holds it. Under
     READ COMMITTED an ``UPDATE ... SET cost_usd = (SELECT SUM ...)`` reads the records as of
     its own start: one started while another process had closed a record and summed the row,
     not yet committed, waited for the row and then wrote its older sum over the other's
     (review-al F6). Locked first, the UPDATE starts, and reads, after the other commits."""
-    s.exec(select(model.id).where(col(model.id) == key).with_for_update())
+    if s.get_bind().dialect.name == "sqlite":  # pysqlite begins no transaction before it
+        s.connection().exec_driver_sql("BEGIN IMMEDIATE")
+    else:
+        s.exec(select(model.id).where(col(model.id) == key).with_for_update())
 
 
 class BillReads:
@@ -214,27 +219,6 @@ class BillReads:
 
     def _scope(self, action: str) -> AbstractContextManager[Session]:  # Records's
         raise NotImplementedError
-
-    def list_billed(self, since: float | None) -> list[InstanceRow]:
-        """Closed records with a bill written after ``since`` (None: any), oldest first: their
-        ``billed_at`` (NULL: ``ended_at``) is later, or they have parts (the caller windows
-        each part, :func:`extra_bills`)."""
-        with self._scope("listing billed instances") as s:
-            stmt = select(InstanceRow).where(
-                col(InstanceRow.state).in_(sorted(TERMINAL_INSTANCE_STATES))
-            )
-            if since is not None:
-                stmt = stmt.where(
-                    or_(
-                        col(InstanceRow.billed_at) > since,
-                        and_(
-                            col(InstanceRow.billed_at).is_(None), col(InstanceRow.ended_at) > since
-                        ),
-                        col(InstanceRow.extra_bills_json).is_not(None),
-                    )
-                )
-            stmt = stmt.order_by(col(InstanceRow.requested_at), col(InstanceRow.id))
-            return list(s.exec(stmt))
 
     def jobs_by_id(self, ids: Iterable[str]) -> dict[str, Job]:
         """The jobs of ``ids`` (exact ids; one query per 500), by id; an unknown id is left out."""
@@ -258,22 +242,12 @@ class BillWrites:
     def _scope(self, action: str) -> AbstractContextManager[Session]:  # Records's
         raise NotImplementedError
 
-    def close_instance_if_open(self, instance_id: str, **fields: Any) -> InstanceRow | None:
-        """Close a launch record (``fields``: its terminal ``state``, end and bill, ``billed_at``
-        as :meth:`~spotwise.store.repo.Store.update_instance` takes them) only while it is still
-        open. Of two cancels that read it open and both close it, exactly one gets the row; the
-        other None (another closed and billed it first: it must not bill that life again)."""
-        fields = {**fields, "state": instance_state(fields.get("state"))}
-        if fields["state"] not in TERMINAL_INSTANCE_STATES:
-            raise ValueError(f"closing instance {instance_id!r}: {fields['state']!r} is open")
-        shut = sorted(TERMINAL_INSTANCE_STATES)
-        return self._set_if(instance_id, fields, col(InstanceRow.state).not_in(shut))
-
     def rebill_instance_if_unchanged(
         self,
         seen: InstanceRow,
         part_of: str | None = None,
         parts: Mapping[str, Mapping[str, float]] | None = None,
+        clock: Callable[[], float] | None = None,
         **fields: Any,
     ) -> InstanceRow | None:
         """Update record ``seen`` (its bill, as :meth:`~spotwise.store.repo.Store.update_instance`
@@ -281,13 +255,32 @@ class BillWrites:
         ``part_of`` when given; ``parts``: more, each naming its instance) only while its state,
         bill and instance are still as ``seen`` read them. None: another process billed it
         since (two cancels that found and terminated the same outlived instance: the second
-        adds nothing; a cancel closing a record the drain billed a stray to meanwhile)."""
-        fields = dict(fields)
-        stamp_bill(seen, fields, part_of=part_of, parts=parts)  # from the row as read
+        adds nothing; a cancel closing a record the drain billed a stray to meanwhile).
+
+        The bill is dated (``billed_at`` from ``clock``, else as given; a part with none: the
+        wall clock) once this write holds the record's lock (:func:`_lock`), so that it is
+        written within a commit of its date: `spotwise report`'s margin (``SETTLE_S``) covers
+        that, not a loop's or a lock wait's time (s23: a cancel dated every record's bill
+        before its loop; the records written over a minute later were in no window)."""
         kept: tuple[str, ...] = (*BILL_COLUMNS, "state", "ended_at", "billed_at")
         kept += ("extra_bills_json", "provider_instance_id", "launched_at")
         same = [getattr(InstanceRow, k) == getattr(seen, k) for k in kept]
-        return self._set_if(seen.id, fields, *same)
+        with self._scope(f"updating instance {seen.id!r}") as s:
+            _lock(s, InstanceRow, seen.id)
+            fields |= {"billed_at": clock()} if clock is not None else {}
+            stamp_bill(seen, fields, part_of=part_of, parts=parts)  # from the row as read
+            if "state" in fields:
+                fields["state"] = instance_state(fields["state"])
+            columns = InstanceRow.__table__.columns.keys()  # type: ignore[attr-defined]
+            for name in fields:  # as update_instance says it
+                if name == "id" or name not in columns:
+                    valid = ", ".join(c for c in columns if c != "id")
+                    raise StoreError(f"instance has no updatable field {name!r}; valid: {valid}")
+            values = {k: plain(v) for k, v in fields.items()}
+            stmt = update(InstanceRow).where(col(InstanceRow.id) == seen.id, *same).values(**values)
+            if s.exec(stmt.execution_options(synchronize_session=False)).rowcount != 1:
+                return None
+            return s.get(InstanceRow, seen.id)
 
     def update_trial_cost_to_lives(self, trial_id: str) -> float:
         """Set the trial's ``cost_usd`` to the sum of its instance records' (its lives'), in
@@ -321,21 +314,6 @@ class BillWrites:
             _lock(s, Job, job_id)
             s.exec(stmt.execution_options(synchronize_session=False))
             return _written(s.get(Job, job_id), "job", job_id)
-
-    def _set_if(self, key: str, fields: dict[str, Any], *where: Any) -> InstanceRow | None:
-        if "state" in fields:
-            fields["state"] = instance_state(fields["state"])
-        columns = InstanceRow.__table__.columns.keys()  # type: ignore[attr-defined]
-        for name in fields:  # as update_instance says it
-            if name == "id" or name not in columns:
-                valid = ", ".join(c for c in columns if c != "id")
-                raise StoreError(f"instance has no updatable field {name!r}; valid: {valid}")
-        fields = {k: plain(v) for k, v in fields.items()}
-        stmt = update(InstanceRow).where(col(InstanceRow.id) == key, *where).values(**fields)
-        with self._scope(f"updating instance {key!r}") as s:
-            if s.exec(stmt.execution_options(synchronize_session=False)).rowcount != 1:
-                return None
-            return s.get(InstanceRow, key)
 
 
 @dataclass(frozen=True)
@@ -382,16 +360,19 @@ class InstanceBills:
         instance_id: str,
         add: Mapping[str, float],
         fields: Callable[[InstanceRow], dict[str, Any]] = lambda row: {},
+        clock: Callable[[], float] | None = None,
     ) -> Billed:
         """Add ``add`` (bill columns) and set ``fields(record)`` on record ``row_id``, as a part
-        naming ``instance_id``, unless another process billed that instance to it."""
+        naming ``instance_id`` (dated by ``clock`` as it is written: see
+        :meth:`BillWrites.rebill_instance_if_unchanged`), unless another process billed that
+        instance to it."""
         seen, others = self.rows[row_id], 0.0
         for _ in range(self.TRIES):
             if self.elsewhere(row_id, instance_id):
                 return Billed(None, others)
             values = {k: float(getattr(seen, k)) + v for k, v in add.items()}
             done = self.store.rebill_instance_if_unchanged(
-                seen, part_of=instance_id, **fields(seen), **values
+                seen, part_of=instance_id, clock=clock, **fields(seen), **values
             )
             if done is not None:
                 self.rows[row_id] = done

@@ -29,7 +29,7 @@ import sqlalchemy as sa
 from shared_helpers import local_replay_spec, record_launch, record_life
 from typer.testing import CliRunner
 
-from spotwise import costs, jobs
+from spotwise import costs, jobs, release
 from spotwise.cli.app import app
 from spotwise.errors import SpecError
 from spotwise.store import Store
@@ -150,7 +150,7 @@ def _outlived_store(tmp_path: Path, t0: float = T0) -> tuple[str, Any]:
 
 
 def test_an_instance_billed_after_its_record_closed_counts_each_dollar_once(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The finding's numbers: $30.60 reported on day 1, $336.60 more billed on day 5. The
     record moved whole to day 5: its lines summed $397.80 for $367.20 billed."""
@@ -161,6 +161,7 @@ def test_an_instance_billed_after_its_record_closed_counts_each_dollar_once(
     # each day's report runs SETTLE_S after midnight: its window ends at midnight
     day1 = costs.report(since="24h", db=db, now=T0 + D + SETTLE_S)
     assert _cost(day1) == pytest.approx(30.60)
+    monkeypatch.setattr(release, "wall_now", lambda: T0 + 5 * D)  # the cancel runs on day 5
     with Store.open_existing(db) as s:
         usd = _bill_outlived(
             s, s.get_instance("l-0"), inst, T0 + 5 * D, rule_for("aws"), _NoReference()

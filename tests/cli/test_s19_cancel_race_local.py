@@ -4,9 +4,10 @@ finds it dead (billed up to when the orchestrator was last alive).
 
 Both closed and billed the record: the later write, on a closed record, was a dated part of
 its own (:func:`spotwise.store.bills.stamp_bill`), +$0.75 or -$0.75, and the trial, the sum of
-its lives, followed it. A cancel now closes a record only while it is still open (one
-conditional UPDATE, :meth:`~spotwise.store.bills.BillWrites.close_instance_if_open`): the one
-whose close applied bills the life, the other leaves it and says it closed none."""
+its lives, followed it. A cancel now closes a record only while it is still as it read it
+(one conditional UPDATE,
+:meth:`~spotwise.store.bills.BillWrites.rebill_instance_if_unchanged`): the one whose close
+applied bills the life, the other leaves it and says it closed none."""
 
 from __future__ import annotations
 

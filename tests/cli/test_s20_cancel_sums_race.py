@@ -60,7 +60,7 @@ class _Interleaved:
                 return out
 
             return read
-        if name in ("close_instance_if_open", "rebill_instance_if_unchanged"):
+        if name == "rebill_instance_if_unchanged":
 
             def bill(*a: Any, **kw: Any) -> Any:
                 out = method(*a, **kw)

@@ -133,9 +133,10 @@ def test_a_launch_a_cancel_settled_is_no_leftover_of_the_drain(tmp_path: Path, w
 
     def close() -> None:
         with Store.open_existing(db) as o:
-            assert o.close_instance_if_open(
-                "l-1", state="terminated", end_reason="reconciled", ended_at=D, billed_at=D
-            )
+            assert o.rebill_instance_if_unchanged(
+                o.get_instance("l-1"), state="terminated", end_reason="reconciled", ended_at=D,
+                billed_at=D,
+            )  # fmt: skip
 
     cloud = _Cloud([])
     if when == "before the drain's sweep":

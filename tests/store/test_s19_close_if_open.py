@@ -25,16 +25,18 @@ def _open_record(store: Store) -> str:
 
 
 def test_only_the_first_close_of_an_open_record_applies(fresh_url: str) -> None:
-    """Two stores (two processes' connections) close the same open record: the first gets the
-    closed row, billed as it wrote; the second None, and its bill is nowhere."""
+    """Two stores (two processes' connections) read the same open record, then both close it
+    (as `spotwise cancel`'s ``_bill_record`` does): the first gets the closed row, billed as it
+    wrote; the second None, and its bill is nowhere."""
     with Store.open(fresh_url) as first, Store.open(fresh_url) as second:
         _open_record(first)
-        won = first.close_instance_if_open(
-            "l-0", state="terminated", end_reason="reconciled", ended_at=1100.0,
+        seen_1, seen_2 = first.get_instance("l-0"), second.get_instance("l-0")
+        won = first.rebill_instance_if_unchanged(
+            seen_1, state="terminated", end_reason="reconciled", ended_at=1100.0,
             billed_at=5000.0, cost_usd=0.025, market_seconds=100.0,
         )  # fmt: skip
-        lost = second.close_instance_if_open(
-            "l-0", state="terminated", end_reason="reconciled", ended_at=1200.0,
+        lost = second.rebill_instance_if_unchanged(
+            seen_2, state="terminated", end_reason="reconciled", ended_at=1200.0,
             billed_at=5001.0, cost_usd=0.05, market_seconds=200.0,
         )  # fmt: skip
         row = second.get_instance("l-0")
@@ -48,14 +50,12 @@ def test_only_the_first_close_of_an_open_record_applies(fresh_url: str) -> None:
     assert row.extra_bills_json is None  # update_instance made the second bill a part
 
 
-def test_a_close_names_a_terminal_state_and_known_columns(store: Store) -> None:
+def test_a_rebill_names_known_columns(store: Store) -> None:
     _open_record(store)
-    with pytest.raises(ValueError, match="'running' is open"):
-        store.close_instance_if_open("l-0", state="running")
+    seen = store.get_instance("l-0")
     with pytest.raises(Exception, match="no updatable field 'costs'"):
-        store.close_instance_if_open("l-0", state="terminated", costs=1.0)
-    assert store.get_instance("l-0").state == "running"  # neither wrote anything
-    assert store.close_instance_if_open("l-9", state="terminated") is None  # no such record
+        store.rebill_instance_if_unchanged(seen, state="terminated", costs=1.0)
+    assert store.get_instance("l-0").state == "running"  # it wrote nothing
 
 
 def test_a_closed_records_bill_is_added_to_once_by_two_writers_that_read_it(

@@ -30,10 +30,10 @@ def _open(store: Store) -> Any:
 def _close(store: Store, start: float, seconds: float) -> None:
     """The cancel's close (as ``_release`` writes it): i-a found by the launch's tag, named,
     its start written, ``seconds`` billed up to 2000."""
-    assert store.close_instance_if_open(
-        "l-0", state="terminated", end_reason="reconciled", ended_at=2000.0, billed_at=2000.0,
-        provider_instance_id="i-a", launched_at=start, cost_usd=0.9 * seconds / 3600,
-        market_seconds=seconds,
+    assert store.rebill_instance_if_unchanged(
+        store.get_instance("l-0"), state="terminated", end_reason="reconciled",
+        ended_at=2000.0, billed_at=2000.0, provider_instance_id="i-a", launched_at=start,
+        cost_usd=0.9 * seconds / 3600, market_seconds=seconds,
     )  # fmt: skip
 
 
@@ -74,7 +74,9 @@ def test_a_close_that_billed_nothing_leaves_every_instance_to_be_billed(fresh_ur
     with Store.open(fresh_url) as mine, Store.open(fresh_url) as other:
         seen = _open(mine)
         ours = InstanceBills(mine, {"l-0": seen})
-        assert other.close_instance_if_open("l-0", state="terminated", ended_at=2000.0)
+        assert other.rebill_instance_if_unchanged(
+            other.get_instance("l-0"), state="terminated", ended_at=2000.0
+        )
         assert decided_since(seen, other.get_instance("l-0")) == set()
         assert ours.bill("l-0", "i-a", HALF).written is not None
         assert ours.bill("l-0", "i-b", HALF).written is not None
