@@ -178,7 +178,7 @@ class Actions(Stops):
                 blocked = self._block_lasting(offer.key, now)
                 self.last_lasting_refusal = f"{e.message}; {e.hint}" if e.hint else e.message
             else:
-                self.blocked[offer.key] = now + max(self._tick_s(), 1.0)
+                self._block_a_tick(offer.key, now)
             if isinstance(e, QuotaError):  # still a failure, but the retry goes to another region
                 blocked = self._pause_region(offer, now)
             retried = {"retry_of_same_request": p.retries} if p.retries else {}
@@ -262,8 +262,8 @@ class Actions(Stops):
         throttled = isinstance(e, ThrottledError)
         if throttled:  # no launch there for a doubling pause
             self._throttle(offer.provider, now)
-        else:  # a 5xx or a timeout: this offer waits a pass, as after a refusal
-            self.blocked[offer.key] = now + max(self._tick_s(), 1.0)
+        else:  # a 5xx or a timeout: this offer waits a tick, as after a refusal
+            self._block_a_tick(offer.key, now)
         again = p.retries < SAME_REQUEST_RETRIES
         kind = "launch_throttled" if throttled else "launch_interrupted"
         retried = {"retry_of_same_request": p.retries} if p.retries else {}
@@ -306,6 +306,16 @@ class Actions(Stops):
         )
         self.blocked[key] = max(self.blocked.get(key, 0.0), until)
         return {"lasting": True, "blocked_until": until, "blocked_wall_s": pause}
+
+    def _block_a_tick(self, key: str, now: float) -> None:
+        """A refusal, or a passing failure, of a launch on offer ``key``: it is avoided for a
+        tick of its market (at least 1 market s) from when the call was answered
+        (:meth:`_refused_at`). From the pass's start, a call that took longer than a tick (a
+        cloud's operation wait timing out; on the replay, a launch slowed by a loaded machine)
+        left the offer avoided until a time already past, and the next pass launched on the
+        refused offer again. A longer block of it (a notice's, a lasting refusal's) is kept."""
+        until = self._refused_at(now) + max(self._tick_s(), 1.0)
+        self.blocked[key] = max(self.blocked.get(key, 0.0), until)
 
     def _pause_region(self, offer: Any, now: float) -> dict[str, Any]:
         """The quota of ``offer``'s region refused a launch: no launch in that region (of its
