@@ -18,6 +18,10 @@ from spotwise.errors import SpotwiseError
 #: `report --check` gives for "an instance is held" and `tune`/`cancel` for "something may
 #: still be billed": a cron must tell a bug from a held instance.
 EXIT_INTERNAL = 70
+#: The reader of stdout went away before the output was written (`spotwise report | head`):
+#: 128 + SIGPIPE, as a shell reports a command a broken pipe killed. Click exits 1 there, which
+#: `report --check` gives for "an instance is held" (review-ax AX3).
+EXIT_BROKEN_PIPE = 141
 
 app = typer.Typer(
     name="spotwise",
@@ -103,11 +107,34 @@ def _traceback_then_exit(code: int) -> None:
     sys.exit(code)
 
 
+def _stdout_file() -> tuple[int, int] | None:
+    """The file descriptor 1 writes to (device, inode), None when there is none."""
+    try:
+        st = os.fstat(1)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def _stdout_broke(before: tuple[int, int] | None) -> bool:
+    """Whether an exit 1 was a broken pipe on stdout, not a result: typer and click then swap
+    in a pacifying wrapper (so the interpreter's last flush is silent), and rich points
+    descriptor 1 at /dev/null (``Console.on_broken_pipe``); each then exits 1."""
+    return type(sys.stdout).__name__.endswith("PacifyFlushWrapper") or (
+        before is not None and _stdout_file() != before
+    )
+
+
 def main() -> None:
     """Entry point: one line per error (full traceback with SPOTWISE_DEBUG=1)."""
     _tolerant_output()
+    stdout = _stdout_file()
     try:
         app()
+    except SystemExit as e:
+        if e.code == 1 and _stdout_broke(stdout):
+            sys.exit(EXIT_BROKEN_PIPE)
+        raise
     except SpotwiseError as e:
         if os.environ.get("SPOTWISE_DEBUG") == "1":
             _traceback_then_exit(e.exit_code)
