@@ -11,7 +11,7 @@ from typing import Annotated
 
 import typer
 
-from spotwise.cli import cloud, curve, jobs, predictor, report, simulate
+from spotwise.cli import cloud, curve, jobs, output, predictor, report, simulate
 from spotwise.errors import SpotwiseError
 
 #: A bug in spotwise (an exception it did not expect): sysexits' EX_SOFTWARE. Never 1, which
@@ -132,7 +132,7 @@ def main() -> None:
     try:
         app()
     except SystemExit as e:
-        if e.code == 1 and _stdout_broke(stdout):
+        if e.code == 1 and _stdout_broke(stdout) and not output.outcome_kept:
             sys.exit(EXIT_BROKEN_PIPE)
         raise
     except SpotwiseError as e:

@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable
+import os
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -36,12 +39,48 @@ def json_text(result: Any, **kwargs: Any) -> str:
     return json.dumps(strict(result), allow_nan=False, **kwargs)
 
 
-def emit(result: Any, as_json: bool, render: Callable[[Any], object]) -> None:
-    """Print ``result`` as one JSON document with ``--json``, else ``render(result)``."""
-    if as_json:
-        typer.echo(json_text(result))
+#: Set when a command's own exit code outlived a closed stdout pipe (:func:`keep_outcome`):
+#: ``spotwise.cli.app.main`` then keeps it rather than exiting 141 for the pipe.
+outcome_kept = False
+
+
+def emit(result: Any, as_json: bool, render: Callable[[Any], object], outcome: int = 0) -> None:
+    """Print ``result`` as one JSON document with ``--json``, else ``render(result)``.
+    ``outcome``: the exit code the result gives (1: `report --check` found an instance held),
+    kept should stdout's reader be gone (:func:`keep_outcome`)."""
+    with keep_outcome(outcome):
+        if as_json:
+            typer.echo(json_text(result))
+        else:
+            render(result)
+
+
+@contextmanager
+def keep_outcome(outcome: int) -> Iterator[None]:
+    """Write a command's output; should its reader be gone (a closed pipe: rich exits 1,
+    click's echo raises), exit with ``outcome`` when it is not 0: what the command found (an
+    instance held, a job failed) is not lost behind the pipe's 141 (review-ax AX3)."""
+    global outcome_kept
+    try:
+        yield
+    except BrokenPipeError:
+        if not outcome:
+            raise
+        _quiet_stdout()
+    except SystemExit as e:  # rich's Console.on_broken_pipe (it points stdout at /dev/null)
+        if not outcome or e.code != 1:
+            raise
     else:
-        render(result)
+        return
+    outcome_kept = True
+    raise typer.Exit(outcome)
+
+
+def _quiet_stdout() -> None:
+    """Point stdout at /dev/null: the interpreter's last flush would fail again (exit 120)."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
 
 
 def listing(title: str | None = None, *, caption: str | None = None, leading: int = 0) -> Table:

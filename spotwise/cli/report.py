@@ -107,7 +107,7 @@ def report_cmd(
     from spotwise.cli.output import emit
 
     out = costs.report_json(costs.report(since=since, until=until, by=by, db=db))  # docs/json.md
-    emit(out, json_out, _print_report)
+    emit(out, json_out, _print_report, outcome=1 if check and out["leftovers"] else 0)
     if check and out["leftovers"]:
         raise typer.Exit(1)
 

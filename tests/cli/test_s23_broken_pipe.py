@@ -6,12 +6,15 @@ shell reports a command a broken pipe killed); errors keep their own codes."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
+from shared_helpers import record_life
 
 from spotwise.store import Store
 
@@ -70,3 +73,26 @@ def test_an_error_keeps_its_code_whatever_stdout_is(tmp_path: Path) -> None:
         done = _run(args, tmp_path, closed=closed)
         assert done.returncode == 3, done.stderr  # no database: its one line on stderr
         assert done.stderr.startswith(b"error: no spotwise database")
+
+
+@pytest.mark.parametrize("fmt", [[], ["--json"]])
+def test_a_held_instance_still_exits_1_when_the_report_cannot_be_written(
+    tmp_path: Path, db: str, fmt: list[str]
+) -> None:
+    """What `--check` found (an instance held: exit 1) is not lost behind the pipe's 141."""
+    now = time.time()
+    with Store.open(db) as s:
+        spec = json.dumps({"providers": [{"name": "aws"}]})
+        s.create_job("j-held", spec, "job.yaml", "spotwise", "maximize", job_id="j-held")
+        s.update_job("j-held", state="running")
+        record_life(
+            s, "j-held", 0, "l-held", requested_at=now - 3600, state="running",
+            launched_at=now - 3600, provider_instance_id="i-held",
+        )  # fmt: skip
+    args = ["report", "--check", "--since", "all", "--db", db, *fmt]
+    whole = _run(args, tmp_path, closed=False)
+    assert whole.returncode == 1, whole.stderr
+    assert b"i-held" in whole.stdout
+    cut = _run(args, tmp_path, closed=True)
+    assert cut.returncode == 1, cut.stderr  # held, as when the report is read
+    assert b"Traceback" not in cut.stderr and b"Exception ignored" not in cut.stderr
