@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from collections.abc import Iterable
 from typing import Any
 
@@ -118,6 +119,27 @@ def with_orchestrator(job: Any, bills: tuple[float, float]) -> dict[str, Any]:
     if out["state"] in ("pending", "running"):
         out["orchestrator"] = orchestrator_state(job)
     return out
+
+
+#: A running job whose orchestrator wrote no heartbeat for longer (it writes one every 2 to 5 s)
+#: is said to be quiet by `spotwise status` (review-ax AX4: frozen, stopped, its machine asleep).
+QUIET_AFTER_S = 60.0
+
+
+def quiet_note(job: dict[str, Any], now: float | None = None) -> str | None:
+    """`status`'s line for a running job whose orchestrator has not been heard from for over
+    :data:`QUIET_AFTER_S` (its ``heartbeat_at``): None otherwise, and for a finished job or one
+    whose orchestrator is gone (said on its own)."""
+    beat = job.get("heartbeat_at")
+    if job.get("state") != "running" or beat is None or job.get("orchestrator") == "gone":
+        return None
+    ago = (time.time() if now is None else now) - float(beat)
+    if ago <= QUIET_AFTER_S:
+        return None
+    return (
+        f"{job['job_id']}: its orchestrator was last heard {ago:.0f} s ago (it writes every few "
+        "seconds while it runs: stopped, asleep, or waiting on the database?)"
+    )
 
 
 def last_active(jobs: Iterable[Any]) -> Any | None:

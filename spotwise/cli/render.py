@@ -12,6 +12,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from spotwise.cli.output import fit, listing
+from spotwise.job_rows import quiet_note
 
 console = Console()
 
@@ -268,6 +269,8 @@ def print_jobs(rows: list[dict[str, Any]], total: int | None = None) -> None:
             )
         elif j.get("orchestrator") == "hidden":
             console.print(f"[yellow]{j['job_id']}: {_HIDDEN}[/]")
+        if quiet := quiet_note(j):
+            console.print(f"[yellow]{quiet}[/]")
     if total is not None and total > len(rows):
         console.print(f"[dim]{len(rows)} of {total} jobs; --limit 0 for all[/]")
 
@@ -330,6 +333,8 @@ def print_status(j: dict[str, Any], show_all: bool = False) -> None:
         )
     elif j.get("orchestrator") == "hidden":
         console.print(f"[yellow]{_HIDDEN}[/]")
+    if quiet := quiet_note(j):
+        console.print(f"[yellow]{quiet}[/]")
     if j["instances"]:
         t = listing(
             "instances", caption=f"launch ids and more: spotwise status {j['job_id']} --json"

@@ -12,7 +12,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 from spotwise.errors import ProviderError
 from spotwise.planner.backend import Backend
@@ -24,6 +24,15 @@ log = logging.getLogger("spotwise.planner")
 #: A trial asked to stop that has not exited by then is terminated; the drain waits as long for
 #: the lives a notice is taking.
 STOP_TIMEOUT_WALL_S = 30.0
+
+
+class FailedBill(NamedTuple):
+    """How a life ended whose record's write raised (:meth:`Drain._bill`): the drain bills it
+    again so (:meth:`Drain._rebill_failed`)."""
+
+    state: InstanceState
+    ended_at: float
+    released: bool
 
 
 class Drain(LaunchCleanup):
@@ -49,6 +58,13 @@ class Drain(LaunchCleanup):
     def _delete_ended(self, t: TrialRun, iid: str, life: Life, now: float) -> None:  # Ledger's
         raise NotImplementedError
 
+    @property
+    def failed_bills(self) -> dict[str, FailedBill]:
+        """Instance id → how a life ended whose bill's write raised; it is still in
+        :attr:`lives` (:meth:`_bill` takes it out once its record is written)."""
+        found: dict[str, FailedBill] = self.__dict__.setdefault("_failed_bills", {})
+        return found
+
     # ---- ending -------------------------------------------------------------------------
     def _drain(self, backend: Backend) -> Exception | None:
         """Leave no instance behind: wait a while for the lives a notice is taking, terminate
@@ -63,6 +79,7 @@ class Drain(LaunchCleanup):
         now = backend.now()
         self.drain_failures = []
         steps: list[tuple[str, Callable[[], Exception | None]]] = [
+            ("billing the lives whose bill failed", self._rebill_failed),
             ("waiting for the noticed instances", lambda: self._await_noticed(backend, now)),
             ("terminating the running instances", lambda: self._terminate_all(backend, now)),
             ("settling the failed launches", lambda: self._settle_or_hold(now)),
@@ -88,6 +105,25 @@ class Drain(LaunchCleanup):
         """The job's error for the drain's failed steps (``first``: the one it returned)."""
         failed = getattr(self, "drain_failures", None) or [("closing a trial", first)]
         return "; ".join(f"{what} failed: {type(e).__name__}: {e}" for what, e in failed)
+
+    def _rebill_failed(self) -> None:
+        """Write again the bill of each life whose record's write raised (:meth:`_bill`), as
+        it ended: a life the market revoked keeps its revoked state and bill, rather than the
+        terminate below billing it as ours (review-ax AX2). One that fails again is left to the
+        steps below (billed ``RUNNING`` and named a leftover: `spotwise cancel` closes it)."""
+        first: Exception | None = None
+        for iid, how in list(self.failed_bills.items()):
+            held = self.lives.get(iid)
+            if held is None:
+                self.failed_bills.pop(iid, None)
+                continue
+            t, life = held
+            try:
+                self._bill(t, life, how.state, how.ended_at, released=how.released)
+            except Exception as e:  # the others are still tried
+                first = first or e
+        if first is not None:
+            raise first
 
     def _await_noticed(self, backend: Backend, now: float) -> None:
         """Wait up to :data:`STOP_TIMEOUT_WALL_S` for the lives a notice is taking, billing
@@ -141,6 +177,10 @@ class Drain(LaunchCleanup):
             self._terminate_running(backend, now)
         finally:
             for iid, (t, life) in list(self.lives.items()):
+                how = self.failed_bills.get(iid)
+                if how is not None and how.state is not InstanceState.RUNNING:
+                    self.lives.pop(iid, None)  # ended (confirmed), its bill's write failed:
+                    continue  # not a leftover; the step's error says it
                 at = now
                 try:
                     at = backend.now()

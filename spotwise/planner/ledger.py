@@ -15,7 +15,7 @@ import time
 from typing import Any
 
 from spotwise.errors import ProviderError
-from spotwise.planner.drain import STOP_TIMEOUT_WALL_S, Drain
+from spotwise.planner.drain import STOP_TIMEOUT_WALL_S, Drain, FailedBill
 from spotwise.planner.launch_cleanup import (
     RELEASE_RETRY_WALL_S,
     UNCONFIRMED,
@@ -79,15 +79,48 @@ class Ledger(Drain):
         """Record the end of a life and its bill; ``released``: terminated by us after a notice.
         A life the provider would not terminate (``state`` RUNNING, at the drain) is billed up
         to ``ended_at`` and its record stays open: the provider may still bill it, and
-        `spotwise cancel` retries."""
-        if state is InstanceState.RUNNING:
+        `spotwise cancel` retries.
+
+        The life leaves :attr:`lives`, and its cost the job's totals, only once its record is
+        written: a write that raises (the database locked past its wait) leaves it there, and
+        how it ended in :attr:`failed_bills`, for the drain to bill again (review-ax AX2: the
+        drain no longer knew it, and its record stayed ``running``)."""
+        if state is InstanceState.RUNNING and life.instance_id not in self.leftover_ids:
             self.leftover_ids.append(life.instance_id)
-        self.lives.pop(life.instance_id, None)
         segs = self.backend.segments(life.offer, life.launched_at, ended_at)
         revoked = state is InstanceState.REVOKED
         kept = t.checkpoint_step if revoked or released else t.step
         rule = self.backend.rule_of(life.offer)  # each life by its own provider's rule
         cost, od, seconds = life_cost(life, segs, rule, revoked, kept, t.seconds_per_step)
+        reason = (
+            "revoked"
+            if revoked
+            else "released on notice"
+            if released
+            else ("completed" if t.state == "completed" else "stopped")
+        )
+        bill = {"cost_usd": cost, "on_demand_cost_usd": od, "market_seconds": seconds}
+        failed = self.failed_bills
+        try:
+            if state is InstanceState.RUNNING:
+                self.store.update_instance(life.launch_id, end_reason="not terminated", **bill)
+            else:
+                self.store.update_instance(
+                    life.launch_id,
+                    state=state.value,
+                    ended_at=time.time(),
+                    end_reason=reason,
+                    **bill,
+                )
+        except Exception:
+            failed[life.instance_id] = FailedBill(state, ended_at, released)
+            raise
+        failed.pop(life.instance_id, None)
+        self.lives.pop(life.instance_id, None)
+        t.cost_usd += cost
+        t.on_demand_cost_usd += od
+        self.spent_usd += cost
+        self.on_demand_usd += od
         if not (revoked or released or state is InstanceState.RUNNING):
             # billed past its last step: the next projections count it, and so does a resume
             wound = note_wind_down(t, life, ended_at)
@@ -100,24 +133,6 @@ class Ledger(Drain):
                     instance_id=life.launch_id,
                     seconds=wound,
                 )
-        t.cost_usd += cost
-        t.on_demand_cost_usd += od
-        self.spent_usd += cost
-        self.on_demand_usd += od
-        reason = (
-            "revoked"
-            if revoked
-            else "released on notice"
-            if released
-            else ("completed" if t.state == "completed" else "stopped")
-        )
-        bill = {"cost_usd": cost, "on_demand_cost_usd": od, "market_seconds": seconds}
-        if state is InstanceState.RUNNING:
-            self.store.update_instance(life.launch_id, end_reason="not terminated", **bill)
-        else:
-            self.store.update_instance(
-                life.launch_id, state=state.value, ended_at=time.time(), end_reason=reason, **bill
-            )
         self.store.update_trial(t.trial_id, cost_usd=t.cost_usd, revocations=t.revocations)
 
     def _running_cost(self, now: float) -> float:

@@ -245,10 +245,17 @@ def store_error(exc: BaseException, engine: Engine | None = None, action: str = 
     if path is not None and "file is not a database" in reason:
         return not_sqlite_error(path)
     where = redact(engine.url) if engine else ""
-    if "locked" in reason or "busy" in reason:
+    if "locked" in reason or "busy" in reason or _pg_lock_timeout(exc, reason):
         return locked_error(reason, where, action)
     doing = f" while {action}" if action else ""
     return StoreError(f"database error{doing}: {reason}{f' ({where})' if where else ''}")
+
+
+def _pg_lock_timeout(exc: BaseException, reason: str) -> bool:
+    """PostgreSQL's ``lock_timeout`` (SQLSTATE 55P03, "canceling statement due to lock
+    timeout"): a lock another session held past :data:`PG_LOCK_TIMEOUT_S`."""
+    code = getattr(getattr(exc, "orig", None), "sqlstate", None)
+    return code == "55P03" or "lock timeout" in reason
 
 
 @contextmanager

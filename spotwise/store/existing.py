@@ -97,11 +97,20 @@ def not_sqlite_error(path: Path) -> StoreError:
     )
 
 
-def locked_error(reason: str, where: str = "", action: str = "") -> StoreError:
+class DatabaseLocked(StoreError):
+    """Another process held the database locked past the busy timeout (SQLite's 'database is
+    locked') or PostgreSQL's ``lock_timeout``: a running job's store waits it out again
+    (:meth:`~spotwise.store.records.Records.wait_out_locks`); ``job_id``: the job whose
+    orchestrator it failed, once it gave up (None: a command's)."""
+
+    job_id: str | None = None
+
+
+def locked_error(reason: str, where: str = "", action: str = "") -> DatabaseLocked:
     """A database another process held locked past the busy timeout (``reason``: the driver's
-    'database is locked'), while ``action``."""
+    'database is locked', PostgreSQL's lock timeout), while ``action``."""
     doing = f" while {action}" if action else ""
-    return StoreError(
+    return DatabaseLocked(
         f"database error{doing}: {reason}{f' ({where})' if where else ''}",
         hint="another spotwise process is writing to the database; retry in a moment",
     )

@@ -9,9 +9,14 @@ and returns detached rows.
 
 from __future__ import annotations
 
+import functools
+import inspect
+import logging
+import threading
 import time as _time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from contextlib import AbstractContextManager
+from types import FunctionType
 from typing import Any
 
 import sqlalchemy as sa
@@ -19,17 +24,85 @@ from sqlalchemy.engine import Engine
 from sqlmodel import Session, col, select
 
 from spotwise.store.db import session_scope
+from spotwise.store.existing import DatabaseLocked
 from spotwise.store.models import Event, Observation, PriceCache, to_json
 from spotwise.store.rows import plain, price_rows
+
+_log = logging.getLogger("spotwise.store")
+
+#: How long, in all, a running job's store waits out another process's lock on the database
+#: (a VACUUM, a backup, a stuck writer) before the write fails the job: each try waits one
+#: busy timeout (SQLite) or ``lock_timeout`` (PostgreSQL), 30 s (review-ax AX2).
+LOCK_PATIENCE_S = 300.0
+#: Wall seconds between two tries (a lock reported at once is not tried again in a loop).
+LOCK_RETRY_PAUSE_S = 1.0
+#: Store methods that never wait a lock out: the heartbeat (a failed one is skipped,
+#: :class:`~spotwise.store.heartbeat.Heartbeat`), and opening or closing the store.
+IMPATIENT = frozenset({"heartbeat", "close", "open", "open_existing", "wait_out_locks"})
 
 
 class Records:
     """Observations, events and cached prices over ``self.engine`` (see the module docstring)."""
 
     engine: Engine
+    _lock_patience: tuple[str, float]  # (job id, seconds): set by wait_out_locks
 
     def _scope(self, action: str) -> AbstractContextManager[Session]:
         return session_scope(self.engine, action)
+
+    # --- a running job's patience with a held lock ----------------------------------------------
+
+    def wait_out_locks(self, job_id: str, patience_s: float = LOCK_PATIENCE_S) -> None:
+        """Opt in, for a running job's orchestrator (a command fails on one busy timeout): a
+        store method that fails because another process holds the database locked
+        (:class:`~spotwise.store.existing.DatabaseLocked`) is run again, a warning logged
+        each time naming what waited and for how long, until it has waited ``patience_s`` in
+        all; then it raises, naming ``job_id`` and `spotwise resume` (a new `tune` would pay
+        for its trials again). Each method is one transaction, rolled back when it failed, so
+        that running it again writes it once. Not :data:`IMPATIENT` ones (the heartbeat)."""
+        first = "_lock_patience" not in self.__dict__
+        self._lock_patience = (job_id, patience_s)
+        if not first:
+            return
+        depth = threading.local()  # a patient method calling another: the outer one waits
+        for name in dir(type(self)):
+            raw = inspect.getattr_static(type(self), name, None)
+            if name.startswith("_") or name in IMPATIENT or not isinstance(raw, FunctionType):
+                continue  # private helpers, properties, classmethods
+            setattr(self, name, self._patient(getattr(self, name), depth))
+
+    def _patient(self, call: Callable[..., Any], depth: threading.local) -> Callable[..., Any]:
+        @functools.wraps(call)
+        def patient(*args: Any, **kwargs: Any) -> Any:
+            if getattr(depth, "n", 0):
+                return call(*args, **kwargs)
+            depth.n = 1
+            try:
+                return self._waiting_out(call, args, kwargs)
+            finally:
+                depth.n = 0
+
+        return patient
+
+    def _waiting_out(self, call: Callable[..., Any], args: Any, kwargs: Any) -> Any:
+        job_id, patience_s = self._lock_patience
+        started = _time.monotonic()
+        while True:
+            try:
+                return call(*args, **kwargs)
+            except DatabaseLocked as e:
+                waited = _time.monotonic() - started
+                if waited >= patience_s:
+                    raise gave_up(e, job_id, waited) from e
+                _log.warning(
+                    "%s: %s: another process holds the database's lock; waited %.0f s, "
+                    "waiting again (the job fails after %.0f s)",
+                    job_id,
+                    e,
+                    waited,
+                    patience_s,
+                )
+            _time.sleep(LOCK_RETRY_PAUSE_S)
 
     # --- observations -------------------------------------------------------------------------
 
@@ -139,3 +212,17 @@ class Records:
                 stmt = stmt.where(col(PriceCache.fetched_at) >= cutoff)
             stmt = stmt.order_by(col(PriceCache.observed_at), col(PriceCache.id))
             return list(s.exec(stmt))
+
+
+def gave_up(e: DatabaseLocked, job_id: str, waited: float) -> DatabaseLocked:
+    """The error that fails a running job whose store waited a lock out for ``waited`` s:
+    it names the job and `spotwise resume` (review-ax AX2: "retry in a moment" read as "run
+    `tune` again", a new job that pays for its trials again)."""
+    out = DatabaseLocked(
+        f"job {job_id}: {e.message}, after waiting {waited:.0f} s for another process's lock",
+        hint=f"once the database is free, `spotwise resume {job_id}` continues the job "
+        f"(`spotwise status {job_id}` shows it; a new `spotwise tune` would pay for its "
+        "trials again)",
+    )
+    out.job_id = job_id
+    return out
