@@ -15,8 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from spotwise.last_alive import last_alive
 from spotwise.providers.base import Market
+from spotwise.release_local import local_ends
 from spotwise.release_reference import OnDemandReference
 from spotwise.release_reference import _unknown_text as _unknown_text  # jobs.py's
 
@@ -29,8 +29,9 @@ def _release(store: Any, job: Any, orchestrator_died: bool = False) -> dict[str,
     record is closed.
 
     Each closed record is billed up to now (or up to when its provider says it ended; when
-    ``orchestrator_died``, a local job's trial processes that died with it, up to when it was
-    last known alive, :func:`~spotwise.last_alive.last_alive`, not before their own start): the
+    ``orchestrator_died``, a local job's trial processes that died with it, even where their
+    helpers outlived them, up to when it was last known alive, and a life the replayed market
+    took up to then: :func:`~spotwise.release_local.local_ends`, not before their start): the
     seconds no life's bill covered (an instance left by a dead orchestrator, or billed only up
     to a drain that could not terminate it) at its price, in market seconds (a replay's clock
     runs ``speedup`` times the wall clock), and the job's cost becomes the sum of its instances'
@@ -65,30 +66,14 @@ def _release(store: Any, job: Any, orchestrator_died: bool = False) -> dict[str,
     not_ours: list[str] = []
     billed_to = "now"
     taken: set[str] = set()  # launch ids whose instance its provider took (billed as revoked)
+    speedup = (first.replay or ReplaySpec()).speedup if first.name == "local" else 1.0
+    started: dict[str, float] = {}  # a local launch's start its record lacks
     if first.name == "local":
-        # a local trial process dies with its orchestrator: after the orchestrator died, one
-        # found alive (and killed now) is billed up to now, the others up to when it was last
-        # known alive, not before their start (up to the cancel, in replayed market seconds,
-        # the bill grew by the hour while nothing ran)
-        terminated = rec.reconcile(spec, job.id)
-        died = [r for r in rows if orchestrator_died and r.provider_instance_id not in terminated]
-        starts = [r.launched_at or r.requested_at for r in died]
-        last, which = last_alive(store, job, starts) if died else (None, "")
-        dead = {r.id for r in died}
-        # a life the replayed market took (its `revoked` event written) before the
-        # orchestrator could close its record: billed as taken (AWS: free in its first hour),
-        # as the orchestrator bills it (review-ag F2: billed up to the heartbeat, $0.458)
-        lost = [
-            e.detail.get("launch") or e.instance_id for e in store.events(job.id, kind="revoked")
-        ]
-        taken = {str(launch) for launch in lost if launch}
-        for row in rows:
-            start = row.launched_at or row.requested_at
-            ends[row.id] = max(last or start, start) if row.id in dead else None
-        if any(end is not None for end in ends.values()):
-            billed_to = (
-                which or "their start (no report was recorded)"
-            ) + ", as their trial processes died with the orchestrator"
+        # its trial processes died with the orchestrator, or were killed now: up to when
+        # each life ended (:mod:`spotwise.release_local`)
+        local = local_ends(store, job, spec, rows, orchestrator_died, speedup)
+        terminated, ends, taken = local.terminated, local.ends, local.taken
+        started, billed_to = local.started, local.billed_to
     else:
         here = socket.gethostname()
         # its orchestrator wrote each request time on its machine's clock (an open record
@@ -136,7 +121,6 @@ def _release(store: Any, job: Any, orchestrator_died: bool = False) -> dict[str,
                 }
             )
     now = wall_now()
-    speedup = (first.replay or ReplaySpec()).speedup if first.name == "local" else 1.0
     extra_by_trial: dict[str, float] = {}  # what the lives ran after the job's own bill
     closed = 0  # the records this cancel closed (another may have closed some first)
     od_price = OnDemandReference(store, spec, job, speedup)
@@ -151,7 +135,7 @@ def _release(store: Any, job: Any, orchestrator_died: bool = False) -> dict[str,
             continue
         end = min(ends[row.id] or now, now) if row.id in ends else None
         revoked = row.id in taken or (found is not None and found.revoked)
-        how = _Close(end, now, speedup, revoked, _rule(spec, row.provider))
+        how = _Close(end, now, speedup, revoked, _rule(spec, row.provider), started.get(row.id))
         usd = _bill_record(store, row, found, inst, others, how, od_price)
         if usd is None:  # another cancel closed it first, as it billed it
             continue
@@ -181,13 +165,15 @@ class _Close:
     """How :func:`_bill_record` bills a record: up to ``end`` (None: the record stays open,
     only the launch's other instances are billed; the others up to ``now``, the cancel's
     time, not the bill's date: each write dates its own); ``speedup``: market seconds per
-    wall second; ``revoked``: its provider took the life; ``rule``: its billing."""
+    wall second; ``revoked``: its provider took the life; ``rule``: its billing; ``started``:
+    a local life's start its record lacks (its process was started: review-aw F3)."""
 
     end: float | None
     now: float
     speedup: float
     revoked: bool
     rule: Any
+    started: float | None = None
 
 
 def _known(row: Any, found: Any) -> tuple[dict[str, Any], float | None]:
@@ -258,6 +244,8 @@ def _bill_record(
     for _ in range(_TRIES):
         del od.unknown[mark:]  # said once, of the try that is written
         fields, start = _known(cur, found)
+        if start is None and how.started is not None:  # a life all the same: billed from it
+            start = fields["launched_at"] = how.started
         own = _OwnLife(cur, found.instance_id if found is not None else cur.provider_instance_id)
         own_s = ((how.end or how.now) - start) * how.speedup if start is not None else 0.0
         usd = 0.0
@@ -267,8 +255,10 @@ def _bill_record(
                 extra_s = max(own_s - own.market_seconds, 0.0)
             cost = own.cost_usd
             # a life that started is billed at least the rule's minimum, even when nothing
-            # measured how long it ran (a dead local job's trial that never reported: review-ac F3)
-            unbilled = start is not None and cur.launched_at is not None and not own.market_seconds
+            # measured how long it ran (a dead local job's trial that never reported: review-ac
+            # F3; one whose record never said it started: review-aw F3)
+            began = cur.launched_at is not None or how.started is not None
+            unbilled = start is not None and began and not own.market_seconds
             if extra_s or how.revoked or (unbilled and cur.end_reason != "not deleted"):
                 cost = _whole_life_cost(own, extra_s, how.revoked, how.rule)
             usd = cost - own.cost_usd

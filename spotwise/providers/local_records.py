@@ -42,7 +42,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from spotwise.providers.base import TAG_JOB, is_ours
+from spotwise.providers.base import TAG_JOB, TAG_LAUNCH, is_ours
 from spotwise.providers.proc_group import session_members
 
 #: Set in every local trial's environment to its instance id (not ``SPOTWISE_*``: that prefix
@@ -263,19 +263,29 @@ def _signal(rec: ProcRecord, sig: signal.Signals) -> None:
             os.killpg(pgid, sig)
 
 
+def leader_alive(rec: ProcRecord) -> bool:
+    """Whether ``rec``'s recorded first process (the trial's command itself, exec'd in place of
+    the exec helper) still runs: the live process holding its pid has the recorded start, is
+    still the leader of the recorded group and carries the marker where that is readable.
+    False for a pid no process holds, a zombie, or a stranger holding a reused pid."""
+    start = process_start(rec.pid)
+    if start is None:
+        return False
+    try:
+        same_group = os.getpgid(rec.pid) == rec.pgid
+    except ProcessLookupError:
+        return False
+    return (
+        same_start(rec.start, start)
+        and same_group
+        and _carries_marker(rec.pid, rec.instance_id) is not False
+    )
+
+
 def is_ours_now(rec: ProcRecord) -> bool:
     """Whether ``rec``'s process group is, right now, provably the one its launch started."""
-    start = process_start(rec.pid)
-    if start is not None:  # a live process holds the pid: ours only if it is the same one
-        try:
-            same_group = os.getpgid(rec.pid) == rec.pgid
-        except ProcessLookupError:
-            return False
-        return (
-            same_start(rec.start, start)
-            and same_group
-            and _carries_marker(rec.pid, rec.instance_id) is not False
-        )
+    if process_start(rec.pid) is not None:  # a live process holds the pid: ours if the same
+        return leader_alive(rec)
     if not LINUX or rec.pgid != rec.pid:
         return False
     return any(_carries_marker(m, rec.instance_id) for m, _ in _members(rec))
@@ -292,6 +302,41 @@ def _terminate_group(rec: ProcRecord, grace_s: float) -> None:
         _signal(rec, signal.SIGKILL)
 
 
+def _job_records(job_id: str, root: Path | None) -> list[tuple[Path, ProcRecord]]:
+    """The records of ``job_id``'s own launches (a record naming another job is left alone)."""
+    return [
+        (path, rec)
+        for path, rec in read_records(root or records_root(), job_id)
+        if rec.job_id == job_id and is_ours(rec.tags) and rec.tags.get(TAG_JOB) == job_id
+    ]
+
+
+@dataclass(frozen=True)
+class Seen:
+    """What a local launch's process record says before a cancel kills anything
+    (:func:`survey_job`): the launch's process was started (the record is written after the
+    fork, before the trial's command runs) at ``created_at`` (wall time), and whether its
+    recorded first process, the trial's command, still runs (``leader_alive``). On Linux that
+    process dies with its orchestrator (``PR_SET_PDEATHSIG``): when it is gone while others of
+    its session live on (a trainer's DataLoader workers), those are helpers that outlived the
+    trial, not the trial still running."""
+
+    instance_id: str
+    launch_id: str
+    created_at: float
+    leader_alive: bool
+
+
+def survey_job(job_id: str, root: Path | None = None) -> list[Seen]:
+    """Each recorded local launch of ``job_id``, read before :func:`reconcile_job` kills and
+    removes anything (it changes nothing)."""
+    out = []
+    for _, rec in _job_records(job_id, root):
+        launch = rec.tags.get(TAG_LAUNCH) or rec.instance_id.removeprefix("local-")
+        out.append(Seen(rec.instance_id, launch, rec.created_at, leader_alive(rec)))
+    return out
+
+
 def reconcile_job(job_id: str, root: Path | None = None, *, grace_s: float = 5.0) -> list[str]:
     """Kill the session of every recorded local instance of ``job_id`` that is still running
     and provably ours (see the module docstring); returns their instance ids.
@@ -300,9 +345,7 @@ def reconcile_job(job_id: str, root: Path | None = None, *, grace_s: float = 5.0
     without signalling anything.
     """
     killed: list[str] = []
-    for path, rec in read_records(root or records_root(), job_id):
-        if rec.job_id != job_id or not is_ours(rec.tags) or rec.tags.get(TAG_JOB) != job_id:
-            continue
+    for path, rec in _job_records(job_id, root):
         if is_ours_now(rec):
             _terminate_group(rec, grace_s)
             killed.append(rec.instance_id)
