@@ -32,6 +32,8 @@ class SpotwiseError(Exception):
     """Root of every error spotwise raises on purpose."""
 
     exit_code: int = 1
+    #: the job whose run it ended, once that job was recorded (`tune --json` prints its id)
+    job_id: str | None = None
 
     def __init__(self, message: str, *, hint: str | None = None) -> None:
         super().__init__(message)

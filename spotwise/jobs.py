@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from spotwise.cancel_wait import await_stop
 from spotwise.errors import ConfigError, NotFoundError, SpecError, StoreError
 from spotwise.job_facts import budget_of, simulated
 from spotwise.job_rows import last_active
@@ -22,10 +23,18 @@ from spotwise.job_rows import params as _params
 from spotwise.job_rows import spec_order as _spec_order
 from spotwise.job_rows import trial_dict as _trial_dict
 from spotwise.job_rows import with_orchestrator as _with_orchestrator
-from spotwise.liveness import hidden_text, orchestrator_state, where_text
+from spotwise.liveness import (
+    STALE_HEARTBEAT_S,
+    age_text,
+    alive_beat,
+    hidden_text,
+    not_finished_text,
+    orchestrator_state,
+    where_text,
+)
 from spotwise.release import _release
 from spotwise.release_sweep import sweep_finished
-from spotwise.release_text import not_ours_text, released_text
+from spotwise.release_text import released_text
 
 
 def tune(
@@ -127,32 +136,13 @@ def resume(
     try:
         job = store.get_job(job_id)
         if not job.state.is_terminal():
-            raise ConfigError(_not_finished_text(job))
+            raise ConfigError(not_finished_text(job))
         plan = plan_resume(store, job, max_cost_usd=max_cost_usd, deadline_hours=deadline_hours)
         opts = RunOptions(policy=plan.policy, on_update=on_update, run_root=run_root)
         out = resume_job(plan, store, opts)
         return {**out, **_stored_dollars(store, job.id), "simulated": simulated(job.spec_json)}
     finally:
         store.close()
-
-
-def _not_finished_text(job: Any) -> str:
-    """Why a job that is not finished cannot be resumed, and what to do instead."""
-    where = orchestrator_state(job)
-    if where == "here":
-        return f"job {job.id} is still running (pid {job.pid}): `spotwise status {job.id}` shows it"
-    if where == "elsewhere":
-        return (
-            f"job {job.id} runs on {where_text(job)} (pid {job.pid}): resume it once it has "
-            f"stopped (if that machine is lost, `spotwise cancel --force {job.id}` closes it "
-            "first)"
-        )
-    if where == "hidden":
-        return hidden_text(job) + ": resume it once it has stopped"
-    return (
-        f"job {job.id}'s orchestrator exited without closing it: run `spotwise cancel {job.id}` "
-        "first (it releases the job's instances and closes its records), then resume it"
-    )
 
 
 def status(
@@ -243,125 +233,123 @@ def trials(job_id: str | None, *, db: str | None = None) -> dict[str, Any]:
 def cancel(
     job_id: str, *, db: str | None = None, wait_s: float = 60.0, force: bool = False
 ) -> dict[str, Any]:
-    """Ask a running job's orchestrator to stop (trials checkpoint first); mark a job whose
-    orchestrator is gone as cancelled; in both of those cases, and for a finished job whose
-    record still holds instances (its drain could not terminate them), terminate what the
-    provider still runs with the job's tags. A finished cloud job whose records are all closed
-    is looked for on its cloud too (:func:`~spotwise.release_sweep.sweep_finished`: an instance can
-    outlive its records). ``force``: take an orchestrator recorded on another machine for gone
-    (that machine is lost)."""
+    """Ask a running job's orchestrator to stop (trials checkpoint first): SIGTERM on this
+    machine, a request written to the job's row (``cancelled``, no ``ended_at`` yet) for one
+    on another machine whose heartbeat is fresh; mark a job whose orchestrator is gone as
+    cancelled; in both of those cases, and for a finished job whose record still holds
+    instances (its drain could not terminate them), terminate what the provider still runs
+    with the job's tags. A finished cloud job whose records are all closed is looked for on
+    its cloud too (:func:`~spotwise.release_sweep.sweep_finished`: an instance can outlive its
+    records). ``force``: take an orchestrator recorded on another machine for gone (that
+    machine is lost); refused while its heartbeat is fresh (review-ax AX1)."""
     from spotwise.store import Store
 
     store = Store.open_existing(db)
     try:
-        job = store.get_job(job_id)
-        state = job.state.value if hasattr(job.state, "value") else job.state
-        if job.state.is_terminal():
-            out = {"job_id": job.id, "state": state, "cancelled": False}
-            if not store.list_instances(job.id, active_only=True):
-                # an instance can outlive its records: a cloud is asked what is left
-                return {**out, **sweep_finished(store, job, state)}
-            # a first cancel of a dead orchestrator's job stopped midway (review-ah F5: its
-            # lives were then billed up to now, 10x on a replay, not to when it was alive)
-            released = _release(store, job, orchestrator_state(job) == "gone")
-            return {
-                **out,
-                **released,
-                "message": f"job already {state}; its record still held instances: "
-                + released_text(job.id, released),
-            }
-        where = orchestrator_state(job)
-        if where == "elsewhere" and not force:
+        for _ in range(3):  # a write refused: the job changed since it was read; read it again
+            out = _cancel(store, store.get_job(job_id), wait_s, force)
+            if out is not None:
+                return out
+        raise ConfigError(f"job {job_id} kept changing while it was cancelled: run it again")
+    finally:
+        store.close()
+
+
+def _cancel(store: Any, job: Any, wait_s: float, force: bool) -> dict[str, Any] | None:
+    """:func:`cancel` of ``job`` as read; None when a compare-and-set write found it changed."""
+    from spotwise.planner.job_summary import not_ours_since
+
+    state = job.state.value if hasattr(job.state, "value") else job.state
+    where = orchestrator_state(job)
+    beat = alive_beat(job)
+    if job.state.is_terminal():
+        out = {"job_id": job.id, "state": state, "cancelled": False}
+        if state == "cancelled" and job.ended_at is None and beat is not None:
+            # an earlier cancel asked it to stop, and its orchestrator is still stopping
+            return await_stop(store, job, wait_s, None, where == "elsewhere")
+        if not store.list_instances(job.id, active_only=True):
+            # an instance can outlive its records: a cloud is asked what is left
+            return {**out, **sweep_finished(store, job, state)}
+        # a first cancel of a dead orchestrator's job stopped midway (review-ah F5: its
+        # lives were then billed up to now, 10x on a replay, not to when it was alive)
+        released = _release(store, job, where == "gone")
+        return {
+            **out,
+            **released,
+            "message": f"job already {state}; its record still held instances: "
+            + released_text(job.id, released),
+        }
+    if force and where in ("elsewhere", "hidden") and beat is not None:
+        raise ConfigError(
+            f"job {job.id}'s heartbeat is {beat:.0f} s old: it is alive on "
+            f"{where_text(job) if where == 'elsewhere' else 'this machine'}: run `spotwise "
+            f"cancel {job.id}`, which asks it to stop",
+            hint=f"--force is for a lost machine: it is refused until the heartbeat is "
+            f"{STALE_HEARTBEAT_S:g} s old",
+        )
+    if where == "elsewhere" and not force:
+        if beat is None:  # no word from it for long: its machine may be lost
             raise ConfigError(
                 f"job {job.id} runs on {where_text(job)} (pid {job.pid}): run `spotwise cancel "
-                f"{job.id}` there",
+                f"{job.id}` there (its heartbeat is {age_text(job)}: none asks it from here)",
                 hint=f"if that machine is lost, `spotwise cancel --force {job.id}` releases "
                 "the job's instances from here",
             )
-        if where == "hidden" and not force:  # one line: no hint
-            raise ConfigError(
-                hidden_text(job) + f": cancel it as the user who started it, or `spotwise "
-                f"cancel --force {job.id}` if it is not the orchestrator (that releases the "
-                "job's instances)"
-            )
-        if where == "here":
-            assert job.pid is not None
-            from spotwise.planner.job_summary import not_ours_since
-
-            seen, _ = not_ours_since(store, job.id)  # what the drain adds is its answer's
-            try:
-                os.kill(job.pid, signal.SIGTERM)
-            except PermissionError:  # its own process, run by another user (a shared database)
-                raise ConfigError(
-                    f"job {job.id}'s orchestrator (pid {job.pid}) runs as another user of this "
-                    "machine: cancel it as that user",
-                    hint="`sudo -u USER spotwise cancel JOB` with the same --db",
-                ) from None
-            deadline = time.monotonic() + wait_s
-            while time.monotonic() < deadline:
-                job = store.get_job(job.id)
-                if job.state.is_terminal():
-                    break
-                time.sleep(0.2)
-            if not job.state.is_terminal():
-                return {
-                    "job_id": job.id,
-                    "state": job.state.value,
-                    "cancelled": False,
-                    "stopping": True,  # not done yet: the CLI exits non-zero
-                    "message": f"asked the orchestrator (pid {job.pid}) to stop; it is still "
-                    f"stopping after {wait_s:g} s: see `spotwise status {job.id}`",
-                }
-            _, left = not_ours_since(store, job.id, after=seen)
-            # what its drain could not terminate keeps its record open: may still be billed
-            held = [r.provider_instance_id or r.id for r in store.list_instances(job.id, True)]
-            still = (
-                f"; {len(held)} instance(s) its drain could not confirm released, may still be "
-                f"billed: {', '.join(held)} (run `spotwise cancel {job.id}` again)"
-                if held
-                else ""
-            )
-            return {
-                "job_id": job.id,
-                "state": job.state.value,
-                "cancelled": True,
-                **({"not_ours": left} if left else {}),
-                **({"open_instances": held} if held else {}),
-                "message": "the orchestrator checkpointed and stopped every trial"
-                + still
-                + not_ours_text(left),
-            }
-        # a trial that reported its last step's metric finished (its orchestrator died before
-        # it saw the exit): completed with that metric, as its orchestrator would have recorded
-        _complete_finished_trials(store, job)
-        # the trials it completed keep their result: the best of them is the job's, as the
-        # orchestrator's own end would have recorded (ties: the earlier trial)
-        trials = store.list_trials(job.id)
-        done = [t for t in trials if t.state == "completed" and t.final_metric is not None]
-        sign = 1.0 if job.direction == "maximize" else -1.0
-        best = max(done, key=lambda t: (sign * (t.final_metric or 0.0), -t.number), default=None)
-        store.update_job(
-            job.id,
-            state="cancelled",
-            ended_at=time.time(),
-            error="cancelled after its orchestrator had exited",
-            best_trial_id=best.id if best else None,
-            best_metric=best.final_metric if best else None,
+        seen, _ = not_ours_since(store, job.id)
+        if not store.update_job_if(job.id, [state], state="cancelled", ended_at=None):
+            return None
+        return await_stop(store, job, wait_s, seen, remote=True)
+    if where == "hidden" and not force:  # one line: no hint
+        raise ConfigError(
+            hidden_text(job) + f": cancel it as the user who started it, or `spotwise "
+            f"cancel --force {job.id}` if it is not the orchestrator (that releases the "
+            "job's instances)"
         )
-        for t in trials:
-            if not t.state.is_terminal():
-                store.update_trial(t.id, state="cancelled", ended_at=time.time())
-        released = _release(store, job, orchestrator_died=True)
-        return {
-            "job_id": job.id,
-            "state": "cancelled",
-            "cancelled": True,
-            **released,
-            "message": "orchestrator was not running; job marked cancelled, "
-            + released_text(job.id, released),
-        }
-    finally:
-        store.close()
+    if where == "here":
+        assert job.pid is not None
+        seen, _ = not_ours_since(store, job.id)  # what the drain adds is its answer's
+        try:
+            os.kill(job.pid, signal.SIGTERM)
+        except PermissionError:  # its own process, run by another user (a shared database)
+            raise ConfigError(
+                f"job {job.id}'s orchestrator (pid {job.pid}) runs as another user of this "
+                "machine: cancel it as that user",
+                hint="`sudo -u USER spotwise cancel JOB` with the same --db",
+            ) from None
+        return await_stop(store, job, wait_s, seen, remote=False, end=False)
+    # a trial that reported its last step's metric finished (its orchestrator died before
+    # it saw the exit): completed with that metric, as its orchestrator would have recorded
+    _complete_finished_trials(store, job)
+    # the trials it completed keep their result: the best of them is the job's, as the
+    # orchestrator's own end would have recorded (ties: the earlier trial)
+    trials = store.list_trials(job.id)
+    done = [t for t in trials if t.state == "completed" and t.final_metric is not None]
+    sign = 1.0 if job.direction == "maximize" else -1.0
+    best = max(done, key=lambda t: (sign * (t.final_metric or 0.0), -t.number), default=None)
+    # only over the state read: an end written since stays (review-ax AX5), and a live
+    # orchestrator (pending: no pid yet) hears this cancel and stops
+    if not store.update_job_if(
+        job.id,
+        [state],
+        state="cancelled",
+        ended_at=time.time(),
+        error="cancelled after its orchestrator had exited",
+        best_trial_id=best.id if best else None,
+        best_metric=best.final_metric if best else None,
+    ):
+        return None
+    for t in trials:
+        if not t.state.is_terminal():
+            store.update_trial(t.id, state="cancelled", ended_at=time.time())
+    released = _release(store, job, orchestrator_died=True)
+    return {
+        "job_id": job.id,
+        "state": "cancelled",
+        "cancelled": True,
+        **released,
+        "message": "orchestrator was not running; job marked cancelled, "
+        + released_text(job.id, released),
+    }
 
 
 def _complete_finished_trials(store: Any, job: Any) -> None:

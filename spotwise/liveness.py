@@ -7,6 +7,13 @@ import os
 from pathlib import Path
 from typing import Any
 
+#: Wall seconds past which a job's heartbeat (``heartbeat_at``) no longer says its orchestrator
+#: is alive: well above the 2 s totals' save that carries it, the 5 s heartbeat and the 30 s a
+#: store write may wait on a lock. Younger, `spotwise cancel --force` is refused (the job is
+#: alive on its machine: review-ax AX1) and a plain cancel of a job on another machine asks its
+#: orchestrator through the database.
+STALE_HEARTBEAT_S = 90.0
+
 
 def orchestrator_state(job: Any) -> str:
     """Where a job's orchestrator is: ``here`` (alive on this machine), ``elsewhere`` (recorded
@@ -92,3 +99,46 @@ def orchestrator_alive(pid: int) -> bool:
     if cmdline.exists():
         return b"spotwise" in cmdline.read_bytes()
     return True
+
+
+def heartbeat_age(job: Any, now: float | None = None) -> float | None:
+    """Wall seconds since the job's orchestrator last said it was alive; None: never (no
+    heartbeat on record)."""
+    import time
+
+    beat = getattr(job, "heartbeat_at", None)
+    if beat is None:
+        return None
+    return max((time.time() if now is None else now) - beat, 0.0)
+
+
+def alive_beat(job: Any, now: float | None = None) -> float | None:
+    """The heartbeat's age when it is fresh (under :data:`STALE_HEARTBEAT_S`): its orchestrator
+    is alive, wherever it runs; else None."""
+    age = heartbeat_age(job, now)
+    return age if age is not None and age < STALE_HEARTBEAT_S else None
+
+
+def age_text(job: Any) -> str:
+    """The job's heartbeat age, for a message."""
+    age = heartbeat_age(job)
+    return "not on record" if age is None else f"{age:.0f} s old"
+
+
+def not_finished_text(job: Any) -> str:
+    """Why a job that is not finished cannot be resumed, and what to do instead."""
+    where = orchestrator_state(job)
+    if where == "here":
+        return f"job {job.id} is still running (pid {job.pid}): `spotwise status {job.id}` shows it"
+    if where == "elsewhere":
+        return (
+            f"job {job.id} runs on {where_text(job)} (pid {job.pid}): resume it once it has "
+            f"stopped (if that machine is lost, `spotwise cancel --force {job.id}` closes it "
+            "first)"
+        )
+    if where == "hidden":
+        return hidden_text(job) + ": resume it once it has stopped"
+    return (
+        f"job {job.id}'s orchestrator exited without closing it: run `spotwise cancel {job.id}` "
+        "first (it releases the job's instances and closes its records), then resume it"
+    )

@@ -8,7 +8,8 @@ from typing import Annotated, Any
 import typer
 
 from spotwise.cli.options import DbOpt, JsonOpt
-from spotwise.cli.output import emit, json_text
+from spotwise.cli.output import emit, json_text, keep_outcome
+from spotwise.errors import SpotwiseError
 
 SpecArg = Annotated[
     Path,
@@ -123,19 +124,30 @@ def _run_live(run: Any, json_out: bool) -> None:
     from spotwise.job_rows import tune_json
 
     if json_out:
-        summary = tune_json(run())  # every key docs/json.md lists, null or [] when none
-        print(json_text(summary))
+        try:
+            summary = tune_json(run())  # every key docs/json.md lists, null or [] when none
+        except SpotwiseError as e:
+            if e.job_id:  # recorded before it failed: a script learns which job to resume
+                print(json_text({"job_id": e.job_id, "state": "failed", "error": str(e)}))
+            raise
     else:
         with LiveJob() as live:
             summary = run(on_update=live.update)
-        print_summary(summary)
+    code = 0
     # every trial crashed, or something may still be billed: scripts see a non-zero exit
     if summary["state"] == "failed" or summary.get("leftover_instances"):
-        raise typer.Exit(1)
-    if summary["state"] == "cancelled":  # Ctrl-C or `spotwise cancel`: not a finished run
-        raise typer.Exit(130)
-    if summary.get("not_ours"):  # its tags on instances it did not launch: left running
-        raise typer.Exit(EXIT_NOT_OURS)
+        code = 1
+    elif summary["state"] == "cancelled":  # Ctrl-C or `spotwise cancel`: not a finished run
+        code = 130
+    elif summary.get("not_ours"):  # its tags on instances it did not launch: left running
+        code = EXIT_NOT_OURS
+    with keep_outcome(code):  # a closed stdout pipe does not hide it behind 141
+        if json_out:
+            print(json_text(summary))
+        else:
+            print_summary(summary)
+    if code:
+        raise typer.Exit(code)
 
 
 def status(
@@ -230,7 +242,8 @@ def cancel(
             "--force",
             help="The job's orchestrator is recorded on another machine (or pid namespace) "
             "that is lost, or its pid is held by a process this user cannot inspect that is "
-            "not it: release its instances from here anyway.",
+            "not it: release its instances from here anyway. Refused while the job's "
+            "heartbeat is under 90 s old (it is alive: a plain cancel asks it to stop).",
         ),
     ] = False,
     db: DbOpt = None,
@@ -238,15 +251,19 @@ def cancel(
 ) -> None:
     """Stop a running job: every trial checkpoints, every instance is released.
 
-    Also releases what a finished job's record still holds, and a job whose orchestrator died.
+    A job running on another machine sharing the database (its heartbeat under 90 s old) is
+    asked through the database: its orchestrator sees the cancel within seconds, stops, and
+    the cancel waits for its end. Also releases what a finished job's record still holds,
+    and a job whose orchestrator died.
     A finished cloud job is looked for on its cloud too: an instance left with its tags is
     terminated and billed to its launch.
 
     Exit codes: 0 done. 1: an instance could not be confirmed released (its region could
     not be listed, or its terminate was refused): it may still be billed; run it again to
     retry; or the orchestrator was still stopping when the wait ended. 2: refused, nothing
-    done (its orchestrator runs on another machine or in another pid namespace, or its pid
-    is held by a process this user cannot inspect: see --force). 3: no such job (or a
+    done (its orchestrator runs on another machine or in another pid namespace with no
+    heartbeat for 90 s, or its pid is held by a process this user cannot inspect: see
+    --force; --force of a job whose heartbeat is fresh). 3: no such job (or a
     job-id prefix that matches several), or no database. 4: done, but instances carrying
     the job's tags that it did not launch were left running, each named in the answer (1
     wins over 4). 5: the database failed

@@ -1,11 +1,13 @@
 """The job's totals as the orchestrator shows and records them: its summary at the end, its
-snapshot while it runs, and the job row's last write (:class:`JobSummary`, a mixin of
+snapshot while it runs, and the job row's state: its start, a cancel another process wrote
+to it, its last write (:class:`JobSummary`, a mixin of
 :class:`~spotwise.planner.orchestrator.Orchestrator` over
 :class:`~spotwise.planner.actions.Actions`).
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterable
 from typing import Any
@@ -15,10 +17,46 @@ from spotwise.planner.policy import Policy
 from spotwise.planner.report import best_trial, resumable, snapshot, summary
 from spotwise.planner.resume import ResumePlan
 
+log = logging.getLogger("spotwise.planner")
+
 
 class JobSummary(Actions):
     policy: Policy
     resume: ResumePlan | None
+    row_state: str = "pending"  # the job row's state as this run last wrote or read it
+
+    def _start_row(self, pid: int, host: str, first: dict[str, Any]) -> None:
+        """The job becomes ``running`` with this process's pid only while it is still
+        ``pending`` (compare-and-set): a cancel written since it was created or claimed, which
+        took its orchestrator for gone (no pid yet: review-ax AX5), is heard instead
+        (:meth:`_hear_cancel`) and the run stops at its first pass, launching nothing."""
+        from spotwise.providers.local_records import process_start
+
+        # a reused pid is not this process: see liveness.py
+        fields = {"state": "running", "pid": pid, "host": host, "pid_start": process_start(pid)}
+        if self.store.update_job_if(self.job_id, ["pending"], **fields, **first):
+            self.row_state = "running"
+        else:
+            self._hear_cancel()
+
+    def _hear_cancel(self) -> None:
+        """Read the job's state (one small SELECT: with each totals' save, every ~2 wall s).
+        A job another process closed (`spotwise cancel` from another machine, or a cancel that
+        took this orchestrator for gone) is cancelled here as by Ctrl-C: its trials checkpoint
+        and stop, its drain bills each life once, `tune` exits 130 (review-ax AX1)."""
+        if self.cancelled:
+            return  # the end's write reads the row again (:meth:`_finish_job`)
+        state = self.store.job_state(self.job_id)
+        if not state.is_terminal():
+            return
+        if not self.cancel_requested:
+            log.warning(
+                "%s: the job was marked %s by another process (spotwise cancel): stopping "
+                "its trials (checkpointed)",
+                self.job_id,
+                state.value,
+            )
+        self.row_state, self.cancel_requested = state.value, True
 
     def _totals(self) -> dict[str, float]:
         return {
@@ -83,19 +121,26 @@ class JobSummary(Actions):
         )
 
     def _finish_job(self, state: str, error: str | None) -> None:
+        """The job's end: written only over the state this run last knew (``running``, or the
+        ``cancelled`` it heard: compare-and-set). A job another process closed since keeps its
+        state (a cancel is never overwritten by an end: review-ax AX1), and takes the end's
+        time, error and totals."""
         best = best_trial(self.trials, self.spec.metric.direction)
-        self.store.update_job(
-            self.job_id,
-            state=state,
-            ended_at=time.time(),
-            error=error,
-            best_trial_id=best.trial_id if best else None,
-            best_metric=best.final_metric if best else None,
-            cost_usd=self.spent_usd,
-            on_demand_cost_usd=self.on_demand_usd,
-            revocations=self.revocations,
-            migrations=self.migrations,
-            early_stopped=self.early_stopped,
+        fields: dict[str, Any] = {
+            "ended_at": time.time(),
+            "error": error,
+            "best_trial_id": best.trial_id if best else None,
+            "best_metric": best.final_metric if best else None,
+            **self._totals(),
+        }
+        if self.store.update_job_if(self.job_id, [self.row_state], state=state, **fields):
+            return
+        now = self.store.job_state(self.job_id)
+        if now.is_terminal() and self.store.update_job_if(self.job_id, [now], **fields):
+            log.warning("%s: marked %s by another process as it ended", self.job_id, now.value)
+            return
+        log.warning(
+            "%s: its row changed to %s: its end (%s) was not written", self.job_id, now.value, state
         )
 
     def _cost_to_records(self) -> None:

@@ -115,6 +115,7 @@ class Orchestrator(NoWord):
         backend = open_backend(spec, self.base_dir, self.run_dir, forecast=forecast)
         self.backend = backend
         self.ckpt_root = self._checkpoint_root()
+        restore: Callable[[], None] = lambda: None  # noqa: E731
         try:
             # what only the open market shows (options, regions, instance types, a checkpoint
             # location we cannot write): refused before the job is recorded or anything bought
@@ -125,6 +126,8 @@ class Orchestrator(NoWord):
             # above need not pay; a replayed market's clock starts once it is loaded
             search = resume.search_spec if resume else spec.search
             self.search = Search(spec.search_space, search, spec.metric.direction)
+            # before the job's row: a SIGTERM once it exists ends it cancelled (review-aw F2)
+            restore = on_signals(self._request_cancel)
             if resume is None:
                 backend.start_clock()
                 self.store.create_job(
@@ -138,6 +141,7 @@ class Orchestrator(NoWord):
             else:
                 self._carry_over(resume)
         except BaseException:
+            restore()
             backend.close()
             raise
         self.run_dir.parent.mkdir(parents=True, exist_ok=True, mode=0o700)  # runs/: private
@@ -145,7 +149,6 @@ class Orchestrator(NoWord):
         wall0 = time.monotonic()
         state, error = "failed", None
         crashed: str | None = None  # an exception ends the run (the drain's own is raised after)
-        restore = on_signals(self._request_cancel)
         try:
             self.started_at = backend.now()
             self.deadline = (
@@ -153,16 +156,11 @@ class Orchestrator(NoWord):
                 if spec.budget.deadline_hours
                 else None
             )
-            pid, host = whoami()
-            first_start = {} if resume else {"started_at": time.time()}
-            self.store.update_job(
-                self.job_id,
-                state="running",
-                pid=pid,
-                host=host,
-                pid_start=process_start(pid),  # a reused pid is not this process: see jobs.py
-                **first_start,
-            )
+            # a write another process's lock holds past the busy timeout is tried again (up
+            # to 5 minutes, warned) rather than failing the running job (review-ax AX2)
+            self.store.wait_out_locks(self.job_id)
+            # `running` only over `pending`: a cancel written meanwhile is heard (review-ax AX5)
+            self._start_row(*whoami(), {} if resume else {"started_at": time.time()})
             # when it was last alive: what a cancel after a kill -9 bills its lives up to
             self.heartbeat = Heartbeat(self.store, self.job_id, HEARTBEAT_EVERY_WALL_S)
             self.heartbeat.beat()  # a resumed run writes its own
@@ -173,6 +171,7 @@ class Orchestrator(NoWord):
             error = self._trace_end_error(state, error)
         except SpotwiseError as e:
             error = crashed = str(e)
+            e.job_id = e.job_id or self.job_id  # `tune --json` names the job it ended
             raise
         except BaseException as e:  # crash: record it, leave no orphan, re-raise
             error = crashed = f"{type(e).__name__}: {e}"
@@ -266,6 +265,7 @@ class Orchestrator(NoWord):
             if time.monotonic() - last_saved >= SAVE_TOTALS_EVERY_WALL_S:
                 last_saved = time.monotonic()
                 self._save_totals(now)  # `spotwise status` of a running job shows its spend
+                self._hear_cancel()  # one written by another process (another machine's)
             # the totals' save carries the heartbeat (every SAVE_TOTALS_EVERY_WALL_S); a write
             # of its own only where none was carried for HEARTBEAT_EVERY_WALL_S
             if self.heartbeat is not None:  # set as the run starts

@@ -103,8 +103,6 @@ class DatabaseLocked(StoreError):
     (:meth:`~spotwise.store.records.Records.wait_out_locks`); ``job_id``: the job whose
     orchestrator it failed, once it gave up (None: a command's)."""
 
-    job_id: str | None = None
-
 
 def locked_error(reason: str, where: str = "", action: str = "") -> DatabaseLocked:
     """A database another process held locked past the busy timeout (``reason``: the driver's

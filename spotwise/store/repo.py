@@ -10,7 +10,7 @@ opening, and the rows whose state changes (jobs, trials, instances); the append-
 from __future__ import annotations
 
 import time as _time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Self, TypeVar
 from urllib.parse import unquote
 
@@ -211,6 +211,21 @@ class Store(Records, BillReads, BillWrites, StatusReads):
             fields["state"] = coerce_state(JobState, fields["state"], "job")
         return self._update(Job, job_id, "job", fields)
 
+    def update_job_if(self, job_id: str, states: Iterable[Any], **fields: Any) -> bool:
+        """Set ``fields`` on the job only while its state is one of ``states`` (one UPDATE:
+        compare-and-set, as :meth:`claim_job`); whether it was written (review-ax AX1)."""
+        if states := [coerce_state(JobState, s, "job") for s in states]:
+            return self.claim_job(job_id, {}, fields, where_state=states)
+        return False
+
+    def job_state(self, job_id: str) -> JobState:
+        """The job's state alone (one small SELECT): its orchestrator hears a cancel so."""
+        with self._scope(f"reading job {job_id!r}'s state") as s:
+            state = s.exec(select(Job.state).where(col(Job.id) == job_id)).first()
+        if state is None:
+            raise NotFoundError(f"job {job_id!r} not found")
+        return coerce_state(JobState, state, "job")  # type: ignore[no-any-return]
+
     def heartbeat(self, job_id: str, at: float) -> None:
         """Record that the job's orchestrator was alive at wall time ``at`` (``heartbeat_at``;
         one UPDATE, nothing read): see :class:`Heartbeat`."""
@@ -227,13 +242,15 @@ class Store(Records, BillReads, BillWrites, StatusReads):
         fields: Mapping[str, Any],
         trials: Mapping[str, Mapping[str, Any]] | None = None,
         event: Mapping[str, Any] | None = None,
+        where_state: list[JobState] | None = None,
     ) -> bool:
         """Set ``fields`` on the job, ``trials`` (trial id → fields) on its trials and add
         ``event`` (``kind``, ``time``, ``detail``), in one transaction, only if the job's
         columns still hold the ``expected`` values (its state, when it ended, its spend: a job
         resumed, cancelled again and back in the same state, or billed by a cancel since, is
-        not the job a plan was read from). Of two processes that read the same finished job
-        and both try to take it over, exactly one gets True; the other changes nothing."""
+        not the job a plan was read from; ``where_state``: or one of those states). Of two
+        processes that read the same finished job and both try to take it over, exactly one
+        gets True; the other changes nothing."""
         from sqlalchemy import update
 
         def coerced(values: Mapping[str, Any], states: Any, what: str) -> dict[str, Any]:
@@ -243,9 +260,10 @@ class Store(Records, BillReads, BillWrites, StatusReads):
             return out
 
         want = coerced(expected, JobState, "job")
+        among = [col(Job.state).in_(where_state)] if where_state else []
         stmt = (
             update(Job)
-            .where(col(Job.id) == job_id, *(getattr(Job, k) == v for k, v in want.items()))
+            .where(col(Job.id) == job_id, *among, *(getattr(Job, k) == v for k, v in want.items()))
             .values(**coerced(fields, JobState, "job"))
             .execution_options(synchronize_session=False)
         )
