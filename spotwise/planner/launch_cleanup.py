@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass, field
 
 from spotwise.errors import ProviderError
+from spotwise.planner.resumed_end import held, holding, recheck
 from spotwise.planner.runstate import TrialRun
 from spotwise.planner.stray_sweep import StraySweep
 from spotwise.planner.stray_sweep import launch_leftover as launch_leftover  # ledger's
@@ -157,16 +158,24 @@ class LaunchCleanup(StraySweep):
 
     def _held_by_unconfirmed(self, t: TrialRun) -> bool:
         """Whether a failed launch of ``t`` may still hold an instance running it (see
-        :data:`RELAUNCH_HOLD_MAX_WALL_S`): no relaunch until it is settled, or the hold ends."""
+        :data:`RELAUNCH_HOLD_MAX_WALL_S`): no relaunch until it is settled, or the hold ends.
+        Likewise while ``t`` waits for the report of a copy such a launch ran
+        (:func:`~spotwise.planner.resumed_end.held`)."""
         now = time.monotonic()
-        return any(u.trial is t and now < u.hold_wall for u in self.unconfirmed.values())
+        return held(self, t) or any(
+            u.trial is t and now < u.hold_wall for u in self.unconfirmed.values()
+        )
 
     def _retry_unconfirmed(self) -> None:
         """Each pass of the loop: try again to clean up each failed launch not confirmed clean
-        whose pause is over. Its instance may be running, billed, until the drain otherwise."""
+        whose pause is over. Its instance may be running, billed, until the drain otherwise.
+        And read again the events of the copies such launches ran whose report a trial waits
+        for (:func:`~spotwise.planner.resumed_end.recheck`)."""
         for launch_id, u in list(self.unconfirmed.items()):
             if time.monotonic() >= u.retry_wall:
                 self._close_failed_launch(u.trial, launch_id, u.asked_at, u.offer)
+        if holding(self):  # (a replayed clock may move when read: only when needed)
+            recheck(self, self.backend.now())
 
     def _discard_launch(
         self, t: TrialRun, launch_id: str, asked_at: float, offer: Offer

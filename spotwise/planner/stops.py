@@ -77,12 +77,25 @@ def kept_progress(from_steps: Mapping[str, int], ended: int, trials: Iterable[Tr
         began = from_steps.get(t.trial_id)
         if began is None:
             continue
-        on_its_own = t.state in ("completed", "failed") or (
-            t.state == "stopped_early" and t.stop_reason != TRACE_END
-        )
+        # ended for good: a trial a limit stopped first (the deadline, then the end) runs again
+        on_its_own = not runs_again(t.state, t.stop_reason)
         if on_its_own or t.checkpoint_step > began:
             return True
     return False
+
+
+def broken_command_failures(trials: Iterable[TrialRun]) -> set[str]:
+    """The failed trials of this run that `spotwise resume` queues again as a broken command's
+    (:func:`~spotwise.planner.resume_broken.command_killed`, in this run's terms): at least two
+    trials of this run failed and none reported a step past 0 in it, and each crashed (an exit
+    code) with no progress past where this run started it. They ended nothing a resume keeps."""
+    trials = list(trials)
+    failed = [t for t in trials if t.state == "failed" and not t.carried]
+    if len(failed) < 2 or any(t.furthest > 0 for t in trials):
+        return set()
+    return {
+        t.trial_id for t in failed if t.crashed and max(t.step, t.checkpoint_step) <= t.start_step
+    }
 
 
 class Stops(LaunchRetry):
@@ -110,10 +123,14 @@ class Stops(LaunchRetry):
             return
         said = trace_end_text(end, self.started_at)
         stopping = [t for t in self.trials if not t.phase.is_terminal()]
+        requeued = broken_command_failures(self.trials)  # a resume runs them again
         ended = sum(
             1
             for t in self.trials
-            if not t.carried and t.phase.is_terminal() and not runs_again(t.state, t.stop_reason)
+            if not t.carried
+            and t.phase.is_terminal()
+            and not runs_again(t.state, t.stop_reason)
+            and t.trial_id not in requeued
         )
         from_steps = {t.trial_id: t.start_step for t in stopping}
         self.trace_end = TraceEnd(said, end, from_steps, ended)

@@ -15,13 +15,15 @@ the trial: :mod:`spotwise.planner.resumed_end`).
 from __future__ import annotations
 
 import json
+import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
 from spotwise.errors import ProviderError
 from spotwise.planner.runstate import Life, TrialRun
+from spotwise.sdk_io import MAX_STEP
 from spotwise.spec import JobSpec
 
 LAST_LINE_CHARS = 300  # of a trial's last output line, quoted in its error
@@ -105,31 +107,54 @@ def life_log(owner: Owner, t: TrialRun, life: Life) -> tuple[Path | None, str, s
 Records = list[dict[str, Any]]
 
 
-def attempts_events(owner: Owner, t: TrialRun, life: Life) -> tuple[dict[int, Records], str]:
+def attempts_events(
+    owner: Owner, t: TrialRun, life: Life, only: Sequence[int] | None = None
+) -> tuple[dict[int, Records], str]:
     """``({attempt: its records}, why some could not be read)``: the events files of the trial's
-    attempts other than ``life``'s (the newest ``ATTEMPTS_READ``; every launch uses up an
-    attempt number, a lost one too), each from the first place that has it: the trial's folder
-    of the job's run folder (where the local provider's trials write theirs), then the
-    artifacts folder of each cloud provider of the job (see
+    attempts other than ``life``'s (the newest ``ATTEMPTS_READ``, or those in ``only``; every
+    launch uses up an attempt number, a lost one too), each from the first place that has it:
+    the trial's folder of the job's run folder (where the local provider's trials write
+    theirs), then the artifacts folder of each cloud provider of the job (see
     :mod:`spotwise.providers.channel`), the life's own first. An attempt whose file is found
-    nowhere is left out. Only whole lines that are JSON objects are kept."""
+    nowhere is left out. Only whole lines that are JSON objects are kept. A place that cannot
+    be read is left out of the rest of this call after its first error (said once): a failing
+    bucket costs one failed call, not one per attempt (each may take tens of seconds, inside
+    the orchestrator's pass)."""
     places = _places(owner, t, life)
     found: dict[int, Records] = {}
     unread: list[str] = []
     numbers = [a for a in range(max(t.attempt, life.attempt), -1, -1) if a != life.attempt]
+    if only is not None:
+        numbers = [a for a in only if a != life.attempt]
     for attempt in numbers[:ATTEMPTS_READ]:
-        for where, read in places:
+        for place in list(places):
+            where, read = place
             try:
                 data = read(f"events-{attempt}.jsonl")
             except (ProviderError, OSError) as e:
-                why = f"{where}: {e}"
-                if why not in unread:
-                    unread.append(why)
+                unread.append(f"{where}: {e}")
+                places.remove(place)  # not asked again for the other attempts
                 continue
             if data is not None:
                 found[attempt] = _records(data)
                 break
     return found, "; ".join(unread)
+
+
+def record_step(step: object) -> int | None:
+    """A progress record's step as :meth:`~spotwise.planner.trialbook.TrialBook._read_progress`
+    takes it (an int, within the store's range), None otherwise."""
+    if not isinstance(step, int):
+        return None
+    return step if 0 <= step <= MAX_STEP else None
+
+
+def record_metric(metric: object) -> float | None:
+    """A report's metric as :meth:`~spotwise.planner.trialbook.TrialBook._read_progress` takes
+    it: a float of an int or float (a bool too), None when it is none or not finite (NaN/inf:
+    the SDK sends null)."""
+    value = float(metric) if isinstance(metric, int | float) else None
+    return value if value is not None and math.isfinite(value) else None
 
 
 def _records(data: bytes) -> Records:

@@ -14,7 +14,6 @@ attempt's error quotes the last line of that output (a traceback's exception lin
 from __future__ import annotations
 
 import logging
-import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -42,7 +41,12 @@ from spotwise.planner.runstate import (
     note_unreported_life,
 )
 from spotwise.planner.search import Search
-from spotwise.planner.trial_output import LAST_LINE_CHARS, last_line, life_log  # noqa: F401
+from spotwise.planner.trial_output import (  # noqa: F401
+    LAST_LINE_CHARS,
+    last_line,
+    life_log,
+    record_metric,
+)
 from spotwise.providers.base import InstanceState
 from spotwise.sdk_io import MAX_STEP, shown
 from spotwise.spec import JobSpec
@@ -131,9 +135,7 @@ class TrialBook:
                 continue
             if kind == "report":
                 metric = rec.get("metric")
-                value = float(metric) if isinstance(metric, int | float) else None
-                if value is not None and not math.isfinite(value):
-                    value = None  # NaN/inf (the SDK sends null, marked invalid): no usable value
+                value = record_metric(metric)  # NaN/inf (the SDK sends null): no usable value
                 note_report(t, life, step, now)  # its start-up, its speed, its last step
                 t.step = max(t.step, step)
                 t.furthest = max(t.furthest, step)
@@ -214,13 +216,15 @@ class TrialBook:
         )
         note_unreported_life(t, life, now, taken or t.stopping is not None)  # its start-up
         copied = None  # resumed at its last step from a checkpoint another copy of it saved:
-        if not (finished or taken or t.stopping):  # the copy's result (True), none (False)
+        if not (finished or taken or t.stopping):  # the copy's result, none, or awaited
             copied = settle(self, t, life, code, log_file, output, now)
-        finished = finished or bool(copied)
+        finished = finished or copied == "recovered"
         if finished:
             self._close_trial(t, "completed", now)
-        elif copied is not None:
+        elif copied == "lost":
             self._close_trial(t, "failed", now)
+        elif copied == "held":  # waits, not launched, for the copy's report (resumed_end)
+            self._to_waiting(t)
         elif max(t.step, t.checkpoint_step) >= t.steps_total and not taken and not t.stopping:
             # its work is done, its result never reported: a relaunch would resume from a
             # checkpoint at its last step, report nothing again and pay for a second instance

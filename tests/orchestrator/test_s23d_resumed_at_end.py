@@ -172,12 +172,13 @@ def test_the_newest_copy_that_saved_the_last_step_is_the_one_read(tmp_path: Path
 def test_no_report_of_the_last_step_fails_the_trial_once_without_a_relaunch(
     tmp_path: Path,
 ) -> None:
-    """The copy saved step 6 but its report there is not in its events (a script that reports
-    after saving, its events cut short): the relaunch resumed there, and so would another."""
+    """The copy saved step 6 and said it was done, but its report there is not in its events
+    (a script that skips it): the relaunch resumed there, and so would another. (A copy that
+    has not said done is awaited first: test_s23i_copy_report_awaited.)"""
     book = Book(tmp_path)
     t = _relaunch(book)
     copy = [r for r in reports(1, STEPS) if not (r["type"] == "report" and r["step"] == 6)]
-    _write(book.run_dir / t.trial_id, 0, copy)
+    _write(book.run_dir / t.trial_id, 0, [*copy, DONE])
 
     ev = _exit(book, t)
 
