@@ -67,8 +67,9 @@ def check_cmd(
     for name in provider or []:
         provider_option(name)
     result = cloud.check(provider or None)
-    emit(result, json_out, _print_check)
-    if provider and not all(p["usable"] for p in result["providers"]):
+    unusable = bool(provider) and not all(p["usable"] for p in result["providers"])
+    emit(result, json_out, _print_check, outcome=1 if unusable else 0)
+    if unusable:
         raise typer.Exit(1)
 
 

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 import typer
 
 from spotwise.cli.options import DbOpt, JsonOpt
-from spotwise.cli.output import emit, json_text, keep_outcome
+from spotwise.cli.output import emit, json_text, keep_outcome, quiet_stdout
 from spotwise.errors import SpotwiseError
 
 SpecArg = Annotated[
@@ -128,7 +128,10 @@ def _run_live(run: Any, json_out: bool) -> None:
             summary = tune_json(run())  # every key docs/json.md lists, null or [] when none
         except SpotwiseError as e:
             if e.job_id:  # recorded before it failed: a script learns which job to resume
-                print(json_text({"job_id": e.job_id, "state": "failed", "error": str(e)}))
+                try:
+                    print(json_text({"job_id": e.job_id, "state": "failed", "error": str(e)}))
+                except BrokenPipeError:  # no reader: the error's own line and code still go
+                    quiet_stdout()
             raise
     else:
         with LiveJob() as live:
@@ -277,11 +280,15 @@ def cancel(
     from spotwise.job_rows import cancel_json
 
     out: dict[str, Any] = cancel_json(jobs.cancel(job, db=db, force=force))  # docs/json.md
-    emit(out, json_out, lambda o: typer.echo(f"{o['job_id']}: {o['state']} — {o['message']}"))
+    code = 0
     if out.get("open_instances") or out.get("stopping"):  # may still be billed, or running
-        raise typer.Exit(1)
-    if out.get("not_ours"):  # done; instances with its tags it did not launch run on
-        raise typer.Exit(EXIT_NOT_OURS)
+        code = 1
+    elif out.get("not_ours"):  # done; instances with its tags it did not launch run on
+        code = EXIT_NOT_OURS
+    say = lambda o: typer.echo(f"{o['job_id']}: {o['state']} — {o['message']}")  # noqa: E731
+    emit(out, json_out, say, outcome=code)  # a closed pipe does not hide the code
+    if code:
+        raise typer.Exit(code)
 
 
 def register(app: typer.Typer) -> None:

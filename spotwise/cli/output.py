@@ -66,7 +66,7 @@ def keep_outcome(outcome: int) -> Iterator[None]:
     except BrokenPipeError:
         if not outcome:
             raise
-        _quiet_stdout()
+        quiet_stdout()
     except SystemExit as e:  # rich's Console.on_broken_pipe (it points stdout at /dev/null)
         if not outcome or e.code != 1:
             raise
@@ -76,7 +76,7 @@ def keep_outcome(outcome: int) -> Iterator[None]:
     raise typer.Exit(outcome)
 
 
-def _quiet_stdout() -> None:
+def quiet_stdout() -> None:
     """Point stdout at /dev/null: the interpreter's last flush would fail again (exit 120)."""
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, sys.stdout.fileno())

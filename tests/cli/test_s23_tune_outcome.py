@@ -99,3 +99,72 @@ def test_what_the_job_did_outlives_a_closed_pipe(
     cut = _run(summary, args, tmp_path, closed=True)
     assert cut.returncode == code, cut.stderr
     assert b"Traceback" not in cut.stderr and b"Exception ignored" not in cut.stderr
+
+
+def test_a_failure_after_the_job_was_recorded_keeps_its_line_and_code_behind_a_closed_pipe(
+    tmp_path: Path,
+) -> None:
+    """Printing the job's id into a closed pipe raised a BrokenPipeError that replaced the
+    database error: exit 141 and no error line (review-az AZ4)."""
+    done = _run(None, ["--json"], tmp_path, closed=True)
+    assert done.returncode == 5, done.stderr
+    assert done.stderr.decode().startswith("error: database error while updating instance")
+    assert b"Traceback" not in done.stderr and b"Exception ignored" not in done.stderr
+
+
+CANCEL = """
+import sys
+from spotwise import jobs
+jobs.cancel = lambda job, **_: {{"job_id": "j-1", "state": "cancelled", "cancelled": True,
+                                **{found!r}, "message": "x" * 200000}}
+from spotwise.cli.app import main
+sys.argv = ["spotwise", "cancel", "j-1", *{args!r}]
+main()
+"""
+
+
+@pytest.mark.parametrize(
+    ("found", "code"),
+    [({"open_instances": ["i-1"]}, 1), ({"stopping": True}, 1), ({"not_ours": ["i-2"]}, 4)],
+)
+@pytest.mark.parametrize("args", [[], ["--json"]])
+def test_cancel_keeps_what_it_found_behind_a_closed_pipe(
+    tmp_path: Path, found: dict[str, object], code: int, args: list[str]
+) -> None:
+    """`spotwise cancel | head`: an instance that may still be billed (1) or one not ours (4)
+    exited 141 (review-az AZ4)."""
+    env = {**os.environ, "SPOTWISE_HOME": str(tmp_path / "home"), "PYTHONPATH": str(ROOT)}
+    cmd = [sys.executable, "-c", CANCEL.format(found=found, args=args)]
+    whole = subprocess.run(cmd, env=env, capture_output=True, check=False, timeout=120)
+    assert whole.returncode == code, whole.stderr
+    r, w = os.pipe()
+    os.close(r)
+    try:
+        cut = subprocess.run(cmd, env=env, stdout=w, stderr=subprocess.PIPE, check=False)
+    finally:
+        os.close(w)
+    assert cut.returncode == code, cut.stderr
+
+
+def test_check_of_an_unusable_provider_keeps_its_1_behind_a_closed_pipe(tmp_path: Path) -> None:
+    """`spotwise check --provider aws | head` with no AWS credentials: 1 (not usable), not 141."""
+    env = {
+        **os.environ,
+        "SPOTWISE_HOME": str(tmp_path / "home"),
+        "PYTHONPATH": str(ROOT),
+        "AWS_CONFIG_FILE": str(tmp_path / "none"),
+        "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "none"),
+        "AWS_EC2_METADATA_DISABLED": "true",
+    }
+    for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        env.pop(key, None)
+    cmd = [sys.executable, "-m", "spotwise.cli.app", "check", "--provider", "aws"]
+    whole = subprocess.run(cmd, env=env, capture_output=True, check=False, timeout=120)
+    assert whole.returncode == 1, whole.stderr
+    r, w = os.pipe()
+    os.close(r)
+    try:
+        cut = subprocess.run(cmd, env=env, stdout=w, stderr=subprocess.PIPE, check=False)
+    finally:
+        os.close(w)
+    assert cut.returncode == 1, cut.stderr
