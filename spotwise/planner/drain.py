@@ -65,6 +65,14 @@ class Drain(LaunchCleanup):
         found: dict[str, FailedBill] = self.__dict__.setdefault("_failed_bills", {})
         return found
 
+    @property
+    def closed_elsewhere(self) -> set[str]:
+        """Instance ids of lives whose record another process closed and billed before this
+        one's bill (`spotwise cancel --force` of a frozen orchestrator): :meth:`_bill` took
+        that bill as the life's; it confirmed the instance gone, so it is no leftover."""
+        found: set[str] = self.__dict__.setdefault("_closed_elsewhere", set())
+        return found
+
     # ---- ending -------------------------------------------------------------------------
     def _drain(self, backend: Backend) -> Exception | None:
         """Leave no instance behind: wait a while for the lives a notice is taking, terminate
@@ -188,7 +196,7 @@ class Drain(LaunchCleanup):
                 except Exception as e:
                     log.error("%s: billing %s failed: %s", self.job_id, iid, e, exc_info=e)
                 self.lives.pop(iid, None)
-                if iid not in self.leftover_ids:
+                if iid not in self.leftover_ids and iid not in self.closed_elsewhere:
                     self.leftover_ids.append(iid)
 
     def _terminate_running(self, backend: Backend, now: float) -> None:

@@ -14,7 +14,7 @@ import logging
 import time
 from typing import Any
 
-from spotwise.errors import ProviderError
+from spotwise.errors import ProviderError, StoreError
 from spotwise.planner.drain import STOP_TIMEOUT_WALL_S, Drain, FailedBill
 from spotwise.planner.launch_cleanup import (
     RELEASE_RETRY_WALL_S,
@@ -27,6 +27,7 @@ from spotwise.planner.policy import Event
 from spotwise.planner.report import life_cost, release_is_cheaper, running_reference
 from spotwise.planner.runstate import Life, TrialRun, note_wind_down
 from spotwise.providers.base import Instance, InstanceState
+from spotwise.store.models import TERMINAL_INSTANCE_STATES, InstanceRow
 
 __all__ = [
     "RELEASE_RETRY_WALL_S",
@@ -41,6 +42,7 @@ __all__ = [
 
 log = logging.getLogger("spotwise.planner")
 RELEASE_TRIES = 4  # refusals before the job stops waiting; the drain tries once more, then reports
+WRITE_TRIES = 8  # compare-and-set writes of a life's bill lost to another process's, then raise
 
 
 class Ledger(Drain):
@@ -99,24 +101,26 @@ class Ledger(Drain):
             if released
             else ("completed" if t.state == "completed" else "stopped")
         )
-        bill = {"cost_usd": cost, "on_demand_cost_usd": od, "market_seconds": seconds}
+        bill: dict[str, Any] = {
+            "cost_usd": cost,
+            "on_demand_cost_usd": od,
+            "market_seconds": seconds,
+        }
+        if state is InstanceState.RUNNING:
+            bill["end_reason"] = "not terminated"
+        else:
+            bill |= {"state": state.value, "ended_at": time.time(), "end_reason": reason}
         failed = self.failed_bills
         try:
-            if state is InstanceState.RUNNING:
-                self.store.update_instance(life.launch_id, end_reason="not terminated", **bill)
-            else:
-                self.store.update_instance(
-                    life.launch_id,
-                    state=state.value,
-                    ended_at=time.time(),
-                    end_reason=reason,
-                    **bill,
-                )
+            closed = self._write_open(life, **bill)  # only while the record is open
         except Exception:
             failed[life.instance_id] = FailedBill(state, ended_at, released)
             raise
         failed.pop(life.instance_id, None)
         self.lives.pop(life.instance_id, None)
+        if closed is not None:  # another process closed and billed it: its bill is the life's
+            self._billed_elsewhere(t, life, closed, ended_at)
+            return
         t.cost_usd += cost
         t.on_demand_cost_usd += od
         self.spent_usd += cost
@@ -134,6 +138,59 @@ class Ledger(Drain):
                     seconds=wound,
                 )
         self.store.update_trial(t.trial_id, cost_usd=t.cost_usd, revocations=t.revocations)
+
+    def _write_open(self, life: Life, **fields: Any) -> InstanceRow | None:
+        """Write ``fields`` (the life's bill, and its close) to its record only while the
+        record is open, each write a compare-and-set on the record as read
+        (:meth:`~spotwise.store.bills.BillWrites.rebill_instance_if_unchanged`); None: written.
+        A record another process closed first (`spotwise cancel --force` while this process
+        was frozen past the heartbeat's 90 s: it terminated the life and billed it) is
+        returned as that process wrote it, untouched: a plain update wrote this bill over its
+        own (s23 helper G, "noticed").  A record another process changed but left open (a
+        cancel that learnt its instance) is read again and written on that."""
+        for _ in range(WRITE_TRIES):
+            seen = self.store.get_instance(life.launch_id)
+            if seen.state in TERMINAL_INSTANCE_STATES:
+                return seen
+            if self.store.rebill_instance_if_unchanged(seen, **fields) is not None:
+                return None
+        raise StoreError(
+            f"instance record {life.launch_id!r} kept changing under job {self.job_id}'s "
+            f"bill ({WRITE_TRIES} tries): `spotwise cancel {self.job_id}` bills it"
+        )
+
+    def _billed_elsewhere(self, t: TrialRun, life: Life, row: InstanceRow, ended: float) -> None:
+        """Take the bill another process wrote when it closed ``life``'s record as the life's:
+        counted once in the job's totals (the job's cost stays its records' sum), the trial's
+        cost its lives' sum again, the instance no leftover (that process confirmed it gone);
+        logged and a ``billed_elsewhere`` event."""
+        self.closed_elsewhere.add(life.instance_id)
+        if life.instance_id in self.leftover_ids:
+            self.leftover_ids.remove(life.instance_id)
+        cost, od = float(row.cost_usd or 0.0), float(row.on_demand_cost_usd or 0.0)
+        self.spent_usd += cost
+        self.on_demand_usd += od
+        t.on_demand_cost_usd += od
+        t.cost_usd = self.store.update_trial_cost_to_lives(t.trial_id)
+        self.store.update_trial(t.trial_id, revocations=t.revocations)
+        log.warning(
+            "%s: instance record %s (trial %s) was closed by another process (%s, $%.6f): "
+            "its bill is kept, not written over",
+            self.job_id,
+            life.launch_id,
+            t.trial_id,
+            row.end_reason,
+            cost,
+        )
+        self.store.add_event(
+            self.job_id,
+            "billed_elsewhere",
+            ended,
+            trial_id=t.trial_id,
+            instance_id=life.launch_id,
+            cost_usd=cost,
+            end_reason=row.end_reason,
+        )
 
     def _running_cost(self, now: float) -> float:
         """What the lives not billed yet cost up to ``now``, as their bills will count them: a

@@ -21,8 +21,10 @@ into the orchestrator's starting state.
   stays paused, on a cloud, until its pause ends (:mod:`spotwise.planner.lasting_refusals`).
 
 Refused, with nothing written: a job that is not finished (still running, or its
-orchestrator died and `spotwise cancel` has not closed it), one whose records still hold an
-instance (it may still be billed, or still be running a trial), one with nothing left to run,
+orchestrator died and `spotwise cancel` has not closed it), one marked ended whose live
+orchestrator has not written its end yet (a cancel's request it is still draining: no
+``ended_at``, a fresh heartbeat), one whose records still hold an instance (it may still be
+billed, or still be running a trial), one with nothing left to run,
 one whose budget is spent, one whose command folder is gone. Only this module's
 :meth:`ResumePlan.claim` writes, and only after the market accepted the spec.
 """
@@ -36,9 +38,10 @@ from pathlib import Path
 from typing import Any
 
 from spotwise.errors import ConfigError, SpecError
+from spotwise.liveness import alive_beat
 from spotwise.planner.lasting_refusals import LastingRefusals, read_lasting_refusals
 from spotwise.planner.policy import INVALID_METRIC, Phase
-from spotwise.planner.resume_broken import command_killed
+from spotwise.planner.resume_broken import command_killed, endings
 from spotwise.planner.runstate import (
     CHECKPOINT_SAVES_KEPT,
     LIMITS,
@@ -135,6 +138,13 @@ def plan_resume(
     state = JobState(job.state)
     if not state.is_terminal():
         raise ConfigError(f"job {job.id} is {state.value}: only a finished job can be resumed")
+    if job.ended_at is None and (age := alive_beat(job)) is not None:
+        # a cancel's request heard by a live orchestrator (here or on another machine), still
+        # draining: past its last bill, before its end's write, a resume took the job over
+        raise ConfigError(
+            f"job {job.id} is {state.value} but its orchestrator is still closing it (heartbeat "
+            f"{age:.0f} s old): wait until `spotwise status {job.id}` shows it ended, then resume"
+        )
     held = store.list_instances(job.id, active_only=True)
     if held:
         ids = ", ".join(r.provider_instance_id or r.id for r in held)
@@ -228,7 +238,7 @@ def _read_trials(
     launches: dict[str, list[Any]] = {}
     for r in store.list_instances(job_id):
         launches.setdefault(r.trial_id, []).append(r)
-    stopped_for, crashed = _endings(store, job_id)
+    stopped_for, crashed = endings(store, job_id)
     events = store.events(job_id)
     launched = {e.instance_id: e for e in events if e.kind == "launch"}
     rows = store.list_trials(job_id)
@@ -283,32 +293,9 @@ def _measures(store: Any, job_id: str, trials: list[TrialRun]) -> None:
 
 def stop_reasons(store: Any, job_id: str) -> dict[str, str]:
     """Why each trial stopped early stands stopped: the policy's name, ``budget``, ``deadline``
-    or ``invalid metric`` (:func:`_endings`), for `spotwise trials`."""
-    return _endings(store, job_id)[0]
-
-
-def _endings(store: Any, job_id: str) -> tuple[dict[str, str], set[str]]:
-    """From the job's events: why each trial was stopped early, by its first stop in the run
-    that stopped it (a limit reaching it later does not count; a resume that queued it again
-    forgets the earlier run's), and which trials' last failure was their own process's (an
-    exit code; not an instance that vanished)."""
-    stops = store.events(job_id, kind="stop_early")
-    resumes = store.events(job_id, kind="resumed")
-    stopped_for: dict[str, str] = {}
-    for e in sorted([*stops, *resumes], key=lambda e: e.id or 0):
-        if e.kind == "resumed":
-            for tid in e.detail.get("requeued", []):
-                stopped_for.pop(tid, None)
-        elif e.trial_id is not None:
-            stopped_for.setdefault(e.trial_id, str(e.detail.get("reason")))
-    crashed: set[str] = set()
-    for e in store.events(job_id, kind="error"):  # in order: the last one of a trial decides
-        if e.trial_id is not None and "exit_code" in e.detail:
-            if e.detail["exit_code"] is None:
-                crashed.discard(e.trial_id)
-            else:
-                crashed.add(e.trial_id)
-    return stopped_for, crashed
+    or ``invalid metric`` (:func:`~spotwise.planner.resume_broken.endings`), for `spotwise
+    trials`."""
+    return endings(store, job_id)[0]
 
 
 def _timing(

@@ -17,6 +17,9 @@ A failed trial qualifies when, all read from the store:
   of a life launched in that run; one whose life cannot be placed counts in every run);
 * it made no progress itself in that run: its step and checkpoint are where its first launch
   of that run resumed it (a NaN report or a checkpoint at its last step shows the command ran).
+
+Which trials' last failure was their own process's, and why each stopped early trial stopped,
+are read from the job's events by :func:`endings` (`spotwise trials` shows the reasons).
 """
 
 from __future__ import annotations
@@ -78,3 +81,27 @@ def command_killed(
             if row.step <= start and row.checkpoint_step <= start:
                 killed.add(row.id)
     return killed
+
+
+def endings(store: Any, job_id: str) -> tuple[dict[str, str], set[str]]:
+    """From the job's events: why each trial was stopped early, by its first stop in the run
+    that stopped it (a limit reaching it later does not count; a resume that queued it again
+    forgets the earlier run's), and which trials' last failure was their own process's (an
+    exit code; not an instance that vanished)."""
+    stops = store.events(job_id, kind="stop_early")
+    resumes = store.events(job_id, kind="resumed")
+    stopped_for: dict[str, str] = {}
+    for e in sorted([*stops, *resumes], key=lambda e: e.id or 0):
+        if e.kind == "resumed":
+            for tid in e.detail.get("requeued", []):
+                stopped_for.pop(tid, None)
+        elif e.trial_id is not None:
+            stopped_for.setdefault(e.trial_id, str(e.detail.get("reason")))
+    crashed: set[str] = set()
+    for e in store.events(job_id, kind="error"):  # in order: the last one of a trial decides
+        if e.trial_id is not None and "exit_code" in e.detail:
+            if e.detail["exit_code"] is None:
+                crashed.discard(e.trial_id)
+            else:
+                crashed.add(e.trial_id)
+    return stopped_for, crashed

@@ -12,6 +12,7 @@ no minimum: its projections are the old ones to the bit.
 from __future__ import annotations
 
 import dataclasses
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -142,8 +143,16 @@ def test_a_billed_life_that_the_market_took_measures_no_wind_down() -> None:
                 WindingMarket().backend(), rules={"aws": rule_for("aws")}
             )
             self.job_id = "j-a"
+            open_row = SimpleNamespace(state="running")  # the life's record, still open
             self.store = type(
-                "S", (), {"update_instance": _no, "update_trial": _no, "add_event": _no}
+                "S",
+                (),
+                {
+                    "get_instance": lambda s, launch_id: open_row,
+                    "rebill_instance_if_unchanged": lambda s, seen, **kw: seen,
+                    "update_trial": _no,
+                    "add_event": _no,
+                },
             )()
 
     book = Book()

@@ -219,15 +219,15 @@ def test_a_bill_that_fails_for_one_life_does_not_leave_the_others_unbilled(
     second is billed all the same, and no life is a leftover (the provider confirmed both)."""
     book = _book(tmp_path)
     book.live(0), book.live(1)
-    real = book.store.update_instance
+    real = book.store.rebill_instance_if_unchanged  # the bill's write: a compare-and-set
     locked = RuntimeError("database is locked")
 
-    def update_instance(launch_id: str, **fields: Any) -> Any:
-        if launch_id == "l-0":
+    def rebill(seen: Any, **fields: Any) -> Any:
+        if seen.id == "l-0":
             raise locked
-        return real(launch_id, **fields)
+        return real(seen, **fields)
 
-    monkeypatch.setattr(book.store, "update_instance", update_instance)
+    monkeypatch.setattr(book.store, "rebill_instance_if_unchanged", rebill)
 
     assert book._drain(book.backend) is locked  # type: ignore[arg-type]
     assert book.prov.terminated == [["i-0", "i-1"]] and book.leftovers() == []

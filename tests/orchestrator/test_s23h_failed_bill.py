@@ -24,18 +24,19 @@ REVOKED_AT = 1302.0  # market s after launch: within AWS's free first hour
 
 
 def _fail_once(book: Book, launch_id: str) -> list[str]:
-    """The store's ``update_instance`` raises once for ``launch_id`` (a lock past its wait)."""
-    real, failed = book.store.update_instance, []
+    """The bill's write (the store's compare-and-set of an open record) raises once for
+    ``launch_id`` (a lock past its wait)."""
+    real, failed = book.store.rebill_instance_if_unchanged, []
 
-    def update_instance(instance_id: str, **fields: Any) -> Any:
-        if instance_id == launch_id and not failed:
-            failed.append(instance_id)
+    def rebill(seen: Any, **fields: Any) -> Any:
+        if seen.id == launch_id and not failed:
+            failed.append(seen.id)
             raise StoreError(
-                f"database error while updating instance {instance_id!r}: database is locked"
+                f"database error while updating instance {seen.id!r}: database is locked"
             )
-        return real(instance_id, **fields)
+        return real(seen, **fields)
 
-    book.store.update_instance = update_instance  # type: ignore[method-assign]
+    book.store.rebill_instance_if_unchanged = rebill  # type: ignore[method-assign]
     return failed
 
 
@@ -81,16 +82,16 @@ def test_an_ended_life_whose_bill_fails_again_is_still_closed_by_the_drains_term
     assert t.life is not None
     t.life.exited = True
     book.prov.running.discard("i-0")
-    real = book.store.update_instance
+    real = book.store.rebill_instance_if_unchanged
     calls: list[dict[str, Any]] = []
 
-    def locked_until_open(instance_id: str, **fields: Any) -> Any:
+    def locked_until_open(seen: Any, **fields: Any) -> Any:
         calls.append(fields)
         if len(calls) <= 2:  # the loop's write and the drain's first retry
             raise StoreError("database error while updating instance: database is locked")
-        return real(instance_id, **fields)
+        return real(seen, **fields)
 
-    book.store.update_instance = locked_until_open  # type: ignore[method-assign]
+    book.store.rebill_instance_if_unchanged = locked_until_open  # type: ignore[method-assign]
     ended = Instance("i-0", t.life.offer, InstanceState.TERMINATED, ended_at=50.0)
     with pytest.raises(StoreError):
         book._settle_lives({"i-0": ended}, 60.0)
