@@ -49,8 +49,8 @@ def tune(
     recorded), when every trial failed, when no trial has a final metric (a budget, deadline
     or the end of a replayed market's trace left none; trials never reported their last step,
     or ended on NaN), or when an instance could not be terminated at the end (it may still be
-    billed: `spotwise cancel JOB` retries); 130 when the job was cancelled (Ctrl-C or
-    `spotwise cancel`); otherwise 4 when
+    billed: `spotwise cancel JOB` retries); 130 when the job was cancelled (Ctrl-C,
+    SIGTERM, a closed terminal, or `spotwise cancel`); otherwise 4 when
     instances carrying the job's tags that it did not launch were left running (listed as
     not launched by it: left alone). 5 when the database failed (corrupt, locked past 30 s,
     a schema from a newer spotwise): the job tries to release what it launched, but check

@@ -11,6 +11,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from spotwise.cli import stdout_gone
 from spotwise.cli.output import fit, listing
 from spotwise.job_rows import quiet_note
 
@@ -130,19 +131,24 @@ class LiveJob:
         return self  # the display starts with the first snapshot: a rejected spec draws nothing
 
     def __exit__(self, *exc: object) -> None:
-        if self.started:
-            self.live.__exit__(None, None, None)
+        if self.started:  # its last picture: stdout gone (a closed terminal) is no error here
+            with stdout_gone.drawing():
+                self.live.__exit__(None, None, None)
 
     def update(self, snap: dict[str, Any]) -> None:
-        if not self.started:
-            self.live.__enter__()
-            self.started = True
-        t = live_table(snap, console.width)
-        self.progress.update(self.task, total=snap["total"], completed=snap["progress"])
-        self.live.update(Group(t, self.progress))
+        if stdout_gone.gone:
+            return  # no one to draw for: the job runs on
+        with stdout_gone.drawing():
+            if not self.started:
+                self.started = True
+                self.live.__enter__()
+            t = live_table(snap, console.width)
+            self.progress.update(self.task, total=snap["total"], completed=snap["progress"])
+            self.live.update(Group(t, self.progress))
 
 
 def print_summary(s: dict[str, Any]) -> None:
+    stdout_gone.raise_if_gone()  # as a write to a closed pipe ends (the job's code is kept)
     best = s.get("best")
     console.print(
         f"\n[bold]job {s['job_id']}[/] {_state(s['state'])} in {s['wall_seconds']:.1f} s "

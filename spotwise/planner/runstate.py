@@ -7,14 +7,14 @@ from __future__ import annotations
 import json
 import math
 import os
-import signal
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from spotwise.planner.policy import OfferView, Phase, PlannerView, TrialView
+from spotwise.planner.signals import on_signals as on_signals  # importable from here too
 from spotwise.planner.speeds import step_seconds
 from spotwise.planner.startup_floor import note_unreported_life as note_unreported_life
 from spotwise.planner.startup_floor import startup_floor_s
@@ -369,22 +369,6 @@ def write_control(path: Path, checkpoint_every: int) -> None:
 def trial_argv(command: list[str]) -> tuple[str, ...]:
     """The trial's argv; a bare ``python`` first means the interpreter running spotwise."""
     return tuple(sys.executable if a == "python" and i == 0 else a for i, a in enumerate(command))
-
-
-def on_signals(callback: Callable[[], None]) -> Callable[[], None]:
-    """Route SIGINT/SIGTERM to ``callback`` (main thread only); returns the restorer."""
-    old: dict[int, Any] = {}
-    try:
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            old[sig] = signal.signal(sig, lambda signum, frame: callback())
-    except ValueError:  # not the main thread: leave signals alone
-        pass
-
-    def restore() -> None:
-        for sig, handler in old.items():
-            signal.signal(sig, handler)
-
-    return restore
 
 
 def default_run_root() -> Path:
