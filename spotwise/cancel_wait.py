@@ -1,13 +1,14 @@
 """How `spotwise cancel` waits for a running job's orchestrator it asked to stop (SIGTERM
 here, a request written to the job's row for one on another machine: review-ax AX1), and
-what it answers. Split from :mod:`spotwise.jobs` so that each file stays readable."""
+what it answers, or why it refuses a job asked to stop that has not answered. Split from
+:mod:`spotwise.jobs` so that each file stays readable."""
 
 from __future__ import annotations
 
 import time
 from typing import Any
 
-from spotwise.liveness import age_text, where_text
+from spotwise.liveness import age_text, hidden_text, stale_heartbeat_s, where_text
 from spotwise.release_text import not_ours_text
 
 
@@ -58,3 +59,29 @@ def await_stop(
         **({"open_instances": held} if held else {}),
         "message": f"{asked} checkpointed and stopped every trial" + still + not_ours_text(left),
     }
+
+
+def unanswered(job: Any, where: str) -> tuple[str, str]:
+    """Why a cancel of a job asked to stop, whose orchestrator has not ended it and has been
+    silent too long, is refused (`--force` closes it), and the hint."""
+    age, alive = age_text(job), f"{stale_heartbeat_s():g} s"
+    if where == "hidden":
+        return (
+            hidden_text(job) + f"; it was asked to stop and has not ended the job (its "
+            f"heartbeat is {age}: alive under {alive})",
+            f"`spotwise cancel --force {job.id}` if it is not the orchestrator (that closes "
+            "the job and releases its instances)",
+        )
+    return (
+        f"job {job.id} was asked to stop and its orchestrator on {where_text(job)} (pid "
+        f"{job.pid}) has not ended it: its heartbeat is {age} (alive under {alive})",
+        lost_hint(job) + " and closes the job",
+    )
+
+
+def lost_hint(job: Any) -> str:
+    """The hint of a cancel refused because the job's machine may be lost."""
+    return (
+        f"if that machine is lost, `spotwise cancel --force {job.id}` releases the job's "
+        "instances from here"
+    )

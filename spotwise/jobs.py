@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from spotwise.cancel_wait import await_stop
+from spotwise.cancel_wait import await_stop, lost_hint, unanswered
 from spotwise.errors import ConfigError, NotFoundError, SpecError, StoreError
 from spotwise.job_facts import budget_of, simulated
 from spotwise.job_rows import last_active
@@ -24,12 +24,12 @@ from spotwise.job_rows import spec_order as _spec_order
 from spotwise.job_rows import trial_dict as _trial_dict
 from spotwise.job_rows import with_orchestrator as _with_orchestrator
 from spotwise.liveness import (
-    STALE_HEARTBEAT_S,
     age_text,
     alive_beat,
     hidden_text,
     not_finished_text,
     orchestrator_state,
+    stale_heartbeat_s,
     where_text,
 )
 from spotwise.release import _release
@@ -94,13 +94,19 @@ def _stored_dollars(store: Any, job_id: str | None) -> dict[str, float]:
     """The job's dollars as its row holds them, as `status` and `report` give them: not
     rounded (review-af F8: the summary's were rounded to 6 places, so a script comparing
     `tune --json` with `status --json` saw two costs for one job). Nothing when the row
-    cannot be read: the summary's own then stand."""
+    cannot be read, or names another orchestrator: the summary's own then stand."""
     try:
         job = store.get_job(job_id) if job_id else None
     except (NotFoundError, StoreError):
         return {}
-    if job is None:
-        return {}
+    import socket
+
+    if (
+        job is None
+        or job.pid not in (None, os.getpid())
+        or job.host not in (None, socket.gethostname())
+    ):
+        return {}  # another process took the job over: its row is not this run's (AZ5)
     return {"cost_usd": job.cost_usd, "on_demand_cost_usd": job.on_demand_cost_usd}
 
 
@@ -262,11 +268,17 @@ def _cancel(store: Any, job: Any, wait_s: float, force: bool) -> dict[str, Any] 
     state = job.state.value if hasattr(job.state, "value") else job.state
     where = orchestrator_state(job)
     beat = alive_beat(job)
+    if state == "cancelled" and job.ended_at is None:  # asked to stop: no end written yet
+        if beat is not None or where == "here":  # its orchestrator is still stopping
+            return await_stop(store, job, wait_s, None, where == "elsewhere")
+        if where in ("elsewhere", "hidden") and not force:  # lost, or only silent: say which
+            said, hint = unanswered(job, where)
+            raise ConfigError(said, hint=hint)
+        # its orchestrator died before it heard the request (review-az AZ1): closed as any
+        # dead orchestrator's job, its end written only over the request
+        return _close_dead(store, job, {"state": state, "ended_at": None})
     if job.state.is_terminal():
         out = {"job_id": job.id, "state": state, "cancelled": False}
-        if state == "cancelled" and job.ended_at is None and beat is not None:
-            # an earlier cancel asked it to stop, and its orchestrator is still stopping
-            return await_stop(store, job, wait_s, None, where == "elsewhere")
         if not store.list_instances(job.id, active_only=True):
             # an instance can outlive its records: a cloud is asked what is left
             return {**out, **sweep_finished(store, job, state)}
@@ -285,15 +297,14 @@ def _cancel(store: Any, job: Any, wait_s: float, force: bool) -> dict[str, Any] 
             f"{where_text(job) if where == 'elsewhere' else 'this machine'}: run `spotwise "
             f"cancel {job.id}`, which asks it to stop",
             hint=f"--force is for a lost machine: it is refused until the heartbeat is "
-            f"{STALE_HEARTBEAT_S:g} s old",
+            f"{stale_heartbeat_s():g} s old (longer than a write may wait out a database lock)",
         )
     if where == "elsewhere" and not force:
         if beat is None:  # no word from it for long: its machine may be lost
             raise ConfigError(
                 f"job {job.id} runs on {where_text(job)} (pid {job.pid}): run `spotwise cancel "
                 f"{job.id}` there (its heartbeat is {age_text(job)}: none asks it from here)",
-                hint=f"if that machine is lost, `spotwise cancel --force {job.id}` releases "
-                "the job's instances from here",
+                hint=lost_hint(job),
             )
         seen, _ = not_ours_since(store, job.id)
         if not store.update_job_if(job.id, [state], state="cancelled", ended_at=None):
@@ -317,6 +328,14 @@ def _cancel(store: Any, job: Any, wait_s: float, force: bool) -> dict[str, Any] 
                 hint="`sudo -u USER spotwise cancel JOB` with the same --db",
             ) from None
         return await_stop(store, job, wait_s, seen, remote=False, end=False)
+    return _close_dead(store, job, {"state": state})
+
+
+def _close_dead(store: Any, job: Any, expected: dict[str, Any]) -> dict[str, Any] | None:
+    """Close the job of an orchestrator that is gone: its finished trials completed, its best
+    trial, its end (``cancelled``, written only while the row still holds ``expected``), its
+    open trials cancelled, its records released up to when it was last alive; None when the
+    row changed since it was read."""
     # a trial that reported its last step's metric finished (its orchestrator died before
     # it saw the exit): completed with that metric, as its orchestrator would have recorded
     _complete_finished_trials(store, job)
@@ -328,15 +347,14 @@ def _cancel(store: Any, job: Any, wait_s: float, force: bool) -> dict[str, Any] 
     best = max(done, key=lambda t: (sign * (t.final_metric or 0.0), -t.number), default=None)
     # only over the state read: an end written since stays (review-ax AX5), and a live
     # orchestrator (pending: no pid yet) hears this cancel and stops
-    if not store.update_job_if(
-        job.id,
-        [state],
-        state="cancelled",
-        ended_at=time.time(),
-        error="cancelled after its orchestrator had exited",
-        best_trial_id=best.id if best else None,
-        best_metric=best.final_metric if best else None,
-    ):
+    end = {
+        "state": "cancelled",
+        "ended_at": time.time(),
+        "error": "cancelled after its orchestrator had exited",
+        "best_trial_id": best.id if best else None,
+        "best_metric": best.final_metric if best else None,
+    }
+    if not store.claim_job(job.id, expected, end):
         return None
     for t in trials:
         if not t.state.is_terminal():

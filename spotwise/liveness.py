@@ -7,12 +7,35 @@ import os
 from pathlib import Path
 from typing import Any
 
-#: Wall seconds past which a job's heartbeat (``heartbeat_at``) no longer says its orchestrator
-#: is alive: well above the 2 s totals' save that carries it, the 5 s heartbeat and the 30 s a
-#: store write may wait on a lock. Younger, `spotwise cancel --force` is refused (the job is
-#: alive on its machine: review-ax AX1) and a plain cancel of a job on another machine asks its
-#: orchestrator through the database.
-STALE_HEARTBEAT_S = 90.0
+#: Wall seconds added to the longest a live orchestrator can go without a heartbeat (one store
+#: write waiting out another process's lock: :func:`stale_heartbeat_s`): the 2 s totals' save
+#: that carries the heartbeat, the 5 s heartbeat of its own, a slow pass.
+HEARTBEAT_MARGIN_S = 60.0
+
+
+def stale_heartbeat_s() -> float:
+    """Wall seconds past which a job's heartbeat (``heartbeat_at``) no longer says its
+    orchestrator is alive: the longest one store write of a running job can wait on another
+    process's lock (its patience, :data:`~spotwise.store.records.LOCK_PATIENCE_S`, plus the
+    busy timeout of the try that began just before it ran out, plus the pause between tries),
+    during which it writes no heartbeat, plus :data:`HEARTBEAT_MARGIN_S` (review-az AZ6: 90 s
+    was shorter than the 300 s patience, so a live orchestrator waiting out a lock looked lost
+    and `cancel --force` was let through). Younger, `spotwise cancel --force` is refused (the
+    job is alive on its machine: review-ax AX1) and a plain cancel of a job on another machine
+    asks its orchestrator through the database. Read from the store's constants when asked (as
+    :data:`STALE_HEARTBEAT_S`): importing the store here would load SQLAlchemy with the CLI."""
+    from spotwise.store.db import PG_LOCK_TIMEOUT_S, SQLITE_BUSY_TIMEOUT_S
+    from spotwise.store.records import LOCK_PATIENCE_S, LOCK_RETRY_PAUSE_S
+
+    one_try = max(SQLITE_BUSY_TIMEOUT_S, PG_LOCK_TIMEOUT_S)
+    return float(LOCK_PATIENCE_S + one_try + LOCK_RETRY_PAUSE_S + HEARTBEAT_MARGIN_S)
+
+
+def __getattr__(name: str) -> float:
+    """``STALE_HEARTBEAT_S``: :func:`stale_heartbeat_s` (391 s with the store's constants)."""
+    if name == "STALE_HEARTBEAT_S":
+        return stale_heartbeat_s()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def orchestrator_state(job: Any) -> str:
@@ -113,10 +136,10 @@ def heartbeat_age(job: Any, now: float | None = None) -> float | None:
 
 
 def alive_beat(job: Any, now: float | None = None) -> float | None:
-    """The heartbeat's age when it is fresh (under :data:`STALE_HEARTBEAT_S`): its orchestrator
+    """The heartbeat's age when it is fresh (under :func:`stale_heartbeat_s`): its orchestrator
     is alive, wherever it runs; else None."""
     age = heartbeat_age(job, now)
-    return age if age is not None and age < STALE_HEARTBEAT_S else None
+    return age if age is not None and age < stale_heartbeat_s() else None
 
 
 def age_text(job: Any) -> str:

@@ -246,7 +246,9 @@ def cancel(
             help="The job's orchestrator is recorded on another machine (or pid namespace) "
             "that is lost, or its pid is held by a process this user cannot inspect that is "
             "not it: release its instances from here anyway. Refused while the job's "
-            "heartbeat is under 90 s old (it is alive: a plain cancel asks it to stop).",
+            "heartbeat is under 391 s old (the database lock patience plus a margin: it is "
+            "alive; a plain cancel asks it to stop). Also closes a job asked to stop whose "
+            "orchestrator never answered, once its heartbeat is that stale.",
         ),
     ] = False,
     db: DbOpt = None,
@@ -254,7 +256,7 @@ def cancel(
 ) -> None:
     """Stop a running job: every trial checkpoints, every instance is released.
 
-    A job running on another machine sharing the database (its heartbeat under 90 s old) is
+    A job running on another machine sharing the database (its heartbeat under 391 s old) is
     asked through the database: its orchestrator sees the cancel within seconds, stops, and
     the cancel waits for its end. Also releases what a finished job's record still holds,
     and a job whose orchestrator died.
@@ -265,7 +267,7 @@ def cancel(
     not be listed, or its terminate was refused): it may still be billed; run it again to
     retry; or the orchestrator was still stopping when the wait ended. 2: refused, nothing
     done (its orchestrator runs on another machine or in another pid namespace with no
-    heartbeat for 90 s, or its pid is held by a process this user cannot inspect: see
+    heartbeat for 391 s, or its pid is held by a process this user cannot inspect: see
     --force; --force of a job whose heartbeat is fresh). 3: no such job (or a
     job-id prefix that matches several), or no database. 4: done, but instances carrying
     the job's tags that it did not launch were left running, each named in the answer (1

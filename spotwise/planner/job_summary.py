@@ -25,28 +25,55 @@ class JobSummary(Actions):
     resume: ResumePlan | None
     row_state: str = "pending"  # the job row's state as this run last wrote or read it
 
+    # the job row's pid, host and pid_start as this run wrote or found them: another's is a
+    # takeover (review-az AZ5); None: not known (the end is then written over the state alone)
+    owner: dict[str, Any] | None = None
+    taken_over: str = ""  # who took the job over from this run, once it has heard it
+
     def _start_row(self, pid: int, host: str, first: dict[str, Any]) -> None:
         """The job becomes ``running`` with this process's pid only while it is still
-        ``pending`` (compare-and-set): a cancel written since it was created or claimed, which
-        took its orchestrator for gone (no pid yet: review-ax AX5), is heard instead
+        ``pending`` and as this run left it (compare-and-set: no pid yet, or the pid its resume
+        claimed it with): a cancel written since it was created or claimed, which took its
+        orchestrator for gone (no pid yet: review-ax AX5), is heard instead
         (:meth:`_hear_cancel`) and the run stops at its first pass, launching nothing."""
         from spotwise.providers.local_records import process_start
 
         # a reused pid is not this process: see liveness.py
-        fields = {"state": "running", "pid": pid, "host": host, "pid_start": process_start(pid)}
-        if self.store.update_job_if(self.job_id, ["pending"], **fields, **first):
-            self.row_state = "running"
-        else:
-            self._hear_cancel()
+        me = {"pid": pid, "host": host, "pid_start": process_start(pid)}
+        before = me if self.resume else {"pid": None}  # a resume's claim wrote its pid
+        if self.store.claim_job(
+            self.job_id, {"state": "pending", **before}, {"state": "running", **me, **first}
+        ):
+            self.row_state, self.owner = "running", me
+            return
+        row = self.store.get_job(self.job_id)  # as found: a later change is another's
+        self.owner = {k: getattr(row, k) for k in ("pid", "host", "pid_start")}
+        self._hear_cancel()
 
     def _hear_cancel(self) -> None:
-        """Read the job's state (one small SELECT: with each totals' save, every ~2 wall s).
+        """Read the job's row (one small SELECT: with each totals' save, every ~2 wall s).
         A job another process closed (`spotwise cancel` from another machine, or a cancel that
         took this orchestrator for gone) is cancelled here as by Ctrl-C: its trials checkpoint
-        and stop, its drain bills each life once, `tune` exits 130 (review-ax AX1)."""
-        if self.cancelled:
+        and stop, its drain bills each life once, `tune` exits 130 (review-ax AX1). A job
+        another process took over (its pid or host in the row: a `spotwise resume` while this
+        run was stopping or frozen) is stopped the same way, but this run writes nothing more
+        to the job's row: its totals, heartbeat and end are the other's (review-az AZ5)."""
+        row = self.store.get_job(self.job_id)
+        theirs = {k: getattr(row, k) for k in ("pid", "host", "pid_start")}
+        if self.owner is not None and theirs != self.owner and not self.taken_over:
+            self.taken_over = f"pid {row.pid} on {row.host}"
+            log.warning(
+                "%s: another process (%s) took the job over (spotwise resume): this run stops "
+                "its trials (checkpointed), bills and releases what it launched, and leaves "
+                "the job's row to it",
+                self.job_id,
+                self.taken_over,
+            )
+            self.cancel_requested, self.heartbeat = True, None  # its heartbeat is the other's
+            return
+        if self.cancelled or self.taken_over:
             return  # the end's write reads the row again (:meth:`_finish_job`)
-        state = self.store.job_state(self.job_id)
+        state = row.state
         if not state.is_terminal():
             return
         if not self.cancel_requested:
@@ -57,6 +84,13 @@ class JobSummary(Actions):
                 state.value,
             )
         self.row_state, self.cancel_requested = state.value, True
+
+    def _save_and_hear(self, now: float) -> None:
+        """The running totals' save (it carries the heartbeat), after hearing a cancel or a
+        takeover: a run taken over writes nothing more to the job's row."""
+        self._hear_cancel()  # one written by another process (another machine's)
+        if not self.taken_over:
+            self._save_totals(now)  # `spotwise status` of a running job shows its spend
 
     def _totals(self) -> dict[str, float]:
         return {
@@ -74,6 +108,8 @@ class JobSummary(Actions):
         # the dollars as the job's row holds them (its records' sum: :meth:`_cost_to_records`),
         # so that `tune` and `status` give one figure
         dollars = {"cost_usd": job.cost_usd, "on_demand_cost_usd": job.on_demand_cost_usd}
+        if self.taken_over:  # the row is the other run's: this run's own, stopped as cancelled
+            state, dollars = "cancelled", {}
         totals = {**self._totals(), **dollars}
         out = summary(
             self.job_id, state, self.policy.name, self.trials, direction, totals, wall_seconds
@@ -96,7 +132,12 @@ class JobSummary(Actions):
                 "previous_state": self.resume.from_state.value,
                 "requeued_trials": [t.trial_id for t in self.resume.requeued],
             }
-        if job.error:
+        if self.taken_over:
+            out["error"] = (
+                f"another process ({self.taken_over}) took the job over while this run was "
+                f"running: this run stopped; see `spotwise status {self.job_id}`"
+            )
+        elif job.error:
             out["error"] = job.error
         if self.leftover_ids:  # the drain could not terminate them: `tune` exits non-zero
             out["leftover_instances"] = self.leftovers()
@@ -122,9 +163,10 @@ class JobSummary(Actions):
 
     def _finish_job(self, state: str, error: str | None) -> None:
         """The job's end: written only over the state this run last knew (``running``, or the
-        ``cancelled`` it heard: compare-and-set). A job another process closed since keeps its
-        state (a cancel is never overwritten by an end: review-ax AX1), and takes the end's
-        time, error and totals."""
+        ``cancelled`` it heard) and while the row still names this run's orchestrator
+        (compare-and-set). A job another process closed since keeps its state (a cancel is
+        never overwritten by an end: review-ax AX1), and takes the end's time, error and
+        totals; a job another process took over is left to it (review-az AZ5)."""
         best = best_trial(self.trials, self.spec.metric.direction)
         fields: dict[str, Any] = {
             "ended_at": time.time(),
@@ -133,14 +175,22 @@ class JobSummary(Actions):
             "best_metric": best.final_metric if best else None,
             **self._totals(),
         }
-        if self.store.update_job_if(self.job_id, [self.row_state], state=state, **fields):
+        own = self.owner or {}
+        if not self.taken_over and self.store.claim_job(
+            self.job_id, {"state": self.row_state, **own}, {"state": state, **fields}
+        ):
             return
         now = self.store.job_state(self.job_id)
-        if now.is_terminal() and self.store.update_job_if(self.job_id, [now], **fields):
+        ended = now.is_terminal() and not self.taken_over
+        if ended and self.store.claim_job(self.job_id, {"state": now, **own}, fields):
             log.warning("%s: marked %s by another process as it ended", self.job_id, now.value)
             return
         log.warning(
-            "%s: its row changed to %s: its end (%s) was not written", self.job_id, now.value, state
+            "%s: its row changed to %s%s: its end (%s) was not written",
+            self.job_id,
+            now.value,
+            f" (taken over by {self.taken_over})" if self.taken_over else "",
+            state,
         )
 
     def _cost_to_records(self) -> None:
@@ -152,7 +202,10 @@ class JobSummary(Actions):
         cancel's sum (s20 report_G case (a)); each trial's cost becomes its lives' sum first,
         for the same reason (a resumed trial's bills wrote its own count over it). Only where
         the run and its drain ended without a failure: a record write that failed after its
-        bill was counted (case (b)) leaves the run's own count, then the better figure."""
+        bill was counted (case (b)) leaves the run's own count, then the better figure. Not
+        for a run another process took over: the job's row and trials are the other's."""
+        if self.taken_over:
+            return
         for t in self.trials:
             t.cost_usd = self.store.update_trial_cost_to_lives(t.trial_id)
         job = self.store.update_job_cost_to_records(self.job_id)

@@ -179,14 +179,16 @@ class Orchestrator(NoWord):
         finally:
             # a step of it that failed (a trial it could not close, a bug, the store) is
             # logged and an event, and the job still ends, failed, its error naming the step
-            closing = self._drain(backend)
-            restore()
-            if closing is not None:
-                said = self.drain_error(closing)
-                state, error = "failed", said if error is None else f"{error}; {said}"
-            self._finish_job(state, self.leftover_error(error))
-            if closing is None and crashed is None:  # every bill this run made is on a record
-                self._cost_to_records()
+            try:
+                closing = self._drain(backend)
+                if closing is not None:
+                    said = self.drain_error(closing)
+                    state, error = "failed", said if error is None else f"{error}; {said}"
+                self._finish_job(state, self.leftover_error(error))
+                if closing is None and crashed is None:  # every bill is on a record
+                    self._cost_to_records()
+            finally:  # only now: a signal until the end is written only sets the flag (BA4)
+                restore()
             if closing is not None and crashed is None:
                 raise closing  # a bug: the exit code says so (the job's record is complete)
         out = self.summary(time.monotonic() - wall0)
@@ -264,8 +266,7 @@ class Orchestrator(NoWord):
                 self.opts.on_update(self.snapshot(now))
             if time.monotonic() - last_saved >= SAVE_TOTALS_EVERY_WALL_S:
                 last_saved = time.monotonic()
-                self._save_totals(now)  # `spotwise status` of a running job shows its spend
-                self._hear_cancel()  # one written by another process (another machine's)
+                self._save_and_hear(now)  # its spend for `spotwise status`; another's cancel
             # the totals' save carries the heartbeat (every SAVE_TOTALS_EVERY_WALL_S); a write
             # of its own only where none was carried for HEARTBEAT_EVERY_WALL_S
             if self.heartbeat is not None:  # set as the run starts
@@ -383,7 +384,8 @@ class Orchestrator(NoWord):
                 self._request_stop(t, "cancel")
             elif not t.phase.is_terminal():
                 t.phase, t.state = Phase.DONE, "cancelled"
-                self.store.update_trial(t.trial_id, state="cancelled", ended_at=time.time())
+                if not self.taken_over:  # else the trial is the other run's (queued again)
+                    self.store.update_trial(t.trial_id, state="cancelled", ended_at=time.time())
 
 
 def run_job(spec: JobSpec, spec_path: Path | None, store: Any, opts: RunOptions) -> dict[str, Any]:
