@@ -48,6 +48,7 @@ from spotwise.planner.runstate import (
 from spotwise.planner.stops import Stops
 from spotwise.planner.trialbook import MAX_FAILURES
 from spotwise.providers.base import LaunchRequest, our_tags
+from spotwise.store.bills import InstanceBills
 
 THROTTLE_PAUSE_WALL_S = 5.0  # first pause of a provider whose API throttles our launches
 THROTTLE_PAUSE_MAX_WALL_S = 300.0  # the pause doubles per throttled launch up to this
@@ -205,12 +206,13 @@ class Actions(Stops):
                         launch_id, cost_usd=cost, market_seconds=seconds, **found
                     )
             raise
-        self.store.update_instance(
-            launch_id,
-            provider_instance_id=inst.instance_id,
-            state="running",
-            launched_at=time.time(),
-        )
+        # only while its record is open: a `cancel --force` of this job (frozen in the call
+        # past the heartbeat's limit) may have closed it; reopened, it was billed again
+        started = {"provider_instance_id": inst.instance_id, "launched_at": time.time()}
+        closed = self._write_open(launch_id, state="running", **started)
+        if closed is not None:
+            self._launched_after_close(t, inst, closed, p)
+            return
         self.throttled.pop(offer.provider, None)  # a launch went through: no more pause
         self.lasting_blocks.pop(offer.key, None)  # nor a doubled block of its offer
         self.last_lasting_refusal = ""
@@ -250,6 +252,25 @@ class Actions(Stops):
         if sent is not None and sent != str(t.checkpoint_every):  # set while a retry waited
             write_control(control_file(self._trial_dir(t), p.attempt), t.checkpoint_every)
             self._event("checkpoint_every", now, t, every=t.checkpoint_every)
+
+    def _launched_after_close(self, t: TrialRun, inst: Any, row: Any, p: SameRequest) -> None:
+        """A launch answered after another process closed its record (`spotwise cancel
+        --force` while this process was frozen in the call): no life. Its instance is
+        terminated and billed to the record as a part naming it, as the stray sweep bills an
+        instance that outlived its record, unless the closer billed it (its own life, or a
+        part); one that will not terminate is a leftover (`spotwise cancel` finds it by its
+        tags). The cancel itself reaches the loop from the job's row."""
+        now, iid = self.backend.now(), inst.instance_id
+        line = f"launch {p.launch_id}'s record was closed by another process ({row.end_reason})"
+        self._event("error", now, t, error=f"{line}: its instance {iid} is terminated")
+        if not self._terminate_quietly(t, [iid], now, "the instance of a closed launch"):
+            self.leftover_ids.append(iid)
+            return
+        bills = InstanceBills(self.store, {row.id: row})
+        if row.provider_instance_id == iid or bills.elsewhere(row.id, iid):
+            return  # the closer found it and billed it
+        cost, seconds = self._bill_discarded(t, [inst], p.asked_at, now, p.offer)
+        self._bill_stray(t, row.id, inst, cost, seconds, bills)
 
     def _launch_hiccup(self, p: SameRequest, e: TransientError, now: float) -> None:
         """A launch call failed for a passing reason: it is no failure of the trial. The same

@@ -43,6 +43,7 @@ class Drain(LaunchCleanup):
     leftover_ids: list[str]  # instances the drain could not terminate
     unconfirmed: dict[str, Unconfirmed]  # launch id → a failed launch not confirmed clean
     drain_failures: list[tuple[str, Exception]]  # the drain's failed steps, and why
+    _terminate_asked: bool  # a terminate step of this drain called the provider
 
     def _bill(
         self,
@@ -75,28 +76,37 @@ class Drain(LaunchCleanup):
 
     # ---- ending -------------------------------------------------------------------------
     def _drain(self, backend: Backend) -> Exception | None:
-        """Leave no instance behind: wait a while for the lives a notice is taking, terminate
-        and bill what runs, settle the failed launches, sweep for strays, close the trials
-        still open and the backend. Each step runs whatever an earlier one raised (a bug, the
-        store: the job stayed "running" with no orchestrator until `spotwise cancel`): the
-        failure is logged and an ``error`` event, and the first is returned for the caller to
-        end the job with (:meth:`drain_error` names each failed step). Money first: a life
-        whose terminate was not confirmed, and a failed launch not confirmed clean, are
-        leftovers even where their step failed. The heartbeat is written all along
-        (:meth:`_beat`): the wait alone may take :data:`STOP_TIMEOUT_WALL_S`."""
+        """Leave no instance behind: terminate what runs and no notice is taking, before any
+        write to the database; wait a while for the lives a notice is taking, terminate the
+        rest, bill them all (a life known ended, its bill's write failed, as it ended), settle
+        the failed launches, sweep for strays, close the trials still open and the backend.
+        Each step runs whatever an earlier one raised (a bug, the store: the job stayed
+        "running" with no orchestrator until `spotwise cancel`): the failure is logged and an
+        ``error`` event, and the first is returned for the caller to end the job with
+        (:meth:`drain_error` names each failed step). Money first: a life whose terminate was
+        not confirmed, and a failed launch not confirmed clean, are leftovers even where their
+        step failed; and the database, which may be what failed the job (a lock held past the
+        store's patience), is not waited on before the first terminate (review-az AZ2: a
+        re-bill, its error event and a heartbeat first kept every instance ~10 min more). The
+        heartbeat is written all along (:meth:`_beat`): the wait alone may take
+        :data:`STOP_TIMEOUT_WALL_S`."""
         now = backend.now()
         self.drain_failures = []
+        self._terminate_asked = False
         steps: list[tuple[str, Callable[[], Exception | None]]] = [
-            ("billing the lives whose bill failed", self._rebill_failed),
+            ("terminating the running instances", lambda: self._terminate_all(backend, now, True)),
             ("waiting for the noticed instances", lambda: self._await_noticed(backend, now)),
             ("terminating the running instances", lambda: self._terminate_all(backend, now)),
+            ("billing the lives whose bill failed", lambda: self._rebill_failed(last=False)),
             ("settling the failed launches", lambda: self._settle_or_hold(now)),
             ("sweeping for stray instances", lambda: self._sweep_strays(now)),
+            ("billing the lives whose bill failed", lambda: self._rebill_failed(last=True)),
             ("closing a trial", lambda: self._close_open_trials(now)),  # says its own
             ("closing the backend", backend.close),
         ]
-        for what, step in steps:
-            self._beat()
+        for n, (what, step) in enumerate(steps):
+            if n:  # not before the first terminate: the database may be what is held
+                self._beat()
             try:
                 failed = step()
             except Exception as e:  # a bug or the store: the later steps still run
@@ -114,15 +124,25 @@ class Drain(LaunchCleanup):
         failed = getattr(self, "drain_failures", None) or [("closing a trial", first)]
         return "; ".join(f"{what} failed: {type(e).__name__}: {e}" for what, e in failed)
 
-    def _rebill_failed(self) -> None:
-        """Write again the bill of each life whose record's write raised (:meth:`_bill`), as
-        it ended: a life the market revoked keeps its revoked state and bill, rather than the
-        terminate below billing it as ours (review-ax AX2). One that fails again is left to the
-        steps below (billed ``RUNNING`` and named a leftover: `spotwise cancel` closes it)."""
+    def _ended(self, iid: str) -> bool:
+        """A life known ended whose bill's write failed (:attr:`failed_bills`): the drain
+        never terminates it, and bills it as it ended (:meth:`_rebill_failed`)."""
+        how = self.failed_bills.get(iid)
+        return how is not None and how.state is not InstanceState.RUNNING
+
+    def _rebill_failed(self, last: bool = True) -> None:
+        """Write again the bill of each life known ended whose record's write raised
+        (:meth:`_bill`), as it ended: a life the market revoked keeps its revoked state and
+        bill ($0 in AWS's first hour), never terminated by the drain and billed as ours
+        (review-ax AX2, review-az AZ3). Tried after the terminates and, for those that failed
+        again, at the ``last`` step once more (the database may come back meanwhile): one
+        that fails then is confirmed ended, so no leftover: it leaves :attr:`lives`, its
+        record stays open for `spotwise cancel` to bill, and the log names the records."""
         first: Exception | None = None
+        left: list[str] = []
         for iid, how in list(self.failed_bills.items()):
             held = self.lives.get(iid)
-            if held is None:
+            if held is None or how.state is InstanceState.RUNNING:  # a leftover's: named
                 self.failed_bills.pop(iid, None)
                 continue
             t, life = held
@@ -130,14 +150,31 @@ class Drain(LaunchCleanup):
                 self._bill(t, life, how.state, how.ended_at, released=how.released)
             except Exception as e:  # the others are still tried
                 first = first or e
-        if first is not None:
-            raise first
+                left.append(life.launch_id)
+        if first is None:
+            return
+        if not last:
+            log.warning("%s: billing ended lives failed (%s): tried again", self.job_id, first)
+            return
+        for iid in [i for i in self.failed_bills if self._ended(i)]:
+            self.lives.pop(iid, None)
+        log.error(
+            "%s: the bill of ended instance record(s) %s could not be written: left open for "
+            "`spotwise cancel %s` to bill",
+            self.job_id,
+            ", ".join(left),
+            self.job_id,
+        )
+        raise first
 
     def _await_noticed(self, backend: Backend, now: float) -> None:
         """Wait up to :data:`STOP_TIMEOUT_WALL_S` for the lives a notice is taking, billing
         each one its provider ends; the others are terminated next."""
         waited = time.monotonic()
-        while any(life.notice_deadline for _, life in self.lives.values()):
+        first: Exception | None = None  # a bill's write that failed: the others still wait
+        while any(
+            life.notice_deadline and not self._ended(iid) for iid, (_, life) in self.lives.items()
+        ):
             self._beat()  # written every HEARTBEAT_EVERY_WALL_S, as in the loop
             if time.monotonic() - waited > STOP_TIMEOUT_WALL_S:
                 break  # the provider is slow to take them: terminate below
@@ -148,11 +185,17 @@ class Drain(LaunchCleanup):
             states = {i.instance_id: i for i in found}
             for iid, (t, life) in list(self.lives.items()):
                 inst = states.get(iid)
-                if inst is not None and inst.state.is_terminal():
-                    self._bill(t, life, inst.state, inst.ended_at or backend.now())
+                if inst is not None and inst.state.is_terminal() and not self._ended(iid):
+                    try:  # failed: known ended (failed_bills), billed after the terminate
+                        self._bill(t, life, inst.state, inst.ended_at or backend.now())
+                    except Exception as e:
+                        first = first or e
+                        continue
                     if inst.holds_resource():  # stopped or deallocated, not deleted: delete it
                         self._delete_ended(t, iid, life, now)
             time.sleep(self.opts.poll_s)
+        if first is not None:
+            raise first
 
     def _close_open_trials(self, now: float) -> Exception | None:
         """Close the trials still open; one whose close fails does not keep the others open
@@ -177,18 +220,27 @@ class Drain(LaunchCleanup):
         with contextlib.suppress(Exception):
             self._event("error", now, t, error=said)
 
-    def _terminate_all(self, backend: Backend, now: float) -> None:
-        """:meth:`_terminate_running`; a life it left unbilled, whatever it raised, is not known
-        to be terminated: billed up to now, its record open, and named a leftover even where
-        that bill fails too (the job's end says what may still be billed)."""
+    def _terminate_all(self, backend: Backend, now: float, unnoticed: bool = False) -> None:
+        """:meth:`_terminate_running` of the lives still running (``unnoticed``: only those no
+        notice is taking, the drain's first step; a life known ended, :meth:`_ended`, never);
+        a life it left unbilled, whatever it raised, is not known to be terminated: billed up
+        to now, its record open, and named a leftover even where that bill fails too (the
+        job's end says what may still be billed)."""
+        ids = [
+            iid
+            for iid, (_, life) in self.lives.items()
+            if not self._ended(iid) and not (unnoticed and life.notice_deadline)
+        ]
+        if not ids and (unnoticed or self.__dict__.get("_terminate_asked")):
+            return  # (the last terminate step is always called, with nothing to terminate)
+        self._terminate_asked = True
         try:
-            self._terminate_running(backend, now)
+            self._terminate_running(backend, now, ids)
         finally:
-            for iid, (t, life) in list(self.lives.items()):
-                how = self.failed_bills.get(iid)
-                if how is not None and how.state is not InstanceState.RUNNING:
-                    self.lives.pop(iid, None)  # ended (confirmed), its bill's write failed:
-                    continue  # not a leftover; the step's error says it
+            for iid in ids:
+                if iid not in self.lives or self._ended(iid):  # terminated, its bill failed:
+                    continue  # billed as it ended next (_rebill_failed), no leftover
+                t, life = self.lives[iid]
                 at = now
                 try:
                     at = backend.now()
@@ -199,14 +251,16 @@ class Drain(LaunchCleanup):
                 if iid not in self.leftover_ids and iid not in self.closed_elsewhere:
                     self.leftover_ids.append(iid)
 
-    def _terminate_running(self, backend: Backend, now: float) -> None:
-        """Terminate every life still running in one provider call (one kill grace for all on
-        the local provider), each billed up to the request, not the wind-down. A refused batch
-        is tried one instance at a time: a life the provider still will not let go is billed
-        up to its request and its record stays open (a leftover). Another error (a bug, the
-        store) stops no other life's terminate or bill: the first is raised once all are
-        done, and a life whose terminate raised it is a leftover."""
-        running = list(self.lives.items())
+    def _terminate_running(self, backend: Backend, now: float, ids: list[str]) -> None:
+        """Terminate the lives ``ids`` in one provider call (one kill grace for all on the
+        local provider), each billed up to the request, not the wind-down. A refused batch is
+        tried one instance at a time: a life the provider still will not let go is billed up
+        to its request and its record stays open (a leftover). Every terminate is asked
+        before any life's bill or event is written (the database may be held: review-az
+        AZ2). Another error (a bug, the store) stops no other life's terminate or bill: the
+        first is raised once all are done, and a life whose terminate raised it is a
+        leftover."""
+        running = [(iid, self.lives[iid]) for iid in ids]
         bugs: list[Exception] = []
         if len(running) > 1:
             asked, done = backend.now(), False
@@ -215,23 +269,30 @@ class Drain(LaunchCleanup):
                 done = True
             except Exception as e:  # one by one below: each reported against its own life
                 bugs += [] if isinstance(e, ProviderError) else [e]
-            self._beat()  # the call may have waited a kill grace (local)
             if done:
+                self._beat()  # the call may have waited a kill grace (local)
                 for _, (t, life) in running:
                     self._bill_noting(t, life, InstanceState.TERMINATED, asked, bugs)
                 running = []
-        for iid, (t, life) in running:
-            asked = backend.now()
-            state = InstanceState.TERMINATED
+        done_each: list[tuple[TrialRun, Life, InstanceState, float, str]] = []
+        for iid, (t, life) in running:  # every terminate first, then the bills
+            asked, state, refused = backend.now(), InstanceState.TERMINATED, ""
             try:
                 backend.provisioner.terminate([iid])
             except ProviderError as e:
-                self._event("error", now, t, error=f"terminate failed: {e}")
+                refused = f"terminate failed: {e}"
                 state = InstanceState.RUNNING  # billed up to its request, its record open
             except Exception as e:  # not confirmed terminated either
                 bugs.append(e)
                 state = InstanceState.RUNNING
-            self._beat()
+            done_each.append((t, life, state, asked, refused))
+        self._beat()
+        for t, life, state, asked, refused in done_each:
+            if refused:
+                try:
+                    self._event("error", now, t, error=refused)
+                except Exception as e:  # the store: the bill is still tried
+                    bugs.append(e)
             self._bill_noting(t, life, state, asked, bugs)
         if bugs:
             raise bugs[0]

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
-from spotwise.errors import ProviderError
+from spotwise.errors import ProviderError, StoreError
 from spotwise.planner.resumed_end import held, holding, recheck
 from spotwise.planner.runstate import TrialRun
 from spotwise.planner.stray_sweep import StraySweep
@@ -27,6 +28,8 @@ from spotwise.providers.base import (
     unconfirmed_ended_line,
     unconfirmed_launch,
 )
+from spotwise.store.bills import InstanceBills
+from spotwise.store.models import TERMINAL_INSTANCE_STATES, InstanceRow
 
 RELEASE_RETRY_WALL_S = 5.0  # a refused terminate is retried this long after
 #: A failed launch's cleanup that keeps failing is retried after a pause that doubles from
@@ -40,6 +43,7 @@ RELAUNCH_HOLD_MAX_WALL_S = 300.0
 #: The end reason of an open record of a failed launch that may have left an instance: its
 #: tagged instances could not be listed, or terminated (see ``LaunchCleanup._discard_launch``).
 UNCONFIRMED = "unconfirmed"
+WRITE_TRIES = 8  # compare-and-set writes of a failed launch's record lost, then raise
 
 
 @dataclass
@@ -82,6 +86,8 @@ class Discarded:
     # ended ones with its tag whose cloud does not confirm it (unconfirmed_launch), as listed
     gone: list[Instance] = field(default_factory=list)
     own: str = ""  # an instance of the launch the cloud confirms (listed): its id
+    # each instance of ``held`` terminated here → its (cost, seconds), counted in the spend
+    each: dict[str, tuple[float, float]] = field(default_factory=dict)
     ended: Instance | None = None  # that one, when it has ended and none of them holds anything
 
 
@@ -114,6 +120,7 @@ class LaunchCleanup(StraySweep):
         leftover of the job, `spotwise report` lists it as held and `spotwise cancel` finds it
         by its launch tag. ``now`` (market clock): when the launch was asked for; ``offer``:
         what it was for."""
+        seen = self.store.get_instance(launch_id)  # before the listing: see _write_launch
         d = self._discard(t, launch_id, now, offer)
         confirmed, held, cost, seconds = d.clean, d.held, d.cost, d.seconds
         ids = [i.instance_id for i in held]
@@ -134,7 +141,8 @@ class LaunchCleanup(StraySweep):
             close = {"state": "failed", "end_reason": "failed", "ended_at": time.time()}
             earlier = before.billed_id if before and before.seconds else ""
             ended = self._bill_gone(t, d, now, offer, billed=earlier)
-            self.store.update_instance(launch_id, **close, **bill, **found, **ended)
+            gone = float(ended.get("cost_usd", 0.0))  # type: ignore[arg-type]
+            self._write_launch(t, seen, {**close, **bill, **found, **ended}, d, gone)
             return
         if final:  # the last try: its record stays open, a leftover of the job
             self._bill_gone(t, d, now, offer, closed=False)
@@ -145,7 +153,8 @@ class LaunchCleanup(StraySweep):
             started = before.started_at
         # one instance found (its terminate refused): its id lets `cancel` match the record
         found = {"provider_instance_id": ids[0]} if len(ids) == 1 else {}
-        self.store.update_instance(launch_id, end_reason=UNCONFIRMED, **found, **bill)
+        if not self._write_launch(t, seen, {"end_reason": UNCONFIRMED, **found, **bill}, d):
+            return  # another process settled it: no longer held, nor a leftover
         u = Unconfirmed(t, ids, now, offer, tries=before.tries + 1 if before else 1)
         u.started_at, u.trust_wall = started, trust_wall
         u.cost, u.seconds = cost, seconds  # what its tries terminated, billed (on the record)
@@ -155,6 +164,46 @@ class LaunchCleanup(StraySweep):
         if ids == [] and time.monotonic() < trust_wall:  # nothing refused: only the lag to wait
             u.retry_wall = min(u.retry_wall, trust_wall)
         self.unconfirmed[launch_id] = u
+
+    def _write_launch(
+        self,
+        t: TrialRun,
+        seen: InstanceRow,
+        fields: dict[str, Any],
+        d: Discarded,
+        gone: float = 0.0,
+    ) -> bool:
+        """Write a failed launch's record ``fields`` only while it is open (a compare-and-set
+        on it as read, ``seen``: before its listing); whether it was. One another process
+        closed first (`spotwise cancel --force` of this job while it was frozen) keeps its
+        close and bill (a plain update wrote this one over them): what this cleanup terminated
+        and the closer did not bill is added to it as a part naming it, as the stray sweep
+        bills one (:meth:`_bill_stray`); a bill counted here that the closer wrote instead is
+        taken out of the spend (``gone``: :meth:`_bill_gone`'s); an instance that would not
+        terminate is a leftover."""
+        cur = seen
+        for _ in range(WRITE_TRIES):
+            if cur.state in TERMINAL_INSTANCE_STATES:
+                break
+            if self.store.rebill_instance_if_unchanged(cur, **fields) is not None:
+                return True
+            cur = self.store.get_instance(seen.id)
+        else:
+            raise StoreError(f"instance record {seen.id!r} kept changing under its cleanup")
+        bills = InstanceBills(self.store, {seen.id: seen})
+        for inst in d.held:
+            iid = inst.instance_id
+            if iid not in d.each:  # its terminate was refused: still running
+                self.leftover_ids.append(iid)
+                continue
+            cost, s = d.each[iid]
+            if cur.provider_instance_id != iid:
+                self._bill_stray(t, seen.id, inst, cost, s, bills)
+                continue
+            t.cost_usd, self.spent_usd = t.cost_usd - cost, self.spent_usd - cost  # its bill
+        t.cost_usd, self.spent_usd = t.cost_usd - gone, self.spent_usd - gone
+        self.store.update_trial_cost_to_lives(t.trial_id)
+        return False
 
     def _held_by_unconfirmed(self, t: TrialRun) -> bool:
         """Whether a failed launch of ``t`` may still hold an instance running it (see
@@ -213,7 +262,8 @@ class LaunchCleanup(StraySweep):
         if not self._terminate_quietly(t, left, now, "the failed launch's instance"):
             return Discarded(False, held, gone=gone, own=own)
         cost, seconds = self._bill_discarded(t, held, asked_at, now, offer)
-        return Discarded(clean, held, cost, seconds, gone, own)
+        each = {i.instance_id: self._charge(i, asked_at, now, offer) for i in held}
+        return Discarded(clean, held, cost, seconds, gone, own, each=each)
 
     def _bill_gone(
         self,
@@ -275,18 +325,25 @@ class LaunchCleanup(StraySweep):
         one: to its end), at the price of the offer launched on, under its provider's rule
         (``revoked``: the provider took it). Counted in the trial's and the job's spend (the
         budget sees it). An instance found only at the end of the job may have run all along."""
-        rule = self.backend.rule_of(offer)
         cost = seconds = 0.0
         for inst in held:
-            start = inst.launched_at if inst.launched_at > 0 else asked_at
-            segs = self.backend.segments(offer, min(start, ended_at), ended_at)
-            cost += rule.charge(segs, revoked_by_provider=revoked, market=offer.market)
-            seconds += sum(s for s, _ in segs)
+            one, s = self._charge(inst, asked_at, ended_at, offer, revoked)
+            cost, seconds = cost + one, seconds + s
         if cost:
             t.cost_usd += cost
             self.spent_usd += cost
             self.store.update_trial(t.trial_id, cost_usd=t.cost_usd)
         return cost, seconds
+
+    def _charge(
+        self, inst: Instance, asked_at: float, ended_at: float, offer: Offer, revoked: bool = False
+    ) -> tuple[float, float]:
+        """One instance's (cost, market seconds) for :meth:`_bill_discarded`."""
+        start = inst.launched_at if inst.launched_at > 0 else asked_at
+        segs = self.backend.segments(offer, min(start, ended_at), ended_at)
+        rule = self.backend.rule_of(offer)
+        charge = rule.charge(segs, revoked_by_provider=revoked, market=offer.market)
+        return charge, sum(s for s, _ in segs)
 
     def _settle_unconfirmed(self, now: float) -> None:
         """At the end of the job, one more try at each failed launch whose cleanup could not

@@ -112,7 +112,7 @@ class Ledger(Drain):
             bill |= {"state": state.value, "ended_at": time.time(), "end_reason": reason}
         failed = self.failed_bills
         try:
-            closed = self._write_open(life, **bill)  # only while the record is open
+            closed = self._write_open(life.launch_id, **bill)  # only while it is open
         except Exception:
             failed[life.instance_id] = FailedBill(state, ended_at, released)
             raise
@@ -139,9 +139,9 @@ class Ledger(Drain):
                 )
         self.store.update_trial(t.trial_id, cost_usd=t.cost_usd, revocations=t.revocations)
 
-    def _write_open(self, life: Life, **fields: Any) -> InstanceRow | None:
-        """Write ``fields`` (the life's bill, and its close) to its record only while the
-        record is open, each write a compare-and-set on the record as read
+    def _write_open(self, launch_id: str, **fields: Any) -> InstanceRow | None:
+        """Write ``fields`` (a life's bill and close, or its start) to record ``launch_id``
+        only while it is open, each write a compare-and-set on the record as read
         (:meth:`~spotwise.store.bills.BillWrites.rebill_instance_if_unchanged`); None: written.
         A record another process closed first (`spotwise cancel --force` while this process
         was frozen past the heartbeat's 90 s: it terminated the life and billed it) is
@@ -149,14 +149,14 @@ class Ledger(Drain):
         own (s23 helper G, "noticed").  A record another process changed but left open (a
         cancel that learnt its instance) is read again and written on that."""
         for _ in range(WRITE_TRIES):
-            seen = self.store.get_instance(life.launch_id)
+            seen = self.store.get_instance(launch_id)
             if seen.state in TERMINAL_INSTANCE_STATES:
                 return seen
             if self.store.rebill_instance_if_unchanged(seen, **fields) is not None:
                 return None
         raise StoreError(
-            f"instance record {life.launch_id!r} kept changing under job {self.job_id}'s "
-            f"bill ({WRITE_TRIES} tries): `spotwise cancel {self.job_id}` bills it"
+            f"instance record {launch_id!r} kept changing under job {self.job_id}'s "
+            f"write ({WRITE_TRIES} tries): `spotwise cancel {self.job_id}` bills it"
         )
 
     def _billed_elsewhere(self, t: TrialRun, life: Life, row: InstanceRow, ended: float) -> None:

@@ -46,6 +46,7 @@ class Records:
 
     engine: Engine
     _lock_patience: tuple[str, float]  # (job id, seconds): set by wait_out_locks
+    _lock_gave_up: bool  # set once a patient method gave up: each is tried once from then on
 
     def _scope(self, action: str) -> AbstractContextManager[Session]:
         return session_scope(self.engine, action)
@@ -59,7 +60,12 @@ class Records:
         each time naming what waited and for how long, until it has waited ``patience_s`` in
         all; then it raises, naming ``job_id`` and `spotwise resume` (a new `tune` would pay
         for its trials again). Each method is one transaction, rolled back when it failed, so
-        that running it again writes it once. Not :data:`IMPATIENT` ones (the heartbeat)."""
+        that running it again writes it once. Not :data:`IMPATIENT` ones (the heartbeat).
+
+        Once one has given up, the store is impatient again (each method tried once, as a
+        command's): the job is ending, and its drain, which terminates every running instance,
+        must not wait a whole patience more per write (review-az AZ2: ~10 min more of every
+        instance). Opting in again does not make it patient again."""
         first = "_lock_patience" not in self.__dict__
         self._lock_patience = (job_id, patience_s)
         if not first:
@@ -86,6 +92,8 @@ class Records:
 
     def _waiting_out(self, call: Callable[..., Any], args: Any, kwargs: Any) -> Any:
         job_id, patience_s = self._lock_patience
+        if self.__dict__.get("_lock_gave_up"):  # the job is ending: its drain waits no more
+            return call(*args, **kwargs)
         started = _time.monotonic()
         while True:
             try:
@@ -93,6 +101,7 @@ class Records:
             except DatabaseLocked as e:
                 waited = _time.monotonic() - started
                 if waited >= patience_s:
+                    self._lock_gave_up = True
                     raise gave_up(e, job_id, waited) from e
                 _log.warning(
                     "%s: %s: another process holds the database's lock; waited %.0f s, "

@@ -79,6 +79,15 @@ class Records:
     def update_instance(self, launch_id: str, **fields: Any) -> None:
         self.instances.setdefault(launch_id, {}).update(fields)
 
+    def get_instance(self, launch_id: str) -> Any:  # an open record, as last written here
+        row = {"state": "requested", "provider_instance_id": None}
+        row |= self.instances.get(launch_id, {})
+        return SimpleNamespace(id=launch_id, **row)
+
+    def rebill_instance_if_unchanged(self, seen: Any, **fields: Any) -> Any:
+        self.update_instance(seen.id, **fields)  # no other process: always as read
+        return self.get_instance(seen.id)
+
     def update_trial(self, trial_id: str, **fields: Any) -> None:
         pass
 
