@@ -144,7 +144,7 @@ class Ledger(Drain):
         only while it is open, each write a compare-and-set on the record as read
         (:meth:`~spotwise.store.bills.BillWrites.rebill_instance_if_unchanged`); None: written.
         A record another process closed first (`spotwise cancel --force` while this process
-        was frozen past the heartbeat's 90 s: it terminated the life and billed it) is
+        was frozen past the heartbeat's limit: it terminated the life and billed it) is
         returned as that process wrote it, untouched: a plain update wrote this bill over its
         own (s23 helper G, "noticed").  A record another process changed but left open (a
         cancel that learnt its instance) is read again and written on that."""
