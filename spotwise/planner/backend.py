@@ -23,7 +23,6 @@ from typing import Any
 
 from spotwise.errors import PredictorError, ProviderError, SpecError, check_choice
 from spotwise.planner.offer_filter import allowed_offers as _filter
-from spotwise.planner.offer_watch import NoOfferWatch as NoOfferWatch  # the orchestrator's import
 from spotwise.providers.base import Catalog, Market, Offer, Provisioner
 from spotwise.providers.billing import BillingRule, rule_for
 from spotwise.providers.channel import check_reachable

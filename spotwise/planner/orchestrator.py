@@ -24,9 +24,10 @@ from pathlib import Path
 from typing import Any
 
 from spotwise.errors import SpotwiseError
-from spotwise.planner.backend import NoOfferWatch, open_backend
+from spotwise.planner.backend import open_backend
 from spotwise.planner.ledger import Unconfirmed
 from spotwise.planner.no_word import NoWord
+from spotwise.planner.offer_watch import NoOfferWatch
 from spotwise.planner.policy import (
     Event,
     NoticeReceived,

@@ -1,7 +1,7 @@
 """Resuming a job that ended before its plan did (cancelled; failed or succeeded with trials
-its budget or deadline stopped or never made; a crash of its orchestrator once `spotwise
-cancel` closed it): what its earlier run left in the store is read back, checked, and turned
-into the orchestrator's starting state.
+its limits (budget, deadline, a replayed trace's end) stopped or never made; a crash of its
+orchestrator once `spotwise cancel` closed it): what its earlier run left in the store is read
+back, checked, and turned into the orchestrator's starting state.
 
 * Trials that ended (completed, stopped early, failed) stay as they ended: their results,
   costs and curves are the job's, and the search is told them again (one model fit), so the

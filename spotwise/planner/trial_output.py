@@ -202,22 +202,16 @@ def _places(owner: Owner, t: TrialRun, life: Life) -> list[tuple[str, Reader]]:
 
 
 def _blob_reader(options: dict[str, str], uri: str, region: str) -> Reader:
-    """A reader of the artifacts folder ``uri``, opened at its first read, as
-    :func:`~spotwise.providers.channel.read_output` opens it (S3: the provider's region and
-    profile)."""
+    """A reader of the artifacts folder ``uri``, opened at its first read as
+    :func:`~spotwise.providers.channel.read_output` opens it
+    (:func:`~spotwise.providers.channel.open_artifacts`)."""
     opened: list[Any] = []
 
     def read(name: str) -> bytes | None:
         if not opened:
-            from spotwise.providers.blobs_open import open_blobs, scheme_of
+            from spotwise.providers.channel import open_artifacts
 
-            if scheme_of(uri) == "s3":
-                from spotwise.providers.s3_blobs import S3Blobs
-
-                profile = str(options.get("profile") or "") or None
-                opened.append(S3Blobs.from_uri(uri, region=region or None, profile=profile))
-            else:
-                opened.append(open_blobs(uri, channel=True))
+            opened.append(open_artifacts(uri, options, region))
         data, _ = opened[0].get(name)
         return data  # type: ignore[no-any-return]
 

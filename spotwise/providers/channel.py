@@ -211,17 +211,21 @@ def read_output(
     never a credential)."""
     uri = artifacts_uri(cloud, options, checkpoint_uri, job, trial)
     name = output_name(attempt)
-    if scheme_of(uri) == "s3":  # as the provisioner reads it: its region and profile
+    data, _ = open_artifacts(uri, options, region).get(name)
+    return f"{uri}/{name}", data
+
+
+def open_artifacts(uri: str, options: Mapping[str, str], region: str = "") -> Any:
+    """The blob store of the artifacts folder ``uri``, opened as the provisioner reads it (S3:
+    the provider's region and profile)."""
+    if scheme_of(uri) == "s3":
         from spotwise.providers.s3_blobs import S3Blobs
 
         profile = str(options.get("profile") or "") or None
-        blobs: Any = S3Blobs.from_uri(uri, region=region or None, profile=profile)
-    else:
-        from spotwise.providers.blobs_open import open_blobs
+        return S3Blobs.from_uri(uri, region=region or None, profile=profile)
+    from spotwise.providers.blobs_open import open_blobs
 
-        blobs = open_blobs(uri, channel=True)
-    data, _ = blobs.get(name)
-    return f"{uri}/{name}", data
+    return open_blobs(uri, channel=True)
 
 
 def check_reachable(

@@ -1,7 +1,7 @@
 """A cloud job whose filters leave it no offer is refused before it is recorded
 (:func:`spotwise.planner.preflight.check_offers`; the clouds' own cases are in
 ``test_preflight.py`` and ``tests/providers/test_gcp_azure_preflight.py``), and a running job
-left without a usable offer can say so (:class:`spotwise.planner.backend.NoOfferWatch`).
+left without a usable offer can say so (:class:`spotwise.planner.offer_watch.NoOfferWatch`).
 
 Here the market is a stub: what the check asks of it, and what it does when listing fails."""
 
