@@ -5,7 +5,10 @@ before it exits (exit 130): nothing it bought is left running.
 
 A hangup used to end the process at once (Python's default action), its cloud instances
 running on, billed, until `spotwise cancel` (review-ba BA1). A SIGHUP that was ignored when the
-job started (``nohup``) stays ignored: the user asked the job to outlive its terminal.
+job started (``nohup``) stays ignored: the user asked the job to outlive its terminal. So does a
+SIGINT ignored at start: a shell without job control ignores it for a command started with
+``&`` (``spotwise tune job.yaml &`` in a script), so that the terminal's Ctrl-C, which reaches
+the script's whole process group, stops the script and not the job it left running.
 
 Each signal is answered with one line on stderr (review-ba BA3): the first says what the stop
 does and how long it can take (:func:`stop_seconds`), each later one that it is still stopping.
@@ -31,6 +34,9 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 #: The local provider's wait for a terminated trial's processes before it kills them, wall s
 #: (``LocalProvider.kill_grace_s``): a terminate call may take this long.
 KILL_GRACE_WALL_S = 5.0
+#: Stop signals left ignored when they were at start (SIGTERM is a supervisor's stop: always
+#: taken).
+_KEPT_IGNORED = (signal.SIGINT, signal.SIGHUP)
 _NAMES: dict[int, str] = {
     signal.SIGINT: "Ctrl-C",
     signal.SIGTERM: "SIGTERM",
@@ -125,13 +131,13 @@ def _isatty(fd: int) -> bool:
 
 def on_signals(callback: Callable[[], None], job_id: str | None = None) -> Callable[[], None]:
     """Route :data:`STOP_SIGNALS` to ``callback`` (main thread only), each answered with a
-    line on stderr (``job_id`` names the job there); returns the restorer. A SIGHUP ignored
-    when it is called (``nohup``) stays ignored."""
+    line on stderr (``job_id`` names the job there); returns the restorer. A SIGHUP or SIGINT
+    ignored when it is called (``nohup``; ``cmd &`` in a script) stays ignored."""
     handler = _Stopping(callback, job_id)
     old: dict[int, Any] = {}
     try:
         for sig in STOP_SIGNALS:
-            if sig == signal.SIGHUP and signal.getsignal(sig) == signal.SIG_IGN:
+            if sig in _KEPT_IGNORED and signal.getsignal(sig) == signal.SIG_IGN:
                 continue
             old[sig] = signal.signal(sig, handler)
     except ValueError:  # not the main thread: leave signals alone

@@ -52,6 +52,14 @@ def _reap() -> Iterator[None]:
                 proc.kill()
 
 
+def _as_a_terminal_starts_it() -> None:
+    """In the child before exec: SIGINT and SIGHUP at their defaults, as a command typed at a
+    terminal gets them (a test run started with them ignored, e.g. `.ci/run &` from a script,
+    would pass that on, and the job would keep them ignored as it should)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+
+
 class _Hung(Exception):
     pass
 
@@ -211,6 +219,7 @@ def _tune(tmp_path: Path, out: int, err: int) -> tuple[subprocess.Popen[bytes], 
         env=env,
         cwd=tmp_path,
         start_new_session=True,  # a terminal's job: the test's own signals stay its own
+        preexec_fn=_as_a_terminal_starts_it,
     )
     _STARTED.append(proc)
     return proc, db

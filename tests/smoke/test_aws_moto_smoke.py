@@ -133,6 +133,14 @@ class Run:
     resumed: subprocess.CompletedProcess[str] | None = None  # `spotwise resume` (kind "resume")
 
 
+def _as_a_terminal_starts_it() -> None:
+    """In the child before exec: SIGINT and SIGHUP at their defaults, as a command typed at a
+    terminal gets them (a test run started with them ignored, e.g. `.ci/run &` from a script,
+    would pass that on, and the job would keep them ignored as it should)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+
+
 def _tune_with_one_notice(moto_url: str, tmp_path: Path, kind: str) -> Run:
     """Run the job; once a trial has a checkpoint in S3, inject ``kind`` into its instance:
     ``interruption`` (EC2 takes it NOTICE_LEAD_S later) or ``rebalance`` (a recommendation, no
@@ -181,6 +189,7 @@ def _tune_with_one_notice(moto_url: str, tmp_path: Path, kind: str) -> Run:
                 text=True,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
+                preexec_fn=_as_a_terminal_starts_it,
             )
             deadline = time.monotonic() + 180
             while proc.poll() is None and hit is None and time.monotonic() < deadline:
