@@ -6,7 +6,10 @@ it. So a dead orchestrator's lives are billed up to when it was last known alive
 (:func:`~spotwise.last_alive.last_alive`), and only a life whose recorded first process the
 cancel still finds running is billed up to now: one whose only survivors are its helpers (a
 trainer's DataLoader workers) is killed too, but had ended with its trainer (review-aw F1: at
-the replay's 300x, a cancel typed an hour later billed each such life 300 market hours). A
+the replay's 300x, a cancel typed an hour later billed each such life 300 market hours). Under
+a wrapper (``bash train.sh``) the first process is the shell: the life whose trainer (the
+process the SDK says writes its events) the cancel finds running ran on, up to now (review-az
+AZ7: it was billed up to the last-alive time, its trainer called a helper). A
 life the replayed market took (its ``revoked`` event) ended then (review-ax AX2: it was billed
 up to the orchestrator's last record, 11928 market s, where the market took it after 1302 s,
 free in AWS's first hour). Split from :mod:`spotwise.release`.
@@ -62,6 +65,18 @@ def local_ends(
         and r.id in seen
         and not seen[r.id].leader_alive
     ]
+    # killed now, its first process gone (a wrapper: `bash train.sh`) while the trainer it
+    # started, the process writing the trial's events, ran on: the trial ran, billed up to now
+    ran_on = [
+        r.id
+        for r in rows
+        if orchestrator_died
+        and instance(r) in killed
+        and r.id in seen
+        and not seen[r.id].leader_alive
+        and seen[r.id].trainer_alive
+    ]
+    outlived = [i for i in outlived if i not in ran_on]
     died = [
         r for r in rows if orchestrator_died and (instance(r) not in killed or r.id in outlived)
     ]
@@ -114,4 +129,14 @@ def local_ends(
             else f"{names}: their trial processes had died with the orchestrator, their helper "
             "processes outlived them: killed"
         )
+    if ran_on:
+        names = ", ".join(instance(r) or r.id for r in rows if r.id in ran_on)
+        why = (
+            "its first process had died with the orchestrator, but the trainer it started (the "
+            "process writing its events) ran on until this cancel killed it"
+            if len(ran_on) == 1
+            else "their first processes had died with the orchestrator, but the trainers they "
+            "started (the processes writing their events) ran on until this cancel killed them"
+        )
+        parts.append(f"{names} up to now: {why}" if parts else f"now ({names}: {why})")
     return LocalEnds(terminated, ends, set(took), started, "; ".join(parts) if parts else "now")

@@ -37,6 +37,12 @@ Events, one JSON object per line, each line flushed and fsynced (``time`` is epo
      "reason": "...", "uri": "...", "time": ...}
     {"type": "sigterm_handler_reset", "step": 3, "handler": "SIG_IGN", "time": ...}
 
+Beside the events file the SDK keeps ``<events file>.writer``, ``{"pid": ..., "start": ...}``
+of the process that last wrote an event (rewritten atomically when another process writes):
+`spotwise cancel` of a dead local job reads it to tell a trainer still running under a wrapper
+(``bash train.sh``) from helper processes that outlived a dead trainer. A writer of events
+other than this SDK need not keep it (its trial is then judged by its first process alone).
+
 Stopping: the orchestrator asks a trial to checkpoint and exit (a spot interruption notice, a
 migration, an early stop) by creating the stop file or sending SIGTERM. The SDK's SIGTERM
 handler — installed on the first call into the SDK, from the main thread only — just sets a

@@ -11,6 +11,7 @@ implement (the variables, the event lines, the control file) is documented in
 
 from __future__ import annotations
 
+import contextlib
 import json
 import operator
 import os
@@ -30,6 +31,8 @@ ENV_EVENTS_FILE = "SPOTWISE_EVENTS_FILE"
 ENV_STOP_FILE = "SPOTWISE_STOP_FILE"
 ENV_CONTROL_FILE = "SPOTWISE_CONTROL_FILE"
 ENV_RESUME_STEP = "SPOTWISE_RESUME_STEP"
+#: Beside the events file (``events-0.jsonl.writer``): which process writes them (note_writer).
+WRITER_SUFFIX = ".writer"
 
 STANDALONE_CHECKPOINT_DIR = "spotwise-checkpoints"
 DEFAULT_CHECKPOINT_EVERY = 5
@@ -87,8 +90,58 @@ def control_value(
     return now, (value if value is not None else last)
 
 
+def self_start() -> str:
+    """This process's start time as Linux counts it (field 22 of ``/proc/self/stat``, clock
+    ticks since boot); "" where it cannot be read (off Linux)."""
+    try:
+        with open("/proc/self/stat", "rb") as fh:
+            text = fh.read().decode()
+        return text[text.rfind(")") + 2 :].split()[19]
+    except (OSError, IndexError, UnicodeDecodeError):
+        return ""
+
+
+def note_writer(events_path: str) -> None:
+    """Say which process writes the trial's events: ``{"pid": ..., "start": ...}`` in
+    ``<events file>`` + :data:`WRITER_SUFFIX`, rewritten (atomically) when another process
+    writes them. A cancel of a dead local job reads it to tell the trainer still running under
+    a wrapper that died (``bash train.sh``) from helpers that outlived a dead trainer
+    (:func:`spotwise.providers.local_records.survey_job`). Never raises: it is not an event."""
+    side = events_path + WRITER_SUFFIX
+    pid = os.getpid()
+    try:
+        with open(side, "rb") as fh:
+            if json.loads(fh.read(CONTROL_MAX_BYTES)).get("pid") == pid:
+                return  # said already (one read per event: the event itself was fsynced)
+    except (OSError, ValueError, AttributeError):
+        pass  # none yet, or unreadable: (re)write it
+    tmp = f"{side}.tmp-{pid}"
+    try:
+        with open(tmp, "w") as fh:
+            json.dump({"pid": pid, "start": self_start()}, fh)
+        os.replace(tmp, side)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+
+
+def read_writer(events_path: str) -> tuple[int, str] | None:
+    """``(pid, start)`` :func:`note_writer` left beside the events file at ``events_path``;
+    None when there is none, it is malformed, or its start could not be read."""
+    try:
+        with open(events_path + WRITER_SUFFIX, "rb") as fh:
+            doc = json.loads(fh.read(CONTROL_MAX_BYTES))
+    except (OSError, ValueError):
+        return None
+    pid, start = (doc.get("pid"), doc.get("start")) if isinstance(doc, dict) else (None, None)
+    if isinstance(pid, int) and not isinstance(pid, bool) and isinstance(start, str) and start:
+        return pid, start
+    return None
+
+
 def emit(event: dict[str, Any]) -> None:
-    """Append one event line to the events file (flushed and fsynced); no-op without one."""
+    """Append one event line to the events file (flushed and fsynced), then say which process
+    wrote it (:func:`note_writer`); no-op without one."""
     path = os.environ.get(ENV_EVENTS_FILE, "").strip()
     if not path:
         return
@@ -103,6 +156,7 @@ def emit(event: dict[str, Any]) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+    note_writer(path)
 
 
 def shown(value: object) -> str:

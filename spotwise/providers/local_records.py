@@ -44,6 +44,7 @@ from pathlib import Path
 
 from spotwise.providers.base import TAG_JOB, TAG_LAUNCH, is_ours
 from spotwise.providers.proc_group import session_members
+from spotwise.sdk_io import ENV_EVENTS_FILE, read_writer
 
 #: Set in every local trial's environment to its instance id (not ``SPOTWISE_*``: that prefix
 #: is the trial's contract with :mod:`spotwise.sdk`).
@@ -282,6 +283,43 @@ def leader_alive(rec: ProcRecord) -> bool:
     )
 
 
+def _environ(pid: int) -> dict[bytes, bytes]:
+    """``pid``'s environment (Linux; {} where it cannot be read)."""
+    try:
+        raw = (_PROC / str(pid) / "environ").read_bytes()
+    except OSError:
+        return {}
+    return dict(kv.partition(b"=")[::2] for kv in raw.split(b"\0") if b"=" in kv)
+
+
+def trainer_alive(rec: ProcRecord) -> bool:
+    """Linux: whether the process that last wrote the trial's events (its trainer: the one
+    using :mod:`spotwise.sdk`, which says so beside the events file) still runs in ``rec``'s
+    session: a live member carrying the marker, with the start the SDK wrote. The events file
+    is the one named in a marked member's environment. Under a wrapper (``bash train.sh``)
+    the recorded first process is the shell, which dies with the orchestrator
+    (``PR_SET_PDEATHSIG`` reaches only it) while the trainer it started runs on: that trial
+    still runs. False where the trainer died (what lives on are its helpers: DataLoader
+    workers), where no process of the trial wrote an event yet (or its SDK predates the
+    note), and off Linux (nothing kills the first process there: :func:`leader_alive`)."""
+    if not LINUX:
+        return False
+    live = {pid for pid, _ in _members(rec)}
+    marked = {pid: env for pid in live if (env := _environ(pid)) and _marked(env, rec)}
+    for events in {env.get(ENV_EVENTS_FILE.encode(), b"") for env in marked.values()} - {b""}:
+        writer = read_writer(os.fsdecode(events).strip())  # as the SDK reads it
+        if writer is None or writer[0] not in marked:
+            continue
+        fields = _stat_fields(writer[0])  # the same process the SDK named, not a reused pid
+        if fields is not None and len(fields) > 19 and fields[19] == writer[1]:
+            return True
+    return False
+
+
+def _marked(env: dict[bytes, bytes], rec: ProcRecord) -> bool:
+    return env.get(MARKER_ENV.encode()) == rec.instance_id.encode()
+
+
 def is_ours_now(rec: ProcRecord) -> bool:
     """Whether ``rec``'s process group is, right now, provably the one its launch started."""
     if process_start(rec.pid) is not None:  # a live process holds the pid: ours if the same
@@ -319,12 +357,14 @@ class Seen:
     recorded first process, the trial's command, still runs (``leader_alive``). On Linux that
     process dies with its orchestrator (``PR_SET_PDEATHSIG``): when it is gone while others of
     its session live on (a trainer's DataLoader workers), those are helpers that outlived the
-    trial, not the trial still running."""
+    trial, not the trial still running, unless one of them is the trainer a wrapper started
+    (``trainer_alive``: :func:`trainer_alive`)."""
 
     instance_id: str
     launch_id: str
     created_at: float
     leader_alive: bool
+    trainer_alive: bool = False
 
 
 def survey_job(job_id: str, root: Path | None = None) -> list[Seen]:
@@ -333,7 +373,9 @@ def survey_job(job_id: str, root: Path | None = None) -> list[Seen]:
     out = []
     for _, rec in _job_records(job_id, root):
         launch = rec.tags.get(TAG_LAUNCH) or rec.instance_id.removeprefix("local-")
-        out.append(Seen(rec.instance_id, launch, rec.created_at, leader_alive(rec)))
+        leader = leader_alive(rec)
+        trainer = not leader and trainer_alive(rec)
+        out.append(Seen(rec.instance_id, launch, rec.created_at, leader, trainer))
     return out
 
 
