@@ -165,3 +165,29 @@ def not_finished_text(job: Any) -> str:
         f"job {job.id}'s orchestrator exited without closing it: run `spotwise cancel {job.id}` "
         "first (it releases the job's instances and closes its records), then resume it"
     )
+
+
+def unclosed_text(job: Any) -> str:
+    """Why a job asked to stop (``cancelled``, no ``ended_at``: only a cancel's request writes
+    a finished state without its end) whose orchestrator never wrote its end (its machine died
+    after the request; it crashed mid-drain) is not resumed, and the cancel that closes it as
+    a dead orchestrator's (its finished trials completed, the others cancelled, its records
+    released). A resume took the half-closed job: a finished trial, still ``running``, ran
+    again (money)."""
+    where, ask = orchestrator_state(job), f"`spotwise cancel {job.id}`"
+    said = f"job {job.id} is cancelled but its orchestrator never closed it"
+    then = f", then `spotwise resume {job.id}`"
+    if where == "here":  # alive, silent: `spotwise cancel` waits for its end
+        return (
+            f"{said} and still runs here (pid {job.pid}, heartbeat {age_text(job)}): wait "
+            f"until `spotwise status {job.id}` shows it ended ({ask} waits for it){then}"
+        )
+    if where == "gone":
+        return f"{said} (it exited): run {ask} first (it closes the job){then}"
+    force = f"`spotwise cancel --force {job.id}`"
+    if where == "hidden":
+        return f"{hidden_text(job)}: if it is not the orchestrator, run {force} first{then}"
+    return (
+        f"{said} on {where_text(job)} (pid {job.pid}, heartbeat {age_text(job)}): if that "
+        f"machine is lost, run {force} first (it closes the job){then}"
+    )

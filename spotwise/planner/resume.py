@@ -23,7 +23,9 @@ back, checked, and turned into the orchestrator's starting state.
 Refused, with nothing written: a job that is not finished (still running, or its
 orchestrator died and `spotwise cancel` has not closed it), one marked ended whose live
 orchestrator has not written its end yet (a cancel's request it is still draining: no
-``ended_at``, a fresh heartbeat), one whose records still hold an instance (it may still be
+``ended_at``, a fresh heartbeat), one asked to stop whose orchestrator never wrote its end
+(``cancelled``, no ``ended_at``: `spotwise cancel [--force]` closes it first,
+:func:`~spotwise.liveness.unclosed_text`), one whose records still hold an instance (it may still be
 billed, or still be running a trial), one with nothing left to run,
 one whose budget is spent, one whose command folder is gone. Only this module's
 :meth:`ResumePlan.claim` writes, and only after the market accepted the spec.
@@ -38,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from spotwise.errors import ConfigError, SpecError
-from spotwise.liveness import alive_beat
+from spotwise.liveness import alive_beat, unclosed_text
 from spotwise.planner.lasting_refusals import LastingRefusals, read_lasting_refusals
 from spotwise.planner.policy import INVALID_METRIC, Phase
 from spotwise.planner.resume_broken import command_killed, endings
@@ -145,6 +147,8 @@ def plan_resume(
             f"job {job.id} is {state.value} but its orchestrator is still closing it (heartbeat "
             f"{age:.0f} s old): wait until `spotwise status {job.id}` shows it ended, then resume"
         )
+    if job.ended_at is None and state is JobState.CANCELLED:
+        raise ConfigError(unclosed_text(job))
     held = store.list_instances(job.id, active_only=True)
     if held:
         ids = ", ".join(r.provider_instance_id or r.id for r in held)

@@ -31,7 +31,9 @@ def _job(store: Store, tmp_path: Path, state: str = "cancelled", **spec: Any) ->
     job = store.create_job(
         "e2e", accepted.model_dump_json(), str(tmp_path / "job.yaml"), "spot-greedy", "maximize"
     )
-    store.update_job(job.id, state=state, cost_usd=1.5, on_demand_cost_usd=4.0, revocations=2)
+    store.update_job(
+        job.id, state=state, ended_at=50.0, cost_usd=1.5, on_demand_cost_usd=4.0, revocations=2
+    )
     return job.id
 
 

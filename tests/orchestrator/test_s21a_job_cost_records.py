@@ -49,7 +49,9 @@ def _cancelled_job(db: str, tmp_path: Path) -> str:
     with Store.open(db) as s:
         path = str(write_spec(tmp_path, _spec(tmp_path)))
         job = s.create_job("e2e", spec.model_dump_json(), path, "spot-greedy", "maximize")
-        s.update_job(job.id, state="cancelled", cost_usd=EARLIER, on_demand_cost_usd=EARLIER_OD)
+        s.update_job(
+            job.id, state="cancelled", ended_at=4.0, cost_usd=EARLIER, on_demand_cost_usd=EARLIER_OD
+        )
         trial = s.add_trial(job.id, 0, {"lr": 0.01})
         s.update_trial(trial.id, state="cancelled", cost_usd=EARLIER)
         record_launch(

@@ -30,7 +30,7 @@ def _job(store: Store, tmp_path: Path) -> tuple[str, str]:
     """A cancelled job of 2 trials; the second cut at step 7 (checkpoint 6): queued again."""
     spec = parse_spec(spec_dict(tmp_path, trials=2, steps=10))
     job = store.create_job("m", spec.model_dump_json(), str(tmp_path / "job.yaml"), "x", "maximize")
-    store.update_job(job.id, state="cancelled", cost_usd=0.5)
+    store.update_job(job.id, state="cancelled", ended_at=100.0, cost_usd=0.5)
     done = store.add_trial(job.id, 0, {"lr": 0.01})
     store.update_trial(done.id, state="completed", step=10, final_metric=0.9, metric=0.9)
     cut = store.add_trial(job.id, 1, {"lr": 0.02})
