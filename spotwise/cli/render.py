@@ -1,4 +1,5 @@
-"""Rendering with rich: the live trial table, summaries and listings. Colours live here only."""
+"""Rendering with rich: the live trial table, summaries and listings. Colours live here only,
+and in the cells' words (:mod:`spotwise.cli.render_cells`)."""
 
 from __future__ import annotations
 
@@ -13,75 +14,22 @@ from rich.table import Table
 
 from spotwise.cli import stdout_gone
 from spotwise.cli.output import fit, listing
+from spotwise.cli.render_cells import (
+    HIDDEN,
+    SIMULATED,
+    cost_notes,
+    fmt,
+    instance_text,
+    is_gone,
+    job_state_text,
+    listed_cost,
+    params_text,
+    short_time,
+    state_text,
+)
 from spotwise.job_rows import quiet_note
 
 console = Console()
-
-STATE_STYLE = {
-    "pending": "dim",
-    "running": "cyan",
-    "waiting": "yellow",
-    "completed": "green",
-    "stopped_early": "magenta",
-    "failed": "red",
-    "cancelled": "red",
-    "succeeded": "green",
-}
-
-
-def _fmt(v: Any, digits: int = 4) -> str:
-    if v is None:
-        return "—"
-    if isinstance(v, float):
-        return f"{v:.{digits}g}"
-    return str(v)
-
-
-def _params(p: dict[str, Any]) -> str:
-    return " ".join(f"{k}={_fmt(v, 3)}" for k, v in p.items())
-
-
-def _state(s: str) -> str:
-    return f"[{STATE_STYLE.get(s, 'white')}]{s}[/]"
-
-
-def _short_time(ts: float) -> str:
-    """``MM-DD HH:MM`` (UTC): a date that fits a listing."""
-    return datetime.fromtimestamp(ts, UTC).strftime("%m-%d %H:%M")
-
-
-def _instance_state(state: str, end_reason: str | None) -> str:
-    """One word for an instance: its state, or how it ended once terminated."""
-    if not end_reason or end_reason == state:
-        return state
-    if state == "terminated":
-        # completed, revoked, reconciled...; "stopped" (its trial was stopped) would read as a
-        # stopped VM that still holds its disk: it ended
-        return "ended (stopped)" if end_reason == "stopped" else end_reason
-    return f"{state} ({end_reason})"  # e.g. still running after a cancel: worth the width
-
-
-#: what "simulated" means wherever a job's dollars are shown (report's words)
-SIMULATED = "simulated dollars: a replayed market (provider local), not money"
-
-
-def _cost_notes(j: dict[str, Any]) -> list[str]:
-    """What a job's cost is, when it is not a final bill in real money: simulated (the
-    replayed market), and an estimate (a job not finished: its running instances as if they
-    ended at its orchestrator's last save; a dead orchestrator's is stale until cancel)."""
-    notes = [SIMULATED] if j.get("simulated") else []
-    if j.get("cost_is_estimate"):
-        if j.get("orchestrator") == "gone":
-            notes.append(
-                "an estimate from before its orchestrator stopped: `spotwise cancel "
-                f"{j['job_id']}` bills its lives and replaces it"
-            )
-        else:
-            notes.append(
-                "an estimate: the job is not finished, its running instances counted as if "
-                "they ended at its orchestrator's last save (every few seconds)"
-            )
-    return notes
 
 
 def live_table(snap: dict[str, Any], width: int) -> Table:
@@ -101,11 +49,11 @@ def live_table(snap: dict[str, Any], width: int) -> Table:
     for r in snap["trials"]:
         t.add_row(
             str(r["number"]),
-            _params(r["params"]),
+            params_text(r["params"]),
             f"{r['step']}/{r['steps']}",
-            _fmt(r["metric"]),
+            fmt(r["metric"]),
             r["instance"].replace("/", " "),
-            _state(r["state"]),
+            state_text(r["state"]),
             f"{r['cost_usd']:.3f}",
         )
     return fit(t, width)
@@ -151,7 +99,7 @@ def print_summary(s: dict[str, Any]) -> None:
     stdout_gone.raise_if_gone()  # as a write to a closed pipe ends (the job's code is kept)
     best = s.get("best")
     console.print(
-        f"\n[bold]job {s['job_id']}[/] {_state(s['state'])} in {s['wall_seconds']:.1f} s "
+        f"\n[bold]job {s['job_id']}[/] {state_text(s['state'])} in {s['wall_seconds']:.1f} s "
         f"(policy {s['policy']})"
     )
     if s.get("error"):
@@ -165,7 +113,7 @@ def print_summary(s: dict[str, Any]) -> None:
         )
     if best:
         console.print(
-            f"best: trial {best['number']} {_params(best['params'])} → {_fmt(best['metric'])}"
+            f"best: trial {best['number']} {params_text(best['params'])} → {fmt(best['metric'])}"
         )
     od = s["on_demand_cost_usd"]
     if s["state"] == "failed" and not best:  # money spent for nothing: no saving to speak of
@@ -210,32 +158,6 @@ def print_summary(s: dict[str, Any]) -> None:
         console.print(f"continue it: spotwise resume {s['job_id']}{more}")
 
 
-def _gone(job: dict[str, Any]) -> bool:
-    """A job not finished whose orchestrator is no longer running (a crash, a kill -9)."""
-    return job.get("orchestrator") == "gone"
-
-
-_HIDDEN = (
-    "its orchestrator may still run: a live process holds its pid, and this user cannot read "
-    "it (another user's process, or /proc mounted hidepid)"
-)
-
-
-def _listed_cost(job: dict[str, Any]) -> str:
-    """A job's $ in the listing: ``~`` before an estimate, ``*`` after simulated dollars
-    (the footnotes under the table say what they mean)."""
-    est = "~" if job.get("cost_is_estimate") else ""
-    return f"{est}{job['cost_usd']:.4f}{'*' if job.get('simulated') else ''}"
-
-
-def _job_state(job: dict[str, Any]) -> str:
-    if _gone(job):
-        return f"[red]{job['state']} (orchestrator gone)[/]"
-    if job.get("orchestrator") == "hidden":
-        return f"[yellow]{job['state']} (orchestrator hidden)[/]"
-    return _state(job["state"])
-
-
 def print_jobs(rows: list[dict[str, Any]], total: int | None = None) -> None:
     """The listed jobs; ``total``: how many the store holds (more than listed: say so)."""
     if not rows:
@@ -253,11 +175,11 @@ def print_jobs(rows: list[dict[str, Any]], total: int | None = None) -> None:
         t.add_row(
             j["job_id"],
             j["name"],
-            _job_state(j),
+            job_state_text(j),
             j["policy"],
-            _fmt(j["best_metric"]),
-            _listed_cost(j),
-            _short_time(j["created_at"]),
+            fmt(j["best_metric"]),
+            listed_cost(j),
+            short_time(j["created_at"]),
         )
     console.print(fit(t, console.width))
     if any(j.get("simulated") for j in rows):
@@ -268,13 +190,13 @@ def print_jobs(rows: list[dict[str, Any]], total: int | None = None) -> None:
             "ended at its orchestrator's last save; `spotwise status JOB` says more)[/]"
         )
     for j in rows:
-        if _gone(j):
+        if is_gone(j):
             console.print(
                 f"[red]{j['job_id']}: its orchestrator is no longer running[/] (it crashed or was "
                 f"killed): `spotwise cancel {j['job_id']}` releases what it still holds"
             )
         elif j.get("orchestrator") == "hidden":
-            console.print(f"[yellow]{j['job_id']}: {_HIDDEN}[/]")
+            console.print(f"[yellow]{j['job_id']}: {HIDDEN}[/]")
         if quiet := quiet_note(j):
             console.print(f"[yellow]{quiet}[/]")
     if total is not None and total > len(rows):
@@ -307,20 +229,20 @@ def print_status(j: dict[str, Any], show_all: bool = False) -> None:
     ``instances_total`` (``jobs.status(newest=…)`` read only those), its instances are the
     ones shown, out of that many."""
     console.print(
-        f"[bold]job {j['job_id']}[/] ({j['name']}) {_state(j['state'])} · policy {j['policy']}"
+        f"[bold]job {j['job_id']}[/] ({j['name']}) {state_text(j['state'])} · policy {j['policy']}"
     )
     best = j.get("best")
     if best:
         number = f" (#{best['number']})" if best.get("number") is not None else ""
         console.print(
-            f"best: {best['trial']}{number} {_params(best['params'])} → {_fmt(best['metric'])}"
+            f"best: {best['trial']}{number} {params_text(best['params'])} → {fmt(best['metric'])}"
         )
     console.print(
         f"trials {j['trials']} · completed {j['completed']} · revocations {j['revocations']} · "
         f"migrations {j['migrations']} · early-stopped {j['early_stopped']}"
     )
     console.print(f"cost ${j['cost_usd']:.4f} vs ${j['on_demand_cost_usd']:.4f} on demand")
-    for note in _cost_notes(j):
+    for note in cost_notes(j):
         console.print(f"[yellow]  {note}[/]" if "estimate" in note else f"[dim]  {note}[/]")
     if (running := j.get("running_usd") or 0.0) > 0:  # the part not billed final
         console.print(
@@ -338,7 +260,7 @@ def print_status(j: dict[str, Any], show_all: bool = False) -> None:
             f"`spotwise cancel {j['job_id']}` releases what it still holds"
         )
     elif j.get("orchestrator") == "hidden":
-        console.print(f"[yellow]{_HIDDEN}[/]")
+        console.print(f"[yellow]{HIDDEN}[/]")
     if quiet := quiet_note(j):
         console.print(f"[yellow]{quiet}[/]")
     if j["instances"]:
@@ -361,7 +283,7 @@ def print_status(j: dict[str, Any], show_all: bool = False) -> None:
                 i.get("instance_type") or "—",
                 i["zone"],
                 i["market"],
-                _instance_state(i["state"], i["end_reason"]),
+                instance_text(i["state"], i["end_reason"]),
                 f"{i['cost_usd']:.4f}",
             )
         console.print(fit(t, console.width))
@@ -389,10 +311,10 @@ def print_trials(out: dict[str, Any]) -> None:
         t.add_row(
             str(r["number"]),
             r["trial"],
-            _params(r["params"]),
+            params_text(r["params"]),
             str(r["step"]),
-            _fmt(r["final_metric"] if r["final_metric"] is not None else r["metric"]),
-            _state(r["state"]) + (f" ({r['stop_reason']})" if r.get("stop_reason") else ""),
+            fmt(r["final_metric"] if r["final_metric"] is not None else r["metric"]),
+            state_text(r["state"]) + (f" ({r['stop_reason']})" if r.get("stop_reason") else ""),
             str(r["revocations"]),
             f"{r['cost_usd']:.4f}",
         )

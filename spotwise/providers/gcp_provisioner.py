@@ -36,9 +36,8 @@ Reads (the listing, the preemption scan, each trial's files) happen at most once
 cannot flood the APIs; our own launches and deletions refresh the listing at once.
 
 Every call is bounded by ``api_deadline_s`` (:func:`spotwise.providers.gcp_errors.call_bounds`; the
-``requestId`` makes the insert's retries safe). A ``delete`` fails at once instead of retrying:
-its caller (the orchestrator, ``spotwise cancel``) deletes again; one GCE accepted whose
-operation failed is sent again by ``describe`` (:meth:`GcpProvisioner._redelete`). GCE keeps a
+``requestId`` makes the insert's retries safe). ``terminate`` and its deletes, sent again by
+``describe`` when an accepted one failed: :mod:`spotwise.providers.gcp_deletes`. GCE keeps a
 gone VM's preemption and delete operations: ``ended_unlisted`` says when it ended (``spotwise
 cancel``, :func:`~spotwise.providers.base.ended_unlisted`). A ``wait`` on an operation
 (the server may hold it 2 minutes) unanswered within the per-request timeout is followed by a
@@ -47,10 +46,9 @@ cancel``, :func:`~spotwise.providers.base.ended_unlisted`). A ``wait`` on an ope
 
 from __future__ import annotations
 
-import contextlib
 import os
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from spotwise.errors import CapacityError, ProviderError
@@ -68,6 +66,7 @@ from spotwise.providers.base import (
 from spotwise.providers.billing import rule_for
 from spotwise.providers.channel import artifacts_uri, attempt_of
 from spotwise.providers.gcp import NAME, GcpClients, GcpSettings, label_filter, label_key
+from spotwise.providers.gcp_deletes import GcpDeletes
 from spotwise.providers.gcp_errors import (
     CAPACITY_CODES,
     api_error,
@@ -80,20 +79,18 @@ from spotwise.providers.gcp_launch import (
     instance_name,
     request_id,
 )
-from spotwise.providers.gcp_operations import INSTANCE_ID as _ID
 from spotwise.providers.gcp_operations import GcpOperations, log
 from spotwise.providers.gcp_prices import PriceTable
 from spotwise.providers.trialfiles import Tracks
 
 _CAPACITY = CAPACITY_CODES
-REDELETES = 3  # deletes sent again for a VM whose accepted delete failed (:meth:`_redelete`)
 
 
 def _has(inst: Instance, want: Mapping[str, str]) -> bool:
     return all(inst.tags.get(k) == v for k, v in want.items())
 
 
-class GcpProvisioner(GcpOperations):
+class GcpProvisioner(GcpDeletes, GcpOperations):
     """Launch, watch and delete Spot (or on-demand) instances that carry our labels."""
 
     name = NAME
@@ -282,78 +279,6 @@ class GcpProvisioner(GcpOperations):
         if channel is not None:
             self._channels[inst.instance_id] = channel
         return inst
-
-    # ---- terminate ------------------------------------------------------------------------
-    def terminate(self, instance_ids: Sequence[str]) -> None:
-        targets: list[tuple[str, str, str]] = []
-        refused: list[str] = []
-        for iid in instance_ids:
-            m = _ID.match(iid)
-            if not m:
-                refused.append(iid)
-                continue
-            zone, name = m.groups()
-            inst = self._get(zone, name)
-            if inst is None:
-                if iid not in self._known:
-                    refused.append(iid)
-                continue  # ours and already gone
-            if not is_ours(inst.tags):
-                refused.append(iid)
-                continue
-            targets.append((iid, zone, name))
-        if refused:
-            raise ProviderError(
-                f"gcp: refusing to terminate {refused}: not instances launched by spotwise "
-                "(no spotwise labels) in this project"
-            )
-        now = self.clock()
-        self._cache.clear()
-        for iid, zone, name in targets:
-            self._delete(iid, zone, name, 0)
-            self._terminated.add(iid)
-            known = self._known.get(iid)
-            if known is not None:
-                known.exists = False
-                if not known.state.is_terminal():
-                    known.state, known.ended_at = InstanceState.TERMINATED, now
-
-    def _delete(self, iid: str, zone: str, name: str, attempt: int) -> None:
-        """Send the delete (a ``requestId`` per ``attempt``), and keep its operation's name."""
-        rid = request_id(iid, "delete" + (f"-{attempt}" if attempt else ""))
-        where = {"project": self.settings.project, "zone": zone, "instance": name}
-        try:  # retry=None: fails at once; the caller deletes again (module docstring)
-            op = self.clients.get("InstancesClient").delete(
-                request={**where, "request_id": rid},
-                retry=None,
-                timeout=self.clients.bounds["timeout"],
-            )
-            self._deleting[iid] = (zone, str(op.name), attempt)
-        except Exception as e:
-            if getattr(e, "code", None) != 404:
-                raise api_error(f"gcp: deleting {iid} failed", e) from None
-
-    def _redelete(self, live: dict[str, Instance]) -> None:
-        """A VM listed running after the delete GCE accepted for it failed (its operation ended
-        in an error) is deleted again, at most :data:`REDELETES` times; then :meth:`describe`
-        shows it as listed (running, still there) instead of as being deleted."""
-        for iid, (zone, op_name, n) in list(self._deleting.items()):
-            inst = live.get(iid)
-            if inst is None or inst.state not in (InstanceState.RUNNING, InstanceState.PENDING):
-                continue  # gone, or its deletion under way (or not in this listing's filter)
-            where = {"project": self.settings.project, "zone": zone, "operation": op_name}
-            try:
-                op = self.clients.get("ZoneOperationsClient").get(**where, **self.clients.bounds)
-            except Exception:
-                continue  # asked again at the next listing
-            if getattr(op.status, "name", str(op.status)) != "DONE" or not op.error.errors:
-                continue
-            if n < REDELETES and is_ours(inst.tags):
-                with contextlib.suppress(ProviderError):
-                    self._delete(iid, zone, iid.split("/", 1)[1], n + 1)
-            else:
-                self._terminated.discard(iid)
-                del self._deleting[iid]
 
     # ---- notices / progress ----------------------------------------------------------------
     def notices(self) -> list[Notice]:

@@ -3,8 +3,9 @@
 No cost math and no policy here: callers compute, the store records. Every method runs in
 its own session scope (commit on success, rollback + StoreError on a database error) and
 returns plain, detached rows whose attributes stay readable after the session closes. Here:
-opening, and the rows whose state changes (jobs, trials, instances); the append-only records
-(observations, events, the price cache) are inherited from :mod:`spotwise.store.records`.
+opening, and the rows whose state changes (jobs, trials); the launch records (instances) are
+inherited from :mod:`spotwise.store.instances`, the append-only records (observations, events,
+the price cache) from :mod:`spotwise.store.records`.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from sqlalchemy.engine import Engine
 from sqlmodel import SQLModel, col, func, select
 
 from spotwise.errors import ConfigError, NotFoundError, SpotwiseError
-from spotwise.store.bills import BillReads, BillWrites, stamp_bill
+from spotwise.store.bills import BillReads, BillWrites
 from spotwise.store.db import (
     check_existing_sqlite,
     default_url,
@@ -28,35 +29,20 @@ from spotwise.store.db import (
     redact,
     sqlite_path,
 )
-from spotwise.store.models import (
-    INSTANCE_REQUESTED,
-    TERMINAL_INSTANCE_STATES,
-    Event,
-    InstanceRow,
-    Job,
-    JobState,
-    Trial,
-    TrialState,
-    new_id,
-    to_json,
-)
+from spotwise.store.instances import InstanceRecords
+from spotwise.store.models import Event, Job, JobState, Trial, TrialState, new_id, to_json
 from spotwise.store.records import Records
-from spotwise.store.rows import (
-    assign,
-    coerce_state,
-    find_by_id_or_prefix,
-    instance_state,
-    plain,
-)
+from spotwise.store.rows import assign, coerce_state, find_by_id_or_prefix
 from spotwise.store.status_reads import StatusReads
 
 RowT = TypeVar("RowT", bound=SQLModel)
 
 
-class Store(Records, BillReads, BillWrites, StatusReads):
+class Store(Records, InstanceRecords, BillReads, BillWrites, StatusReads):
     """Repository over one database. Open with :meth:`open` (creates and migrates) or
     :meth:`open_existing` (read-only commands: never creates a SQLite file). The append-only
-    records (observations, events, the price cache) are :class:`Records`'s methods; the
+    records (observations, events, the price cache) are :class:`Records`'s methods; the launch
+    records (instances), :class:`InstanceRecords`'s; the
     report's reads, :class:`BillReads`'s; the compare-and-set bill writes (two cancels at
     once), :class:`BillWrites`'s; `spotwise status`'s counted reads, :class:`StatusReads`'s."""
 
@@ -324,80 +310,3 @@ class Store(Records, BillReads, BillWrites, StatusReads):
         if "state" in fields:
             fields["state"] = coerce_state(TrialState, fields["state"], "trial")
         return self._update(Trial, trial_id, "trial", fields)
-
-    # --- instances (launch attempts) ----------------------------------------------------------
-
-    def record_launch(
-        self,
-        *,
-        job_id: str,
-        trial_id: str,
-        provider: str,
-        region: str,
-        zone: str,
-        instance_type: str,
-        market: str,
-        offer_key: str,
-        price_per_hour: float,
-        tags: Mapping[str, str] | None = None,
-        requested_at: float | None = None,
-        id: str | None = None,
-        **fields: Any,
-    ) -> InstanceRow:
-        """Record a launch (state ``requested``) BEFORE calling the cloud; ``id`` is our launch
-        id (the request's client token), generated when not given. Any other column may be
-        given in ``fields``."""
-        row = InstanceRow(
-            id=id or new_id("l"),
-            job_id=job_id,
-            trial_id=trial_id,
-            provider=provider,
-            region=region,
-            zone=zone,
-            instance_type=instance_type,
-            market=plain(market),
-            offer_key=offer_key,
-            price_per_hour=price_per_hour,
-            state=INSTANCE_REQUESTED,
-            tags_json=to_json(dict(tags or {})),
-            requested_at=_time.time() if requested_at is None else requested_at,
-        )
-        if "state" in fields:
-            fields["state"] = instance_state(fields["state"])
-        assign(row, fields, "instance")
-        with self._scope(f"recording launch {row.id!r}") as s:
-            s.add(row)
-        return row
-
-    def update_instance(self, instance_id: str, **fields: Any) -> InstanceRow:
-        """Set columns of a launch record; ``billed_at``: when the bill this update writes was
-        written (a record closed with an end in the past: now), :func:`stamp_bill`."""
-        if "state" in fields:
-            fields["state"] = instance_state(fields["state"])
-        if "tags" in fields:
-            fields["tags_json"] = to_json(dict(fields.pop("tags")))
-        return self._update(InstanceRow, instance_id, "instance", fields, stamp_bill)
-
-    def get_instance(self, instance_id: str) -> InstanceRow:
-        with self._scope(f"reading instance {instance_id!r}") as s:
-            row = s.get(InstanceRow, instance_id)
-            if row is None:
-                raise NotFoundError(f"instance {instance_id!r} not found")
-            return row
-
-    def list_instances(
-        self, job_id: str | None, active_only: bool = False, *, ended_since: float | None = None
-    ) -> list[InstanceRow]:
-        """The job's launches (every job's when ``job_id`` is None), oldest first;
-        ``active_only``: state not terminal; ``ended_since``: ended after that time (strictly:
-        report windows are half-open, ``(start, end]``: a life ending on a boundary is in one)."""
-        with self._scope("listing instances") as s:
-            stmt = select(InstanceRow)
-            if job_id is not None:
-                stmt = stmt.where(InstanceRow.job_id == job_id)
-            if ended_since is not None:
-                stmt = stmt.where(col(InstanceRow.ended_at) > ended_since)
-            if active_only:
-                stmt = stmt.where(col(InstanceRow.state).not_in(sorted(TERMINAL_INSTANCE_STATES)))
-            stmt = stmt.order_by(col(InstanceRow.requested_at), col(InstanceRow.id))
-            return list(s.exec(stmt))
