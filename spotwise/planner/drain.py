@@ -199,7 +199,8 @@ class Drain(LaunchCleanup):
 
     def _close_open_trials(self, now: float) -> Exception | None:
         """Close the trials still open; one whose close fails does not keep the others open
-        (:meth:`_close_failed` says so): the first failure is returned."""
+        (:meth:`_close_failed` says so): the first failure is returned. A run another process
+        took over closes them here only: their rows are the other run's (:meth:`_trial_write`)."""
         failed: Exception | None = None
         for t in self.trials:
             if not t.phase.is_terminal():
@@ -216,7 +217,7 @@ class Drain(LaunchCleanup):
         said = f"closing trial {t.trial_id} failed: {type(error).__name__}: {error}"
         log.error("%s: %s", self.job_id, said, exc_info=error)
         with contextlib.suppress(Exception):
-            self.store.update_trial(t.trial_id, state="cancelled", ended_at=time.time())
+            self._trial_write(t, state="cancelled", ended_at=time.time())
         with contextlib.suppress(Exception):
             self._event("error", now, t, error=said)
 

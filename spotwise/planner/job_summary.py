@@ -16,6 +16,7 @@ from spotwise.planner.actions import Actions
 from spotwise.planner.policy import Policy
 from spotwise.planner.report import best_trial, resumable, snapshot, summary
 from spotwise.planner.resume import ResumePlan
+from spotwise.planner.runstate import Life, TrialRun
 
 log = logging.getLogger("spotwise.planner")
 
@@ -84,6 +85,36 @@ class JobSummary(Actions):
                 state.value,
             )
         self.row_state, self.cancel_requested = state.value, True
+
+    def _trial_write(self, t: TrialRun, **fields: Any) -> bool:
+        """Write ``fields`` to ``t``'s row only while the job's row names this run
+        (compare-and-set on the owner, the job's row locked first: a takeover's claim cannot
+        land between the check and the write): a run taken over writes no state, progress,
+        metric or end of a trial the other run now holds, though it still stops, bills and
+        releases its own lives (their instance records are its own). False: not written; a
+        takeover found so is heard at once (:meth:`_hear_cancel`), not at the next save."""
+        if self.taken_over:
+            return False
+        if self.owner is None:  # not known: written as before
+            return super()._trial_write(t, **fields)
+        if self.store.update_trial_if_owner(self.job_id, self.owner, t.trial_id, fields):
+            return True
+        self._hear_cancel()
+        return False
+
+    def _observe(self, t: TrialRun, life: Life, step: int, value: float, now: float) -> bool:
+        """The observation, as :meth:`_trial_write`: not added by a run taken over."""
+        if self.taken_over:
+            return False
+        if self.owner is None:
+            return super()._observe(t, life, step, value, now)
+        wall, launch = time.time(), life.launch_id
+        if self.store.add_observation_if_owner(
+            self.job_id, self.owner, t.trial_id, step, value, wall, now, launch
+        ):
+            return True
+        self._hear_cancel()
+        return False
 
     def _save_and_hear(self, now: float) -> None:
         """The running totals' save (it carries the heartbeat), after hearing a cancel or a

@@ -92,6 +92,20 @@ class TrialBook:
     def _event(self, kind: str, now: float, t: TrialRun | None = None, **detail: Any) -> None:
         raise NotImplementedError
 
+    def _trial_write(self, t: TrialRun, **fields: Any) -> bool:
+        """Write ``fields`` to ``t``'s row; False: not written. :class:`~spotwise.planner.
+        job_summary.JobSummary`'s writes only while the job's row names this run (a run taken
+        over writes no trial the other now holds)."""
+        self.store.update_trial(t.trial_id, **fields)
+        return True
+
+    def _observe(self, t: TrialRun, life: Life, step: int, value: float, now: float) -> bool:
+        """Add the observation ``step``, ``value`` of ``t`` (as :meth:`_trial_write`)."""
+        self.store.add_observation(
+            t.trial_id, step, value, time.time(), market_time=now, instance_id=life.launch_id
+        )
+        return True
+
     def _read_provider(self, what: str, call: Callable[[], list[T]], now: float) -> list[T] | None:
         """``call()``, or None while the provider cannot be read (a 5xx, throttling, a network
         error) for less than ``PROVIDER_READ_GRACE_WALL_S``: one failed poll must not fail a job
@@ -142,14 +156,7 @@ class TrialBook:
                 t.metric_invalid = value is None  # the latest report: NaN/inf shows as none
                 if value is not None:
                     t.curve[step] = value
-                    self.store.add_observation(
-                        t.trial_id,
-                        step,
-                        value,
-                        time.time(),
-                        market_time=now,
-                        instance_id=life.launch_id,
-                    )
+                    self._observe(t, life, step, value, now)
                 elif not t.invalid_metric:  # an observation holds a number: said once, as an event
                     t.invalid_metric = True
                     self._event("invalid_metric", now, t, step=step, metric=repr(metric))
@@ -159,16 +166,16 @@ class TrialBook:
                 if saved_s is not None:  # kept in the job's events: `spotwise resume` reads it
                     self._event("checkpoint_saved", now, t, step=step, seconds=saved_s)
                 t.checkpoint_step = max(t.checkpoint_step, step)
-                self.store.update_trial(
-                    t.trial_id, checkpoint_step=t.checkpoint_step, checkpoint_uri=t.checkpoint_uri
+                self._trial_write(
+                    t, checkpoint_step=t.checkpoint_step, checkpoint_uri=t.checkpoint_uri
                 )
             elif kind == "done":
                 note_done(life, step)  # at its last step with nothing reported: resumed_end
                 if life.finished_at is None:  # only its teardown is left
                     life.finished_at = now
         if events:
-            self.store.update_trial(
-                t.trial_id,
+            self._trial_write(
+                t,
                 step=t.step,
                 metric=None if t.metric_invalid else t.last_metric,
                 best_metric=best_of(t, self.spec.metric.direction),
@@ -323,7 +330,7 @@ class TrialBook:
         t.phase, t.state, t.stopping = Phase.WAITING, "waiting", None
         t.step = t.checkpoint_step  # work after the checkpoint is lost
         t.curve = {k: v for k, v in t.curve.items() if k <= t.step}
-        self.store.update_trial(t.trial_id, state="waiting", step=t.step)
+        self._trial_write(t, state="waiting", step=t.step)
 
     def _broken(self) -> bool:
         """Two trials failed and none ever reported a step: the command itself is broken (a
@@ -361,17 +368,18 @@ class TrialBook:
         if state == "stopped_early" and t.stop_reason not in LIMITS:  # the policy's own
             self.early_stopped += 1  # (a limit's stops are counted apart: the summary's limits)
         # the record first: should the search raise, the trial is not left "running" in the
-        # store (the drain only closes trials that are not done)
-        self.store.update_trial(
-            t.trial_id,
+        # store (the drain only closes trials that are not done); a run taken over ends it
+        # only here, its row and event the other run's
+        if self._trial_write(
+            t,
             state=state,
             final_metric=final,
             predicted_final=t.predicted_final,
             ended_at=time.time(),
             step=t.step,
-        )
-        metric = None if t.metric_invalid else t.last_metric  # a NaN end is no last value
-        self._event(state, now, t, step=t.step, metric=metric)
+        ):
+            metric = None if t.metric_invalid else t.last_metric  # a NaN end is no last value
+            self._event(state, now, t, step=t.step, metric=metric)
         if state == "completed" and final is not None:
             self.search.tell(t.params, final)
         elif state == "completed":  # it ran to the end on a NaN/inf: its point is a bad one

@@ -34,11 +34,12 @@ from spotwise.store.models import Event, Job, JobState, Trial, TrialState, new_i
 from spotwise.store.records import Records
 from spotwise.store.rows import assign, coerce_state, find_by_id_or_prefix
 from spotwise.store.status_reads import StatusReads
+from spotwise.store.trial_writes import TrialWrites
 
 RowT = TypeVar("RowT", bound=SQLModel)
 
 
-class Store(Records, InstanceRecords, BillReads, BillWrites, StatusReads):
+class Store(Records, InstanceRecords, BillReads, BillWrites, StatusReads, TrialWrites):
     """Repository over one database. Open with :meth:`open` (creates and migrates) or
     :meth:`open_existing` (read-only commands: never creates a SQLite file). The append-only
     records (observations, events, the price cache) are :class:`Records`'s methods; the launch

@@ -139,3 +139,21 @@ def test_a_patient_method_calling_another_waits_once_not_twice(
         s.update_job(job_id, cost_usd=4.0)
     assert time.monotonic() - started < 7 * TIMEOUT_S
     th.join()
+
+
+def test_the_owner_checked_trial_writes_wait_out_a_lock_too(
+    store: tuple[Store, str, Path],
+) -> None:
+    """s24 helper C's trial writes checked on the job's owner are the store's methods, so a
+    running job's store waits out a lock on them as on the others (they began as plain
+    functions over the store's session scope: one busy timeout failed the job)."""
+    s, job_id, path = store
+    owner = {"pid": 4242, "host": "here", "pid_start": None}
+    s.update_job(job_id, **owner)
+    trial = s.add_trial(job_id, 0, {})
+    s.wait_out_locks(job_id, patience_s=10.0)
+    th = _hold(path, 4 * TIMEOUT_S)
+    assert s.update_trial_if_owner(job_id, owner, trial.id, {"state": "running", "step": 3})
+    assert s.add_observation_if_owner(job_id, owner, trial.id, 3, 0.5, 1.0)
+    th.join()
+    assert (s.get_trial(trial.id).state.value, s.get_trial(trial.id).step) == ("running", 3)
