@@ -89,15 +89,13 @@ def local_ends(
     # a life the replayed market took (its `revoked` event written) before the orchestrator
     # could close its record: billed as taken (AWS: free in its first hour), as the
     # orchestrator bills it (review-ag F2), up to when it was taken: the event's market time,
-    # on the wall clock from the life's start as its `launch` event's market time
-    took: dict[str, float] = {}
-    for e in store.events(job.id, kind="revoked"):
-        launch = str(e.detail.get("launch") or e.instance_id or "")
-        if launch:
-            took.setdefault(launch, e.time)
+    # on the wall clock from the life's start as its `launch` event's market time (an event
+    # from before b8d0d89 names no life: :func:`taken_lives` finds it)
+    events = [e for e in store.events(job.id) if e.kind in ("launch", "revoked")]
+    took = taken_lives(events, {r.id: r.zone for r in rows})
     began: dict[str, float] = {}
-    for e in store.events(job.id, kind="launch"):
-        if e.instance_id:
+    for e in events:
+        if e.kind == "launch" and e.instance_id:
             began.setdefault(e.instance_id, e.time)
     ends: dict[str, float | None] = {}
     at_taking: list[str] = []
@@ -140,3 +138,34 @@ def local_ends(
         )
         parts.append(f"{names} up to now: {why}" if parts else f"now ({names}: {why})")
     return LocalEnds(terminated, ends, set(took), started, "; ".join(parts) if parts else "now")
+
+
+def taken_lives(events: list[Any], zones: dict[str, str]) -> dict[str, float]:
+    """Each life the replayed market took (its launch id) → its ``revoked`` event's market time,
+    from the job's ``launch`` and ``revoked`` events in the order recorded. The event names its
+    life (``launch``) since b8d0d89; one written before names none, its instance id empty too
+    (its trial had left the life: review-bc F1, such lives were billed whole). Its life is then
+    the one every version says it is: its trial's latest ``launch`` recorded before it (a
+    relaunch's may share its market time, so the order recorded decides, not the time), whose
+    zone (its offer's; else its record's, ``zones``) is the event's, and whose market time is no
+    later than the event's. One event takes one life at most, and one life one event: the
+    first that names it, else the first unnamed one matched to it."""
+    took: dict[str, float] = {}
+    latest: dict[str, Any] = {}  # a trial → its latest `launch` event so far
+    unnamed: list[tuple[Any, Any]] = []
+    for e in events:
+        if e.kind == "launch" and e.trial_id and e.instance_id:
+            latest[e.trial_id] = e
+        elif e.kind == "revoked":
+            named = str(e.detail.get("launch") or e.instance_id or "")
+            if named:
+                took.setdefault(named, e.time)
+            elif e.trial_id and e.trial_id in latest:
+                unnamed.append((e, latest[e.trial_id]))
+    for e, launch in unnamed:
+        life = str(launch.instance_id)
+        key = str(launch.detail.get("offer") or "").split(":")  # provider:zone:type:market
+        zone = key[1] if len(key) == 4 and key[1] else zones.get(life)
+        if life not in took and zone == e.detail.get("zone") and e.time >= launch.time:
+            took[life] = e.time
+    return took
