@@ -27,8 +27,12 @@ from spotwise.store.dburl import redact as redact
 from spotwise.store.existing import check_existing_sqlite as check_existing_sqlite
 from spotwise.store.existing import in_memory_error as in_memory_error
 from spotwise.store.existing import (
+    is_readonly,
     locked_error,
+    newer_schema_error,
     not_sqlite_error,
+    readonly_error,
+    readonly_upgrade_error,
     require_spotwise_schema,
     sqlite_file,
     stored_revision,
@@ -135,7 +139,11 @@ def _use_wal(cursor: Any) -> None:
     to connect without contention switches it (a pooled connection keeps its mode, so a
     `tune` that met the lock runs in rollback-journal mode: slower to share, never unsafe).
     Waiting for the switch made a read-only command that could read wait a whole busy
-    timeout and fail (review-ah F2)."""
+    timeout and fail (review-ah F2).
+
+    A connection that cannot write (a read-only file or folder, a ``mode=ro`` URI) keeps the
+    file's mode: the read-only commands read a database at this schema as it is, and a write
+    says what is wrong (:func:`store_error`; review-bc BC4)."""
     if str(cursor.execute("PRAGMA journal_mode").fetchone()[0]).lower() == "wal":
         return
     deadline = time.monotonic() + SQLITE_BUSY_TIMEOUT_S
@@ -144,6 +152,8 @@ def _use_wal(cursor: Any) -> None:
             cursor.execute("PRAGMA journal_mode = WAL")
             return
         except Exception as e:  # sqlite3.OperationalError (the driver's; no import here)
+            if is_readonly(str(e)):
+                return
             if "locked" not in str(e) or time.monotonic() > deadline:
                 raise
             if _holds_schema(cursor):
@@ -247,6 +257,8 @@ def store_error(exc: BaseException, engine: Engine | None = None, action: str = 
     where = redact(engine.url) if engine else ""
     if "locked" in reason or "busy" in reason or _pg_lock_timeout(exc, reason):
         return locked_error(reason, where, action)
+    if is_readonly(reason):
+        return readonly_error(reason, where or "--db", action, sqlite=path is not None)
     doing = f" while {action}" if action else ""
     return StoreError(f"database error{doing}: {reason}{f' ({where})' if where else ''}")
 
@@ -292,10 +304,16 @@ def alembic_config(connection: Connection | None = None) -> Any:
 
 
 def head_revision() -> str | None:
+    return _revisions()[0]
+
+
+def _revisions() -> tuple[str | None, set[str]]:
+    """The newest revision this spotwise has, and every revision it knows."""
     from alembic.script import ScriptDirectory
 
-    head: str | None = ScriptDirectory.from_config(alembic_config()).get_current_head()
-    return head
+    script = ScriptDirectory.from_config(alembic_config())
+    head: str | None = script.get_current_head()
+    return head, {r.revision for r in script.walk_revisions()}
 
 
 def current_revision(connection: Connection) -> str | None:
@@ -327,7 +345,7 @@ def migrate(engine: Engine, attempts: int = 5, *, existing: bool = False) -> Non
     (the code reads the newest columns; README "State database and PostgreSQL")."""
     from alembic.util.exc import CommandError
 
-    head = head_revision()
+    head, known = _revisions()
     for attempt in range(attempts):
         current: str | None = None
         doing = "reading the schema"  # what a failure says it was doing (review-ah F2)
@@ -338,6 +356,8 @@ def migrate(engine: Engine, attempts: int = 5, *, existing: bool = False) -> Non
                 current = stored_revision(conn, redact(engine.url))  # review-as AS4
             if current == head:
                 return
+            if current is not None and current not in known:  # before any write lock
+                raise newer_schema_error(current, head, redact(engine.url))
             doing = "migrating the schema"
             _upgrade_locked(engine)
             return
@@ -348,6 +368,8 @@ def migrate(engine: Engine, attempts: int = 5, *, existing: bool = False) -> Non
                 hint="upgrade spotwise, or point --db/SPOTWISE_DB at another database",
             ) from exc
         except SQLAlchemyError as exc:
+            if doing == "migrating the schema" and current and is_readonly(str(exc)):
+                raise readonly_upgrade_error(current, head, redact(engine.url)) from exc
             # Another process created the tables between our check and our lock (a database
             # without a lock of its own): look again, it is probably at head now.
             if "already exists" in str(exc).lower() and attempt + 1 < attempts:

@@ -270,3 +270,53 @@ def damaged_version_error(where: str, revisions: list[str]) -> StoreError:
         hint="restore it from a copy: the instances it recorded may still run (see the "
         "provider's console)",
     )
+
+
+def newer_schema_error(current: str, head: str | None, where: str) -> StoreError:
+    """A database whose schema revision this spotwise does not know: a newer spotwise upgraded
+    it (its tables, or the way it writes them: ``migrations/env.py``). Nothing is read nor
+    written, not even a write lock taken (review-bc BC3)."""
+    return StoreError(
+        f"database schema revision {current!r} is unknown to this spotwise (newest is "
+        f"{head!r}): a newer spotwise upgraded the database at {where}",
+        hint="upgrade spotwise here (every machine sharing the database must run the newer "
+        "version), or point --db/SPOTWISE_DB at another database",
+    )
+
+
+def is_readonly(reason: str) -> bool:
+    """Whether a driver's message says the database cannot be written: SQLite's 'attempt to
+    write a readonly database' (a read-only file or folder, a ``mode=ro`` or ``immutable=1``
+    URI), PostgreSQL's 'read-only transaction' (a standby, a read-only default)."""
+    low = reason.lower()
+    return "readonly" in low or "read-only" in low
+
+
+def readonly_error(reason: str, where: str, action: str = "", *, sqlite: bool = True) -> StoreError:
+    """A write the database refused because it cannot be written (:func:`is_readonly`)."""
+    doing = f" while {action}" if action else ""
+    why = (
+        "the file or its folder is read-only for this user, or --db opens it read-only "
+        "(mode=ro, immutable=1)"
+        if sqlite
+        else "the server or this user allows only reads (a standby, a read-only default)"
+    )
+    return StoreError(
+        f"the database at {where} cannot be written{doing} ({reason}): {why}",
+        hint="make the file and its folder writable, or point --db/SPOTWISE_DB at a writable "
+        "database; status, trials and report can read a read-only database once its schema "
+        "is this spotwise's",
+    )
+
+
+def readonly_upgrade_error(current: str | None, head: str | None, where: str) -> StoreError:
+    """An older spotwise schema (``current``) in a database that cannot be written: every
+    command, a read-only one included, upgrades it first (the code reads the newest
+    columns), which needs one write (review-bc BC4)."""
+    return StoreError(
+        f"the database at {where} cannot be written, and its schema (revision {current!r}, "
+        f"from an older spotwise) must be upgraded to {head!r} once before this spotwise can "
+        "read it",
+        hint="run any spotwise command on it once where the file and its folder can be "
+        "written (not through a mode=ro or immutable=1 URL), or point --db at a writable copy",
+    )

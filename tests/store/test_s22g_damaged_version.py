@@ -51,8 +51,8 @@ CASES = [
     ("DELETE FROM alembic_version", "its alembic_version table holds no revision", []),
     (
         "INSERT INTO alembic_version VALUES ('0004')",
-        "its alembic_version table holds 2 revisions ('0004', '0005'), not one",
-        ["0004", "0005"],
+        "its alembic_version table holds 2 revisions ('0004', '0006'), not one",
+        ["0004", "0006"],
     ),
 ]
 

@@ -4,6 +4,13 @@ Run programmatically by ``spotwise.store.db.migrate``, which passes an open conn
 ``config.attributes["connection"]`` (inside a transaction holding a lock). For ad-hoc use,
 ``alembic -x url=sqlite:///path.db upgrade head`` with a Config whose ``script_location`` is
 this folder also works.
+
+A revision is the only thing an older spotwise checks before it writes: it refuses a database
+whose revision it does not know, and writes with its own rules to one at its own revision. So
+add a revision whenever the way rows are written changes so that an older writer would corrupt
+them (a cost it adds to where the new code sets it, a close it makes without the new code's
+compare-and-set, a column it leaves stale), even when no table changes: an empty migration
+(as ``0006_write_protocol.py``) is enough, and makes every older writer refuse the database.
 """
 
 from __future__ import annotations
