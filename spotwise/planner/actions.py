@@ -231,8 +231,8 @@ class Actions(Stops):
         )
         self.lives[inst.instance_id] = (t, t.life)
         t.phase, t.state, t.stopping = Phase.RUNNING, "running", None
-        self.store.update_trial(
-            t.trial_id,
+        self._trial_write(  # a takeover landed in the call: the row is the other run's
+            t,
             state="running",
             started_at=time.time(),
             migrations=t.migrations,

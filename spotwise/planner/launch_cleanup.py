@@ -96,6 +96,15 @@ class LaunchCleanup(StraySweep):
     spent_usd: float
     leftover_ids: list[str]  # instances (or launches) the job could not confirm terminated
     unconfirmed: dict[str, Unconfirmed]  # launch id → a failed launch not confirmed clean
+    taken_over: str = ""  # JobSummary's: who took the job over from this run, once heard
+
+    def _write_cost(self, t: TrialRun, **fields: Any) -> None:
+        """``t``'s cost (and ``fields``) to its row, as :meth:`_trial_write` writes; a run another
+        process took over writes no field of it but the cost, as the sum of the trial's instance
+        records' (its lives', this run's bills included: real money), right whichever process
+        writes it (s24 helper G). Call it once the bill is on its record."""
+        if not self._trial_write(t, cost_usd=t.cost_usd, **fields):
+            self.store.update_trial_cost_to_lives(t.trial_id)
 
     # ---- failed launches -------------------------------------------------------------------
     def _close_failed_launch(
@@ -186,6 +195,8 @@ class LaunchCleanup(StraySweep):
             if cur.state in TERMINAL_INSTANCE_STATES:
                 break
             if self.store.rebill_instance_if_unchanged(cur, **fields) is not None:
+                if self.taken_over:  # its bill on the trial's row as its lives' sum
+                    self.store.update_trial_cost_to_lives(t.trial_id)
                 return True
             cur = self.store.get_instance(seen.id)
         else:
@@ -332,7 +343,7 @@ class LaunchCleanup(StraySweep):
         if cost:
             t.cost_usd += cost
             self.spent_usd += cost
-            self.store.update_trial(t.trial_id, cost_usd=t.cost_usd)
+            self._write_cost(t)  # taken over: the sum, again once the record holds it
         return cost, seconds
 
     def _charge(
@@ -378,7 +389,7 @@ class LaunchCleanup(StraySweep):
         cost *= len(u.ids)
         u.trial.cost_usd += cost
         self.spent_usd += cost
-        self.store.update_trial(u.trial.trial_id, cost_usd=u.trial.cost_usd)
         self.store.update_instance(  # what its tries terminated (on the record) stays on it
             launch_id, cost_usd=u.cost + cost, market_seconds=u.seconds + seconds
         )
+        self._write_cost(u.trial)

@@ -137,7 +137,7 @@ class Ledger(Drain):
                     instance_id=life.launch_id,
                     seconds=wound,
                 )
-        self.store.update_trial(t.trial_id, cost_usd=t.cost_usd, revocations=t.revocations)
+        self._write_cost(t, revocations=t.revocations)  # a run taken over: the lives' sum
 
     def _write_open(self, launch_id: str, **fields: Any) -> InstanceRow | None:
         """Write ``fields`` (a life's bill and close, or its start) to record ``launch_id``
@@ -172,7 +172,7 @@ class Ledger(Drain):
         self.on_demand_usd += od
         t.on_demand_cost_usd += od
         t.cost_usd = self.store.update_trial_cost_to_lives(t.trial_id)
-        self.store.update_trial(t.trial_id, revocations=t.revocations)
+        self._trial_write(t, revocations=t.revocations)
         log.warning(
             "%s: instance record %s (trial %s) was closed by another process (%s, $%.6f): "
             "its bill is kept, not written over",

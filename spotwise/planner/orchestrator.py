@@ -384,9 +384,8 @@ class Orchestrator(NoWord):
             if t.phase is Phase.RUNNING and t.life is not None:
                 self._request_stop(t, "cancel")
             elif not t.phase.is_terminal():
-                t.phase, t.state = Phase.DONE, "cancelled"
-                if not self.taken_over:  # else the trial is the other run's (queued again)
-                    self.store.update_trial(t.trial_id, state="cancelled", ended_at=time.time())
+                t.phase, t.state = Phase.DONE, "cancelled"  # taken over: the other run's row
+                self._trial_write(t, state="cancelled", ended_at=time.time())
 
 
 def run_job(spec: JobSpec, spec_path: Path | None, store: Any, opts: RunOptions) -> dict[str, Any]:

@@ -71,6 +71,8 @@ class Book(Protocol):
 
     def _close_trial(self, t: TrialRun, state: str, now: float) -> None: ...
 
+    def _trial_write(self, t: TrialRun, **fields: Any) -> bool: ...
+
 
 @dataclass
 class Hold:
@@ -348,8 +350,11 @@ _step = record_step  # a record's step as the orchestrator reads its own (None: 
 def _take(book: Book, t: TrialRun, records: Records, now: float) -> int:
     """Take in another attempt's reports of the steps after the trial's own (the latest report
     of each step) and its furthest checkpoint, as the trial's: observations, its curve, its
-    record. Not timed (they were not seen as they came). Returns how many steps were taken."""
+    record. Not timed (they were not seen as they came). Returns how many steps were taken.
+    The record is written first, through :meth:`~spotwise.planner.trialbook.TrialBook.
+    _trial_write`: a run another process took over writes neither it nor the observations."""
     latest: dict[int, tuple[float | None, float]] = {}
+    seen: list[tuple[int, float, float]] = []  # observations, added once the record is written
     for rec in records:
         step = _step(rec.get("step"))
         if rec.get("type") != "report" or step is None or step <= t.step:
@@ -364,17 +369,19 @@ def _take(book: Book, t: TrialRun, records: Records, now: float) -> int:
         t.metric_invalid = value is None  # NaN/inf (the SDK sends null): no usable value
         if value is not None:
             t.curve[step] = value
-            book.store.add_observation(t.trial_id, step, value, wall_time, market_time=now)
+            seen.append((step, value, wall_time))
         elif not t.invalid_metric:  # said once, as an event (as for its own reports)
             t.invalid_metric = True
             book._event("invalid_metric", now, t, step=step, metric=repr(None))
     t.checkpoint_step = max(t.checkpoint_step, _checkpoint(records))
-    book.store.update_trial(
-        t.trial_id,
+    if book._trial_write(
+        t,
         step=t.step,
         metric=None if t.metric_invalid else t.last_metric,
         best_metric=best_of(t, book.spec.metric.direction),
         checkpoint_step=t.checkpoint_step,
         checkpoint_uri=t.checkpoint_uri,
-    )
+    ):
+        for step, value, wall_time in seen:
+            book.store.add_observation(t.trial_id, step, value, wall_time, market_time=now)
     return len(latest)
