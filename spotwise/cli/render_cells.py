@@ -98,3 +98,49 @@ def job_state_text(job: dict[str, Any]) -> str:
     if job.get("orchestrator") == "hidden":
         return f"[yellow]{job['state']} (orchestrator hidden)[/]"
     return state_text(job["state"])
+
+
+#: the states of a trial not finished, in the order a big job's live table lists them
+UNFINISHED = ("running", "waiting", "pending")
+#: the finished trials a big job's live table shows under its unfinished ones, best first
+BEST_FINISHED = 5
+_FINISHED = frozenset({"completed", "stopped_early", "failed", "cancelled"})
+
+
+def live_rows(snap: dict[str, Any], room: int) -> tuple[list[dict[str, Any]], str | None]:
+    """The trials `tune`'s live table shows in ``room`` lines, and the line that says what it
+    left out (None when it left nothing). All of them in number order where they fit (a small
+    job); else every unfinished trial first (running, waiting, pending, each by number: as
+    many as fit, the line taking one), then the :data:`BEST_FINISHED` best finished ones
+    (completed by the snapshot's ``direction``, best first; without it the latest), then the
+    line: how many more, and the command that lists them all (review-bd BD2: 150 trials in
+    24 lines showed trials 0-18, finished, and never the running ones)."""
+    trials: list[dict[str, Any]] = snap["trials"]
+    if len(trials) <= room:
+        return trials, None
+    rank = {s: i for i, s in enumerate(UNFINISHED)}  # a state unknown here: unfinished, last
+    waiting = sorted(
+        (r for r in trials if r["state"] not in _FINISHED),
+        key=lambda r: (rank.get(r["state"], len(UNFINISHED)), r["number"]),
+    )
+    room = max(0, room - 1)
+    done = [r for r in trials if r["state"] in _FINISHED]
+    sign = {"maximize": -1.0, "minimize": 1.0}.get(snap.get("direction") or "")
+
+    def best(r: dict[str, Any]) -> tuple[int, float, int]:
+        m = r["metric"]
+        if sign is None or r["state"] != "completed" or not isinstance(m, int | float) or m != m:
+            return (1, 0.0, -r["number"])  # no rank by metric (NaN, none): the latest first
+        return (0, sign * m, r["number"])  # ties: the earlier trial, as the job's best
+
+    first = waiting[:room]
+    best_done = sorted(done, key=best)[: min(BEST_FINISHED, room - len(first))]
+    more = [
+        f"{n} more {what}"
+        for n, what in (
+            (len(waiting) - len(first), "unfinished"),
+            (len(done) - len(best_done), "finished"),
+        )
+        if n
+    ]
+    return first + best_done, f"{' and '.join(more)} (spotwise trials {snap['job_id']})"

@@ -189,7 +189,14 @@ class JobSummary(Actions):
         cost = self.spent_usd + self._running_cost(now)
         total = self.spec.trials * self.spec.steps
         return snapshot(
-            self.job_id, self.policy.name, self.trials, now, cost, self._totals(), total
+            self.job_id,
+            self.policy.name,
+            self.trials,
+            now,
+            cost,
+            self._totals(),
+            total,
+            self.spec.metric.direction,
         )
 
     def _finish_job(self, state: str, error: str | None) -> None:

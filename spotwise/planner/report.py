@@ -278,7 +278,11 @@ def snapshot(
     cost_usd: float,
     totals: dict[str, float],
     total_steps: int,
+    direction: str = "",
 ) -> dict[str, Any]:
+    """The live view's picture of a running job; ``direction`` (the metric's ``maximize`` or
+    ``minimize``) tells which finished trials are the best (the live table shows those first
+    when not every trial fits the terminal)."""
     rows = [
         {
             "number": t.number,
@@ -307,6 +311,7 @@ def snapshot(
         "migrations": int(totals["migrations"]),
         "progress": done_steps,
         "total": total_steps,
+        "direction": direction,
     }
 
 
