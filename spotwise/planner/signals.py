@@ -29,6 +29,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from spotwise.providers import stopping
+
 #: The signals that cancel a running job.
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 #: The local provider's wait for a terminated trial's processes before it kills them, wall s
@@ -48,7 +50,9 @@ def stop_seconds() -> int:
     """How long a job can take to stop after a signal, wall seconds: its loop waits up to
     :data:`~spotwise.planner.drain.STOP_TIMEOUT_WALL_S` for each trial to checkpoint and exit
     (then terminates it: a kill grace), and its drain as long for the instances a notice is
-    taking (then terminates the rest: a kill grace). A slow provider API adds to it."""
+    taking (then terminates the rest: a kill grace). A cloud create being waited for hears
+    the stop within :data:`~spotwise.providers.stopping.HEAR_EVERY_S` (it no longer waits out
+    ``operation_timeout_s``: review-bb F1). A slow provider API adds to it."""
     from spotwise.planner.drain import STOP_TIMEOUT_WALL_S
 
     return round(2 * STOP_TIMEOUT_WALL_S + 2 * KILL_GRACE_WALL_S)
@@ -113,6 +117,7 @@ class _Stopping:
         else:
             line = again_line(time.monotonic() - self.first_wall, self.up_to_s)
         _write_or_silence(2, f"{self.lead}{line}\n".encode(errors="replace"))
+        stopping.set()  # a cloud create being waited for ends its wait (review-bb F1)
         self.callback()
 
     def _job(self) -> str | None:
@@ -135,6 +140,7 @@ def on_signals(callback: Callable[[], None], job_id: str | None = None) -> Calla
     ignored when it is called (``nohup``; ``cmd &`` in a script) stays ignored."""
     handler = _Stopping(callback, job_id)
     old: dict[int, Any] = {}
+    stopping.clear()  # a job of this process that ended before asked nothing of this one
     try:
         for sig in STOP_SIGNALS:
             if sig in _KEPT_IGNORED and signal.getsignal(sig) == signal.SIG_IGN:
@@ -146,5 +152,6 @@ def on_signals(callback: Callable[[], None], job_id: str | None = None) -> Calla
     def restore() -> None:
         for sig, was in old.items():
             signal.signal(sig, was)
+        stopping.clear()
 
     return restore

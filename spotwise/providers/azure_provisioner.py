@@ -4,7 +4,9 @@
   tags = our tags) and waits for the ARM long-running operation, at most
   ``operation_timeout_s`` (option, default 600 s): an operation ARM still reports in progress
   then is a ProviderError (not a CapacityError: the VM may exist, and the orchestrator's
-  failed-launch cleanup finds it by its launch tag and deletes it). The VM name derives from
+  failed-launch cleanup finds it by its launch tag and deletes it); a stop signal ends the wait
+  within a fraction of a second, as a refused launch (a CapacityError) whose VM that cleanup
+  deletes the same way (:mod:`spotwise.providers.stopping`). The VM name derives from
   ``client_token``; a VM already carrying that launch tag is returned instead of re-created.
   The launch spec (the trial's argv/env, its artifacts folder and attempt) goes into the VM's
   custom data for :mod:`spotwise.providers.azure_agent`; a launch whose checkpoint location a
@@ -45,12 +47,12 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from spotwise.errors import ProviderError
+from spotwise.errors import CapacityError, ProviderError
+from spotwise.providers import stopping
 from spotwise.providers.azure import NAME, AzureSettings, api_error
 from spotwise.providers.azure_catalog import split_zone, zone_name
 from spotwise.providers.azure_instances import as_float, plain, power_state, status_time, vm_state
@@ -62,6 +64,7 @@ from spotwise.providers.azure_launch import (
     vm_body,
     vm_name,
 )
+from spotwise.providers.azure_lro import stop_polling, wait_or_stop
 from spotwise.providers.base import (
     TAG_JOB,
     TAG_LAUNCH,
@@ -136,20 +139,24 @@ class AzureProvisioner:
             self.tracks.add(name, artifacts, attempt, request.env)
             return existing  # the same launch, retried
         what = f"launching {offer.instance_type} in {offer.zone}"
+        if stopping.requested():  # asked before anything is bought: nothing to delete
+            raise _stopped(what, "not sent", name)
         body = vm_body(self.settings, name, request, artifacts)
         raw: Any
         try:
             poller = self.client.virtual_machines.begin_create_or_update(
                 self.group, name, body, **self._lro_kwargs()
             )
-            # raises the operation's own failure; a join longer than TIMEOUT_MAX overflows
-            poller.wait(min(self.operation_timeout_s, threading.TIMEOUT_MAX))
+            stopped = wait_or_stop(poller, self.operation_timeout_s)
             done = poller.done()
             raw = poller.result() if done else None  # result() before done: a half-parsed poll
         except Exception as e:
             raise api_error(f"azure: {what}", e) from None
+        if stopped and not done:
+            stop_polling(poller)
+            raise _stopped(what, "stopped waiting for the create", name)
         if not done:
-            _stop_polling(poller)
+            stop_polling(poller)
             raise ProviderError(
                 f"azure: {what}: VM {name} still being created at the "
                 f"{self.operation_timeout_s:g} s deadline (operation_timeout_s); it may exist: "
@@ -366,21 +373,15 @@ class AzureProvisioner:
         return self.tracks.heard(instance_id)
 
 
-def _stop_polling(poller: Any) -> None:
-    """End the poller's thread at its next pause between polls (at most one more GET) rather
-    than let it poll ARM until the operation ends: the launch gave up on it. azure-core has no
-    public way to stop an LROPoller; ``LROBasePolling._sleep`` is where its loop waits (pinned
-    azure-core; were it renamed, the thread would merely poll on)."""
-
-    def stop(delay: float) -> None:
-        raise _Abandoned("the launch stopped waiting for this operation")
-
-    with contextlib.suppress(Exception):
-        poller.polling_method()._sleep = stop
-
-
-class _Abandoned(Exception):
-    """Ends an abandoned LROPoller's thread (kept by the poller, never raised to a caller)."""
+def _stopped(what: str, done: str, name: str) -> CapacityError:
+    """A launch ended by a stop signal: refused (no failure of the trial); its VM, if the PUT
+    made one, is the failed launch's to delete (ARM deletes a VM still being created: the
+    create's operation ends ``Canceled``, OperationPreempted)."""
+    return CapacityError(
+        f"azure: {what}: {done}: the job is stopping (a signal); VM {name}, if the create made "
+        f"it, is looked up by its {TAG_LAUNCH} tag and deleted",
+        hint="nothing to fix: the job was asked to stop",
+    )
 
 
 __all__ = ["AzureProvisioner", "split_zone"]

@@ -1,18 +1,22 @@
 """What GCE's zone operations and guest attributes say of our instances: when one was preempted
-or deleted (kept after the instance is gone) and the notice its agent wrote. A mixin of
-:class:`~spotwise.providers.gcp_provisioner.GcpProvisioner`, split from it so that each file stays
-readable."""
+or deleted (kept after the instance is gone) and the notice its agent wrote, and the answer to a
+wait on a zone operation that a stop signal cuts short (:meth:`GcpOperations._op_answer`). A
+mixin of :class:`~spotwise.providers.gcp_provisioner.GcpProvisioner`, split from it so that each
+file stays readable."""
 
 from __future__ import annotations
 
 import logging
 import re
+import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 from spotwise.errors import ProviderError
+from spotwise.providers import stopping
 from spotwise.providers.gcp import GcpClients, GcpSettings
-from spotwise.providers.gcp_errors import api_error
+from spotwise.providers.gcp_errors import api_error, read_timed_out
 from spotwise.providers.gcp_instances import operation_times
 from spotwise.providers.gcp_launch import GUEST_NAMESPACE, json_dict
 
@@ -30,6 +34,53 @@ class GcpOperations:
     clock: Callable[[], float]
     # instances whose last guest read failed → [failed reads, monotonic time of the last warning]
     _guest_failing: dict[str, list[float]]
+
+    def _op_answer(self, where: Mapping[str, str]) -> Any:
+        """The zone operation ``where`` names, from a ``wait`` (GCE holds it up to 2 minutes,
+        until the operation ends; one unanswered within the per-request timeout is followed by
+        a ``get``: an answer means the operation is only slow). None when a stop is asked
+        meanwhile (:func:`spotwise.providers.stopping.requested`, looked at every
+        :data:`~spotwise.providers.stopping.HEAR_EVERY_S`): the call runs in a daemon thread,
+        left to end on its own (a read, bounded by ``api_deadline_s``)."""
+        ops = self.clients.get("ZoneOperationsClient")
+        box: list[tuple[bool, Any]] = []
+        done = threading.Event()
+
+        def answer() -> None:
+            try:
+                try:
+                    op = ops.wait(**where, **self.clients.bounds)
+                except Exception as e:
+                    if not read_timed_out(e):
+                        raise
+                    op = ops.get(**where, **self.clients.bounds)  # answered: a slow operation
+                box.append((True, op))
+            except BaseException as e:  # handed to the caller, who may have stopped waiting
+                box.append((False, e))
+            finally:
+                done.set()
+
+        if stopping.requested():
+            return None
+        threading.Thread(target=answer, name="spotwise-gcp-op-wait", daemon=True).start()
+        while not done.wait(stopping.HEAR_EVERY_S):
+            if stopping.requested():
+                return None
+        ok, value = box[0]
+        if not ok:
+            raise value
+        return value
+
+    @staticmethod
+    def _pause(seconds: float) -> bool:
+        """Sleep ``seconds``, or less when a stop is asked meanwhile: whether one was."""
+        end = time.monotonic() + seconds
+        while not stopping.requested():
+            left = end - time.monotonic()
+            if left <= 0:
+                return False
+            time.sleep(min(left, stopping.HEAR_EVERY_S))
+        return True
 
     def _operations(self, kind: str, *, end: bool = False) -> dict[str, float]:
         """instance id → time of its latest zone operation of type ``kind`` (GCE keeps an

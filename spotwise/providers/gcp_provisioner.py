@@ -2,7 +2,9 @@
 
 * ``launch`` inserts one instance (``scheduling.provisioning_model = SPOT`` and an
   ``instance_termination_action``; ``STANDARD`` for on-demand) with our tags as labels, waits on
-  the zone operation with its own ``ZoneOperationsClient`` and returns the instance. The
+  the zone operation with its own ``ZoneOperationsClient`` and returns the instance (a stop
+  signal ends the wait within a fraction of a second, as a refused launch whose instance the
+  orchestrator deletes: :mod:`spotwise.providers.stopping`). The
   instance name and the insert's ``requestId`` (a UUID5 of ``client_token``) make a retried
   launch idempotent. The launch spec (the trial's argv/env, its artifacts folder and attempt;
   :func:`spotwise.providers.channel.launch_spec`) travels as JSON in the ``spotwise-launch``
@@ -52,6 +54,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from spotwise.errors import CapacityError, ProviderError
+from spotwise.providers import stopping
 from spotwise.providers.base import (
     TAG_JOB,
     TAG_TRIAL,
@@ -71,7 +74,6 @@ from spotwise.providers.gcp_errors import (
     CAPACITY_CODES,
     api_error,
     operation_error,
-    read_timed_out,
 )
 from spotwise.providers.gcp_instances import read_instance
 from spotwise.providers.gcp_launch import (
@@ -88,6 +90,16 @@ _CAPACITY = CAPACITY_CODES
 
 def _has(inst: Instance, want: Mapping[str, str]) -> bool:
     return all(inst.tags.get(k) == v for k, v in want.items())
+
+
+def _stopped(what: str, done: str) -> CapacityError:
+    """A launch ended by a stop signal: refused (no failure of the trial); its instance, if
+    the insert made one, is the failed launch's to delete (found by its launch tag)."""
+    return CapacityError(
+        f"gcp: {what}: {done}: the job is stopping (a signal); an instance the insert made is "
+        "looked up by its spotwise:launch tag and deleted",
+        hint="nothing to fix: the job was asked to stop",
+    )
 
 
 class GcpProvisioner(GcpDeletes, GcpOperations):
@@ -136,6 +148,9 @@ class GcpProvisioner(GcpDeletes, GcpOperations):
         self._jobs.add(job)
         instances = self.clients.get("InstancesClient")
         self._cache.clear()
+        what = f"launching {offer.instance_type} in {offer.zone}"
+        if stopping.requested():  # asked before anything is bought: nothing to delete
+            raise _stopped(what, "not sent")
         try:
             op = instances.insert(
                 request={
@@ -146,7 +161,7 @@ class GcpProvisioner(GcpDeletes, GcpOperations):
                 },
                 **self.clients.bounds,
             )
-            self._wait(offer.zone, op.name, what=f"launching {offer.instance_type} in {offer.zone}")
+            self._wait(offer.zone, op.name, what=what)
         except ProviderError:
             raise
         except Exception as e:
@@ -169,23 +184,23 @@ class GcpProvisioner(GcpDeletes, GcpOperations):
         return api_error(f"gcp: launching {offer.instance_type} in {offer.zone} failed", e)
 
     def _wait(self, zone: str, op_name: str, *, what: str) -> None:
-        ops = self.clients.get("ZoneOperationsClient")
+        """Wait for the zone operation to end, at most ``operation_timeout_s``; a stop signal
+        (:mod:`spotwise.providers.stopping`) ends the wait within
+        :data:`~spotwise.providers.stopping.HEAR_EVERY_S` (:meth:`_op_answer`, :meth:`_pause`)."""
         deadline = self.clock() + self.operation_timeout_s
         where = {"project": self.settings.project, "zone": zone, "operation": op_name}
         while True:
-            try:
-                op = ops.wait(**where, **self.clients.bounds)
-            except Exception as e:
-                if not read_timed_out(e):
-                    raise
-                op = ops.get(**where, **self.clients.bounds)  # the API answers: a slow operation
+            op = self._op_answer(where)
+            if op is None:
+                raise _stopped(what, f"stopped waiting for operation {op_name}")
             if getattr(op.status, "name", str(op.status)) == "DONE":
                 break
             if self.clock() > deadline:
                 raise ProviderError(
                     f"gcp: {what}: operation {op_name} still running at the deadline"
                 )
-            time.sleep(self.poll_interval_s)
+            if self._pause(self.poll_interval_s):
+                raise _stopped(what, f"stopped waiting for operation {op_name}")
         errors = list(op.error.errors) if op.error else []
         if errors:
             codes = " ".join(f"{x.code}: {x.message}" for x in errors)
