@@ -7,7 +7,6 @@ for ``--json``).
 from __future__ import annotations
 
 import logging
-import math
 import os
 import signal
 import time
@@ -237,7 +236,12 @@ def trials(job_id: str | None, *, db: str | None = None) -> dict[str, Any]:
 
 
 def cancel(
-    job_id: str, *, db: str | None = None, wait_s: float = 60.0, force: bool = False
+    job_id: str,
+    *,
+    db: str | None = None,
+    wait_s: float = 60.0,
+    force: bool = False,
+    run_root: Path | None = None,
 ) -> dict[str, Any]:
     """Ask a running job's orchestrator to stop (trials checkpoint first): SIGTERM on this
     machine, a request written to the job's row (``cancelled``, no ``ended_at`` yet) for one
@@ -247,13 +251,14 @@ def cancel(
     with the job's tags. A finished cloud job whose records are all closed is looked for on
     its cloud too (:func:`~spotwise.release_sweep.sweep_finished`: an instance can outlive its
     records). ``force``: take an orchestrator recorded on another machine for gone (that
-    machine is lost); refused while its heartbeat is fresh (review-ax AX1)."""
+    machine is lost); refused while its heartbeat is fresh (review-ax AX1). ``run_root``: where
+    the job's run folder is (None: the default), read for a dead orchestrator's trials."""
     from spotwise.store import Store
 
     store = Store.open_existing(db)
     try:
         for _ in range(3):  # a write refused: the job changed since it was read; read it again
-            out = _cancel(store, store.get_job(job_id), wait_s, force)
+            out = _cancel(store, store.get_job(job_id), wait_s, force, run_root)
             if out is not None:
                 return out
         raise ConfigError(f"job {job_id} kept changing while it was cancelled: run it again")
@@ -261,7 +266,9 @@ def cancel(
         store.close()
 
 
-def _cancel(store: Any, job: Any, wait_s: float, force: bool) -> dict[str, Any] | None:
+def _cancel(
+    store: Any, job: Any, wait_s: float, force: bool, run_root: Path | None = None
+) -> dict[str, Any] | None:
     """:func:`cancel` of ``job`` as read; None when a compare-and-set write found it changed."""
     from spotwise.planner.job_summary import not_ours_since
 
@@ -276,7 +283,7 @@ def _cancel(store: Any, job: Any, wait_s: float, force: bool) -> dict[str, Any] 
             raise ConfigError(said, hint=hint)
         # its orchestrator died before it heard the request (review-az AZ1): closed as any
         # dead orchestrator's job, its end written only over the request
-        return _close_dead(store, job, {"state": state, "ended_at": None})
+        return _close_dead(store, job, {"state": state, "ended_at": None}, run_root)
     if job.state.is_terminal():
         out = {"job_id": job.id, "state": state, "cancelled": False}
         if not store.list_instances(job.id, active_only=True):
@@ -328,59 +335,50 @@ def _cancel(store: Any, job: Any, wait_s: float, force: bool) -> dict[str, Any] 
                 hint="`sudo -u USER spotwise cancel JOB` with the same --db",
             ) from None
         return await_stop(store, job, wait_s, seen, remote=False, end=False)
-    return _close_dead(store, job, {"state": state})
+    return _close_dead(store, job, {"state": state}, run_root)
 
 
-def _close_dead(store: Any, job: Any, expected: dict[str, Any]) -> dict[str, Any] | None:
+def _close_dead(
+    store: Any, job: Any, expected: dict[str, Any], run_root: Path | None = None
+) -> dict[str, Any] | None:
     """Close the job of an orchestrator that is gone: its finished trials completed, its best
     trial, its end (``cancelled``, written only while the row still holds ``expected``), its
     open trials cancelled, its records released up to when it was last alive; None when the
-    row changed since it was read."""
+    row changed since it was read. Each open trial's events its instance wrote after the
+    orchestrator last read them are read first (:mod:`spotwise.close_read`, review-bb F3):
+    a trial that reported its last step's metric finished, completed with that metric; the
+    others are cancelled at the furthest step and checkpoint they name."""
+    from spotwise import close_read as cr
+    from spotwise.spec import load_stored_spec
+
+    back = cr.read_back(store, job, run_root)  # nothing written before the claim
+    steps = load_stored_spec(job.spec_json).steps
+    trials = store.list_trials(job.id)
     # a trial that reported its last step's metric finished (its orchestrator died before
     # it saw the exit): completed with that metric, as its orchestrator would have recorded
-    _complete_finished_trials(store, job)
+    done = cr.finals(trials, back, store.curve, steps)
     # the trials it completed keep their result: the best of them is the job's, as the
     # orchestrator's own end would have recorded (ties: the earlier trial)
-    trials = store.list_trials(job.id)
-    done = [t for t in trials if t.state == "completed" and t.final_metric is not None]
-    sign = 1.0 if job.direction == "maximize" else -1.0
-    best = max(done, key=lambda t: (sign * (t.final_metric or 0.0), -t.number), default=None)
+    best = cr.best(trials, done, job.direction)
     # only over the state read: an end written since stays (review-ax AX5), and a live
     # orchestrator (pending: no pid yet) hears this cancel and stops
     end = {
         "state": "cancelled",
         "ended_at": time.time(),
         "error": "cancelled after its orchestrator had exited",
-        "best_trial_id": best.id if best else None,
-        "best_metric": best.final_metric if best else None,
+        "best_trial_id": best[0] if best else None,
+        "best_metric": best[1] if best else None,
     }
     if not store.claim_job(job.id, expected, end):
         return None
-    for t in trials:
-        if not t.state.is_terminal():
-            store.update_trial(t.id, state="cancelled", ended_at=time.time())
+    cr.close_open(store, job, trials, back, done, steps)
     released = _release(store, job, orchestrator_died=True)
+    cr.keep_reports(store, back)  # after the bills: on what the orchestrator recorded
     return {
         "job_id": job.id,
         "state": "cancelled",
         "cancelled": True,
         **released,
         "message": "orchestrator was not running; job marked cancelled, "
-        + released_text(job.id, released),
+        + cr.with_said(released_text(job.id, released), back, done, released),
     }
-
-
-def _complete_finished_trials(store: Any, job: Any) -> None:
-    """Mark completed each trial not closed yet whose last step (the spec's ``steps``) has a
-    finite metric on record: its final metric, as the orchestrator's own end records it."""
-    from spotwise.spec import load_stored_spec
-
-    steps = load_stored_spec(job.spec_json).steps
-    for t in store.list_trials(job.id):
-        if t.state.is_terminal():
-            continue
-        final = dict(store.curve(t.id)).get(steps)
-        if final is not None and math.isfinite(final):
-            store.update_trial(
-                t.id, state="completed", final_metric=final, step=steps, ended_at=time.time()
-            )
