@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from spotwise.providers.base import Market
+from spotwise.release_ends import gone_end, note_revoked
 from spotwise.release_local import local_ends
 from spotwise.release_reference import OnDemandReference
 from spotwise.release_reference import _unknown_text as _unknown_text  # jobs.py's
@@ -28,7 +29,9 @@ def _release(store: Any, job: Any, orchestrator_died: bool = False) -> dict[str,
     a later cancel retries. Local: the trial processes' pid records are reconciled and every
     record is closed.
 
-    Each closed record is billed up to now (or up to when its provider says it ended; when
+    Each closed record is billed up to now (or up to when its provider says it ended; one
+    gone whose provider does not say, up to its notice's deadline or the drain's request to
+    delete it, as the job's store says: :func:`~spotwise.release_ends.gone_end`; when
     ``orchestrator_died``, a local job's trial processes that died with it, even where their
     helpers outlived them, up to when it was last known alive, and a life the replayed market
     took up to then: :func:`~spotwise.release_local.local_ends`, not before their start): the
@@ -103,9 +106,17 @@ def _release(store: Any, job: Any, orchestrator_died: bool = False) -> dict[str,
         # record its launch tag names (never billed as another instance of that launch)
         names = {r.provider_instance_id: r.id for r in every if r.provider_instance_id}
         listed = {i.instance_id: (i, names.get(i.instance_id)) for i in res.listed}
+        said = store.events(job.id)
         for one in res.records:
+            note = one.note
             if one.outcome != rec.OPEN:
                 ends[one.held.launch_id] = one.ended_at
+            if one.outcome == rec.NOT_FOUND and one.note:  # gone, no end from its provider
+                got = gone_end(store, said, one, rows)
+                if got is not None:  # a notice's deadline, the drain's delete: not now
+                    ends[one.held.launch_id], note = got.at, got.note
+                    if got.revoked:
+                        taken.add(one.held.launch_id)
             if one.revoked:  # listed or not (a GCE preempted operation of a VM gone since)
                 taken.add(one.held.launch_id)
             if one.found:
@@ -117,13 +128,13 @@ def _release(store: Any, job: Any, orchestrator_died: bool = False) -> dict[str,
                     "region": one.held.region,
                     "outcome": one.outcome,
                     **({"error": one.error} if one.error else {}),
-                    **({"note": one.note} if one.note else {}),  # ended, billed, unconfirmed
+                    **({"note": note} if note else {}),  # ended, billed, unconfirmed
                 }
             )
     now = wall_now()
     extra_by_trial: dict[str, float] = {}  # what the lives ran after the job's own bill
     closed = 0  # the records this cancel closed (another may have closed some first)
-    od_price = OnDemandReference(store, spec, job, speedup)
+    od_price = OnDemandReference(store, spec, job, speedup, [i for i, _ in listed.values()])
     for row in rows:
         found, inst = seen.get(row.id, (None, None))
         # the launch's other instances this cancel terminated (a retried create): each a life
@@ -140,6 +151,8 @@ def _release(store: Any, job: Any, orchestrator_died: bool = False) -> dict[str,
         if usd is None:  # another cancel closed it first, as it billed it
             continue
         closed += end is not None
+        if end is not None and _taken(row, how):  # counted as the orchestrator counts one
+            note_revoked(store, row, end)
         extra_by_trial[row.trial_id] = extra_by_trial.get(row.trial_id, 0.0) + usd
     # a trial's cost is its lives' sum, set, not added to (review-ah F6), in one statement
     for trial_id in [trial_id for trial_id, extra_usd in extra_by_trial.items() if extra_usd]:
@@ -268,7 +281,7 @@ def _bill_record(
                 ref = od.reference(own, inst, start, extra_s, how.revoked)
             fields |= {
                 "state": "terminated",
-                "end_reason": "reconciled",
+                "end_reason": "revoked" if _taken(cur, how) else "reconciled",
                 "ended_at": how.end,
                 "cost_usd": cur.cost_usd + usd,
                 "on_demand_cost_usd": cur.on_demand_cost_usd + ref,
@@ -288,6 +301,13 @@ def _bill_record(
             break  # another cancel closed it: it billed the life (never twice)
     del od.unknown[mark:]  # not billed here: nothing to say of its reference
     return None
+
+
+def _taken(row: Any, how: _Close) -> bool:
+    """A cloud life its provider took: closed ``revoked``, as its orchestrator closes one
+    (review-bb F4: ``reconciled`` was counted by no revocation count). A local job's taken
+    lives keep ``reconciled``: the replay's own ``revoked`` events name them."""
+    return how.revoked and row.provider != "local"
 
 
 def wall_now() -> float:

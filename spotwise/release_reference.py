@@ -12,6 +12,7 @@ the end threw away) is billed but never referenced, so that the saving is never 
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 
@@ -19,14 +20,24 @@ class OnDemandReference:
     """The on-demand reference of the seconds cancel bills a life of a trial, at the on-demand
     price its orchestrator had for the offer (an on-demand record's own; the one its instance
     carries: AWS, Azure a launch tag, GCP the offer saved on the VM; the replayed market's),
-    over the seconds of :meth:`useful` only. Unknown price (not listed, or 0: no price for the
-    type at launch): none is added, and the record is named in ``unknown``.
+    over the seconds of :meth:`useful` only. An instance already gone carries none: the price
+    its ``launch`` event recorded (since the twenty-fourth session), else the one another
+    instance ``listed`` by the same cancel carries for the record's offer (review-bb F5: every
+    gone one was named unknown). Unknown price (none of those, or 0: no price for the type):
+    none is added, and the record is named in ``unknown``.
 
     ``speedup``: market seconds per wall second (a replay's clock; 1 on a cloud)."""
 
-    def __init__(self, store: Any, spec: Any, job: Any, speedup: float = 1.0) -> None:
+    def __init__(
+        self, store: Any, spec: Any, job: Any, speedup: float = 1.0, listed: Iterable[Any] = ()
+    ) -> None:
         self.store, self.spec, self.job, self.speedup = store, spec, job, speedup
         self.unknown: list[str] = []
+        self._listed = {  # offer key → the on-demand price a listed instance of it carries
+            i.offer.key: float(i.offer.on_demand_price_per_hour)
+            for i in listed
+            if (i.offer.on_demand_price_per_hour or 0.0) > 0
+        }
         self._replay: list[float | None] = []  # the replayed market's, read once
         self._events: list[Any] | None = None  # the job's launch and notice events, read once
         self._rows: list[Any] = store.list_instances(job.id)  # oldest first, as found
@@ -138,9 +149,17 @@ class OnDemandReference:
             return float(row.price_per_hour)
         if inst is not None and (inst.offer.on_demand_price_per_hour or 0.0) > 0:
             return float(inst.offer.on_demand_price_per_hour)
-        if self.spec.providers[0].name == "local" and not self._replay:
-            self._replay.append(_replay_on_demand(self.spec, self.job))
-        return self._replay[0] if self._replay else None
+        if self.spec.providers[0].name == "local":
+            if not self._replay:
+                self._replay.append(_replay_on_demand(self.spec, self.job))
+            return self._replay[0]
+        if inst is not None:  # its tag's 0.0: no price for the type at launch
+            return None
+        for e in self._launch_events():  # its instance is gone: its launch's record of it
+            od = e.detail.get("on_demand") if e.kind == "launch" else None
+            if e.instance_id == row.id and isinstance(od, int | float) and od > 0:
+                return float(od)
+        return self._listed.get(row.offer_key)  # an older job's: a sibling's of its offer
 
 
 def _sps(obs: list[Any], speedup: float) -> float | None:

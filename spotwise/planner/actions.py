@@ -244,6 +244,7 @@ class Actions(Stops):
             t,
             offer=offer.key,
             price=offer.price_per_hour,
+            on_demand=offer.on_demand_price_per_hour,  # a cancel's reference, its VM gone
             attempt=p.attempt,
             resume_step=int(p.request.env["SPOTWISE_RESUME_STEP"]),
             **({"retry_of_same_request": p.retries} if p.retries else {}),

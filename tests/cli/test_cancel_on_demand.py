@@ -168,16 +168,18 @@ def test_a_dead_cloud_jobs_lives_carry_their_on_demand_reference(
     assert od.on_demand_cost_usd == pytest.approx(1200.0 * OD / HOUR, rel=1e-9)
     # no price known: no reference invented, and cancel says which records
     assert rows["l-untagged"].cost_usd > 0 and rows["l-untagged"].on_demand_cost_usd == 0.0
-    assert rows["l-gone"].cost_usd > 0 and rows["l-gone"].on_demand_cost_usd == 0.0
-    assert sorted(out["on_demand_unknown"]) == ["l-gone", "l-untagged"]
+    # gone: the price a listed instance of its offer carries (review-bb F5: was unknown)
+    assert rows["l-gone"].cost_usd > 0
+    assert rows["l-gone"].on_demand_cost_usd == pytest.approx(300.0 * OD / HOUR, rel=1e-9)
+    assert out["on_demand_unknown"] == ["l-untagged"]
     assert out["message"].endswith(
-        f"; the on-demand price of 2 record(s) is unknown ({', '.join(out['on_demand_unknown'])})"
-        ": the job's on-demand figure leaves out what they were billed now (no price is invented)"
+        "; the on-demand price of 1 record(s) is unknown (l-untagged): the job's on-demand "
+        "figure leaves out what they were billed now (no price is invented)"
     )
     assert rows["l-never"].cost_usd > 0 and rows["l-never"].on_demand_cost_usd == 0.0
     # the job's on-demand figure is its records' sum (was the stale $0.50), as `report` says
     shown = _agree(db, job)
-    assert shown["on_demand_cost_usd"] == pytest.approx((2400 + 1200) * OD / HOUR + 1.53)
+    assert shown["on_demand_cost_usd"] == pytest.approx((2400 + 1200 + 300) * OD / HOUR + 1.53)
 
 
 def test_a_dead_replay_jobs_lives_carry_the_replayed_on_demand_price(
