@@ -11,16 +11,19 @@ boot, and `status` meanwhile said the trials got nowhere).
 
 Here the cancel reads those events first, through the reader the orchestrator uses for another
 attempt's (:func:`~spotwise.planner.trial_output.attempts_events`: the trial's local folder,
-then each cloud provider's artifacts folder), the trial's attempts newest first (every launch
-record of the trial used up one attempt number, in order). A trial with a finite metric reported
-at its last step (``steps``) is closed ``completed`` with it (the newest attempt's report wins,
-as the orchestrator's curve keeps a step's newest report); the others are closed ``cancelled``
-at the furthest step reported and the newest checkpoint the events name, so that a resume
-starts each from there. A folder that cannot be read is said once in the cancel's answer, and
-the trials not read are closed as before: a read never fails the cancel. :func:`read_back`
-reads (before the job's end is claimed: nothing is written), :func:`close_open` writes the
-trials once it is, :func:`keep_reports` adds the reports as observations after the records
-are released (their bills are computed on what the orchestrator itself recorded).
+then each cloud provider's artifacts folder), of the trial's latest attempt only (every launch
+record of the trial used up one attempt number, in order: the orchestrator read the earlier
+attempts while it lived and threw away what a revoked one did after its checkpoint), and of
+its reports only those past the step the trial's row records (review-be BE1: every attempt's
+reports were read and added again, a revoked attempt's lost steps set the trial's progress).
+A trial with a finite metric reported at its last step (``steps``) is closed ``completed`` with
+it; the others are closed ``cancelled`` at the furthest step reported and the newest checkpoint
+the events name, so that a resume starts each from there. A folder that cannot be read is
+said once in the cancel's answer, and the trials not read are closed as before: a read never
+fails the cancel. :func:`read_back` reads (before the job's end is claimed: nothing is
+written), :func:`close_open` writes the trials once it is, :func:`keep_reports` adds the
+reports as observations after the records are released (their bills are computed on what the
+orchestrator itself recorded).
 """
 
 from __future__ import annotations
@@ -87,14 +90,16 @@ def read_back(store: Any, job: Any, run_root: Path | None = None) -> ReadBack:
         run.attempt = len(lives) - 1
         run.checkpoint_uri = t.checkpoint_uri or _checkpoint_uri(spec, job.id, t.id)
         try:
-            found, unread = attempts_events(
-                owner, run, _life(lives[-1]), only=list(range(len(lives) - 1, -1, -1))
-            )
+            # its latest attempt only: the orchestrator read the earlier ones while it lived,
+            # and threw away what a revoked one did after its checkpoint (review-be BE1)
+            found, unread = attempts_events(owner, run, _life(lives[-1]), only=[len(lives) - 1])
         except Exception as e:  # a read never fails the cancel: said once
             found, unread = {}, f"{type(e).__name__}: {e}"
         if unread:
             out.unread = f"trial {t.id}'s events could not be read ({unread})"
         tail = _tail(found, lives)
+        # what the orchestrator had read is on record already (its observations, its step)
+        tail.reports = {k: v for k, v in tail.reports.items() if k > int(t.step or 0)}
         if tail.reports or tail.checkpoint:
             out.tails[t.id] = tail
     if skipped:

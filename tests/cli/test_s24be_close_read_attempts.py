@@ -1,0 +1,105 @@
+"""review-be BE1: `spotwise cancel` of a dead job took a revoked attempt's lost progress as
+the trial's step/metric, and re-added every already-recorded report as a new observation
+(it read every attempt's events, not only what the dead orchestrator had not read).
+
+Trial a: attempt 0 (l-a0, revoked) reported steps 1..30 (checkpoint 20); the orchestrator
+reset the trial to its checkpoint (step 20, as TrialBook does on a revocation) and relaunched
+it: attempt 1 (l-a1) reported 21..23 (its own values) and the orchestrator read them. Then the
+orchestrator died. Nothing new happened after its last read.
+Now: the latest attempt only, and only its reports past the row's step.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from shared_helpers import local_replay_spec, record_launch
+
+from spotwise import jobs
+from spotwise.store import Store
+
+
+def _write(folder: Path, attempt: int, steps: range, value: Any, ckpt: int | None) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    t0 = time.time() - 300.0
+    lines = [{"type": "report", "step": s, "metric": value(s), "time": t0 + s} for s in steps]
+    if ckpt:
+        lines.append({"type": "checkpoint", "step": ckpt, "seconds": 0.1})
+    (folder / f"events-{attempt}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+
+
+def old(s: int) -> float:
+    return round(0.5 + s / 100, 4)  # attempt 0's values
+
+
+def new(s: int) -> float:
+    return round(0.3 + s / 100, 4)  # attempt 1's values (a different run from the checkpoint)
+
+
+def test_cancel_keeps_the_trials_own_step(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from spotwise import release_reference
+
+    home = tmp_path / "home"
+    monkeypatch.setenv("SPOTWISE_HOME", str(home))
+    monkeypatch.setattr(release_reference, "_replay_on_demand", lambda spec, job: 3.06)
+    db = f"sqlite:///{tmp_path / 'state.db'}"
+    now = time.time()
+    with Store.open(db) as s:
+        j = s.create_job("j", local_replay_spec(300.0), "job.yaml", "spot-greedy", "maximize")
+        s.update_job(j.id, state="running", pid=0, heartbeat_at=now - 30.0)
+        t = s.add_trial(j.id, 0, {"lr": 0.01})
+        record_launch(
+            s,
+            j.id,
+            t.id,
+            price_per_hour=0.9,
+            provider="local",
+            id="l-a0",
+            state="revoked",
+            requested_at=now - 400,
+            launched_at=now - 400,
+            ended_at=now - 200,
+            provider_instance_id="x-a0",
+            end_reason="revoked",
+        )
+        record_launch(
+            s,
+            j.id,
+            t.id,
+            price_per_hour=0.9,
+            provider="local",
+            id="l-a1",
+            state="running",
+            requested_at=now - 150,
+            launched_at=now - 150,
+            provider_instance_id="x-a1",
+        )
+        for st in range(1, 31):  # what the orchestrator read of attempt 0
+            s.add_observation(t.id, st, old(st), now - 300 + st)
+        for st in range(21, 24):  # ... and of attempt 1
+            s.add_observation(t.id, st, new(st), now - 100 + st)
+        s.update_trial(
+            t.id,
+            state="running",
+            step=23,
+            metric=new(23),
+            checkpoint_step=20,
+            best_metric=old(30),
+            revocations=1,
+        )
+        n_obs_before = len(s.observations(t.id))
+    _write(home / "runs" / j.id / t.id, 0, range(1, 31), old, 20)
+    _write(home / "runs" / j.id / t.id, 1, range(21, 24), new, None)
+
+    out = jobs.cancel(j.id, db=db)
+    with Store.open_existing(db) as s:
+        row = s.get_trial(t.id)
+        n_obs_after = len(s.observations(t.id))
+    assert out["state"] == "cancelled" and row.state.value == "cancelled"
+    assert row.checkpoint_step == 20
+    assert (row.step, row.metric) == (23, new(23)), "the trial's own progress"
+    assert n_obs_after == n_obs_before, "nothing new was reported after the last read"
