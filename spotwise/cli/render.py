@@ -153,6 +153,16 @@ class LiveJob:
         return True
 
 
+def failed_line(s: dict[str, Any]) -> str | None:
+    """The line that says how many trials failed and the last one's error, when any failed
+    (unless the job's error already says it: every trial failed); a job that succeeded with
+    failed trials is not a full one, and its exit code (0) does not say so."""
+    n, last = s.get("failed") or 0, s.get("last_failure")
+    if not n or (last and last in (s.get("error") or "")):
+        return None
+    return f"{n} of {s['trials']} trials failed" + (f"; the last error: {last}" if last else "")
+
+
 def print_summary(s: dict[str, Any]) -> None:
     stdout_gone.raise_if_gone()  # as a write to a closed pipe ends (the job's code is kept)
     best = s.get("best")
@@ -186,6 +196,8 @@ def print_summary(s: dict[str, Any]) -> None:
         f"trials {s['trials']} · completed {s['completed']} · early-stopped {s['early_stopped']} · "
         f"revocations {s['revocations']} · migrations {s['migrations']}"
     )
+    if line := failed_line(s):
+        console.print(f"[yellow]{escape(line)}[/]")
     planned = s.get("trials_planned", s["trials"])
     unmade = planned - s["trials"]
     for limit, n in (s.get("limits") or {}).items():  # the budget, deadline or trace end bound

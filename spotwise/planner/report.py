@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from spotwise.planner.failure_text import DISK_FULL
 from spotwise.planner.policy import INVALID_METRIC
 from spotwise.planner.runstate import Life, TrialRun, runs_again
 from spotwise.providers.billing import BillingRule
@@ -175,6 +176,8 @@ def summary(
         },
         "trials": len(trials),
         "completed": sum(1 for t in trials if t.state == "completed"),
+        "failed": sum(1 for t in trials if t.state == "failed"),
+        "last_failure": last_failure(trials),
         "revocations": int(totals["revocations"]),
         "migrations": int(totals["migrations"]),
         "early_stopped": int(totals["early_stopped"]),
@@ -185,6 +188,14 @@ def summary(
         "wall_seconds": round(wall_seconds, 3),
         "limits": limits(trials),
     }
+
+
+def last_failure(trials: Sequence[TrialRun]) -> str | None:
+    """The error of the last failed trial that has one (by number: the order trials were made),
+    None when no failed trial has one."""
+    return next(
+        (t.last_error for t in reversed(trials) if t.state == "failed" and t.last_error), None
+    )
 
 
 def limits(trials: Sequence[TrialRun]) -> dict[str, dict[str, int]]:
@@ -211,10 +222,10 @@ def end_state(
     if cancelled:
         return "cancelled", None
     if trials and all(t.state == "failed" for t in trials):
-        last = next((t.last_error for t in reversed(trials) if t.last_error), None)
+        last = last_failure(trials)
         because = f"; the last error: {last}" if last else ""
-        n = len(trials)
-        return "failed", f"every trial failed ({n}){because}; see the trial logs in {logs}"
+        see = "" if last and DISK_FULL in last else f"; see the trial logs in {logs}"
+        return "failed", f"every trial failed ({len(trials)}){because}{see}"
     # NaN/inf ends: completed on one, or stopped early for one (policy.INVALID_METRIC)
     nan = [t for t in trials if t.stop_reason == INVALID_METRIC or t.state == "completed"]
     if nan and best_trial(trials, "maximize") is None and any(t.metric_invalid for t in nan):

@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 
 from spotwise.errors import ProviderError
 from spotwise.planner.backend import Backend
+from spotwise.planner.failure_text import exit_error
 from spotwise.planner.policy import (
     INVALID_METRIC,
     Event,
@@ -259,9 +260,8 @@ class TrialBook:
                     why or f"the instance ended ({state.value}) without reporting an exit code"
                 ) + (f"; its files cannot be read: {unread}" if unread else "")
             t.crashed = code is not None  # an exit code: the trial's own failure
-            t.last_error = detail.get("error") or (
-                f"the trial exited with code {code} at step {t.step} of {t.steps_total}"
-                + (" without being asked to stop" if code == 0 else "")
+            t.last_error = detail.get("error") or exit_error(
+                code or 0, t, self.run_dir, self.job_id, log_file
             )
             if code == 0:  # which step it reported last (its step may be its checkpoint's)
                 last = last_reported(t)
