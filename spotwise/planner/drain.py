@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from spotwise.errors import ProviderError
+from spotwise.errors import ProviderError, StoreError
 from spotwise.planner.backend import Backend
 from spotwise.planner.launch_cleanup import LaunchCleanup, Unconfirmed, launch_leftover
 from spotwise.planner.reconcile_ends import TERMINATING
@@ -25,6 +25,13 @@ log = logging.getLogger("spotwise.planner")
 #: A trial asked to stop that has not exited by then is terminated; the drain waits as long for
 #: the lives a notice is taking.
 STOP_TIMEOUT_WALL_S = 30.0
+
+
+def _trace(e: BaseException) -> BaseException | None:
+    """The traceback a drain step's log line carries: none for a database failure
+    (:class:`StoreError`: expected, its one line says what and what to do; a full disk printed
+    ~24 tracebacks, review-bf BF3), the exception's for anything else (a bug)."""
+    return None if isinstance(e, StoreError) else e
 
 
 class FailedBill(NamedTuple):
@@ -113,7 +120,7 @@ class Drain(LaunchCleanup):
             except Exception as e:  # a bug or the store: the later steps still run
                 failed = e
                 said = f"{what} failed: {type(e).__name__}: {e}"
-                log.error("%s: the drain: %s", self.job_id, said, exc_info=e)
+                log.error("%s: the drain: %s", self.job_id, said, exc_info=_trace(e))
                 with contextlib.suppress(Exception):  # the store may be what failed
                     self._event("error", now, None, error=said)
             if failed is not None:
@@ -216,7 +223,7 @@ class Drain(LaunchCleanup):
         """Say that closing ``t`` failed, and end its record with the fewest fields (the
         failing field may be one of the others); nothing here may raise again."""
         said = f"closing trial {t.trial_id} failed: {type(error).__name__}: {error}"
-        log.error("%s: %s", self.job_id, said, exc_info=error)
+        log.error("%s: %s", self.job_id, said, exc_info=_trace(error))
         with contextlib.suppress(Exception):
             self._trial_write(t, state="cancelled", ended_at=time.time())
         with contextlib.suppress(Exception):
@@ -248,7 +255,7 @@ class Drain(LaunchCleanup):
                     at = backend.now()
                     self._bill(t, life, InstanceState.RUNNING, at)  # names it first
                 except Exception as e:
-                    log.error("%s: billing %s failed: %s", self.job_id, iid, e, exc_info=e)
+                    log.error("%s: billing %s failed: %s", self.job_id, iid, e, exc_info=_trace(e))
                 self.lives.pop(iid, None)
                 if iid not in self.leftover_ids and iid not in self.closed_elsewhere:
                     self.leftover_ids.append(iid)

@@ -25,8 +25,9 @@ from spotwise.errors import ConfigError, NotFoundError, StoreError
 from spotwise.store.dburl import AT_IN_PASSWORD, first_line, raw_at_redacted, scrubbed_reason
 from spotwise.store.dburl import redact as redact
 from spotwise.store.existing import check_existing_sqlite as check_existing_sqlite
-from spotwise.store.existing import in_memory_error as in_memory_error
 from spotwise.store.existing import (
+    disk_full_error,
+    is_disk_full,
     is_readonly,
     locked_error,
     newer_schema_error,
@@ -37,6 +38,7 @@ from spotwise.store.existing import (
     sqlite_file,
     stored_revision,
 )
+from spotwise.store.existing import in_memory_error as in_memory_error
 
 ENV_VAR = "SPOTWISE_DB"
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
@@ -249,7 +251,8 @@ def _connect(engine: Engine) -> Connection:
 def store_error(exc: BaseException, engine: Engine | None = None, action: str = "") -> StoreError:
     """One line for a database failure: the driver's message, no SQL, no parameters, no
     password. A SQLite file that is not a database says so as the read-only commands do
-    (:func:`~spotwise.store.existing.not_sqlite_error`)."""
+    (:func:`~spotwise.store.existing.not_sqlite_error`); a lock held, a read-only database
+    and a full disk (:func:`~spotwise.store.existing.disk_full_error`) each name their fix."""
     reason = first_line(exc) if engine is None else scrubbed_reason(exc, engine.url)
     path = sqlite_path(engine.url) if engine is not None else None
     if path is not None and "file is not a database" in reason:
@@ -259,6 +262,8 @@ def store_error(exc: BaseException, engine: Engine | None = None, action: str = 
         return locked_error(reason, where, action)
     if is_readonly(reason):
         return readonly_error(reason, where or "--db", action, sqlite=path is not None)
+    if is_disk_full(reason, _sqlstate(exc)):
+        return disk_full_error(reason, where or "--db", action)
     doing = f" while {action}" if action else ""
     return StoreError(f"database error{doing}: {reason}{f' ({where})' if where else ''}")
 
@@ -266,8 +271,14 @@ def store_error(exc: BaseException, engine: Engine | None = None, action: str = 
 def _pg_lock_timeout(exc: BaseException, reason: str) -> bool:
     """PostgreSQL's ``lock_timeout`` (SQLSTATE 55P03, "canceling statement due to lock
     timeout"): a lock another session held past :data:`PG_LOCK_TIMEOUT_S`."""
-    code = getattr(getattr(exc, "orig", None), "sqlstate", None)
-    return code == "55P03" or "lock timeout" in reason
+    return _sqlstate(exc) == "55P03" or "lock timeout" in reason
+
+
+def _sqlstate(exc: BaseException) -> str | None:
+    """PostgreSQL's SQLSTATE of a driver error (psycopg's ``sqlstate``, psycopg2's ``pgcode``)."""
+    orig = getattr(exc, "orig", None)
+    code = getattr(orig, "sqlstate", None) or getattr(orig, "pgcode", None)
+    return code if isinstance(code, str) else None
 
 
 @contextmanager

@@ -11,6 +11,7 @@ failure (StoreError, exit 5), as every command says (review-ah F1).
 
 from __future__ import annotations
 
+import re
 import sqlite3
 import time
 from pathlib import Path
@@ -111,6 +112,43 @@ def locked_error(reason: str, where: str = "", action: str = "") -> DatabaseLock
     return DatabaseLocked(
         f"database error{doing}: {reason}{f' ({where})' if where else ''}",
         hint="another spotwise process is writing to the database; retry in a moment",
+    )
+
+
+class DatabaseFull(StoreError):
+    """A write the database refused because its disk is full (:func:`is_disk_full`)."""
+
+
+#: SQLite's SQLITE_FULL, PostgreSQL's "could not extend file ...: No space left on device"
+#: (a table grown past the disk) and an OS write's ENOSPC.
+DISK_FULL_TEXTS = ("database or disk is full", "could not extend file", "no space left on device")
+#: PostgreSQL's disk_full SQLSTATE.
+PG_DISK_FULL = "53100"
+#: How an action names its job (``f"claiming job {job_id!r}"``).
+_JOB_IN_ACTION = re.compile(r"\bjob '([^'\s]+)'")
+
+
+def is_disk_full(reason: str, sqlstate: str | None = None) -> bool:
+    """Whether a driver's message (or PostgreSQL's SQLSTATE) says the database's disk is full."""
+    low = reason.lower()
+    return sqlstate == PG_DISK_FULL or any(text in low for text in DISK_FULL_TEXTS)
+
+
+def disk_full_error(reason: str, where: str, action: str = "") -> DatabaseFull:
+    """One line for a write a full disk refused, while ``action``: the database, and the fix:
+    free space, then, where ``action`` names a job, `spotwise cancel` (it bills the instance
+    records the run could not) and `spotwise resume` (review-bf BF3)."""
+    doing = f" while {action}" if action else ""
+    found = _JOB_IN_ACTION.search(action)
+    then = (
+        f"then `spotwise cancel {found[1]}` (bills what the run could not write) and, to "
+        f"continue the job, `spotwise resume {found[1]}`"
+        if found
+        else "then run the command again"
+    )
+    return DatabaseFull(
+        f"the database at {where} cannot be written{doing}: its disk is full ({reason}); "
+        f"free space on that disk, {then}"
     )
 
 
