@@ -103,6 +103,17 @@ class TransientError(ProviderError):
     call may have left, and tries again."""
 
 
+class MachineShortError(ProviderError):
+    """This machine could not start a trial for want of a resource (open files, processes,
+    memory, disk): nothing was started and the trial is not at fault. The orchestrator does
+    not count it as the trial's failure: it pauses launches and tries again
+    (:func:`spotwise.planner.machine_short.short_of`). ``limit`` names what is short."""
+
+    def __init__(self, message: str, *, limit: str) -> None:
+        super().__init__(message, hint=f"this machine is short of {limit}")
+        self.limit = limit
+
+
 class ThrottledError(TransientError):
     """The provider's API refused the call for its request rate (HTTP 429, EC2
     ``RequestLimitExceeded``, GCP ``rateLimitExceeded``). The last try did nothing, but an

@@ -87,6 +87,7 @@ from spotwise.checkpoint.layout import (
     is_data_name,
     manifest_name,
 )
+from spotwise.checkpoint.put_cleanup import drop_unnamed
 from spotwise.checkpoint.reading import ManifestReader
 from spotwise.errors import CheckpointError
 
@@ -229,7 +230,11 @@ class ManifestCheckpointStore(ManifestReader):
         manifest["file"] = target
         text = json.dumps(manifest, sort_keys=True, allow_nan=False)
         self._write(target, data)  # 1. the data, never over bytes a manifest names
-        self._write(mkey, (text + "\n").encode())  # 2. the manifest: the checkpoint now exists
+        try:
+            self._write(mkey, (text + "\n").encode())  # 2. the manifest: the checkpoint exists
+        except Exception:
+            drop_unnamed(self, target, mkey, keys)
+            raise
         self._verified.add((target, digest))
         self._written_last = mkey
         self.put_problems = {}

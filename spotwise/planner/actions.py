@@ -29,6 +29,7 @@ from typing import Any
 
 from spotwise.errors import (
     CapacityError,
+    MachineShortError,
     ProviderError,
     QuotaError,
     ThrottledError,
@@ -36,6 +37,7 @@ from spotwise.errors import (
 )
 from spotwise.planner.lasting_refusals import LastingRefusals, market_on_wall_clock
 from spotwise.planner.launch_retry import SAME_REQUEST_RETRIES, SameRequest
+from spotwise.planner.machine_short import short_of
 from spotwise.planner.policy import Action, Checkpoint, Launch, Phase, SetCheckpointEvery, StopEarly
 from spotwise.planner.runstate import (
     Life,
@@ -170,6 +172,9 @@ class Actions(Stops):
                     f"{inst.instance_id}, which had already ended ({inst.state.value}: its "
                     "capacity was lost after the create was accepted)"
                 )
+        except MachineShortError as e:  # nothing started, for want of this machine's resources
+            short_of(self, p, e, now)
+            return
         except TransientError as e:  # a hiccup of the API (throttled, 5xx, timeout): no failure
             self._launch_hiccup(p, e, now)
             return
@@ -214,6 +219,7 @@ class Actions(Stops):
             self._launched_after_close(t, inst, closed, p)
             return
         self.throttled.pop(offer.provider, None)  # a launch went through: no more pause
+        self.machine_short = 0
         self.lasting_blocks.pop(offer.key, None)  # nor a doubled block of its offer
         self.last_lasting_refusal = ""
         if t.lives_started > 0 and not t.retrying:  # moved after a notice, loss or rebalance
@@ -302,6 +308,8 @@ class Actions(Stops):
         p.retry_at = now if throttled else max(own, self.blocked[offer.key])
         p.passed_over = 0
         self.same_requests[t.trial_id] = p
+
+    machine_short = 0  # starts this machine refused in a row with none of the job running
 
     last_lasting_refusal: str = ""  # what the last lasting refusal said: the no-offer warning's
 

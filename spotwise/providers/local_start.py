@@ -5,6 +5,7 @@ argv runs, then let it exec. Split from :mod:`spotwise.providers.local`.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import subprocess
@@ -13,10 +14,27 @@ import time
 from pathlib import Path
 from typing import IO
 
-from spotwise.errors import ProviderError
+from spotwise.errors import MachineShortError, ProviderError
 from spotwise.providers import local_exec
 from spotwise.providers.base import TAG_JOB, LaunchRequest
 from spotwise.providers.local_records import ProcRecord, process_start, remove_record, write_record
+
+#: what each errno of a failed start says this machine is short of (not the trial's fault)
+MACHINE_LIMITS = {
+    errno.EMFILE: "open files (raise `ulimit -n`)",
+    errno.ENFILE: "open files of the whole system (fs.file-max)",
+    errno.EAGAIN: "processes or memory (`ulimit -u`, free memory)",
+    errno.ENOMEM: "memory (free some, or run fewer trials at once: `parallel`)",
+    errno.ENOSPC: "disk space (free some)",
+    errno.EDQUOT: "disk quota (free some)",
+}
+
+
+def _refusal(message: str, err: int | None) -> ProviderError:
+    """The error of a failed start: :class:`MachineShortError` when ``err`` is an errno of a
+    resource this machine lacks, else a plain :class:`ProviderError` (the trial's failure)."""
+    limit = MACHINE_LIMITS.get(err or 0)
+    return ProviderError(message) if limit is None else MachineShortError(message, limit=limit)
 
 
 def start_trial(
@@ -28,8 +46,16 @@ def start_trial(
 ) -> tuple[subprocess.Popen[bytes], Path]:
     """Fork the exec helper, record its pid, then let it exec the trial's argv."""
     argv = list(request.argv)
-    go_r, go_w = os.pipe()
-    status_r, status_w = os.pipe()
+    try:
+        go_r, go_w = os.pipe()
+    except OSError as e:
+        raise _refusal(f"local: cannot start {argv[0]!r}: {e.strerror}", e.errno) from None
+    try:
+        status_r, status_w = os.pipe()
+    except OSError as e:
+        os.close(go_r)
+        os.close(go_w)
+        raise _refusal(f"local: cannot start {argv[0]!r}: {e.strerror}", e.errno) from None
     with open(go_w, "wb") as go, open(status_r, "rb") as status:
         try:
             helper = [sys.executable, "-I", "-S", local_exec.__file__]
@@ -44,7 +70,7 @@ def start_trial(
                 start_new_session=True,
             )
         except OSError as e:
-            raise ProviderError(_start_failure(argv[0], request.workdir, e)) from None
+            raise _refusal(_start_failure(argv[0], request.workdir, e), e.errno) from None
         finally:
             os.close(go_r)
             os.close(status_w)
@@ -53,7 +79,8 @@ def start_trial(
         except (OSError, ProviderError) as e:
             popen.kill()  # still the helper, waiting for its argv: nothing else to kill
             popen.wait()
-            raise ProviderError(f"local: cannot record {instance_id} before start: {e}") from e
+            said = f"local: cannot record {instance_id} before start: {e}"
+            raise _refusal(said, e.errno if isinstance(e, OSError) else None) from e
         try:
             go.write(json.dumps({"argv": argv, "env": env}).encode())
             go.close()
@@ -63,7 +90,9 @@ def start_trial(
     if failure:
         popen.wait()
         remove_record(record)
-        raise ProviderError(f"local: cannot start {argv[0]!r}: {failure.partition(':')[2]}")
+        code, _, why = failure.partition(":")  # errno:message from the exec helper
+        err = int(code) if code.isdigit() else None
+        raise _refusal(f"local: cannot start {argv[0]!r}: {why}", err)
     return popen, record
 
 
