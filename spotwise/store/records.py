@@ -124,14 +124,7 @@ class Records:
         market_time: float | None = None,
         instance_id: str | None = None,
     ) -> Observation:
-        obs = Observation(
-            trial_id=trial_id,
-            step=int(step),
-            metric=float(metric),
-            wall_time=float(wall_time),
-            market_time=None if market_time is None else float(market_time),
-            instance_id=instance_id,
-        )
+        obs = observation(trial_id, step, metric, wall_time, market_time, instance_id)
         with self._scope(f"adding an observation to trial {trial_id!r}") as s:
             s.add(obs)
         return obs
@@ -235,3 +228,23 @@ def gave_up(e: DatabaseLocked, job_id: str, waited: float) -> DatabaseLocked:
     )
     out.job_id = job_id
     return out
+
+
+def observation(
+    trial_id: str,
+    step: int,
+    metric: float,
+    wall_time: float,
+    market_time: float | None = None,
+    instance_id: str | None = None,
+) -> Observation:
+    """One reported (step, metric) as a row (:meth:`Records.add_observation`; the owner-checked
+    :meth:`~spotwise.store.trial_writes.TrialWrites.add_observation_if_owner`)."""
+    return Observation(
+        trial_id=trial_id,
+        step=int(step),
+        metric=float(metric),
+        wall_time=float(wall_time),
+        market_time=None if market_time is None else float(market_time),
+        instance_id=instance_id,
+    )

@@ -22,7 +22,8 @@ from sqlmodel import Session
 
 from spotwise.errors import NotFoundError
 from spotwise.store.bills import _lock
-from spotwise.store.models import Job, Observation, Trial, TrialState
+from spotwise.store.models import Job, Trial, TrialState
+from spotwise.store.records import observation
 from spotwise.store.rows import assign, coerce_state
 
 
@@ -75,13 +76,6 @@ class TrialWrites:
     ) -> bool:
         """:meth:`~spotwise.store.records.Records.add_observation` while the job's row names
         ``owner``."""
-        obs = Observation(
-            trial_id=trial_id,
-            step=int(step),
-            metric=float(metric),
-            wall_time=float(wall_time),
-            market_time=None if market_time is None else float(market_time),
-            instance_id=instance_id,
-        )
+        obs = observation(trial_id, step, metric, wall_time, market_time, instance_id)
         what = f"adding an observation to trial {trial_id!r}"
         return self._if_owner(job_id, owner, what, lambda s: s.add(obs))
