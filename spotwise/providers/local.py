@@ -55,7 +55,7 @@ from spotwise.providers.base import (
     is_ours,
 )
 from spotwise.providers.local_records import MARKER_ENV, records_root, remove_record
-from spotwise.providers.local_start import start_trial
+from spotwise.providers.local_start import refusal, start_trial
 from spotwise.providers.proc_group import Group
 from spotwise.providers.replay import MarketClock, ReplayMarket
 
@@ -124,10 +124,7 @@ class LocalProvisioner:
             raise CapacityError(f"local: cannot launch {offer.key}: {why}")
         revoke_at = self.market.next_revocation(offer.zone, now) if spot else None
         instance_id = f"local-{request.client_token}"
-        log = None
-        if self.logs_dir is not None:
-            self.logs_dir.mkdir(parents=True, exist_ok=True)
-            log = open(self.logs_dir / f"{instance_id}.log", "ab")  # noqa: SIM115 (closed on exit)
+        log = self._open_log(instance_id)
         env = {k: v for k, v in os.environ.items() if not k.startswith("SPOTWISE_")}
         env.update(request.env)
         env[MARKER_ENV] = instance_id
@@ -135,8 +132,10 @@ class LocalProvisioner:
             popen, record = start_trial(request, instance_id, env, log, self.records_dir)
         except ProviderError as e:
             if log is not None:  # the log the job's error points to says why it is empty
-                log.write(f"spotwise: {e}\n".encode())
-                log.close()
+                with contextlib.suppress(OSError):  # a full disk: the error says it, not this
+                    log.write(f"spotwise: {e}\n".encode())
+                with contextlib.suppress(OSError):  # the file is closed even when this fails
+                    log.close()
             raise
         notice_at = None if revoke_at is None else revoke_at - self.notice_lead_s
         inst = Instance(
@@ -156,6 +155,19 @@ class LocalProvisioner:
             self._procs[instance_id].steps = int(request.env["SPOTWISE_STEPS"])
         self._by_token[request.client_token] = instance_id
         return inst
+
+    def _open_log(self, instance_id: str) -> IO[bytes] | None:
+        """The trial's log, opened before anything starts. This machine's shortage there (EMFILE,
+        ENOSPC) is a :class:`~spotwise.errors.MachineShortError`, another failure a
+        ProviderError: never a bare OSError (a bug to the CLI), and nothing is started."""
+        if self.logs_dir is None:
+            return None
+        path = self.logs_dir / f"{instance_id}.log"
+        try:
+            self.logs_dir.mkdir(parents=True, exist_ok=True)
+            return open(path, "ab")  # closed when the process ends (_close_log)
+        except OSError as e:
+            raise refusal(f"local: cannot open the log {path}: {e.strerror}", e.errno) from None
 
     def describe(self, tags: Mapping[str, str] | None = None) -> list[Instance]:
         self.poll()

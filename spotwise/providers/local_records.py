@@ -91,11 +91,16 @@ def write_record(root: Path, rec: ProcRecord) -> Path:
     root.mkdir(parents=True, exist_ok=True, mode=0o700)  # local/: private
     path.parent.mkdir(exist_ok=True, mode=0o700)
     tmp = path.with_suffix(f".tmp-{os.getpid()}")
-    with open(tmp, "w") as fh:
-        json.dump(asdict(rec), fh)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w") as fh:
+            json.dump(asdict(rec), fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:  # a full disk (ENOSPC) leaves no half-written temporary behind
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
     return path
 
 

@@ -30,7 +30,7 @@ MACHINE_LIMITS = {
 }
 
 
-def _refusal(message: str, err: int | None) -> ProviderError:
+def refusal(message: str, err: int | None) -> ProviderError:
     """The error of a failed start: :class:`MachineShortError` when ``err`` is an errno of a
     resource this machine lacks, else a plain :class:`ProviderError` (the trial's failure)."""
     limit = MACHINE_LIMITS.get(err or 0)
@@ -49,13 +49,13 @@ def start_trial(
     try:
         go_r, go_w = os.pipe()
     except OSError as e:
-        raise _refusal(f"local: cannot start {argv[0]!r}: {e.strerror}", e.errno) from None
+        raise refusal(f"local: cannot start {argv[0]!r}: {e.strerror}", e.errno) from None
     try:
         status_r, status_w = os.pipe()
     except OSError as e:
         os.close(go_r)
         os.close(go_w)
-        raise _refusal(f"local: cannot start {argv[0]!r}: {e.strerror}", e.errno) from None
+        raise refusal(f"local: cannot start {argv[0]!r}: {e.strerror}", e.errno) from None
     with open(go_w, "wb") as go, open(status_r, "rb") as status:
         try:
             helper = [sys.executable, "-I", "-S", local_exec.__file__]
@@ -70,7 +70,7 @@ def start_trial(
                 start_new_session=True,
             )
         except OSError as e:
-            raise _refusal(_start_failure(argv[0], request.workdir, e), e.errno) from None
+            raise refusal(_start_failure(argv[0], request.workdir, e), e.errno) from None
         finally:
             os.close(go_r)
             os.close(status_w)
@@ -80,7 +80,7 @@ def start_trial(
             popen.kill()  # still the helper, waiting for its argv: nothing else to kill
             popen.wait()
             said = f"local: cannot record {instance_id} before start: {e}"
-            raise _refusal(said, e.errno if isinstance(e, OSError) else None) from e
+            raise refusal(said, e.errno if isinstance(e, OSError) else None) from e
         try:
             go.write(json.dumps({"argv": argv, "env": env}).encode())
             go.close()
@@ -92,7 +92,7 @@ def start_trial(
         remove_record(record)
         code, _, why = failure.partition(":")  # errno:message from the exec helper
         err = int(code) if code.isdigit() else None
-        raise _refusal(f"local: cannot start {argv[0]!r}: {why}", err)
+        raise refusal(f"local: cannot start {argv[0]!r}: {why}", err)
     return popen, record
 
 
