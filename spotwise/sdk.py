@@ -36,6 +36,9 @@ Events, one JSON object per line, each line flushed and fsynced (``time`` is epo
     {"type": "checkpoint_cleanup_failed", "step": 15, "what": "latest" | "retention",
      "reason": "...", "uri": "...", "time": ...}
     {"type": "sigterm_handler_reset", "step": 3, "handler": "SIG_IGN", "time": ...}
+    {"type": "checkpoint_failed", "step": 5, "errno": 28, "reason": "No space left on device",
+     "uri": "/ckpt/trial-3", "time": ...}   a save the machine's storage refused (full, over
+     quota, read-only, I/O error), written before the CheckpointError is raised
 
 Beside the events file the SDK keeps ``<events file>.writer``, ``{"pid": ..., "start": ...}``
 of the process that last wrote an event (rewritten atomically when another process writes):
@@ -148,7 +151,7 @@ from spotwise.checkpoint.resumelog import (
     warn_saving_behind,
 )
 from spotwise.checkpoint.torchstate import check_loadable, torch_load
-from spotwise.errors import ConfigError
+from spotwise.errors import CheckpointError, ConfigError
 from spotwise.sdk_io import (  # the contract's names: spotwise.sdk.ENV_* and so on
     CONTROL_MAX_BYTES,  # noqa: F401 (re-exported)
     DEFAULT_CHECKPOINT_EVERY,
@@ -170,6 +173,7 @@ from spotwise.sdk_io import check_step as _check_step
 from spotwise.sdk_io import control_value as _control_value
 from spotwise.sdk_io import emit as _emit
 from spotwise.sdk_io import env_int as _env_int
+from spotwise.sdk_io import say_storage_failed as _say_storage_failed
 from spotwise.sdk_signal import hold_sigterm, say_reset
 
 
@@ -346,7 +350,11 @@ def save_checkpoint(state: dict[str, Any], step: int) -> str:
     torch.save(state, buf)
     meta = {"step": step, "attempt": attempt(), "job_id": job_id(), "trial_id": trial_id()}
     store = checkpoint_store()
-    uri = store.put(checkpoint_name(step), buf.getvalue(), meta)
+    try:
+        uri = store.put(checkpoint_name(step), buf.getvalue(), meta)
+    except (CheckpointError, OSError) as e:  # this machine's storage: said before raised
+        _say_storage_failed(e, store.uri, step)
+        raise
     seconds = round(max(_clock() - started, 0.0), 3)
     _runtime.last_step = step
     _emit({"type": "checkpoint", "step": step, "uri": uri, "seconds": seconds})

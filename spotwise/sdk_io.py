@@ -12,6 +12,7 @@ implement (the variables, the event lines, the control file) is documented in
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import operator
 import os
@@ -41,6 +42,11 @@ MAX_STEP = 2**63 - 1  # the largest step the store's 64-bit INTEGER columns hold
 SHOWN_CHARS = 80  # of a bad value's repr in an error message
 ControlSeen = tuple[str, int, int, int]  # a control file's (path, inode, size, mtime_ns)
 BOOL_DTYPES = ("bool", "torch.bool")  # a numpy bool's dtype, a bool tensor's: not a metric
+#: a checkpoint write failed for these: this machine's storage (full, over quota, read-only,
+#: failing), not the trial (its ``checkpoint_failed`` event; review-bf BF1)
+STORAGE_ERRNOS = frozenset(
+    e for e in (errno.ENOSPC, getattr(errno, "EDQUOT", None), errno.EROFS, errno.EIO) if e
+)
 
 
 def env_int(name: str, default: int, *, minimum: int) -> int:
@@ -157,6 +163,32 @@ def emit(event: dict[str, Any]) -> None:
     finally:
         os.close(fd)
     note_writer(path)
+
+
+def storage_cause(error: BaseException) -> OSError | None:
+    """The :class:`OSError` among ``error`` and its causes (a CheckpointError raised ``from``
+    it) whose errno is one of :data:`STORAGE_ERRNOS`, or None."""
+    seen: set[int] = set()
+    cause: BaseException | None = error
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        if isinstance(cause, OSError) and cause.errno in STORAGE_ERRNOS:
+            return cause
+        cause = cause.__cause__ or cause.__context__
+    return None
+
+
+def say_storage_failed(error: BaseException, uri: str, step: int) -> None:
+    """Before a failed save's ``error`` is raised: a ``checkpoint_failed`` event when its cause
+    is the storage (:func:`storage_cause`), so that the orchestrator does not count the trial's
+    exit as its own failure. Never raises: the events file may be on the full disk too."""
+    cause = storage_cause(error)
+    if cause is None or cause.errno is None:
+        return
+    reason = os.strerror(cause.errno)
+    event = {"type": "checkpoint_failed", "step": step, "errno": cause.errno, "reason": reason}
+    with contextlib.suppress(OSError, ValueError):
+        emit({**event, "uri": uri})
 
 
 def shown(value: object) -> str:

@@ -15,6 +15,7 @@ import time
 from typing import Any
 
 from spotwise.errors import ProviderError, StoreError
+from spotwise.planner import storage_full
 from spotwise.planner.drain import STOP_TIMEOUT_WALL_S, Drain, FailedBill
 from spotwise.planner.launch_cleanup import (
     RELEASE_RETRY_WALL_S,
@@ -318,6 +319,7 @@ class Ledger(Drain):
                 if life.release_failures >= RELEASE_TRIES:  # neither trial nor provider lets go
                     events += self._read_progress(t, life, now)
                     events.append(self._on_exit(t, None, inst.state, now))  # the drain reports it
+        storage_full.raise_if_full(self)  # a trial's checkpoint storage is full: the job ends
         return events
 
     def _budget_spent(self) -> bool:

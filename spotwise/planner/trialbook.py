@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from spotwise.errors import ProviderError
+from spotwise.planner import storage_full
 from spotwise.planner.backend import Backend
 from spotwise.planner.failure_text import exit_error
 from spotwise.planner.policy import (
@@ -144,6 +145,8 @@ class TrialBook:
             if not 0 <= step <= MAX_STEP:  # the store's 64-bit INTEGER cannot keep it
                 self._step_refused(t, kind, step, now)
                 continue
+            if storage_full.note(self, t, life, rec, now):  # a save the storage refused
+                continue
             if kind in SDK_WARNINGS:  # a checkpoint set aside, or less resumed than expected
                 said = {k: v for k, v in rec.items() if k not in _EVENT_FIELDS}
                 self._event(str(kind), now, t, sdk_time=rec.get("time"), **said)
@@ -250,6 +253,8 @@ class TrialBook:
             # powers the machine off: relaunching it without a cap would loop forever)
             and (t.stopping is None or (code is not None and code != 0))
         ):
+            if code and (full := storage_full.cause(self, t, life)):  # not the trial's fault:
+                return storage_full.end(self, t, life, full, code, log_file, now)  # job ends
             t.failures += 1
             detail: dict[str, Any] = {
                 "exit_code": code,
