@@ -14,8 +14,10 @@ attempt's (:func:`~spotwise.planner.trial_output.attempts_events`: the trial's l
 then each cloud provider's artifacts folder), of the trial's latest attempt only (every launch
 record of the trial used up one attempt number, in order: the orchestrator read the earlier
 attempts while it lived and threw away what a revoked one did after its checkpoint), and of
-its reports only those past the step the trial's row records (review-be BE1: every attempt's
-reports were read and added again, a revoked attempt's lost steps set the trial's progress).
+its reports only those past the step the trial's row records, and only while that attempt's
+record is still open (review-be BE1, review-bg BG3: every attempt's reports were read and added
+again; a revoked attempt's lost steps set the trial's progress, also when the orchestrator had
+closed that life and died before the relaunch).
 A trial with a finite metric reported at its last step (``steps``) is closed ``completed`` with
 it; the others are closed ``cancelled`` at the furthest step reported and the newest checkpoint
 the events name, so that a resume starts each from there. A folder that cannot be read is
@@ -38,6 +40,7 @@ from spotwise.planner.runstate import Life, TrialRun
 from spotwise.planner.trial_output import attempts_events, record_metric, record_step
 from spotwise.providers.base import Market, Offer
 from spotwise.spec import JobSpec, load_stored_spec
+from spotwise.store.models import TERMINAL_INSTANCE_STATES
 
 
 @dataclass
@@ -83,6 +86,8 @@ def read_back(store: Any, job: Any, run_root: Path | None = None) -> ReadBack:
         lives = rows.get(t.id, [])
         if t.state.is_terminal() or not lives:  # closed, or never launched: nothing to read
             continue
+        if lives[-1].state in TERMINAL_INSTANCE_STATES:  # its orchestrator read that life's
+            continue  # exit, and threw away what a revoked one did past its checkpoint (BG3)
         if out.unread:
             skipped += 1
             continue

@@ -266,12 +266,11 @@ class Drain(LaunchCleanup):
         tried one instance at a time: a life the provider still will not let go is billed up
         to its request and its record stays open (a leftover). Every terminate is asked
         before any life's bill or event is written (the database may be held: review-az
-        AZ2), but one event that says when they are asked, written first where the store is
-        not known held (:meth:`_note_terminating`). Another error (a bug, the store) stops no
-        other life's terminate or bill: the first is raised once all are done, and a life
-        whose terminate raised it is a leftover."""
+        AZ2); those it accepted are then noted, before their bills, with when they were asked
+        (:meth:`_note_terminating`). Another error (a bug, the store) stops no other life's
+        terminate or bill: the first is raised once all are done, and a life whose terminate
+        raised it is a leftover."""
         running = [(iid, self.lives[iid]) for iid in ids]
-        self._note_terminating(backend, [life.launch_id for _, (_, life) in running])
         bugs: list[Exception] = []
         if len(running) > 1:
             asked, done = backend.now(), False
@@ -281,6 +280,7 @@ class Drain(LaunchCleanup):
             except Exception as e:  # one by one below: each reported against its own life
                 bugs += [] if isinstance(e, ProviderError) else [e]
             if done:
+                self._note_terminating(backend, [life.launch_id for _, (_, life) in running], asked)
                 self._beat()  # the call may have waited a kill grace (local)
                 for _, (t, life) in running:
                     self._bill_noting(t, life, InstanceState.TERMINATED, asked, bugs)
@@ -297,6 +297,8 @@ class Drain(LaunchCleanup):
                 bugs.append(e)
                 state = InstanceState.RUNNING
             done_each.append((t, life, state, asked, refused))
+            if not refused and state is InstanceState.TERMINATED:
+                self._note_terminating(backend, [life.launch_id], asked)
         self._beat()
         for t, life, state, asked, refused in done_each:
             if refused:
@@ -308,23 +310,24 @@ class Drain(LaunchCleanup):
         if bugs:
             raise bugs[0]
 
-    def _note_terminating(self, backend: Backend, launches: list[str]) -> None:
-        """Write, just before the drain asks its provider to delete the lives of ``launches``,
-        when it asks (a :data:`~spotwise.planner.reconcile_ends.TERMINATING` event): a drain
-        killed before their bills leaves their records open, and `spotwise cancel`, finding
-        an instance gone whose provider does not say when (Azure), ends it there, not at the
-        cancel (review-bb F2). Tried once, never waited out (the store's patience wraps only
-        the instance's methods), and not at all once the store is known held (a bill's write
-        failed, or it gave up on a lock): the database is not waited on before a terminate
-        (review-az AZ2). A failure is no reason not to terminate. A cloud's only: a local
-        job's cancel bills its processes by their own records."""
+    def _note_terminating(self, backend: Backend, launches: list[str], asked: float) -> None:
+        """Write, once the provider accepted the deletes of the lives of ``launches``, when
+        they were ``asked`` (a :data:`~spotwise.planner.reconcile_ends.TERMINATING` event): a
+        drain killed before their bills leaves their records open, and `spotwise cancel`,
+        finding an instance gone whose provider does not say when (Azure), ends it there, not
+        at the cancel (review-bb F2). Only accepted deletes (review-bg BG2: a refused one's
+        instance ran on, and was billed short), and after them (BG1: written first, it held
+        every terminate up to a busy timeout while another process held the database). Tried
+        once, never waited out (the store's patience wraps only the instance's methods), and
+        not at all once the store is known held (a bill's write failed, or it gave up on a
+        lock). A cloud's only: a local job's cancel bills its processes by their own records."""
         if not launches or getattr(backend.provisioner, "name", "") == "local":
             return
         if self.failed_bills or getattr(self.store, "_lock_gave_up", False):
             return
         with contextlib.suppress(Exception):
             type(self.store).add_event(
-                self.store, self.job_id, TERMINATING, backend.now(), launches=launches
+                self.store, self.job_id, TERMINATING, asked, launches=launches
             )
 
     def _bill_noting(

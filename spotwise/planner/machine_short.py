@@ -14,20 +14,28 @@ from spotwise.errors import MachineShortError, ProviderError
 log = logging.getLogger("spotwise.planner")
 #: starts this machine refuses in a row, none of the job running: the job ends
 MACHINE_SHORT_TRIES = 5
+#: the pause after a refusal while some of the job runs (its end may free what is short: the
+#: pause does not double, review-bg BG4), wall seconds
+RUNNING_PAUSE_WALL_S = 5.0
 
 
 def short_of(run: Any, p: Any, e: MachineShortError, now: float) -> None:
     """``run`` (the orchestrator's :class:`~spotwise.planner.actions.Actions`) could not start
     ``p``'s trial (``e.limit``: open files, memory, disk): no failure of the trial; its
-    provider is paused as a throttled one is, and the launch's record closed failed at $0.
+    provider is paused (while some of the job runs, :data:`RUNNING_PAUSE_WALL_S`; else
+    doubling as a throttled API's), and the launch's record closed failed at $0.
     With none of the job running (nothing will free it), the :data:`MACHINE_SHORT_TRIES`-th
     refusal in a row ends the job failed, its open trials cancelled for `spotwise resume`."""
     if p.offer.provider not in run.throttled:  # said once a pause, on the screen too
         log.warning("%s: %s; waiting to start trials again", run.job_id, e)
-    run._throttle(p.offer.provider, now)
+    running = any(not life.exited for _, life in run.lives.values())
+    if running:  # a trial's end may free it: a short pause, not doubled (a freed slot waited
+        pause = RUNNING_PAUSE_WALL_S * run.backend.speedup  # out up to 5 minutes: BG4)
+        run.throttled[p.offer.provider] = (run._refused_at(now) + pause, 0.0)
+    else:
+        run._throttle(p.offer.provider, now)  # doubling, as a throttled API's
     run._event("launch_refused_here", now, p.trial, offer=p.offer.key, error=str(e))
     run._close_failed_launch(p.trial, p.launch_id, p.asked_at, p.offer)
-    running = any(not life.exited for _, life in run.lives.values())
     run.machine_short = 0 if running else run.machine_short + 1
     if run.machine_short >= MACHINE_SHORT_TRIES:
         raise ProviderError(

@@ -29,6 +29,7 @@ import pytest
 
 from spotwise import release
 from spotwise.costs import report
+from spotwise.errors import ProviderError
 from spotwise.providers import registry
 from spotwise.providers.base import TAG_JOB, Instance, InstanceState, Market, Offer, our_tags
 from spotwise.release import _release
@@ -251,9 +252,13 @@ def test_a_gone_vm_nothing_dates_is_still_billed_up_to_now_an_upper_bound(
     assert "billed up to now, an upper bound" in out["records"][0]["note"]
 
 
-def test_the_drain_writes_when_it_asks_for_the_delete_before_it_asks(tmp_path: Path) -> None:
-    """The drain's ``terminating`` event names the lives it deletes, at the request's time,
-    written before the provider is asked (a kill after the delete still leaves it)."""
+def test_the_drain_notes_the_deletes_its_provider_accepted_after_they_are_asked(
+    tmp_path: Path,
+) -> None:
+    """The drain's ``terminating`` event names the lives whose deletes the provider accepted,
+    at the request's time, written once they are asked (review-bg BG1: written before, it held
+    every delete up to a busy timeout while another process held the database) and before
+    their bills (a kill after the delete still leaves it)."""
     book = _book(tmp_path)
     book.live(0), book.live(1)
     at_terminate: list[list[Any]] = []
@@ -268,9 +273,31 @@ def test_the_drain_writes_when_it_asks_for_the_delete_before_it_asks(tmp_path: P
     assert book._drain(book.backend) is None  # type: ignore[arg-type]
 
     assert book.prov.terminated == [["i-0", "i-1"]]
-    (ev,) = at_terminate[0]  # written before the delete was asked: a kill after it leaves it
+    assert at_terminate == [[]]  # nothing written before the delete was asked
+    (ev,) = book.store.events(book.job_id, kind="terminating")
     assert (ev.time, ev.detail["launches"]) == (100.0, ["l-0", "l-1"])
-    assert len(book.store.events(book.job_id, kind="terminating")) == 1
+    book.store.close()
+
+
+def test_a_delete_the_provider_refused_is_not_noted(tmp_path: Path) -> None:
+    """review-bg BG2: the event was written whatever the provider answered, so a VM whose
+    delete was refused (it ran on, a leftover) was billed by a later cancel only up to the
+    refused request, hours short. Now only accepted deletes are noted."""
+    book = _book(tmp_path)
+    book.live(0), book.live(1)
+    terminate = book.prov.terminate
+
+    def refuse_i1(ids: Any) -> None:
+        if "i-1" in ids:
+            raise ProviderError("terminate refused: i-1 (UnauthorizedOperation)")
+        terminate(ids)
+
+    book.prov.terminate = refuse_i1  # type: ignore[method-assign]
+
+    book._drain(book.backend)  # type: ignore[arg-type]
+
+    noted = [e.detail["launches"] for e in book.store.events(book.job_id, kind="terminating")]
+    assert noted == [["l-0"]]  # the batch was refused; i-0's own delete went through
     book.store.close()
 
 

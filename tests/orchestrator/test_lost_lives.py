@@ -142,7 +142,7 @@ class Book(TrialBook):
     """A TrialBook with a recording store and search, and nothing else."""
 
     def __init__(self, tmp_path: Path) -> None:
-        self.run_dir = tmp_path
+        self.run_dir, self.job_id = tmp_path, "j-lost"  # a failure's text names the job
         self.revocations = self.early_stopped = 0
         self.events: list[tuple[str, dict[str, Any]]] = []
         self.store = _Null()

@@ -165,3 +165,42 @@ def test_a_shortage_that_lasts_ends_the_job_resumable(
     db = f"sqlite:///{tmp_path / 'spotwise.db'}"
     again = jobs.resume(job, db=db, run_root=tmp_path / "runs")
     assert again["state"] == "succeeded" and again["completed"] == 1, again
+
+
+def test_while_some_of_the_job_runs_the_pause_stays_short() -> None:
+    """review-bg BG4: each refusal doubled the whole local provider's pause up to 5 minutes
+    even while trials ran, so a slot their end freed waited out the rest (25 market hours at
+    300x). While some of the job runs, the pause is RUNNING_PAUSE_WALL_S, not doubled; with
+    nothing running it doubles as a throttled API's."""
+    from types import SimpleNamespace
+
+    from spotwise.planner.actions import Actions
+
+    calls: list[str] = []
+    run = SimpleNamespace(
+        job_id="j-1",
+        throttled={},
+        lives={"i-0": (None, SimpleNamespace(exited=False))},
+        backend=SimpleNamespace(speedup=300.0, now=lambda: 1000.0),
+        machine_short=0,
+        _event=lambda *a, **k: calls.append("event"),
+        _close_failed_launch=lambda *a, **k: calls.append("closed"),
+    )
+    run._refused_at = lambda now: Actions._refused_at(run, now)  # type: ignore[arg-type]
+    run._throttle = lambda provider, now: Actions._throttle(run, provider, now)  # type: ignore[arg-type]
+    p = SimpleNamespace(
+        offer=SimpleNamespace(provider="local", key="local:z:t:spot"),
+        trial=None,
+        launch_id="l-1",
+        asked_at=1000.0,
+    )
+    e = MachineShortError("local: cannot start 'python': Too many open files", limit="open files")
+    for _ in range(4):
+        machine_short.short_of(run, p, e, 1000.0)
+    assert run.throttled["local"] == (1000.0 + 5.0 * 300.0, 0.0)  # short, not doubled
+    assert run.machine_short == 0  # the job runs: no count toward its end
+    run.lives = {}
+    for _ in range(3):
+        machine_short.short_of(run, p, e, 1000.0)
+    assert run.throttled["local"] == (1000.0 + 20.0 * 300.0, 20.0)  # 5, 10, 20: doubling
+    assert run.machine_short == 3 and calls.count("closed") == 7
