@@ -116,6 +116,17 @@ class JobSummary(Actions):
         self._hear_cancel()
         return False
 
+    def _write_totals(self, **fields: Any) -> None:
+        """The totals' save, as :meth:`_trial_write`: a takeover landing between the hear and
+        this save no longer gets this run's totals written over its row (review-bg's race,
+        seen once in CI: the other run's $7 became $0)."""
+        if self.taken_over:
+            return
+        if self.owner is None:
+            return super()._write_totals(**fields)
+        if not self.store.update_job_if_owner(self.job_id, self.owner, fields):
+            self._hear_cancel()
+
     def _save_and_hear(self, now: float) -> None:
         """The running totals' save (it carries the heartbeat), after hearing a cancel or a
         takeover: a run taken over writes nothing more to the job's row."""

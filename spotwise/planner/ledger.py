@@ -340,8 +340,7 @@ class Ledger(Drain):
         billed up to it, so at most this save's period of their run goes unbilled, not the
         heartbeat's own (5 wall s: 1500 market s at 300x), and no write is added."""
         beat = {"heartbeat_at": self.heartbeat.carried()} if self.heartbeat is not None else {}
-        self.store.update_job(
-            self.job_id,
+        self._write_totals(
             cost_usd=self.spent_usd + self._running_cost(now),
             on_demand_cost_usd=self.on_demand_usd + self._running_reference(now),
             revocations=self.revocations,
@@ -349,3 +348,8 @@ class Ledger(Drain):
             early_stopped=self.early_stopped,
             **beat,
         )
+
+    def _write_totals(self, **fields: Any) -> None:
+        """The job row's running totals (:class:`~spotwise.planner.job_summary.JobSummary`'s
+        only while its row names this run)."""
+        self.store.update_job(self.job_id, **fields)

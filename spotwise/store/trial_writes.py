@@ -79,3 +79,18 @@ class TrialWrites:
         obs = observation(trial_id, step, metric, wall_time, market_time, instance_id)
         what = f"adding an observation to trial {trial_id!r}"
         return self._if_owner(job_id, owner, what, lambda s: s.add(obs))
+
+    def update_job_if_owner(
+        self, job_id: str, owner: Mapping[str, Any], fields: Mapping[str, Any]
+    ) -> bool:
+        """The running job's own columns (its totals and heartbeat) while its row names
+        ``owner``: a save racing a takeover never writes over the other run's row."""
+
+        def write(s: Session) -> None:
+            row = s.get(Job, job_id)
+            if row is None:  # _if_owner read it under the lock: not reached
+                raise NotFoundError(f"job {job_id!r} not found")
+            assign(row, dict(fields), "job")
+            s.add(row)
+
+        return self._if_owner(job_id, owner, f"updating job {job_id!r}", write)

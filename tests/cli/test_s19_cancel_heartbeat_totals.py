@@ -86,7 +86,7 @@ def test_the_orchestrator_carries_its_heartbeat_in_each_totals_save(
     monkeypatch.setattr(orchestrator, "HEARTBEAT_EVERY_WALL_S", 3600.0)
     own: list[float] = []
     carried: list[float] = []
-    beat, update = Store.heartbeat, Store.update_job
+    beat, update, owned = Store.heartbeat, Store.update_job, Store.update_job_if_owner
 
     def spy_beat(self: Store, job_id: str, at: float) -> None:
         own.append(at)
@@ -98,8 +98,15 @@ def test_the_orchestrator_carries_its_heartbeat_in_each_totals_save(
             carried.append(fields["heartbeat_at"])
         return update(self, job_id, **fields)
 
+    def spy_owned(self: Store, job_id: str, owner: Any, fields: dict[str, Any]) -> bool:
+        if "heartbeat_at" in fields:  # a running job's totals are written owner-checked
+            assert "cost_usd" in fields
+            carried.append(fields["heartbeat_at"])
+        return owned(self, job_id, owner, fields)
+
     monkeypatch.setattr(Store, "heartbeat", spy_beat)
     monkeypatch.setattr(Store, "update_job", spy_update)
+    monkeypatch.setattr(Store, "update_job_if_owner", spy_owned)
     before = time.time()
     summary, db = run_scripted(tmp_path, monkeypatch, ScriptedMarket(steps=2))
     assert summary["state"] == "succeeded"

@@ -169,3 +169,18 @@ def test_the_owner_checked_writes(tmp_path: Path) -> None:
         assert (row.state.value, row.step) == ("running", 3)
         (obs,) = s.observations(trial.id)
         assert (obs.step, obs.metric, obs.market_time, obs.instance_id) == (3, 0.5, 9.0, "l-1")
+
+
+def test_a_totals_save_racing_a_takeover_leaves_the_other_runs_row(tmp_path: Path) -> None:
+    """The running totals' save (it carries the heartbeat) is owner-checked too: a takeover
+    landing between the run's hear and its save got this run's totals over its row once
+    (test_s23k's takeover saw the other run's $7 become $0 in CI)."""
+    with Store.open(f"sqlite:///{tmp_path / 'o.db'}") as s:
+        job = s.create_job("j", "{}", "", "asha", "maximize")
+        s.update_job(job.id, cost_usd=7.0, **OTHER)
+        me = {**OTHER, "pid": 1}
+        assert not s.update_job_if_owner(job.id, me, {"cost_usd": 0.0, "heartbeat_at": 5.0})
+        row = s.get_job(job.id)
+        assert (row.cost_usd, row.heartbeat_at, row.pid) == (7.0, None, OTHER["pid"])
+        assert s.update_job_if_owner(job.id, OTHER, {"cost_usd": 7.5})
+        assert s.get_job(job.id).cost_usd == 7.5
